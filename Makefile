@@ -1,0 +1,124 @@
+# trainmon - GNU Makefile.  Sources are picked up by wildcard: a new module
+# in src/lib, a new subcommand in src/cli, a new tests/unit/test_*.c or
+# tests/fuzz/fuzz_*.c needs no edit here.
+#
+# Warnings: -Wall -Wextra -Wshadow -Wconversion -Werror.  -Wsign-conversion
+# (part of -Wconversion in C) is turned off: the /proc counters are unsigned
+# and the code converts between size_t and ssize_t at every read(); the
+# casts it would demand hide more than they show.
+
+CC      ?= cc
+BUILD   ?= build
+PREFIX  ?= /usr/local
+PYTHON  ?= /usr/bin/python3
+
+WARN    := -Wall -Wextra -Wshadow -Wconversion -Wno-sign-conversion -Wstrict-prototypes \
+           -Wmissing-prototypes -Wformat=2 -Werror
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=c11 -D_GNU_SOURCE -fPIC -pthread $(WARN) -Iinclude -Isrc/lib
+LDLIBS  += -ldl -lpthread -lm
+
+LIB_SRC  := $(wildcard src/lib/*.c)
+CLI_SRC  := $(wildcard src/cli/*.c)
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+BENCH_SRC:= $(wildcard bench/*.c)
+
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
+UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+HELPER_SRC := $(wildcard tests/helpers/*.c)
+HELPER_BIN := $(HELPER_SRC:tests/helpers/%.c=$(BUILD)/tests/helpers/%)
+BENCH_BIN:= $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
+
+.PHONY: all lib deps test unit e2e asan fuzz fuzz-run bench format demo clean install
+
+all: $(BUILD)/trainmon $(BUILD)/libtrainmon.a $(BUILD)/libtrainmon.so
+
+lib: $(BUILD)/libtrainmon.a $(BUILD)/libtrainmon.so
+
+$(BUILD)/%.o: %.c $(wildcard include/*.h src/lib/*.h src/cli/*.h) Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/libtrainmon.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libtrainmon.so: $(LIB_OBJ)
+	$(CC) $(CFLAGS) -shared -Wl,-soname,libtrainmon.so.0 -o $@ $^ $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/trainmon: $(CLI_OBJ) $(BUILD)/libtrainmon.a
+	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libtrainmon.a $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libtrainmon.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Wno-missing-prototypes -o $@ $< $(BUILD)/libtrainmon.a $(LDFLAGS) -lcmocka $(LDLIBS)
+
+$(BUILD)/tests/helpers/%: tests/helpers/%.c $(BUILD)/libtrainmon.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Wno-missing-prototypes -o $@ $< $(BUILD)/libtrainmon.a $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libtrainmon.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Wno-missing-prototypes -o $@ $< $(BUILD)/libtrainmon.a $(LDFLAGS) $(LDLIBS)
+
+# Every Debian package the project needs; idempotent, and quick when all
+# are installed already.
+DEPS := build-essential clang libclang-rt-14-dev clang-format libcmocka-dev sysstat fio \
+        python3 python3-psutil util-linux e2fsprogs procps jq
+deps:
+	@missing=$$(for p in $(DEPS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | \
+	    grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	    echo "installing:" $$missing; \
+	    if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	    $$SUDO apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
+	else echo "deps: all installed"; fi
+
+unit: $(UNIT_BIN)
+	@tests/run_unit.sh $(UNIT_BIN)
+
+e2e: all $(HELPER_BIN)
+	@BUILD=$(BUILD) tests/run_e2e.sh
+
+# All tests; the runners print their own closing lines, then one overall.
+test: all $(UNIT_BIN) $(HELPER_BIN)
+	@BUILD=$(BUILD) tests/run_all.sh $(UNIT_BIN)
+
+asan:
+	$(MAKE) BUILD=build-asan CC=clang \
+	    CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" \
+	    LDFLAGS="-fsanitize=address,undefined" test
+
+# libFuzzer targets: each is linked with the library sources built for it.
+FUZZ_CFLAGS := -g -O1 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc/lib -fsanitize=fuzzer,address,undefined
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(LIB_SRC)
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) -o $@ $< $(LIB_SRC) -ldl -lpthread -lm
+
+fuzz: $(FUZZ_BIN)
+
+FUZZ_SECONDS ?= 15
+fuzz-run: $(FUZZ_BIN)
+	@BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run.sh $(FUZZ_BIN)
+
+bench: all $(BENCH_BIN) $(HELPER_BIN)
+	@BUILD=$(BUILD) bench/run.sh
+
+format:
+	clang-format -i $(wildcard include/*.h src/lib/*.[ch] src/cli/*.[ch] tests/unit/*.c tests/fuzz/*.c tests/helpers/*.c bench/*.c)
+
+demo: all
+	@BUILD=$(BUILD) scripts/demo.sh
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
+	install -m 755 $(BUILD)/trainmon $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 $(BUILD)/libtrainmon.a $(BUILD)/libtrainmon.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 include/trainmon.h $(DESTDIR)$(PREFIX)/include/
+
+clean:
+	rm -rf build build-asan

@@ -1,0 +1,357 @@
+/*
+ * trainmon.h - the public interface of libtrainmon.
+ *
+ * Every front-end (the trainmon command, the HTTP exporter, the CPython
+ * extension) uses only this header.  Modules:
+ *
+ *   tm_        errors, roots of /proc and /sys, clocks
+ *   tm_disk_   /proc/diskstats with iostat -x semantics
+ *   tm_blkdev_ path -> the block device(s) behind it
+ *   tm_ptree_  a process tree: CPU, I/O, memory, states
+ *   tm_psi_    pressure stall information, system-wide and per cgroup
+ *   tm_rec_    record files: append-only, crash-safe, optionally size-bounded
+ *   tm_reader_ reading record files, also while they grow or after damage
+ *
+ * Conventions (see STYLE.md):
+ *   - Functions return 0 (or a count) on success and a negative errno value
+ *     on failure; tm_last_error() then holds a one-line message naming the
+ *     thing and the reason.  The message is per thread.
+ *   - A value that could not be measured is NAN (doubles) or has its bit
+ *     clear in a `valid` mask; it is never reported as 0.
+ *   - Destructors take T ** and set the pointer to NULL.
+ */
+#ifndef TRAINMON_H
+#define TRAINMON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TM_VERSION "0.1.0"
+
+/* ---------------------------------------------------------------- basics */
+
+/* The message of the last failed call on this thread ("" if none). */
+const char *tm_last_error(void);
+
+/* Roots of the /proc and /sys trees the collectors read.  Default: the
+ * environment variables TRAINMON_PROC_ROOT and TRAINMON_SYS_ROOT, else
+ * "/proc" and "/sys".  Passing NULL restores the default.  The strings are
+ * copied.  Not thread-safe against running collectors: set them first. */
+void tm_set_proc_root(const char *root);
+void tm_set_sys_root(const char *root);
+const char *tm_proc_root(void);
+const char *tm_sys_root(void);
+
+/* CLOCK_MONOTONIC and CLOCK_REALTIME in nanoseconds (vDSO, no syscall). */
+int64_t tm_now_mono_ns(void);
+int64_t tm_now_real_ns(void);
+
+/* ------------------------------------------------------------ disk stats */
+
+#define TM_DISK_NAME_MAX 32
+
+/* One line of /proc/diskstats.  Millisecond fields are 32-bit in the kernel
+ * and wrap; the others are 64-bit.  nfields is 14, 18 or 20: discard fields
+ * are valid when nfields >= 18, flush fields when nfields >= 20. */
+typedef struct tm_diskstat {
+    unsigned major, minor;
+    char name[TM_DISK_NAME_MAX];
+    int nfields;
+    uint64_t rd_ios, rd_merges, rd_sec;
+    uint32_t rd_ms;
+    uint64_t wr_ios, wr_merges, wr_sec;
+    uint32_t wr_ms;
+    uint32_t inflight;
+    uint32_t io_ms, weighted_ms;
+    uint64_t dc_ios, dc_merges, dc_sec;
+    uint32_t dc_ms;
+    uint64_t fl_ios;
+    uint32_t fl_ms;
+} tm_diskstat;
+
+/* Rates over an interval, the numbers of `iostat -x` (REFERENCE.md s.1).
+ * Units as iostat: per second, kB (1024 bytes), ms, percent.  Discard and
+ * flush values are NAN when the kernel does not report them. */
+typedef struct tm_diskrate {
+    unsigned major, minor;
+    char name[TM_DISK_NAME_MAX];
+    double r_s, w_s, d_s, f_s;
+    double rkb_s, wkb_s, dkb_s;
+    double rrqm_s, wrqm_s, drqm_s;
+    double rrqm_pct, wrqm_pct, drqm_pct;
+    double r_await, w_await, d_await, f_await;
+    double rareq_sz, wareq_sz, dareq_sz;
+    double aqu_sz;
+    double util; /* percent, capped at 100 */
+} tm_diskrate;
+
+/* Parses the text of /proc/diskstats.  Lines with fewer than 14 fields
+ * (old 7-field partition lines) and malformed lines are skipped.  Writes
+ * at most cap entries to out and returns how many were parsed, or a
+ * negative errno (-EINVAL for NULL arguments). */
+int tm_diskstats_parse(const char *buf, size_t len, tm_diskstat *out, size_t cap);
+
+/* Rates from two samples of the same device taken interval_s apart.  A
+ * 64-bit counter that went backwards yields a rate of 0 (as iostat does);
+ * 32-bit millisecond counters are taken modulo 2^32. */
+void tm_disk_rate(const tm_diskstat *prev, const tm_diskstat *cur, double interval_s,
+                  tm_diskrate *out);
+
+/* Whether a device is a physical whole disk: present in <sys>/block, not a
+ * partition and not a virtual device (loop, ram, zram, dm, md live under
+ * /sys/devices/virtual).  Used when no device is named. */
+bool tm_disk_is_physical(const char *name);
+
+/* A disk collector: keeps /proc/diskstats open and selects devices.
+ * names == NULL (or n == 0) selects every physical disk, re-checked each
+ * sample so that disks that appear are picked up.  Names are copied. */
+typedef struct tm_disk tm_disk;
+int tm_disk_open(tm_disk **out, const char *const *names, size_t n);
+/* Takes a sample.  On success *rates points to an array of *n rates over
+ * the time since the previous sample, owned by the collector and valid
+ * until the next call; the first call yields *n == 0.  A selected device
+ * that vanished is left out (and appears again from the sample after it
+ * returns). */
+int tm_disk_sample(tm_disk *d, const tm_diskrate **rates, size_t *n);
+/* The raw counters of the last sample (for recording), owned as above. */
+int tm_disk_last_raw(tm_disk *d, const tm_diskstat **stats, size_t *n);
+void tm_disk_close(tm_disk **d);
+
+/* ------------------------------------------------- path -> block devices */
+
+enum tm_fs_kind {
+    TM_FS_BLOCK = 0, /* a block device (or several) is behind it */
+    TM_FS_MEMORY,    /* tmpfs, ramfs: memory, no disk */
+    TM_FS_NETWORK,   /* nfs, nfs4, cifs, smb3, lustre, ceph */
+    TM_FS_FUSE,      /* fuse.* */
+    TM_FS_OTHER,     /* proc, sysfs, overlay without block layers, ... */
+};
+
+#define TM_BLKDEV_MAX_LEAVES 32
+
+typedef struct tm_blkdev {
+    char path[4096];       /* the resolved path */
+    char mountpoint[4096]; /* the mount it lives on */
+    char fstype[64];
+    char source[512];      /* the mount source (e.g. /dev/sda1, server:/x) */
+    enum tm_fs_kind kind;
+    char top[TM_DISK_NAME_MAX];   /* the device the filesystem sees (dm-0, sda1) */
+    size_t nleaves;               /* whole disks behind it (sda, nvme0n1, loop1) */
+    char leaves[TM_BLKDEV_MAX_LEAVES][TM_DISK_NAME_MAX];
+    char why[1024]; /* one sentence: how it was found, or what is still measured */
+} tm_blkdev;
+
+/* Resolves a path to the devices behind it (REFERENCE.md s.2).  pid > 0
+ * resolves inside that process's mount namespace (/proc/PID/root, its
+ * mountinfo); pid == 0 uses the caller's.  A path with no block device is
+ * not an error: kind says what it is and why explains what is measured.
+ * Returns -ENOENT etc. when the path does not exist. */
+int tm_blkdev_resolve(const char *path, pid_t pid, tm_blkdev *out);
+
+/* ----------------------------------------------------------- process tree */
+
+enum {
+    TM_PROC_HAVE_STAT = 1u << 0, /* state, CPU times */
+    TM_PROC_HAVE_IO = 1u << 1,   /* /proc/PID/io (needs same uid or ptrace) */
+    TM_PROC_HAVE_RSS = 1u << 2,
+    TM_PROC_HAVE_PSS = 1u << 3, /* smaps_rollup */
+};
+
+typedef struct tm_procinfo {
+    pid_t pid, ppid;
+    uint64_t starttime; /* clock ticks since boot: guards against PID reuse */
+    char comm[32];
+    char state;     /* R, S, D, Z, ... */
+    unsigned valid; /* TM_PROC_HAVE_* */
+    double utime_s, stime_s;
+    uint64_t rchar, wchar, read_bytes, write_bytes;
+    uint64_t rss_bytes, pss_bytes;
+} tm_procinfo;
+
+/* One sample of a tree.  Rates are over the time since the previous sample
+ * (NAN on the first sample or when no process had the data); sums are NAN
+ * when no process in the tree could be read for them. */
+typedef struct tm_ptree_sample {
+    int64_t t_ns;   /* monotonic */
+    bool root_alive;
+    size_t nproc;   /* live processes in the tree, root included */
+    size_t nproc_d; /* of which in D state (uninterruptible, usually I/O) */
+    size_t nproc_io_unreadable; /* processes whose /proc/PID/io gave EACCES */
+    double cpu_user_s, cpu_sys_s;   /* sums over live processes */
+    double read_bytes, write_bytes, rchar, wchar;
+    double rss_bytes, pss_bytes;
+    double cpu_pct;          /* 100 = one core busy */
+    double read_bytes_s, write_bytes_s, rchar_s;
+    double cache_hit_hint;   /* 1 - d(read_bytes)/d(rchar), in [0,1]; NAN if no reads */
+    const tm_procinfo *procs; /* nproc entries, owned by the tree, valid until next call */
+} tm_ptree_sample;
+
+typedef struct tm_ptree tm_ptree;
+/* Watches root and its live descendants (children of every thread).
+ * -ESRCH if root does not exist. */
+int tm_ptree_open(tm_ptree **out, pid_t root);
+/* Samples the tree.  When the root has exited, returns 0 with
+ * root_alive == false and nproc counting what is left of the tree. */
+int tm_ptree_sample(tm_ptree *t, tm_ptree_sample *out);
+void tm_ptree_close(tm_ptree **t);
+
+/* ---------------------------------------------------------------- pressure */
+
+typedef struct tm_psi {
+    bool has_some, has_full;
+    double some_avg10, some_avg60, some_avg300; /* percent */
+    uint64_t some_total_us;
+    double full_avg10, full_avg60, full_avg300;
+    uint64_t full_total_us;
+} tm_psi;
+
+/* Parses the text of a pressure file (/proc/pressure/X, <cgroup>/X.pressure). */
+int tm_psi_parse(const char *buf, size_t len, tm_psi *out);
+
+/* Per-cgroup block I/O byte and op counters. */
+typedef struct tm_cgio {
+    bool valid;
+    uint64_t rbytes, wbytes, rios, wios;
+} tm_cgio;
+
+enum {
+    TM_PRESSURE_HAVE_IO = 1u << 0,
+    TM_PRESSURE_HAVE_CPU = 1u << 1,
+    TM_PRESSURE_HAVE_MEM = 1u << 2,
+    TM_PRESSURE_HAVE_CG_IO = 1u << 3,     /* cgroup v2 io.pressure */
+    TM_PRESSURE_HAVE_CG_IOSTAT = 1u << 4, /* v2 io.stat or v1 blkio */
+};
+
+typedef struct tm_pressure_sample {
+    unsigned valid; /* TM_PRESSURE_HAVE_* */
+    tm_psi io, cpu, mem; /* system-wide */
+    tm_psi cg_io;        /* the watched process's cgroup (v2) */
+    tm_cgio cg_iostat;   /* summed over devices, v2 io.stat or v1 blkio */
+    char cgroup[512];    /* the cgroup path, "" if unknown */
+} tm_pressure_sample;
+
+typedef struct tm_pressure tm_pressure;
+/* pid > 0: also that process's cgroup; pid == 0: system-wide only. */
+int tm_pressure_open(tm_pressure **out, pid_t pid);
+int tm_pressure_sample(tm_pressure *p, tm_pressure_sample *out);
+void tm_pressure_close(tm_pressure **p);
+
+/* ------------------------------------------------------------ record files */
+
+/* Record types (docs/FORMAT.md).  Readers skip types they do not know. */
+enum tm_rec_type {
+    TM_REC_SERIES = 1, /* defines a series: id, name, labels, unit */
+    TM_REC_SAMPLE = 2, /* values of series at the record's time */
+    TM_REC_EVENT = 3,  /* a named event with a JSON object of details */
+    TM_REC_STRING = 4, /* interns a string: id, text (for tags, phases) */
+    /* 16..63 are reserved for the in-process recorder (steps, tags, OOM). */
+};
+
+typedef struct tm_rec_opts {
+    const char *role;  /* "system", "rank0", "pid123": goes in the header */
+    int rank;          /* -1 if none */
+    uint64_t max_size; /* 0: grows without bound; else a ring of at most this many bytes */
+    uint32_t block_size; /* 0: default (64 KiB) */
+} tm_rec_opts;
+
+typedef struct tm_rec tm_rec;
+
+/* Creates (truncates) the record file at path.  Appends are memory copies
+ * into a shared mapping of the file, so a record is in the page cache (and
+ * survives the writer's death) as soon as the call returns.  Space is
+ * reserved with fallocate ahead of use, so a full disk fails an append with
+ * -ENOSPC rather than a SIGBUS.  After fork() the child's appends are
+ * refused (-ECHILD): only the opener's process writes. */
+int tm_rec_open(tm_rec **out, const char *path, const tm_rec_opts *opts);
+
+/* Appends one record of the given type.  t_ns == 0 means now.  Thread-safe.
+ * Returns 0, -ENOSPC (disk full: further appends fail quickly), -E2BIG
+ * (payload larger than a block), -ECHILD (in a forked child). */
+int tm_rec_append(tm_rec *w, uint16_t type, int64_t t_ns, const void *payload, uint32_t len);
+
+/* Series helpers on top of tm_rec_append.  tm_rec_series returns an id
+ * (>= 1) or a negative errno; the same (name, labels) returns the same id. */
+int tm_rec_series(tm_rec *w, const char *name, const char *labels, const char *unit);
+/* Appends values of n series taken at t_ns (0 = now).  NAN values are
+ * left out (unavailable). */
+int tm_rec_sample(tm_rec *w, int64_t t_ns, const uint32_t *ids, const double *values, size_t n);
+/* Appends an event: a name and a JSON object text (may be NULL). */
+int tm_rec_event(tm_rec *w, int64_t t_ns, const char *name, const char *json);
+
+/* Bytes appended so far (payload and framing), and whether the file hit a
+ * full disk. */
+uint64_t tm_rec_bytes(const tm_rec *w);
+bool tm_rec_full(const tm_rec *w);
+void tm_rec_close(tm_rec **w);
+
+/* --- reading */
+
+typedef struct tm_rec_header {
+    uint32_t version;
+    uint32_t block_size;
+    uint64_t max_size;  /* 0 if unbounded */
+    int64_t start_real_ns, start_mono_ns;
+    int32_t pid, rank;
+    char host[64];
+    char role[32];
+} tm_rec_header;
+
+typedef struct tm_record {
+    uint16_t type;
+    int64_t t_ns;          /* monotonic, as written */
+    uint32_t len;
+    const uint8_t *payload; /* owned by the reader, valid until the next call */
+    uint64_t offset;        /* of the record in the file */
+} tm_record;
+
+/* Damage found while reading: where and what. */
+typedef struct tm_damage {
+    uint64_t offset;
+    char what[96];
+} tm_damage;
+
+typedef struct tm_reader tm_reader;
+/* Opens a record file for reading.  -EINVAL ("not a trainmon record file")
+ * when the header is unusable. */
+int tm_reader_open(tm_reader **out, const char *path);
+const tm_rec_header *tm_reader_header(const tm_reader *r);
+/* Next record in time order of writing: 1 and *rec filled, 0 at the end of
+ * what is intact, negative errno on an I/O error.  Damage does not stop
+ * reading: it is noted (tm_reader_damage) and the reader resynchronises. */
+int tm_reader_next(tm_reader *r, tm_record *rec);
+/* Picks up records appended since the end was reached (a live file). */
+int tm_reader_refresh(tm_reader *r);
+/* Damage seen so far (a torn last record is not damage: see torn_tail). */
+size_t tm_reader_damage(const tm_reader *r, const tm_damage **list);
+bool tm_reader_torn_tail(const tm_reader *r);
+void tm_reader_close(tm_reader **r);
+
+/* Decoding payloads of the known types.  Strings point into the record
+ * payload (not NUL-terminated: use the lengths).  Return 0 or -EINVAL for
+ * a payload that is too short or inconsistent. */
+typedef struct tm_rec_series_def {
+    uint32_t id;
+    const char *name, *labels, *unit;
+    uint16_t name_len, labels_len, unit_len;
+} tm_rec_series_def;
+int tm_rec_decode_series(const tm_record *rec, tm_rec_series_def *out);
+/* Sample: *n pairs; ids and values are copied into the caller's arrays of
+ * capacity cap; returns the number of pairs in the record. */
+int tm_rec_decode_sample(const tm_record *rec, uint32_t *ids, double *values, size_t cap);
+typedef struct tm_rec_event_def {
+    const char *name, *json;
+    uint16_t name_len;
+    uint32_t json_len;
+} tm_rec_event_def;
+int tm_rec_decode_event(const tm_record *rec, tm_rec_event_def *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TRAINMON_H */

@@ -1,0 +1,317 @@
+/*
+ * util.c - the error idiom, EINTR-safe I/O, configurable roots, tm_buf.
+ */
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static __thread char tm_errbuf[512];
+
+const char *tm_last_error(void) { return tm_errbuf; }
+
+int tm_seterr(int rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tm_errbuf, sizeof tm_errbuf, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+/* The roots are set once before collectors run (tests, fixtures); a plain
+ * static copy is enough. */
+static char tm_proc_root_buf[1024];
+static char tm_sys_root_buf[1024];
+static int tm_proc_root_set, tm_sys_root_set;
+
+void tm_set_proc_root(const char *root)
+{
+    tm_proc_root_set = root != NULL;
+    if (root)
+        tm_strlcpy(tm_proc_root_buf, root, sizeof tm_proc_root_buf);
+}
+
+void tm_set_sys_root(const char *root)
+{
+    tm_sys_root_set = root != NULL;
+    if (root)
+        tm_strlcpy(tm_sys_root_buf, root, sizeof tm_sys_root_buf);
+}
+
+const char *tm_proc_root(void)
+{
+    if (tm_proc_root_set)
+        return tm_proc_root_buf;
+    const char *e = getenv("TRAINMON_PROC_ROOT");
+    return e && *e ? e : "/proc";
+}
+
+const char *tm_sys_root(void)
+{
+    if (tm_sys_root_set)
+        return tm_sys_root_buf;
+    const char *e = getenv("TRAINMON_SYS_ROOT");
+    return e && *e ? e : "/sys";
+}
+
+static int64_t tm_clock_ns(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+int64_t tm_now_mono_ns(void) { return tm_clock_ns(CLOCK_MONOTONIC); }
+int64_t tm_now_real_ns(void) { return tm_clock_ns(CLOCK_REALTIME); }
+
+ssize_t tm_read_full(int fd, void *buf, size_t len)
+{
+    size_t got = 0;
+    while (got < len) {
+        ssize_t n = read(fd, (char *)buf + got, len - got);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (n == 0)
+            break;
+        got += (size_t)n;
+    }
+    return (ssize_t)got;
+}
+
+ssize_t tm_pread_full(int fd, void *buf, size_t len, off_t off)
+{
+    size_t got = 0;
+    while (got < len) {
+        ssize_t n = pread(fd, (char *)buf + got, len - got, off + (off_t)got);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (n == 0)
+            break;
+        got += (size_t)n;
+    }
+    return (ssize_t)got;
+}
+
+int tm_write_full(int fd, const void *buf, size_t len)
+{
+    size_t put = 0;
+    while (put < len) {
+        ssize_t n = write(fd, (const char *)buf + put, len - put);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        put += (size_t)n;
+    }
+    return 0;
+}
+
+int tm_open(const char *path, int flags, mode_t mode)
+{
+    for (;;) {
+        int fd = open(path, flags | O_CLOEXEC, mode);
+        if (fd >= 0)
+            return fd;
+        if (errno != EINTR)
+            return -errno;
+    }
+}
+
+ssize_t tm_pread_file(int fd, char *buf, size_t cap)
+{
+    if (cap == 0)
+        return -EINVAL;
+    /* /proc files are generated on read: read until EOF, then check the
+     * buffer was big enough by asking for one byte more. */
+    ssize_t n = tm_pread_full(fd, buf, cap - 1, 0);
+    if (n < 0)
+        return n;
+    if ((size_t)n == cap - 1) {
+        char extra;
+        ssize_t m = tm_pread_full(fd, &extra, 1, (off_t)n);
+        if (m > 0)
+            return -EFBIG;
+    }
+    buf[n] = '\0';
+    return n;
+}
+
+ssize_t tm_read_file(const char *path, char *buf, size_t cap)
+{
+    int fd = tm_open(path, O_RDONLY, 0);
+    if (fd < 0)
+        return tm_seterr(fd, "%s: %s", path, strerror(-fd));
+    ssize_t n = tm_pread_file(fd, buf, cap);
+    close(fd);
+    if (n == -EFBIG)
+        return tm_seterr((int)n, "%s: larger than %zu bytes", path, cap - 1);
+    if (n < 0)
+        return tm_seterr((int)n, "%s: %s", path, strerror((int)-n));
+    return n;
+}
+
+static int tm_root_path(char *buf, size_t cap, const char *root, const char *fmt, va_list ap)
+{
+    int a = snprintf(buf, cap, "%s/", root);
+    if (a < 0 || (size_t)a >= cap)
+        return -ENAMETOOLONG;
+    int b = vsnprintf(buf + a, cap - (size_t)a, fmt, ap);
+    if (b < 0 || (size_t)b >= cap - (size_t)a)
+        return -ENAMETOOLONG;
+    return 0;
+}
+
+int tm_proc_path(char *buf, size_t cap, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = tm_root_path(buf, cap, tm_proc_root(), fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+int tm_sys_path(char *buf, size_t cap, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = tm_root_path(buf, cap, tm_sys_root(), fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+void tm_strlcpy(char *dst, const char *src, size_t cap)
+{
+    if (cap == 0)
+        return;
+    size_t n = strnlen(src, cap - 1);
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+int tm_parse_u64(const char **p, const char *end, uint64_t *out)
+{
+    const char *s = *p;
+    while (s < end && (*s == ' ' || *s == '\t'))
+        s++;
+    if (s >= end || *s < '0' || *s > '9')
+        return -EINVAL;
+    uint64_t v = 0;
+    while (s < end && *s >= '0' && *s <= '9') {
+        uint64_t d = (uint64_t)(*s - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return -ERANGE;
+        v = v * 10 + d;
+        s++;
+    }
+    *p = s;
+    *out = v;
+    return 0;
+}
+
+void tm_buf_init(tm_buf *b, size_t cap)
+{
+    b->data = NULL;
+    b->len = b->alloc = 0;
+    b->cap = cap;
+}
+
+int tm_buf_add(tm_buf *b, const void *data, size_t len)
+{
+    if (len > b->cap || b->len > b->cap - len)
+        return -E2BIG;
+    if (b->len + len + 1 > b->alloc) {
+        size_t want = b->alloc ? b->alloc : 256;
+        while (want < b->len + len + 1)
+            want *= 2;
+        if (want > b->cap + 1)
+            want = b->cap + 1;
+        char *p = realloc(b->data, want);
+        if (!p)
+            return -ENOMEM;
+        b->data = p;
+        b->alloc = want;
+    }
+    memcpy(b->data + b->len, data, len);
+    b->len += len;
+    b->data[b->len] = '\0';
+    return 0;
+}
+
+int tm_buf_printf(tm_buf *b, const char *fmt, ...)
+{
+    char small[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return -EINVAL;
+    if ((size_t)n < sizeof small)
+        return tm_buf_add(b, small, (size_t)n);
+    char *big = malloc((size_t)n + 1);
+    if (!big)
+        return -ENOMEM;
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    int rc = tm_buf_add(b, big, (size_t)n);
+    free(big);
+    return rc;
+}
+
+int tm_buf_json_str(tm_buf *b, const char *s, size_t len)
+{
+    /* Raw UTF-8 passes through; only quote, backslash and control
+     * characters are escaped. */
+    size_t start = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        int rc = tm_buf_add(b, s + start, i - start);
+        if (rc)
+            return rc;
+        char esc[8];
+        switch (c) {
+        case '"': rc = tm_buf_add(b, "\\\"", 2); break;
+        case '\\': rc = tm_buf_add(b, "\\\\", 2); break;
+        case '\n': rc = tm_buf_add(b, "\\n", 2); break;
+        case '\t': rc = tm_buf_add(b, "\\t", 2); break;
+        case '\r': rc = tm_buf_add(b, "\\r", 2); break;
+        default:
+            snprintf(esc, sizeof esc, "\\u%04x", c);
+            rc = tm_buf_add(b, esc, 6);
+        }
+        if (rc)
+            return rc;
+        start = i + 1;
+    }
+    return tm_buf_add(b, s + start, len - start);
+}
+
+void tm_buf_reset(tm_buf *b)
+{
+    b->len = 0;
+    if (b->data)
+        b->data[0] = '\0';
+}
+
+void tm_buf_free(tm_buf *b)
+{
+    free(b->data);
+    b->data = NULL;
+    b->len = b->alloc = 0;
+}

@@ -1,0 +1,68 @@
+/*
+ * util.h - helpers shared by the library's modules: the error idiom, reads
+ * that retry EINTR, paths under the configurable /proc and /sys roots, and a
+ * bounded growable buffer.  Internal: front-ends use include/trainmon.h.
+ */
+#ifndef TM_UTIL_H
+#define TM_UTIL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "trainmon.h"
+
+#define TM_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Sets this thread's error message (printf-style) and returns rc, so that a
+ * failing path reads `return tm_seterr(-errno, "%s: %s", path, strerror(errno));`. */
+int tm_seterr(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* read()/pread() until len bytes, EOF or an error; EINTR is retried here and
+ * nowhere else.  Return the bytes read or a negative errno. */
+ssize_t tm_read_full(int fd, void *buf, size_t len);
+ssize_t tm_pread_full(int fd, void *buf, size_t len, off_t off);
+/* write() until all of buf is written; EINTR retried.  0 or negative errno. */
+int tm_write_full(int fd, const void *buf, size_t len);
+
+/* open() with O_CLOEXEC, EINTR retried.  fd or negative errno. */
+int tm_open(const char *path, int flags, mode_t mode);
+
+/* Reads a whole small file into buf (NUL-terminated).  Returns the length,
+ * -EFBIG when it does not fit in cap-1 bytes, or a negative errno.  Sets
+ * the error message. */
+ssize_t tm_read_file(const char *path, char *buf, size_t cap);
+
+/* Re-reads a kept-open file from offset 0 (a /proc file) into buf,
+ * NUL-terminated; as tm_read_file. */
+ssize_t tm_pread_file(int fd, char *buf, size_t cap);
+
+/* Formats "<proc root>/..." and "<sys root>/..." into buf.  -ENAMETOOLONG
+ * when it does not fit. */
+int tm_proc_path(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int tm_sys_path(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Copies src into dst of cap bytes, always NUL-terminated, truncating. */
+void tm_strlcpy(char *dst, const char *src, size_t cap);
+
+/* Parses an unsigned decimal at *p, advancing *p past it; leading blanks
+ * skipped.  0 on success, -EINVAL if there is no digit, -ERANGE on overflow. */
+int tm_parse_u64(const char **p, const char *end, uint64_t *out);
+
+/* A growable byte buffer with a hard cap (curl's dynbuf habit): appends
+ * beyond the cap fail with -E2BIG and free nothing else; tm_buf_free
+ * releases the memory. */
+typedef struct tm_buf {
+    char *data;
+    size_t len, alloc, cap;
+} tm_buf;
+void tm_buf_init(tm_buf *b, size_t cap);
+int tm_buf_add(tm_buf *b, const void *data, size_t len);
+int tm_buf_printf(tm_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends s as the contents of a JSON string (no quotes added). */
+int tm_buf_json_str(tm_buf *b, const char *s, size_t len);
+void tm_buf_reset(tm_buf *b);
+void tm_buf_free(tm_buf *b);
+
+#endif /* TM_UTIL_H */

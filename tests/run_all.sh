@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Runs every test: the cmocka unit binaries given as arguments, then the
+# end-to-end scripts in tests/e2e.  Prints each runner's own output and a
+# closing line "total: N passed, N failed, N skipped"; exits non-zero if
+# anything failed.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+"$here/run_unit.sh" "$@"; unit_rc=$?
+"$here/run_e2e.sh"; e2e_rc=$?
+read -r up uf < "${BUILD:-build}/.unit-counts" 2>/dev/null || { up=0; uf=1; }
+read -r ep ef es < "${BUILD:-build}/.e2e-counts" 2>/dev/null || { ep=0; ef=1; es=0; }
+echo
+echo "total: $((up + ep)) passed, $((uf + ef)) failed, $es skipped"
+[ $unit_rc -eq 0 ] && [ $e2e_rc -eq 0 ]
