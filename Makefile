@@ -32,7 +32,7 @@ HELPER_BIN := $(HELPER_SRC:tests/helpers/%.c=$(BUILD)/tests/helpers/%)
 BENCH_BIN:= $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 
-.PHONY: all lib deps test unit e2e asan fuzz fuzz-run bench format demo clean install
+.PHONY: all lib deps test test-only demo-only unit e2e asan fuzz fuzz-run bench format demo clean install
 
 all: $(BUILD)/trainmon $(BUILD)/libtrainmon.a $(BUILD)/libtrainmon.so
 
@@ -85,13 +85,16 @@ e2e: all $(HELPER_BIN)
 	@BUILD=$(BUILD) tests/run_e2e.sh
 
 # All tests; the runners print their own closing lines, then one overall.
-test: all $(UNIT_BIN) $(HELPER_BIN)
+test: deps
+	@$(MAKE) --no-print-directory test-only
+
+test-only: all $(UNIT_BIN) $(HELPER_BIN)
 	@BUILD=$(BUILD) tests/run_all.sh $(UNIT_BIN)
 
 asan:
 	$(MAKE) BUILD=build-asan CC=clang \
 	    CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" \
-	    LDFLAGS="-fsanitize=address,undefined" test
+	    LDFLAGS="-fsanitize=address,undefined" test-only
 
 # libFuzzer targets: each is linked with the library sources built for it.
 FUZZ_CFLAGS := -g -O1 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc/lib -fsanitize=fuzzer,address,undefined
@@ -111,7 +114,10 @@ bench: all $(BENCH_BIN) $(HELPER_BIN)
 format:
 	clang-format -i $(wildcard include/*.h src/lib/*.[ch] src/cli/*.[ch] tests/unit/*.c tests/fuzz/*.c tests/helpers/*.c bench/*.c)
 
-demo: all
+demo: deps
+	@$(MAKE) --no-print-directory demo-only
+
+demo-only: all
 	@BUILD=$(BUILD) scripts/demo.sh
 
 install: all

@@ -177,12 +177,15 @@ typedef struct tm_procinfo {
 /* One sample of a tree.  Rates are over the time since the previous sample
  * (NAN on the first sample or when no process had the data); sums are NAN
  * when no process in the tree could be read for them. */
-typedef struct tm_ptree_sample {
+typedef struct tm_ptree_stats {
     int64_t t_ns;   /* monotonic */
+    pid_t root;     /* the root pid given to tm_ptree_open */
     bool root_alive;
     size_t nproc;   /* live processes in the tree, root included */
     size_t nproc_d; /* of which in D state (uninterruptible, usually I/O) */
     size_t nproc_io_unreadable; /* processes whose /proc/PID/io gave EACCES */
+    size_t nproc_untracked; /* descendants beyond the tree's cap (4096): counted
+                               here (at least), not in nproc, procs or the sums */
     double cpu_user_s, cpu_sys_s;   /* sums over live processes */
     double read_bytes, write_bytes, rchar, wchar;
     double rss_bytes, pss_bytes;
@@ -190,7 +193,7 @@ typedef struct tm_ptree_sample {
     double read_bytes_s, write_bytes_s, rchar_s;
     double cache_hit_hint;   /* 1 - d(read_bytes)/d(rchar), in [0,1]; NAN if no reads */
     const tm_procinfo *procs; /* nproc entries, owned by the tree, valid until next call */
-} tm_ptree_sample;
+} tm_ptree_stats;
 
 typedef struct tm_ptree tm_ptree;
 /* Watches root and its live descendants (children of every thread).
@@ -198,7 +201,7 @@ typedef struct tm_ptree tm_ptree;
 int tm_ptree_open(tm_ptree **out, pid_t root);
 /* Samples the tree.  When the root has exited, returns 0 with
  * root_alive == false and nproc counting what is left of the tree. */
-int tm_ptree_sample(tm_ptree *t, tm_ptree_sample *out);
+int tm_ptree_sample(tm_ptree *t, tm_ptree_stats *out);
 void tm_ptree_close(tm_ptree **t);
 
 /* ---------------------------------------------------------------- pressure */
@@ -228,18 +231,18 @@ enum {
     TM_PRESSURE_HAVE_CG_IOSTAT = 1u << 4, /* v2 io.stat or v1 blkio */
 };
 
-typedef struct tm_pressure_sample {
+typedef struct tm_pressure_stats {
     unsigned valid; /* TM_PRESSURE_HAVE_* */
     tm_psi io, cpu, mem; /* system-wide */
     tm_psi cg_io;        /* the watched process's cgroup (v2) */
     tm_cgio cg_iostat;   /* summed over devices, v2 io.stat or v1 blkio */
     char cgroup[512];    /* the cgroup path, "" if unknown */
-} tm_pressure_sample;
+} tm_pressure_stats;
 
 typedef struct tm_pressure tm_pressure;
 /* pid > 0: also that process's cgroup; pid == 0: system-wide only. */
 int tm_pressure_open(tm_pressure **out, pid_t pid);
-int tm_pressure_sample(tm_pressure *p, tm_pressure_sample *out);
+int tm_pressure_sample(tm_pressure *p, tm_pressure_stats *out);
 void tm_pressure_close(tm_pressure **p);
 
 /* ------------------------------------------------------------ record files */
@@ -289,6 +292,16 @@ int tm_rec_event(tm_rec *w, int64_t t_ns, const char *name, const char *json);
 uint64_t tm_rec_bytes(const tm_rec *w);
 bool tm_rec_full(const tm_rec *w);
 void tm_rec_close(tm_rec **w);
+
+/* --- recording collector samples as series (the sampler's side)
+ *
+ * Series names and units are listed in docs/FORMAT.md ("System series").
+ * Each call appends one TM_REC_SAMPLE record (defining series on first
+ * use); unavailable (NAN) values are left out.  t_ns == 0 means now.
+ * Return 0 or a negative errno from tm_rec_append (-ENOSPC when full). */
+int tm_sysrec_disk(tm_rec *w, int64_t t_ns, const tm_diskrate *rates, size_t n);
+int tm_sysrec_pressure(tm_rec *w, int64_t t_ns, const tm_pressure_stats *ps);
+int tm_sysrec_ptree(tm_rec *w, int64_t t_ns, const tm_ptree_stats *ts);
 
 /* --- reading */
 

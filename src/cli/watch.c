@@ -1,0 +1,667 @@
+/*
+ * watch.c - `trainmon watch`: a live per-interval view of the disks behind
+ * some paths (every physical disk if none), pressure stall information and,
+ * with --pid, a process tree.  The iostat/pidstat replacement for when no
+ * job is wrapped.  With -o DIR the same numbers are recorded into
+ * DIR/system.tmr.
+ *
+ * The text output is one line per watched device per interval; pressure and
+ * process-tree columns are printed on the first device line of an interval.
+ * --json prints one object per interval whose "disk" list uses the keys and
+ * units of `iostat -x -o JSON`, so scripts written for iostat read it
+ * unchanged; everything else is in base units (bytes, seconds).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "trainmon.h"
+
+#define WATCH_MAX_DEVS 256
+
+static volatile sig_atomic_t watch_stop;
+
+static void watch_on_signal(int sig)
+{
+    (void)sig;
+    watch_stop = 1;
+}
+
+static void watch_usage(FILE *f)
+{
+    fputs("usage: trainmon watch [PATH...] [--pid PID] [-i SEC] [-n COUNT] [--json] [-o DIR]\n"
+          "\n"
+          "  PATH            watch the block device(s) behind PATH (a dataset directory,\n"
+          "                  a file); default: every physical disk\n"
+          "  -p, --pid PID   also watch the process tree rooted at PID (CPU, read rate,\n"
+          "                  page-cache hit hint, processes in D state)\n"
+          "  -i SEC          interval (default 1; accepts 500ms, 2s)\n"
+          "  -n COUNT        stop after COUNT intervals (default: until interrupted)\n"
+          "  --json          one JSON object per interval (iostat -o JSON keys for disks)\n"
+          "  -o DIR          also record into the run directory DIR (DIR/system.tmr)\n"
+          "  --max-size SIZE bound the recording (flight-recorder ring, e.g. 64M)\n",
+          f);
+}
+
+/* Adds name to the device list unless present. */
+static void watch_add_dev(char (*devs)[TM_DISK_NAME_MAX], size_t *n, const char *name)
+{
+    for (size_t i = 0; i < *n; i++)
+        if (strcmp(devs[i], name) == 0)
+            return;
+    if (*n < WATCH_MAX_DEVS)
+        snprintf(devs[(*n)++], TM_DISK_NAME_MAX, "%s", name);
+}
+
+static void watch_sleep_until(int64_t deadline_ns)
+{
+    struct timespec ts = {.tv_sec = (time_t)(deadline_ns / 1000000000LL),
+                          .tv_nsec = (long)(deadline_ns % 1000000000LL)};
+    while (!watch_stop && clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+        ;
+}
+
+static void watch_fmt(char *buf, size_t cap, double v, int width, int prec)
+{
+    if (isnan(v))
+        snprintf(buf, cap, "%*s", width, "-");
+    else
+        snprintf(buf, cap, "%*.*f", width, prec, v);
+}
+
+/* --- JSON output */
+
+static void json_num(FILE *f, bool *first, const char *key, double v)
+{
+    if (isnan(v))
+        return; /* unavailable: left out */
+    fprintf(f, "%s\"%s\": %.2f", *first ? "" : ", ", key, v);
+    *first = false;
+}
+
+static void json_num_prec(FILE *f, bool *first, const char *key, double v, int prec)
+{
+    if (isnan(v))
+        return;
+    fprintf(f, "%s\"%s\": %.*f", *first ? "" : ", ", key, prec, v);
+    *first = false;
+}
+
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static void json_psi(FILE *f, bool *first, const char *key, const tm_psi *p)
+{
+    fprintf(f, "%s\"%s\": {", *first ? "" : ", ", key);
+    *first = false;
+    bool f2 = true;
+    if (p->has_some) {
+        json_num(f, &f2, "some_avg10", p->some_avg10);
+        json_num(f, &f2, "some_avg60", p->some_avg60);
+        json_num(f, &f2, "some_avg300", p->some_avg300);
+        json_num_prec(f, &f2, "some_total_seconds", (double)p->some_total_us / 1e6, 6);
+    }
+    if (p->has_full) {
+        json_num(f, &f2, "full_avg10", p->full_avg10);
+        json_num(f, &f2, "full_avg60", p->full_avg60);
+        json_num(f, &f2, "full_avg300", p->full_avg300);
+        json_num_prec(f, &f2, "full_total_seconds", (double)p->full_total_us / 1e6, 6);
+    }
+    fputc('}', f);
+}
+
+static void watch_print_json(FILE *f, double interval_s, const tm_diskrate *rates, size_t nrates,
+                             const tm_pressure_stats *ps, bool have_ps,
+                             const tm_ptree_stats *ts, bool have_tree, pid_t pid)
+{
+    int64_t now = tm_now_real_ns();
+    time_t secs = (time_t)(now / 1000000000LL);
+    struct tm tmv;
+    gmtime_r(&secs, &tmv);
+    char stamp[32];
+    strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &tmv);
+    fprintf(f, "{\"timestamp\": \"%s\", \"time\": %.3f, \"interval_seconds\": %.3f, \"disk\": [",
+            stamp, (double)now / 1e9, interval_s);
+    for (size_t i = 0; i < nrates; i++) {
+        const tm_diskrate *r = &rates[i];
+        fprintf(f, "%s{\"disk_device\": ", i ? ", " : "");
+        json_str(f, r->name);
+        bool first = false;
+        json_num(f, &first, "r/s", r->r_s);
+        json_num(f, &first, "w/s", r->w_s);
+        json_num(f, &first, "d/s", r->d_s);
+        json_num(f, &first, "f/s", r->f_s);
+        json_num(f, &first, "rkB/s", r->rkb_s);
+        json_num(f, &first, "wkB/s", r->wkb_s);
+        json_num(f, &first, "dkB/s", r->dkb_s);
+        json_num(f, &first, "rrqm/s", r->rrqm_s);
+        json_num(f, &first, "wrqm/s", r->wrqm_s);
+        json_num(f, &first, "drqm/s", r->drqm_s);
+        json_num(f, &first, "rrqm", r->rrqm_pct);
+        json_num(f, &first, "wrqm", r->wrqm_pct);
+        json_num(f, &first, "drqm", r->drqm_pct);
+        json_num(f, &first, "r_await", r->r_await);
+        json_num(f, &first, "w_await", r->w_await);
+        json_num(f, &first, "d_await", r->d_await);
+        json_num(f, &first, "f_await", r->f_await);
+        json_num(f, &first, "rareq-sz", r->rareq_sz);
+        json_num(f, &first, "wareq-sz", r->wareq_sz);
+        json_num(f, &first, "dareq-sz", r->dareq_sz);
+        json_num(f, &first, "aqu-sz", r->aqu_sz);
+        json_num(f, &first, "util", r->util);
+        fputc('}', f);
+    }
+    fputc(']', f);
+    if (have_ps) {
+        fputs(", \"pressure\": {", f);
+        bool first = true;
+        if (ps->valid & TM_PRESSURE_HAVE_IO)
+            json_psi(f, &first, "io", &ps->io);
+        if (ps->valid & TM_PRESSURE_HAVE_CPU)
+            json_psi(f, &first, "cpu", &ps->cpu);
+        if (ps->valid & TM_PRESSURE_HAVE_MEM)
+            json_psi(f, &first, "memory", &ps->mem);
+        fputc('}', f);
+        if (ps->valid & (TM_PRESSURE_HAVE_CG_IO | TM_PRESSURE_HAVE_CG_IOSTAT)) {
+            fputs(", \"cgroup\": {\"path\": ", f);
+            json_str(f, ps->cgroup);
+            first = false;
+            if (ps->valid & TM_PRESSURE_HAVE_CG_IO)
+                json_psi(f, &first, "io_pressure", &ps->cg_io);
+            if (ps->valid & TM_PRESSURE_HAVE_CG_IOSTAT) {
+                json_num_prec(f, &first, "read_bytes_total", (double)ps->cg_iostat.rbytes, 0);
+                json_num_prec(f, &first, "write_bytes_total", (double)ps->cg_iostat.wbytes, 0);
+                json_num_prec(f, &first, "reads_total", (double)ps->cg_iostat.rios, 0);
+                json_num_prec(f, &first, "writes_total", (double)ps->cg_iostat.wios, 0);
+            }
+            fputc('}', f);
+        }
+    }
+    if (have_tree) {
+        fprintf(f, ", \"process_tree\": {\"root_pid\": %d, \"alive\": %s", (int)pid,
+                ts->root_alive ? "true" : "false");
+        bool first = false;
+        json_num_prec(f, &first, "processes", (double)ts->nproc, 0);
+        json_num_prec(f, &first, "processes_d_state", (double)ts->nproc_d, 0);
+        json_num_prec(f, &first, "processes_io_unreadable", (double)ts->nproc_io_unreadable, 0);
+        json_num(f, &first, "cpu_percent", ts->cpu_pct);
+        json_num_prec(f, &first, "cpu_user_seconds", ts->cpu_user_s, 3);
+        json_num_prec(f, &first, "cpu_system_seconds", ts->cpu_sys_s, 3);
+        json_num_prec(f, &first, "read_bytes_per_second", ts->read_bytes_s, 0);
+        json_num_prec(f, &first, "write_bytes_per_second", ts->write_bytes_s, 0);
+        json_num_prec(f, &first, "rchar_bytes_per_second", ts->rchar_s, 0);
+        json_num_prec(f, &first, "cache_hit_hint", ts->cache_hit_hint, 3);
+        json_num_prec(f, &first, "read_bytes_total", ts->read_bytes, 0);
+        json_num_prec(f, &first, "write_bytes_total", ts->write_bytes, 0);
+        json_num_prec(f, &first, "rchar_bytes_total", ts->rchar, 0);
+        json_num_prec(f, &first, "rss_bytes", ts->rss_bytes, 0);
+        json_num_prec(f, &first, "pss_bytes", ts->pss_bytes, 0);
+        fputc('}', f);
+    }
+    fputs("}\n", f);
+    fflush(f);
+}
+
+/* --- text output */
+
+static void watch_print_header(FILE *f, bool have_tree)
+{
+    fprintf(f, "%-8s %-10s %8s %8s %8s %8s %8s %8s %7s %6s %7s %7s", "time", "device", "r/s",
+            "rMB/s", "r_await", "w/s", "wMB/s", "w_await", "aqu-sz", "%util", "io-some", "io-full");
+    if (have_tree)
+        fprintf(f, " %6s %8s %5s %7s %4s", "procs", "tr_rMB/s", "hit", "cpu%", "D");
+    fputc('\n', f);
+    fprintf(f, "%-8s %-10s %8s %8s %8s %8s %8s %8s %7s %6s %7s %7s", "", "", "", "", "ms", "",
+            "", "ms", "", "", "%", "%");
+    if (have_tree)
+        fprintf(f, " %6s %8s %5s %7s %4s", "", "", "", "", "");
+    fputc('\n', f);
+}
+
+static void watch_print_text(FILE *f, const tm_diskrate *rates, size_t nrates,
+                             const tm_pressure_stats *ps, bool have_ps,
+                             const tm_ptree_stats *ts, bool have_tree, bool tree_on)
+{
+    time_t now = time(NULL);
+    struct tm tmv;
+    localtime_r(&now, &tmv);
+    char stamp[16];
+    strftime(stamp, sizeof stamp, "%H:%M:%S", &tmv);
+    size_t lines = nrates ? nrates : 1;
+    for (size_t i = 0; i < lines; i++) {
+        char c[12][24];
+        const tm_diskrate *r = i < nrates ? &rates[i] : NULL;
+        watch_fmt(c[0], 24, r ? r->r_s : NAN, 8, 1);
+        watch_fmt(c[1], 24, r ? r->rkb_s / 1024.0 : NAN, 8, 2);
+        watch_fmt(c[2], 24, r ? r->r_await : NAN, 8, 2);
+        watch_fmt(c[3], 24, r ? r->w_s : NAN, 8, 1);
+        watch_fmt(c[4], 24, r ? r->wkb_s / 1024.0 : NAN, 8, 2);
+        watch_fmt(c[5], 24, r ? r->w_await : NAN, 8, 2);
+        watch_fmt(c[6], 24, r ? r->aqu_sz : NAN, 7, 2);
+        watch_fmt(c[7], 24, r ? r->util : NAN, 6, 1);
+        bool extra = i == 0;
+        watch_fmt(c[8], 24,
+                  extra && have_ps && (ps->valid & TM_PRESSURE_HAVE_IO) && ps->io.has_some
+                      ? ps->io.some_avg10
+                      : NAN,
+                  7, 2);
+        watch_fmt(c[9], 24,
+                  extra && have_ps && (ps->valid & TM_PRESSURE_HAVE_IO) && ps->io.has_full
+                      ? ps->io.full_avg10
+                      : NAN,
+                  7, 2);
+        fprintf(f, "%-8s %-10s %s %s %s %s %s %s %s %s %s %s", i == 0 ? stamp : "",
+                r ? r->name : "-", c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9]);
+        if (tree_on) {
+            char t[5][24];
+            bool show = extra && have_tree;
+            snprintf(t[0], 24, "%6s", "-");
+            if (show)
+                snprintf(t[0], 24, "%6zu", ts->nproc);
+            watch_fmt(t[1], 24, show ? ts->read_bytes_s / 1e6 : NAN, 8, 2);
+            watch_fmt(t[2], 24, show ? ts->cache_hit_hint : NAN, 5, 2);
+            watch_fmt(t[3], 24, show ? ts->cpu_pct : NAN, 7, 1);
+            snprintf(t[4], 24, "%4s", "-");
+            if (show)
+                snprintf(t[4], 24, "%4zu", ts->nproc_d);
+            fprintf(f, " %s %s %s %s %s", t[0], t[1], t[2], t[3], t[4]);
+        }
+        fputc('\n', f);
+    }
+    fflush(f);
+}
+
+/* --- recording (-o DIR) */
+
+struct watch_target {
+    const char *path;
+    tm_blkdev bd;
+};
+
+struct watch_rec {
+    tm_rec *w;
+    char path[PATH_MAX];
+    bool full_said;
+};
+
+/* Reports a failed append once (a full disk), then stays quiet: watch keeps
+ * printing whatever happens to the recording. */
+static void watch_rec_check(struct watch_rec *wr, int rc)
+{
+    if (rc >= 0 || wr->full_said)
+        return;
+    cli_warn("%s: %s: recording stopped, still printing", wr->path, strerror(-rc));
+    wr->full_said = true;
+}
+
+static void json_buf_str(FILE *f, const char *key, const char *s, bool comma)
+{
+    fprintf(f, "%s\"%s\": ", comma ? ", " : "", key);
+    json_str(f, s);
+}
+
+static const char *watch_kind_name(enum tm_fs_kind k)
+{
+    switch (k) {
+    case TM_FS_BLOCK: return "block";
+    case TM_FS_MEMORY: return "memory";
+    case TM_FS_NETWORK: return "network";
+    case TM_FS_FUSE: return "fuse";
+    default: return "other";
+    }
+}
+
+/* Writes the target description (JSON object) for path to f. */
+static void watch_target_json(FILE *f, const struct watch_target *t)
+{
+    fputc('{', f);
+    json_buf_str(f, "path", t->path, false);
+    json_buf_str(f, "kind", watch_kind_name(t->bd.kind), true);
+    json_buf_str(f, "mountpoint", t->bd.mountpoint, true);
+    json_buf_str(f, "fstype", t->bd.fstype, true);
+    json_buf_str(f, "device", t->bd.top, true);
+    fputs(", \"disks\": [", f);
+    for (size_t i = 0; i < t->bd.nleaves; i++) {
+        if (i)
+            fputs(", ", f);
+        json_str(f, t->bd.leaves[i]);
+    }
+    fputc(']', f);
+    json_buf_str(f, "why", t->bd.why, true);
+    fputc('}', f);
+}
+
+static int watch_rec_open(struct watch_rec **out, const char *dir, unsigned long long max_size,
+                          int argc, char **argv, const struct watch_target *targets, size_t n)
+{
+    struct watch_rec *wr = calloc(1, sizeof *wr);
+    if (!wr)
+        return -ENOMEM;
+    snprintf(wr->path, sizeof wr->path, "%s/system.tmr", dir);
+    tm_rec_opts o = {.role = "system", .rank = -1, .max_size = max_size};
+    int rc = tm_rec_open(&wr->w, wr->path, &o);
+    if (rc < 0) {
+        free(wr);
+        return rc;
+    }
+    /* meta.json says what ran; written through a temporary name so that a
+     * reader never sees half of it. */
+    char meta[PATH_MAX], tmp[PATH_MAX];
+    snprintf(meta, sizeof meta, "%s/meta.json", dir);
+    snprintf(tmp, sizeof tmp, "%s/.meta.json.tmp", dir);
+    FILE *f = fopen(tmp, "w");
+    if (f) {
+        char host[256] = "";
+        gethostname(host, sizeof host - 1);
+        fputs("{\"trainmon_version\": \"" TM_VERSION "\", \"command\": [\"trainmon\"", f);
+        for (int i = 0; i < argc; i++) {
+            fputs(", ", f);
+            json_str(f, argv[i]);
+        }
+        fputs("], ", f);
+        fputs("\"host\": ", f);
+        json_str(f, host);
+        fprintf(f, ", \"start_time\": %.6f, \"targets\": [", (double)tm_now_real_ns() / 1e9);
+        for (size_t i = 0; i < n; i++) {
+            if (i)
+                fputs(", ", f);
+            watch_target_json(f, &targets[i]);
+        }
+        fputs("]}\n", f);
+        if (fclose(f) == 0)
+            rename(tmp, meta);
+        else
+            unlink(tmp);
+    }
+    for (size_t i = 0; i < n; i++) {
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *m = open_memstream(&buf, &len);
+        if (!m)
+            continue;
+        watch_target_json(m, &targets[i]);
+        fclose(m);
+        watch_rec_check(wr, tm_rec_event(wr->w, 0, "watch_target", buf));
+        free(buf);
+    }
+    *out = wr;
+    return 0;
+}
+
+static void watch_rec_sample(struct watch_rec *wr, const tm_diskrate *rates, size_t n,
+                             const tm_pressure_stats *ps, const tm_ptree_stats *ts)
+{
+    int64_t t = tm_now_mono_ns();
+    if (n)
+        watch_rec_check(wr, tm_sysrec_disk(wr->w, t, rates, n));
+    if (ps)
+        watch_rec_check(wr, tm_sysrec_pressure(wr->w, t, ps));
+    if (ts)
+        watch_rec_check(wr, tm_sysrec_ptree(wr->w, t, ts));
+}
+
+static void watch_rec_event(struct watch_rec *wr, const char *name, pid_t pid)
+{
+    char json[64];
+    snprintf(json, sizeof json, "{\"pid\": %d}", (int)pid);
+    watch_rec_check(wr, tm_rec_event(wr->w, 0, name, json));
+}
+
+static void watch_rec_close(struct watch_rec **wr)
+{
+    if (!*wr)
+        return;
+    tm_rec_close(&(*wr)->w);
+    free(*wr);
+    *wr = NULL;
+}
+
+/* Creates DIR (and parents) if needed. */
+static int watch_mkdirs(const char *dir)
+{
+    char buf[PATH_MAX];
+    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
+        return -ENAMETOOLONG;
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return -errno;
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+int cmd_watch(int argc, char **argv)
+{
+    enum { OPT_JSON = 1000, OPT_MAXSIZE, OPT_HELP };
+    static const struct option opts[] = {
+        {"pid", required_argument, NULL, 'p'},   {"interval", required_argument, NULL, 'i'},
+        {"count", required_argument, NULL, 'n'}, {"json", no_argument, NULL, OPT_JSON},
+        {"output", required_argument, NULL, 'o'}, {"max-size", required_argument, NULL, OPT_MAXSIZE},
+        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
+    };
+    double interval = 1.0;
+    long count = -1;
+    pid_t pid = 0;
+    bool json = false;
+    const char *outdir = NULL;
+    unsigned long long max_size = 0;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "p:i:n:o:h", opts, NULL)) != -1) {
+        char *end;
+        switch (c) {
+        case 'p': {
+            long v = strtol(optarg, &end, 10);
+            if (*end || v <= 0 || v > INT_MAX) {
+                cli_err("--pid %s: not a process id", optarg);
+                return 2;
+            }
+            pid = (pid_t)v;
+            break;
+        }
+        case 'i':
+            if (!cli_parse_seconds(optarg, &interval)) {
+                cli_err("-i %s: not an interval in seconds", optarg);
+                return 2;
+            }
+            break;
+        case 'n':
+            count = strtol(optarg, &end, 10);
+            if (*end || count <= 0) {
+                cli_err("-n %s: not a positive count", optarg);
+                return 2;
+            }
+            break;
+        case OPT_JSON: json = true; break;
+        case 'o': outdir = optarg; break;
+        case OPT_MAXSIZE:
+            if (!cli_parse_size(optarg, &max_size)) {
+                cli_err("--max-size %s: not a size (e.g. 64M)", optarg);
+                return 2;
+            }
+            break;
+        case 'h': watch_usage(stdout); return 0;
+        default: watch_usage(stderr); return 2;
+        }
+    }
+
+    /* Paths -> devices.  Each path says what is behind it on stderr. */
+    static char devs[WATCH_MAX_DEVS][TM_DISK_NAME_MAX];
+    size_t ndevs = 0;
+    int npaths = argc - optind, nresolved = 0;
+    static tm_blkdev bd;
+    static struct watch_target targets[64];
+    size_t ntargets = 0;
+    for (int i = optind; i < argc; i++) {
+        int rc = tm_blkdev_resolve(argv[i], 0, &bd);
+        if (rc < 0) {
+            cli_err("%s", tm_last_error());
+            continue;
+        }
+        nresolved++;
+        if (bd.kind == TM_FS_BLOCK && bd.top[0]) {
+            fprintf(stderr, "trainmon: watching %s: %s\n", argv[i], bd.why);
+            watch_add_dev(devs, &ndevs, bd.top);
+            for (size_t k = 0; k < bd.nleaves; k++)
+                watch_add_dev(devs, &ndevs, bd.leaves[k]);
+        } else {
+            cli_warn("%s", bd.why);
+        }
+        if (ntargets < sizeof targets / sizeof targets[0]) {
+            targets[ntargets].path = argv[i];
+            targets[ntargets].bd = bd;
+            ntargets++;
+        }
+    }
+    if (npaths > 0 && nresolved == 0 && pid == 0)
+        return 1; /* each path has said why; nothing asked for can be measured */
+    if (npaths > 0 && ndevs == 0 && nresolved > 0)
+        cli_warn("no block device behind the given paths: showing pressure%s only",
+                 pid ? " and the process tree" : "");
+
+    tm_disk *disk = NULL;
+    bool disks_on = npaths == 0 || ndevs > 0;
+    if (disks_on) {
+        const char *names[WATCH_MAX_DEVS];
+        for (size_t i = 0; i < ndevs; i++)
+            names[i] = devs[i];
+        if (tm_disk_open(&disk, ndevs ? names : NULL, ndevs) < 0) {
+            cli_err("%s", tm_last_error());
+            disk = NULL;
+        }
+    }
+
+    tm_ptree *tree = NULL;
+    if (pid > 0 && tm_ptree_open(&tree, pid) < 0) {
+        cli_err("%s", tm_last_error());
+        tree = NULL;
+    }
+    tm_pressure *press = NULL;
+    if (tm_pressure_open(&press, tree ? pid : 0) < 0) {
+        cli_warn("pressure: %s", tm_last_error());
+        press = NULL;
+    }
+    if (!disk && !tree && !press) {
+        cli_err("nothing can be measured");
+        return 1;
+    }
+
+    struct watch_rec *wr = NULL;
+    if (outdir) {
+        int rc = watch_mkdirs(outdir);
+        if (rc < 0) {
+            cli_err("%s: %s", outdir, strerror(-rc));
+            tm_disk_close(&disk);
+            tm_ptree_close(&tree);
+            tm_pressure_close(&press);
+            return 1;
+        }
+        rc = watch_rec_open(&wr, outdir, max_size, argc, argv, targets, ntargets);
+        if (rc < 0) {
+            cli_err("%s", tm_last_error());
+            tm_disk_close(&disk);
+            tm_ptree_close(&tree);
+            tm_pressure_close(&press);
+            return 1;
+        }
+    }
+
+    struct sigaction sa = {.sa_handler = watch_on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    bool tty = isatty(STDOUT_FILENO);
+    bool tree_on = tree != NULL, tree_gone_said = false;
+    long printed = 0, lines = 0;
+    int64_t step = (int64_t)(interval * 1e9);
+    int64_t next = tm_now_mono_ns(), prev_t = next;
+    tm_ptree_stats ts;
+    tm_pressure_stats ps;
+    bool first = true;
+    while (!watch_stop) {
+        const tm_diskrate *rates = NULL;
+        size_t nrates = 0;
+        if (disk && tm_disk_sample(disk, &rates, &nrates) < 0) {
+            cli_warn("disk: %s", tm_last_error());
+            nrates = 0;
+        }
+        bool have_tree = false;
+        if (tree) {
+            memset(&ts, 0, sizeof ts);
+            if (tm_ptree_sample(tree, &ts) == 0) {
+                have_tree = true;
+                if (!ts.root_alive && !tree_gone_said) {
+                    fprintf(stderr, "trainmon: pid %d exited; still watching%s\n", (int)pid,
+                            disk ? " the disks" : " pressure");
+                    tree_gone_said = true;
+                    if (wr)
+                        watch_rec_event(wr, "process_exit", pid);
+                }
+            }
+        }
+        bool have_ps = press && tm_pressure_sample(press, &ps) == 0;
+        int64_t now = tm_now_mono_ns();
+        double dt = (double)(now - prev_t) / 1e9;
+        prev_t = now;
+
+        if (!first) {
+            if (wr)
+                watch_rec_sample(wr, rates, nrates, have_ps ? &ps : NULL,
+                                 have_tree ? &ts : NULL);
+            if (json) {
+                watch_print_json(stdout, dt, rates, nrates, &ps, have_ps, &ts, have_tree, pid);
+            } else {
+                if (lines == 0 || (tty && lines >= 20)) {
+                    if (printed)
+                        fputc('\n', stdout);
+                    watch_print_header(stdout, tree_on);
+                    lines = 0;
+                }
+                watch_print_text(stdout, rates, nrates, &ps, have_ps, &ts,
+                                 have_tree && ts.root_alive, tree_on);
+                lines++;
+            }
+            printed++;
+            if (count > 0 && printed >= count)
+                break;
+        }
+        first = false;
+        next += step;
+        watch_sleep_until(next);
+    }
+
+    watch_rec_close(&wr);
+    tm_disk_close(&disk);
+    tm_ptree_close(&tree);
+    tm_pressure_close(&press);
+    return 0;
+}
