@@ -15,7 +15,9 @@ PYTHON  ?= /usr/bin/python3
 WARN    := -Wall -Wextra -Wshadow -Wconversion -Wno-sign-conversion -Wstrict-prototypes \
            -Wmissing-prototypes -Wformat=2 -Werror
 CFLAGS  ?= -O2 -g
-CFLAGS  += -std=c11 -D_GNU_SOURCE -fPIC -pthread $(WARN) -Iinclude -Isrc/lib
+# The flags the code needs, kept apart so that `make CFLAGS=...` (the
+# sanitizer build) only replaces optimisation and instrumentation.
+override CFLAGS += -std=c11 -D_GNU_SOURCE -fPIC -pthread $(WARN) -Iinclude -Isrc/lib
 LDLIBS  += -ldl -lpthread -lm
 
 LIB_SRC  := $(wildcard src/lib/*.c)
@@ -30,6 +32,10 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 HELPER_SRC := $(wildcard tests/helpers/*.c)
 HELPER_BIN := $(HELPER_SRC:tests/helpers/%.c=$(BUILD)/tests/helpers/%)
 BENCH_BIN:= $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+# Fake shared libraries standing in for missing hardware stacks (NVML):
+# tests/fakes/NAME.c -> build/tests/fakes/NAME.so
+FAKE_SRC := $(wildcard tests/fakes/*.c)
+FAKE_LIB := $(FAKE_SRC:tests/fakes/%.c=$(BUILD)/tests/fakes/%.so)
 FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 
 .PHONY: all lib deps test test-only demo-only unit e2e asan fuzz fuzz-run bench format demo clean install
@@ -60,6 +66,10 @@ $(BUILD)/tests/helpers/%: tests/helpers/%.c $(BUILD)/libtrainmon.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Wno-missing-prototypes -o $@ $< $(BUILD)/libtrainmon.a $(LDFLAGS) $(LDLIBS)
 
+$(BUILD)/tests/fakes/%.so: tests/fakes/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Wno-missing-prototypes -shared -o $@ $<
+
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libtrainmon.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Wno-missing-prototypes -o $@ $< $(BUILD)/libtrainmon.a $(LDFLAGS) $(LDLIBS)
@@ -78,17 +88,17 @@ deps:
 	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
 	else echo "deps: all installed"; fi
 
-unit: $(UNIT_BIN)
+unit: $(UNIT_BIN) $(FAKE_LIB)
 	@tests/run_unit.sh $(UNIT_BIN)
 
-e2e: all $(HELPER_BIN)
+e2e: all $(HELPER_BIN) $(FAKE_LIB)
 	@BUILD=$(BUILD) tests/run_e2e.sh
 
 # All tests; the runners print their own closing lines, then one overall.
 test: deps
 	@$(MAKE) --no-print-directory test-only
 
-test-only: all $(UNIT_BIN) $(HELPER_BIN)
+test-only: all $(UNIT_BIN) $(HELPER_BIN) $(FAKE_LIB)
 	@BUILD=$(BUILD) tests/run_all.sh $(UNIT_BIN)
 
 asan:
@@ -108,11 +118,11 @@ FUZZ_SECONDS ?= 15
 fuzz-run: $(FUZZ_BIN)
 	@BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run.sh $(FUZZ_BIN)
 
-bench: all $(BENCH_BIN) $(HELPER_BIN)
+bench: all $(BENCH_BIN) $(HELPER_BIN) $(FAKE_LIB)
 	@BUILD=$(BUILD) bench/run.sh
 
 format:
-	clang-format -i $(wildcard include/*.h src/lib/*.[ch] src/cli/*.[ch] tests/unit/*.c tests/fuzz/*.c tests/helpers/*.c bench/*.c)
+	clang-format -i $(wildcard include/*.h src/lib/*.[ch] src/cli/*.[ch] tests/unit/*.c tests/fuzz/*.c tests/helpers/*.c tests/fakes/*.c bench/*.c)
 
 demo: deps
 	@$(MAKE) --no-print-directory demo-only

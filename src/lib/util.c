@@ -163,7 +163,9 @@ ssize_t tm_read_file(const char *path, char *buf, size_t cap)
     return n;
 }
 
-static int tm_root_path(char *buf, size_t cap, const char *root, const char *fmt, va_list ap)
+__attribute__((format(printf, 4, 0))) static int tm_root_path(char *buf, size_t cap,
+                                                              const char *root, const char *fmt,
+                                                              va_list ap)
 {
     int a = snprintf(buf, cap, "%s/", root);
     if (a < 0 || (size_t)a >= cap)
