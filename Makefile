@@ -66,7 +66,7 @@ $(BUILD)/tests/helpers/%: tests/helpers/%.c $(BUILD)/libtrainmon.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Wno-missing-prototypes -o $@ $< $(BUILD)/libtrainmon.a $(LDFLAGS) $(LDLIBS)
 
-$(BUILD)/tests/fakes/%.so: tests/fakes/%.c
+$(BUILD)/tests/fakes/%.so: tests/fakes/%.c $(FAKE_SRC)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Wno-missing-prototypes -shared -o $@ $<
 

@@ -47,7 +47,7 @@ static void add_fd(const char *path)
  * collector reads. */
 static void add_proc_files(pid_t pid)
 {
-    char p[256];
+    char p[512];
     static const char *files[] = {"stat", "io", "status", "smaps_rollup"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         snprintf(p, sizeof p, "/proc/%d/%s", (int)pid, files[i]);

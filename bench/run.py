@@ -38,6 +38,10 @@ try:
     except Exception as e:  # psutil missing: say so, do not invent a number
         print("psutil baseline unavailable:", e)
         psutil_us = float("nan")
+    gpu_out = subprocess.run([os.path.join(bdir, "bench", "bench_gpu"),
+                              os.path.join(bdir, "tests", "fakes", "fake_nvml.so")],
+                             check=True, capture_output=True, text=True).stdout
+    g = kv(gpu_out)
     # iostat -x: CPU per sample from the difference of a 6-report and a
     # 1-report run (start-up cost cancels).
     c0 = child_cpu(); subprocess.run(["iostat", "-x", "1", "1"], capture_output=True); c1 = child_cpu()
@@ -45,14 +49,19 @@ try:
     iostat_us = max(((c2 - c1) - (c1 - c0)) / 5 * 1e6, 0.0)
     # RSS of trainmon watch with a process tree, recording.
     with tempfile.TemporaryDirectory() as d:
-        # A fresh wrapper whose only child is trainmon: ru_maxrss of
-        # RUSAGE_CHILDREN is then trainmon's own peak.
-        wrap = ("import resource, subprocess, sys; "
-                "subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL); "
-                "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
-        rss_kb = int(subprocess.run(["/usr/bin/python3", "-c", wrap, tm, "watch", "--pid", str(t.pid),
-                                     "-i", "0.05", "-n", "60", "--json", "-o", os.path.join(d, "run")],
-                                    check=True, capture_output=True, text=True).stdout.split()[-1])
+        # VmHWM of the running process: ru_maxrss would also count the
+        # pages of the forking Python before exec.
+        p = subprocess.Popen([tm, "watch", "--pid", str(t.pid), "-i", "0.05", "-n", "60", "--json",
+                              "-o", os.path.join(d, "run")], stdout=subprocess.DEVNULL)
+        rss_kb = 0
+        while p.poll() is None:
+            try:
+                for line in open(f"/proc/{p.pid}/status"):
+                    if line.startswith("VmHWM:"):
+                        rss_kb = max(rss_kb, int(line.split()[1]))
+            except OSError:
+                pass
+            time.sleep(0.05)
 finally:
     subprocess.run(["pkill", "-P", str(t.pid)])
     t.kill(); t.wait()
@@ -71,6 +80,7 @@ lines.append(f"| trainmon (tm_disk + tm_ptree + tm_pressure) | {tm_us:.1f} | 1.0
 lines.append(f"| floor: pread of the same files on kept-open fds | {floor_us:.1f} | {ratio(tm_us, floor_us)} | within 2x |")
 lines.append(f"| psutil: disk_io_counters(perdisk) + children(recursive) io+cpu | {psutil_us:.1f} | {ratio(psutil_us, tm_us)} less | at least 15x less |")
 lines.append(f"| iostat -x (one report, start-up excluded) | {iostat_us:.1f} | {ratio(iostat_us, tm_us)} less | |")
+lines.append(f"| GPU sample through NVML (fake library, {g['devices']} GPUs x {g['procs_per_device']} processes), per GPU | {float(g['gpu_us_per_device']):.2f} | | at most 50 us |")
 lines.append("")
 lines.append(f"| peak RSS of `trainmon watch --pid --json -o DIR` | {rss_kb / 1024:.2f} MB | | at most 4 MB |")
 text = "\n".join(lines)

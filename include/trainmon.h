@@ -245,6 +245,120 @@ int tm_pressure_open(tm_pressure **out, pid_t pid);
 int tm_pressure_sample(tm_pressure *p, tm_pressure_stats *out);
 void tm_pressure_close(tm_pressure **p);
 
+/* ------------------------------------------------------------------ GPUs */
+
+/* NVIDIA GPUs through NVML, loaded at run time with dlopen (never linked):
+ * "libnvidia-ml.so.1", or the path in TRAINMON_NVML_LIB.  docs/GPU.md says
+ * what is read, which NVML versions are tried and how errors are handled. */
+
+enum {
+    TM_GPU_HAVE_MEM = 1u << 0,          /* mem_total, mem_used, mem_free */
+    TM_GPU_HAVE_MEM_RESERVED = 1u << 1, /* mem_reserved (nvmlDeviceGetMemoryInfo_v2) */
+    TM_GPU_HAVE_UTIL = 1u << 2,         /* util_gpu, util_mem */
+    TM_GPU_HAVE_TEMP = 1u << 3,
+    TM_GPU_HAVE_POWER = 1u << 4,
+    TM_GPU_HAVE_PCIE = 1u << 5,         /* pcie_rx_bytes_s, pcie_tx_bytes_s */
+    TM_GPU_HAVE_CLOCK = 1u << 6,        /* sm_clock_mhz */
+    TM_GPU_HAVE_THROTTLE = 1u << 7,     /* throttle_reasons */
+    TM_GPU_HAVE_PROCS = 1u << 8,        /* nprocs/procs: the compute processes */
+    TM_GPU_HAVE_PROC_UTIL = 1u << 9,    /* per-process sm_util/mem_util were asked */
+};
+
+/* NVML's clock-throttle ("clocks event") reason bits, as in nvml.h. */
+enum {
+    TM_GPU_THROTTLE_GPU_IDLE = 0x1,
+    TM_GPU_THROTTLE_APPLICATIONS_CLOCKS = 0x2,
+    TM_GPU_THROTTLE_SW_POWER_CAP = 0x4,
+    TM_GPU_THROTTLE_HW_SLOWDOWN = 0x8,
+    TM_GPU_THROTTLE_SYNC_BOOST = 0x10,
+    TM_GPU_THROTTLE_SW_THERMAL = 0x20,
+    TM_GPU_THROTTLE_HW_THERMAL = 0x40,
+    TM_GPU_THROTTLE_HW_POWER_BRAKE = 0x80,
+    TM_GPU_THROTTLE_DISPLAY_CLOCKS = 0x100,
+};
+
+/* A process with a compute context on a GPU.  pid is the host's pid (NVML
+ * does not know pid namespaces). */
+typedef struct tm_gpu_proc {
+    pid_t pid;
+    bool mem_valid;      /* false: the driver does not report it (used_bytes 0) */
+    uint64_t used_bytes;
+    double sm_util, mem_util; /* percent over the driver's last samples; NAN unavailable */
+} tm_gpu_proc;
+
+typedef struct tm_gpu_stats {
+    unsigned index;           /* NVML index */
+    char name[96], uuid[96];
+    unsigned valid;           /* TM_GPU_HAVE_* for this sample */
+    bool lost;                /* fell off the bus (GPU_IS_LOST): valid == 0 from then on */
+    uint64_t mem_total, mem_used, mem_free, mem_reserved; /* bytes */
+    double util_gpu, util_mem; /* percent of time a kernel / memory was busy; NAN unavailable */
+    double temp_c, power_w;
+    double pcie_rx_bytes_s, pcie_tx_bytes_s;
+    double sm_clock_mhz;
+    uint64_t throttle_reasons; /* TM_GPU_THROTTLE_* mask */
+    size_t nprocs;
+    const tm_gpu_proc *procs;  /* owned by the collector, valid until the next sample */
+} tm_gpu_stats;
+
+typedef struct tm_gpu tm_gpu;
+
+/* Loads NVML and opens the GPUs with the given NVML indices (indices ==
+ * NULL or n == 0: all of them).  Fails, with one message for the user in
+ * tm_last_error(), when GPU metrics cannot be had:
+ *   -ENOENT  no NVML library or no driver ("no NVIDIA driver found: GPU
+ *            metrics off"),
+ *   -ENODEV  no GPU, or an index that does not exist,
+ *   -EACCES / -EIO  NVML's initialisation failed (its message is given),
+ *   -ENOSYS  the library lacks nvmlInit / nvmlDeviceGetCount / a handle call.
+ * The caller says that once and goes on without GPU metrics. */
+int tm_gpu_open(tm_gpu **out, const unsigned *indices, size_t n);
+
+/* Samples every opened GPU.  *gpus points to *n entries owned by the
+ * collector, valid until the next call or close.  Returns 0 even when some
+ * fields or GPUs fail: a field NVML does not support (or may not read) has
+ * its bit clear and is not asked again; a GPU that fell off the bus has
+ * lost == true and valid == 0 and is not asked again, while the others are
+ * still sampled.  Each new problem is queued once as a warning. */
+int tm_gpu_sample(tm_gpu *g, const tm_gpu_stats **gpus, size_t *n);
+
+/* The next queued warning ("GPU 1 (GPU-...) is lost (fallen off the bus):
+ * its metrics stop"), or NULL when none is left.  The string stays valid
+ * until the next call of tm_gpu_next_warning, tm_gpu_sample or close. */
+const char *tm_gpu_next_warning(tm_gpu *g);
+
+/* Shuts NVML down (it is reference-counted) and unloads it. */
+void tm_gpu_close(tm_gpu **g);
+
+/* Names of the set bits of a throttle mask, in bit order: "gpu_idle",
+ * "applications_clocks_setting", "sw_power_cap", "hw_slowdown",
+ * "sync_boost", "sw_thermal_slowdown", "hw_thermal_slowdown",
+ * "hw_power_brake", "display_clocks_setting" (unknown bits are left out).
+ * Stores at most cap static strings and returns how many bits are named. */
+size_t tm_gpu_throttle_names(uint64_t reasons, const char **names, size_t cap);
+
+/* Attribution of GPU processes to a process tree (docs/GPU.md).  A GPU pid
+ * belongs to the tree when it is the pid of one of the tree's processes
+ * (NVML's host pids and the tree read from the host's /proc), or when the
+ * NSpid line of <proc root>/PID/status maps it, in an inner (container) pid
+ * namespace, to a pid of the tree (whose starttime must agree when known). */
+bool tm_gpu_pid_in_tree(pid_t gpu_pid, const tm_ptree_stats *tree);
+
+/* GPU memory, in bytes, used by the tree's processes on the given GPUs.
+ * NAN when it cannot be told: no GPU reports its processes, the matching
+ * processes' memory is not reported, or no process matched while some GPU
+ * pids are not visible under the proc root (trainmon inside a container
+ * with its own pid namespace sees none of NVML's host pids). */
+double tm_gpu_tree_memory(const tm_gpu_stats *gpus, size_t n, const tm_ptree_stats *tree);
+
+/* (tm_rec is defined with the record files below; C11 allows the repeat.) */
+typedef struct tm_rec tm_rec;
+
+/* Records GPU samples as series (gpu.*, docs/GPU.md), labels
+ * "gpu=<index>,uuid=<uuid>" and, per process, "gpu=<index>,pid=<pid>".
+ * Lost GPUs and unavailable fields are left out.  As tm_sysrec_disk. */
+int tm_sysrec_gpu(tm_rec *w, int64_t t_ns, const tm_gpu_stats *g, size_t n);
+
 /* ------------------------------------------------------------ record files */
 
 /* Record types (docs/FORMAT.md).  Readers skip types they do not know. */

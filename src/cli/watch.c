@@ -40,6 +40,7 @@ static void watch_on_signal(int sig)
 static void watch_usage(FILE *f)
 {
     fputs("usage: trainmon watch [PATH...] [--pid PID] [-i SEC] [-n COUNT] [--json] [-o DIR]\n"
+          "                      [--max-size SIZE] [--gpu LIST]\n"
           "\n"
           "  PATH            watch the block device(s) behind PATH (a dataset directory,\n"
           "                  a file); default: every physical disk\n"
@@ -49,7 +50,8 @@ static void watch_usage(FILE *f)
           "  -n COUNT        stop after COUNT intervals (default: until interrupted)\n"
           "  --json          one JSON object per interval (iostat -o JSON keys for disks)\n"
           "  -o DIR          also record into the run directory DIR (DIR/system.tmr)\n"
-          "  --max-size SIZE bound the recording (flight-recorder ring, e.g. 64M)\n",
+          "  --max-size SIZE bound the recording (flight-recorder ring, e.g. 64M)\n"
+          "  --gpu LIST      GPUs to watch: all (default), none, or indices like 0,2\n",
           f);
 }
 
@@ -132,9 +134,72 @@ static void json_psi(FILE *f, bool *first, const char *key, const tm_psi *p)
     fputc('}', f);
 }
 
+static void json_gpu(FILE *f, const tm_gpu_stats *g, size_t n)
+{
+    fputs(", \"gpu\": [", f);
+    for (size_t i = 0; i < n; i++) {
+        const tm_gpu_stats *s = &g[i];
+        fprintf(f, "%s{\"index\": %u, \"name\": ", i ? ", " : "", s->index);
+        json_str(f, s->name);
+        fputs(", \"uuid\": ", f);
+        json_str(f, s->uuid);
+        fprintf(f, ", \"lost\": %s", s->lost ? "true" : "false");
+        bool first = false;
+        if (s->valid & TM_GPU_HAVE_MEM) {
+            json_num_prec(f, &first, "memory_total_bytes", (double)s->mem_total, 0);
+            json_num_prec(f, &first, "memory_used_bytes", (double)s->mem_used, 0);
+            json_num_prec(f, &first, "memory_free_bytes", (double)s->mem_free, 0);
+        }
+        if (s->valid & TM_GPU_HAVE_MEM_RESERVED)
+            json_num_prec(f, &first, "memory_reserved_bytes", (double)s->mem_reserved, 0);
+        if (s->valid & TM_GPU_HAVE_UTIL) {
+            json_num(f, &first, "utilization_gpu_percent", s->util_gpu);
+            json_num(f, &first, "utilization_memory_percent", s->util_mem);
+        }
+        if (s->valid & TM_GPU_HAVE_TEMP)
+            json_num(f, &first, "temperature_celsius", s->temp_c);
+        if (s->valid & TM_GPU_HAVE_POWER)
+            json_num(f, &first, "power_watts", s->power_w);
+        if (s->valid & TM_GPU_HAVE_PCIE) {
+            json_num_prec(f, &first, "pcie_rx_bytes_per_second", s->pcie_rx_bytes_s, 0);
+            json_num_prec(f, &first, "pcie_tx_bytes_per_second", s->pcie_tx_bytes_s, 0);
+        }
+        if (s->valid & TM_GPU_HAVE_CLOCK)
+            json_num_prec(f, &first, "sm_clock_mhz", s->sm_clock_mhz, 0);
+        if (s->valid & TM_GPU_HAVE_THROTTLE) {
+            const char *names[16];
+            size_t k = tm_gpu_throttle_names(s->throttle_reasons, names, 16);
+            fputs(", \"throttle_reasons\": [", f);
+            for (size_t j = 0; j < k; j++) {
+                if (j)
+                    fputs(", ", f);
+                json_str(f, names[j]);
+            }
+            fputc(']', f);
+        }
+        if (s->valid & TM_GPU_HAVE_PROCS) {
+            fputs(", \"processes\": [", f);
+            for (size_t j = 0; j < s->nprocs; j++) {
+                const tm_gpu_proc *p = &s->procs[j];
+                fprintf(f, "%s{\"pid\": %d", j ? ", " : "", (int)p->pid);
+                bool pf = false;
+                if (p->mem_valid)
+                    json_num_prec(f, &pf, "used_memory_bytes", (double)p->used_bytes, 0);
+                json_num(f, &pf, "sm_util_percent", p->sm_util);
+                json_num(f, &pf, "mem_util_percent", p->mem_util);
+                fputc('}', f);
+            }
+            fputc(']', f);
+        }
+        fputc('}', f);
+    }
+    fputc(']', f);
+}
+
 static void watch_print_json(FILE *f, double interval_s, const tm_diskrate *rates, size_t nrates,
                              const tm_pressure_stats *ps, bool have_ps,
-                             const tm_ptree_stats *ts, bool have_tree, pid_t pid)
+                             const tm_ptree_stats *ts, bool have_tree, pid_t pid,
+                             const tm_gpu_stats *gpus, size_t ngpus, bool gpu_on)
 {
     int64_t now = tm_now_real_ns();
     time_t secs = (time_t)(now / 1000000000LL);
@@ -174,6 +239,8 @@ static void watch_print_json(FILE *f, double interval_s, const tm_diskrate *rate
         fputc('}', f);
     }
     fputc(']', f);
+    if (gpu_on)
+        json_gpu(f, gpus, ngpus);
     if (have_ps) {
         fputs(", \"pressure\": {", f);
         bool first = true;
@@ -218,6 +285,8 @@ static void watch_print_json(FILE *f, double interval_s, const tm_diskrate *rate
         json_num_prec(f, &first, "rchar_bytes_total", ts->rchar, 0);
         json_num_prec(f, &first, "rss_bytes", ts->rss_bytes, 0);
         json_num_prec(f, &first, "pss_bytes", ts->pss_bytes, 0);
+        if (gpu_on)
+            json_num_prec(f, &first, "gpu_memory_bytes", tm_gpu_tree_memory(gpus, ngpus, ts), 0);
         fputc('}', f);
     }
     fputs("}\n", f);
@@ -226,24 +295,49 @@ static void watch_print_json(FILE *f, double interval_s, const tm_diskrate *rate
 
 /* --- text output */
 
-static void watch_print_header(FILE *f, bool have_tree)
+static void watch_print_header(FILE *f, bool have_tree, bool gpu_on)
 {
     fprintf(f, "%-8s %-10s %8s %8s %8s %8s %8s %8s %7s %6s %7s %7s", "time", "device", "r/s",
             "rMB/s", "r_await", "w/s", "wMB/s", "w_await", "aqu-sz", "%util", "io-some", "io-full");
     if (have_tree)
         fprintf(f, " %6s %8s %5s %7s %4s", "procs", "tr_rMB/s", "hit", "cpu%", "D");
+    if (gpu_on)
+        fprintf(f, " %5s %8s %7s %6s%s", "gpu%", "gmem", "gtotal", "gpuW", have_tree ? "  tr_gmem" : "");
     fputc('\n', f);
     fprintf(f, "%-8s %-10s %8s %8s %8s %8s %8s %8s %7s %6s %7s %7s", "", "", "", "", "ms", "",
             "", "ms", "", "", "%", "%");
     if (have_tree)
         fprintf(f, " %6s %8s %5s %7s %4s", "", "", "", "", "");
+    if (gpu_on)
+        fprintf(f, " %5s %8s %7s %6s%s", "%", "GiB", "GiB", "W", have_tree ? "      GiB" : "");
     fputc('\n', f);
 }
 
 static void watch_print_text(FILE *f, const tm_diskrate *rates, size_t nrates,
                              const tm_pressure_stats *ps, bool have_ps,
-                             const tm_ptree_stats *ts, bool have_tree, bool tree_on)
+                             const tm_ptree_stats *ts, bool have_tree, bool tree_on,
+                             const tm_gpu_stats *gpus, size_t ngpus, bool gpu_on)
 {
+    /* GPUs are summed into one set of columns: the mean utilization, the
+     * memory and power of all watched GPUs.  --json has each GPU. */
+    double gutil = 0, gused = 0, gtotal = 0, gpow = 0;
+    size_t nutil = 0, nmem = 0, npow = 0;
+    for (size_t i = 0; i < ngpus; i++) {
+        if (gpus[i].valid & TM_GPU_HAVE_UTIL) {
+            gutil += gpus[i].util_gpu;
+            nutil++;
+        }
+        if (gpus[i].valid & TM_GPU_HAVE_MEM) {
+            gused += (double)gpus[i].mem_used;
+            gtotal += (double)gpus[i].mem_total;
+            nmem++;
+        }
+        if (gpus[i].valid & TM_GPU_HAVE_POWER) {
+            gpow += gpus[i].power_w;
+            npow++;
+        }
+    }
+    double tree_gmem = gpu_on && have_tree ? tm_gpu_tree_memory(gpus, ngpus, ts) : NAN;
     time_t now = time(NULL);
     struct tm tmv;
     localtime_r(&now, &tmv);
@@ -287,6 +381,18 @@ static void watch_print_text(FILE *f, const tm_diskrate *rates, size_t nrates,
             if (show)
                 snprintf(t[4], 24, "%4zu", ts->nproc_d);
             fprintf(f, " %s %s %s %s %s", t[0], t[1], t[2], t[3], t[4]);
+        }
+        if (gpu_on) {
+            char g[5][24];
+            watch_fmt(g[0], 24, extra && nutil ? gutil / (double)nutil : NAN, 5, 1);
+            watch_fmt(g[1], 24, extra && nmem ? gused / 1073741824.0 : NAN, 8, 2);
+            watch_fmt(g[2], 24, extra && nmem ? gtotal / 1073741824.0 : NAN, 7, 1);
+            watch_fmt(g[3], 24, extra && npow ? gpow : NAN, 6, 0);
+            fprintf(f, " %s %s %s %s", g[0], g[1], g[2], g[3]);
+            if (tree_on) {
+                watch_fmt(g[4], 24, extra ? tree_gmem / 1073741824.0 : NAN, 9, 2);
+                fprintf(f, "%s", g[4]);
+            }
         }
         fputc('\n', f);
     }
@@ -411,7 +517,8 @@ static int watch_rec_open(struct watch_rec **out, const char *dir, unsigned long
 }
 
 static void watch_rec_sample(struct watch_rec *wr, const tm_diskrate *rates, size_t n,
-                             const tm_pressure_stats *ps, const tm_ptree_stats *ts)
+                             const tm_pressure_stats *ps, const tm_ptree_stats *ts,
+                             const tm_gpu_stats *gpus, size_t ngpus)
 {
     int64_t t = tm_now_mono_ns();
     if (n)
@@ -420,6 +527,8 @@ static void watch_rec_sample(struct watch_rec *wr, const tm_diskrate *rates, siz
         watch_rec_check(wr, tm_sysrec_pressure(wr->w, t, ps));
     if (ts)
         watch_rec_check(wr, tm_sysrec_ptree(wr->w, t, ts));
+    if (ngpus)
+        watch_rec_check(wr, tm_sysrec_gpu(wr->w, t, gpus, ngpus));
 }
 
 static void watch_rec_event(struct watch_rec *wr, const char *name, pid_t pid)
@@ -436,6 +545,32 @@ static void watch_rec_close(struct watch_rec **wr)
     tm_rec_close(&(*wr)->w);
     free(*wr);
     *wr = NULL;
+}
+
+/* "all", "none" or a comma-separated list of GPU indices. */
+static bool watch_parse_gpus(const char *arg, bool *wanted, unsigned *idx, size_t *n)
+{
+    *n = 0;
+    *wanted = true;
+    if (strcmp(arg, "all") == 0)
+        return true;
+    if (strcmp(arg, "none") == 0 || strcmp(arg, "off") == 0) {
+        *wanted = false;
+        return true;
+    }
+    const char *p = arg;
+    while (*p) {
+        char *end;
+        errno = 0;
+        unsigned long v = strtoul(p, &end, 10);
+        if (end == p || errno || v > 1024 || *n >= 64 || (*end && *end != ','))
+            return false;
+        idx[(*n)++] = (unsigned)v;
+        p = *end ? end + 1 : end;
+        if (*end && !*p)
+            return false;
+    }
+    return *n > 0;
 }
 
 /* Creates DIR (and parents) if needed. */
@@ -459,12 +594,13 @@ static int watch_mkdirs(const char *dir)
 
 int cmd_watch(int argc, char **argv)
 {
-    enum { OPT_JSON = 1000, OPT_MAXSIZE, OPT_HELP };
+    enum { OPT_JSON = 1000, OPT_MAXSIZE, OPT_GPU };
     static const struct option opts[] = {
         {"pid", required_argument, NULL, 'p'},   {"interval", required_argument, NULL, 'i'},
         {"count", required_argument, NULL, 'n'}, {"json", no_argument, NULL, OPT_JSON},
         {"output", required_argument, NULL, 'o'}, {"max-size", required_argument, NULL, OPT_MAXSIZE},
-        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
+        {"gpu", required_argument, NULL, OPT_GPU}, {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     double interval = 1.0;
     long count = -1;
@@ -472,6 +608,9 @@ int cmd_watch(int argc, char **argv)
     bool json = false;
     const char *outdir = NULL;
     unsigned long long max_size = 0;
+    bool gpu_wanted = true;
+    unsigned gpu_idx[64];
+    size_t ngpu_idx = 0;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "p:i:n:o:h", opts, NULL)) != -1) {
@@ -504,6 +643,12 @@ int cmd_watch(int argc, char **argv)
         case OPT_MAXSIZE:
             if (!cli_parse_size(optarg, &max_size)) {
                 cli_err("--max-size %s: not a size (e.g. 64M)", optarg);
+                return 2;
+            }
+            break;
+        case OPT_GPU:
+            if (!watch_parse_gpus(optarg, &gpu_wanted, gpu_idx, &ngpu_idx)) {
+                cli_err("--gpu %s: want all, none, or indices like 0,2", optarg);
                 return 2;
             }
             break;
@@ -568,7 +713,14 @@ int cmd_watch(int argc, char **argv)
         cli_warn("pressure: %s", tm_last_error());
         press = NULL;
     }
-    if (!disk && !tree && !press) {
+    tm_gpu *gpu = NULL;
+    if (gpu_wanted && tm_gpu_open(&gpu, ngpu_idx ? gpu_idx : NULL, ngpu_idx) < 0) {
+        /* Said once; everything else keeps working. */
+        fprintf(stderr, "trainmon: %s\n", tm_last_error());
+        gpu = NULL;
+    }
+    bool gpu_on = gpu != NULL;
+    if (!disk && !tree && !press && !gpu) {
         cli_err("nothing can be measured");
         return 1;
     }
@@ -581,6 +733,7 @@ int cmd_watch(int argc, char **argv)
             tm_disk_close(&disk);
             tm_ptree_close(&tree);
             tm_pressure_close(&press);
+            tm_gpu_close(&gpu);
             return 1;
         }
         rc = watch_rec_open(&wr, outdir, max_size, argc, argv, targets, ntargets);
@@ -589,6 +742,7 @@ int cmd_watch(int argc, char **argv)
             tm_disk_close(&disk);
             tm_ptree_close(&tree);
             tm_pressure_close(&press);
+            tm_gpu_close(&gpu);
             return 1;
         }
     }
@@ -629,6 +783,16 @@ int cmd_watch(int argc, char **argv)
             }
         }
         bool have_ps = press && tm_pressure_sample(press, &ps) == 0;
+        const tm_gpu_stats *gpus = NULL;
+        size_t ngpus = 0;
+        if (gpu) {
+            if (tm_gpu_sample(gpu, &gpus, &ngpus) < 0) {
+                cli_warn("gpu: %s", tm_last_error());
+                ngpus = 0;
+            }
+            for (const char *m; (m = tm_gpu_next_warning(gpu));)
+                cli_warn("%s", m);
+        }
         int64_t now = tm_now_mono_ns();
         double dt = (double)(now - prev_t) / 1e9;
         prev_t = now;
@@ -636,18 +800,19 @@ int cmd_watch(int argc, char **argv)
         if (!first) {
             if (wr)
                 watch_rec_sample(wr, rates, nrates, have_ps ? &ps : NULL,
-                                 have_tree ? &ts : NULL);
+                                 have_tree ? &ts : NULL, gpus, ngpus);
             if (json) {
-                watch_print_json(stdout, dt, rates, nrates, &ps, have_ps, &ts, have_tree, pid);
+                watch_print_json(stdout, dt, rates, nrates, &ps, have_ps, &ts, have_tree, pid,
+                                 gpus, ngpus, gpu_on);
             } else {
                 if (lines == 0 || (tty && lines >= 20)) {
                     if (printed)
                         fputc('\n', stdout);
-                    watch_print_header(stdout, tree_on);
+                    watch_print_header(stdout, tree_on, gpu_on);
                     lines = 0;
                 }
                 watch_print_text(stdout, rates, nrates, &ps, have_ps, &ts,
-                                 have_tree && ts.root_alive, tree_on);
+                                 have_tree && ts.root_alive, tree_on, gpus, ngpus, gpu_on);
                 lines++;
             }
             printed++;
@@ -663,5 +828,6 @@ int cmd_watch(int argc, char **argv)
     tm_disk_close(&disk);
     tm_ptree_close(&tree);
     tm_pressure_close(&press);
+    tm_gpu_close(&gpu);
     return 0;
 }

@@ -10,16 +10,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "sysrec.h"
 #include "util.h"
 
-/* One value to record: series name, unit, value (NAN = unavailable). */
-struct sysrec_val {
-    const char *name;
-    const char *unit;
-    double v;
-};
-
-static int sysrec_put(tm_rec *w, int64_t t_ns, const char *labels, const struct sysrec_val *vals,
+int tm_sysrec_put(tm_rec *w, int64_t t_ns, const char *labels, const struct tm_sysrec_val *vals,
                       size_t n)
 {
     uint32_t ids[64];
@@ -48,7 +42,7 @@ int tm_sysrec_disk(tm_rec *w, int64_t t_ns, const tm_diskrate *rates, size_t n)
         const tm_diskrate *r = &rates[i];
         char labels[TM_DISK_NAME_MAX + 16];
         snprintf(labels, sizeof labels, "device=%s", r->name);
-        const struct sysrec_val vals[] = {
+        const struct tm_sysrec_val vals[] = {
             {"disk.reads_per_second", "1/s", r->r_s},
             {"disk.writes_per_second", "1/s", r->w_s},
             {"disk.discards_per_second", "1/s", r->d_s},
@@ -67,22 +61,22 @@ int tm_sysrec_disk(tm_rec *w, int64_t t_ns, const tm_diskrate *rates, size_t n)
             {"disk.queue_depth", "", r->aqu_sz},
             {"disk.utilization", "ratio", r->util / 100.0},
         };
-        int rc = sysrec_put(w, t_ns, labels, vals, TM_ARRAY_LEN(vals));
+        int rc = tm_sysrec_put(w, t_ns, labels, vals, TM_ARRAY_LEN(vals));
         if (rc < 0)
             return rc;
     }
     return 0;
 }
 
-static size_t sysrec_psi(struct sysrec_val *out, const char *names[6], const tm_psi *p)
+static size_t sysrec_psi(struct tm_sysrec_val *out, const char *names[6], const tm_psi *p)
 {
     size_t k = 0;
-    out[k++] = (struct sysrec_val){names[0], "ratio", p->has_some ? p->some_avg10 / 100.0 : NAN};
-    out[k++] = (struct sysrec_val){names[1], "ratio", p->has_some ? p->some_avg60 / 100.0 : NAN};
-    out[k++] = (struct sysrec_val){names[2], "s", p->has_some ? (double)p->some_total_us / 1e6 : NAN};
-    out[k++] = (struct sysrec_val){names[3], "ratio", p->has_full ? p->full_avg10 / 100.0 : NAN};
-    out[k++] = (struct sysrec_val){names[4], "ratio", p->has_full ? p->full_avg60 / 100.0 : NAN};
-    out[k++] = (struct sysrec_val){names[5], "s", p->has_full ? (double)p->full_total_us / 1e6 : NAN};
+    out[k++] = (struct tm_sysrec_val){names[0], "ratio", p->has_some ? p->some_avg10 / 100.0 : NAN};
+    out[k++] = (struct tm_sysrec_val){names[1], "ratio", p->has_some ? p->some_avg60 / 100.0 : NAN};
+    out[k++] = (struct tm_sysrec_val){names[2], "s", p->has_some ? (double)p->some_total_us / 1e6 : NAN};
+    out[k++] = (struct tm_sysrec_val){names[3], "ratio", p->has_full ? p->full_avg10 / 100.0 : NAN};
+    out[k++] = (struct tm_sysrec_val){names[4], "ratio", p->has_full ? p->full_avg60 / 100.0 : NAN};
+    out[k++] = (struct tm_sysrec_val){names[5], "s", p->has_full ? (double)p->full_total_us / 1e6 : NAN};
     return k;
 }
 
@@ -102,7 +96,7 @@ int tm_sysrec_pressure(tm_rec *w, int64_t t_ns, const tm_pressure_stats *ps)
     static const char *cg[6] = {"cgroup.io.some_avg10", "cgroup.io.some_avg60",
                                 "cgroup.io.some_seconds_total", "cgroup.io.full_avg10",
                                 "cgroup.io.full_avg60", "cgroup.io.full_seconds_total"};
-    struct sysrec_val vals[32];
+    struct tm_sysrec_val vals[32];
     size_t k = 0;
     if (ps->valid & TM_PRESSURE_HAVE_IO)
         k += sysrec_psi(vals + k, io, &ps->io);
@@ -110,21 +104,21 @@ int tm_sysrec_pressure(tm_rec *w, int64_t t_ns, const tm_pressure_stats *ps)
         k += sysrec_psi(vals + k, cpu, &ps->cpu);
     if (ps->valid & TM_PRESSURE_HAVE_MEM)
         k += sysrec_psi(vals + k, mem, &ps->mem);
-    int rc = sysrec_put(w, t_ns, "", vals, k);
+    int rc = tm_sysrec_put(w, t_ns, "", vals, k);
     if (rc < 0 || !(ps->valid & (TM_PRESSURE_HAVE_CG_IO | TM_PRESSURE_HAVE_CG_IOSTAT)))
         return rc;
     k = 0;
     if (ps->valid & TM_PRESSURE_HAVE_CG_IO)
         k += sysrec_psi(vals + k, cg, &ps->cg_io);
     if (ps->valid & TM_PRESSURE_HAVE_CG_IOSTAT && ps->cg_iostat.valid) {
-        vals[k++] = (struct sysrec_val){"cgroup.read_bytes_total", "B", (double)ps->cg_iostat.rbytes};
-        vals[k++] = (struct sysrec_val){"cgroup.write_bytes_total", "B", (double)ps->cg_iostat.wbytes};
-        vals[k++] = (struct sysrec_val){"cgroup.reads_total", "", (double)ps->cg_iostat.rios};
-        vals[k++] = (struct sysrec_val){"cgroup.writes_total", "", (double)ps->cg_iostat.wios};
+        vals[k++] = (struct tm_sysrec_val){"cgroup.read_bytes_total", "B", (double)ps->cg_iostat.rbytes};
+        vals[k++] = (struct tm_sysrec_val){"cgroup.write_bytes_total", "B", (double)ps->cg_iostat.wbytes};
+        vals[k++] = (struct tm_sysrec_val){"cgroup.reads_total", "", (double)ps->cg_iostat.rios};
+        vals[k++] = (struct tm_sysrec_val){"cgroup.writes_total", "", (double)ps->cg_iostat.wios};
     }
     char labels[600];
     snprintf(labels, sizeof labels, "cgroup=%s", ps->cgroup);
-    return sysrec_put(w, t_ns, labels, vals, k);
+    return tm_sysrec_put(w, t_ns, labels, vals, k);
 }
 
 int tm_sysrec_ptree(tm_rec *w, int64_t t_ns, const tm_ptree_stats *ts)
@@ -133,7 +127,7 @@ int tm_sysrec_ptree(tm_rec *w, int64_t t_ns, const tm_ptree_stats *ts)
         t_ns = tm_now_mono_ns();
     char labels[32];
     snprintf(labels, sizeof labels, "root=%d", (int)ts->root);
-    const struct sysrec_val vals[] = {
+    const struct tm_sysrec_val vals[] = {
         {"proc.alive", "", ts->root_alive ? 1.0 : 0.0},
         {"proc.processes", "", (double)ts->nproc},
         {"proc.processes_d_state", "", (double)ts->nproc_d},
@@ -150,5 +144,5 @@ int tm_sysrec_ptree(tm_rec *w, int64_t t_ns, const tm_ptree_stats *ts)
         {"proc.rss_bytes", "B", ts->rss_bytes},
         {"proc.pss_bytes", "B", ts->pss_bytes},
     };
-    return sysrec_put(w, t_ns, labels, vals, TM_ARRAY_LEN(vals));
+    return tm_sysrec_put(w, t_ns, labels, vals, TM_ARRAY_LEN(vals));
 }

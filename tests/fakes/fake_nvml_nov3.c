@@ -1,0 +1,3 @@
+/* A fake NVML without the symbols of newer drivers: see fake_nvml.c. */
+#define FAKE_NVML_NO_PROCS_V3
+#include "fake_nvml.c"

@@ -1,0 +1,251 @@
+#!/usr/bin/env bash
+# tests/gpu/check.sh - trainmon's GPU numbers against nvidia-smi on a real
+# NVIDIA machine, while a CUDA torch process holds a known allocation and
+# runs matmuls in a loop.
+#
+#   tests/gpu/check.sh                     build (make), run, print a table
+#   tests/gpu/check.sh --compare JSONL SMI PID ALLOC_BYTES
+#                                          only the comparison (for testing
+#                                          it without a GPU): JSONL is the
+#                                          output of `trainmon watch --json`,
+#                                          SMI holds nvidia-smi CSV lines
+#                                          "used, total, util" (MiB, MiB, %)
+#
+# Checked: GPU 0's memory used (within 5% or 256 MiB of nvidia-smi), memory
+# total (same MiB), utilization (within 15 points: the two tools sample at
+# different moments), and attribution: the torch pid's GPU memory and the
+# watched tree's gpu_memory_bytes are at least the allocation.  Other fields
+# are printed for the eye.  Exit 0 when all match, 1 on a mismatch, 77 when
+# the machine cannot run the check (no nvidia-smi, no CUDA torch).
+# Environment: ALLOC_GIB (default 8), PYTHON (a python3 with CUDA torch),
+# BUILD (default build).
+set -u
+
+compare() { # JSONL SMI PID ALLOC_BYTES
+    "${CMP_PYTHON:-python3}" - "$@" <<'PY'
+import json, sys
+
+jsonl, smi_file, pid, alloc = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+MiB = 1 << 20
+
+samples = []
+for line in open(jsonl):
+    line = line.strip()
+    if not line.startswith("{"):
+        continue
+    try:
+        obj = json.loads(line)
+    except ValueError as e:
+        print("check: unparsable JSON line from trainmon: %s" % e)
+        sys.exit(1)
+    for g in obj.get("gpu") or []:
+        if g.get("index") == 0:
+            samples.append((obj, g))
+            break
+smi = []
+for line in open(smi_file):
+    parts = [p.strip() for p in line.split(",")]
+    if len(parts) >= 3:
+        try:
+            smi.append(tuple(float(p) for p in parts[:3]))
+        except ValueError:
+            pass  # "[N/A]" and the like
+
+rows, bad = [], 0
+
+def row(what, tm, ref, rule, ok):
+    global bad
+    if ok is False:
+        bad += 1
+    rows.append((what, tm, ref, rule, {True: "ok", False: "MISMATCH", None: "info"}[ok]))
+
+def num(v):
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+def fmt(v, unit=""):
+    if v is None:
+        return "n/a"
+    if isinstance(v, float):
+        return "%.1f%s" % (v, unit)
+    return "%s%s" % (v, unit)
+
+if not samples:
+    print("check: trainmon printed no sample with GPU 0 in its \"gpu\" list")
+    sys.exit(1)
+if not smi:
+    print("check: no usable nvidia-smi reading")
+    sys.exit(1)
+obj, g = samples[-1]
+
+# memory used: the closest pair of readings, as both move a little
+used = [num(s[1].get("memory_used_bytes")) for s in samples]
+used = [u / MiB for u in used if u is not None]
+if used:
+    d, u, r = min((abs(u - r[0]), u, r[0]) for u in used for r in smi)
+    tol = max(0.05 * r, 256.0)
+    row("memory used (MiB)", fmt(u), fmt(r), "within %.0f MiB" % tol, d <= tol)
+else:
+    row("memory used (MiB)", "n/a", fmt(smi[-1][0]), "within 5% or 256 MiB", False)
+
+total = num(g.get("memory_total_bytes"))
+ref_total = smi[-1][1]
+if total is not None:
+    # nvidia-smi prints whole MiB; accept its rounding either way
+    ok = int(ref_total) in (total // MiB, round(total / MiB))
+    row("memory total (MiB)", fmt(total // MiB), fmt(int(ref_total)), "same MiB", ok)
+else:
+    row("memory total (MiB)", "n/a", fmt(int(ref_total)), "same MiB", False)
+
+utils = [num(s[1].get("utilization_gpu_percent")) for s in samples]
+utils = [u for u in utils if u is not None]
+if utils:
+    d, u, r = min((abs(u - r[2]), u, r[2]) for u in utils for r in smi)
+    row("utilization (%)", fmt(float(u)), fmt(r), "within 15 points", d <= 15)
+else:
+    row("utilization (%)", "n/a", fmt(smi[-1][2]), "within 15 points", False)
+
+procs = g.get("processes") or []
+mine = [p for p in procs if p.get("pid") == pid]
+pm = num(mine[0].get("used_memory_bytes")) if mine else None
+row("torch pid %d GPU memory (MiB)" % pid, fmt(pm // MiB if pm is not None else None),
+    ">= %d" % (alloc // MiB), ">= allocation", pm is not None and pm >= alloc)
+
+tree = obj.get("process_tree") or {}
+tm = num(tree.get("gpu_memory_bytes"))
+row("process tree GPU memory (MiB)", fmt(int(tm // MiB) if tm is not None else None),
+    ">= %d" % (alloc // MiB), ">= allocation", tm is not None and tm >= alloc)
+
+for key, label in (("memory_reserved_bytes", "memory reserved (MiB)"),):
+    v = num(g.get(key))
+    row(label, fmt(v // MiB if v is not None else None), "", "", None)
+for key, label in (("temperature_celsius", "temperature (C)"), ("power_watts", "power (W)"),
+                   ("sm_clock_mhz", "SM clock (MHz)"),
+                   ("pcie_rx_bytes_per_second", "PCIe rx (B/s)"),
+                   ("pcie_tx_bytes_per_second", "PCIe tx (B/s)")):
+    row(label, fmt(num(g.get(key))), "", "", None)
+row("throttle reasons", ",".join(g.get("throttle_reasons") or []) or "-", "", "", None)
+row("GPU", "%s %s" % (g.get("name"), g.get("uuid")), "", "", None)
+row("processes on GPU 0", str(len(procs)), "", "", None)
+
+w = [max(len(str(r[i])) for r in rows + [("what", "trainmon", "nvidia-smi", "rule", "")])
+     for i in range(5)]
+line = "  ".join("%-*s" % (w[i], h) for i, h in
+                 enumerate(("what", "trainmon", "nvidia-smi", "rule", "result")))
+print(line)
+print("-" * len(line))
+for r in rows:
+    print("  ".join("%-*s" % (w[i], r[i]) for i in range(5)))
+print("check: %s" % ("all match" if bad == 0 else "%d mismatch(es)" % bad))
+sys.exit(1 if bad else 0)
+PY
+}
+
+if [ "${1:-}" = "--compare" ]; then
+    shift
+    [ $# -eq 4 ] || { echo "usage: $0 --compare JSONL SMI PID ALLOC_BYTES" >&2; exit 2; }
+    compare "$@"
+    exit $?
+fi
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root" || exit 1
+build=${BUILD:-build}
+
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+    echo "check: nvidia-smi not found: not a GPU machine, skipped" >&2
+    exit 77
+fi
+
+py=""
+for cand in ${PYTHON:-} python3 /usr/bin/python3; do
+    if command -v "$cand" >/dev/null 2>&1 &&
+        timeout 120 "$cand" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' \
+            >/dev/null 2>&1; then
+        py=$cand
+        break
+    fi
+done
+if [ -z "$py" ]; then
+    echo "check: no python3 with a CUDA build of torch (set PYTHON=...): skipped" >&2
+    exit 77
+fi
+CMP_PYTHON=$py
+
+echo "check: building"
+if ! make -j"$(nproc)" >/tmp/trainmon-gpu-build.log 2>&1; then
+    tail -n 30 /tmp/trainmon-gpu-build.log
+    echo "check: make failed" >&2
+    exit 1
+fi
+
+gib=${ALLOC_GIB:-8}
+alloc=$((gib << 30))
+work=$(mktemp -d /tmp/trainmon-gpu.XXXXXX)
+torch_pid=""
+cleanup() {
+    [ -n "$torch_pid" ] && kill "$torch_pid" 2>/dev/null && wait "$torch_pid" 2>/dev/null
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+# CUDA orders devices fastest first unless told otherwise; NVML by PCI bus.
+export CUDA_DEVICE_ORDER=PCI_BUS_ID
+CUDA_VISIBLE_DEVICES=0 "$py" - "$alloc" "$work/ready" 150 >"$work/torch.log" 2>&1 <<'PY' &
+import os, sys, time
+import torch
+alloc, ready, secs = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+dev = torch.device("cuda:0")
+buf = torch.empty(alloc, dtype=torch.uint8, device=dev)
+buf.fill_(1)  # touch it: memory really in use
+a = torch.randn(4096, 4096, device=dev)
+b = torch.randn(4096, 4096, device=dev)
+torch.cuda.synchronize()
+with open(ready + ".tmp", "w") as f:
+    f.write(str(os.getpid()))
+os.rename(ready + ".tmp", ready)
+end = time.time() + secs
+while time.time() < end:
+    for _ in range(50):
+        c = a @ b
+    torch.cuda.synchronize()
+PY
+torch_pid=$!
+
+for _ in $(seq 1 240); do
+    [ -f "$work/ready" ] && break
+    kill -0 "$torch_pid" 2>/dev/null || break
+    sleep 0.5
+done
+if [ ! -f "$work/ready" ]; then
+    cat "$work/torch.log"
+    echo "check: the torch process did not get ready" >&2
+    exit 1
+fi
+echo "check: torch pid $torch_pid holds $gib GiB on GPU 0 and runs matmuls"
+sleep 2 # let utilization settle at its busy level
+
+smi_query() {
+    nvidia-smi -i 0 --query-gpu=memory.used,memory.total,utilization.gpu \
+        --format=csv,noheader,nounits >>"$work/smi.csv" 2>>"$work/smi.err"
+}
+start=$(date +%s.%N)
+timeout 60 "$build/trainmon" watch --json --gpu 0 --pid "$torch_pid" -i 1 -n 3 \
+    >"$work/watch.jsonl" 2>"$work/watch.err" &
+watch_pid=$!
+for _ in 1 2 3; do
+    sleep 0.7
+    smi_query
+done
+wait "$watch_pid"
+rc=$?
+end=$(date +%s.%N)
+if [ -s "$work/watch.err" ]; then
+    echo "check: trainmon watch said:"
+    sed 's/^/  /' "$work/watch.err"
+fi
+if [ $rc -ne 0 ]; then
+    echo "check: trainmon watch exited $rc" >&2
+    exit 1
+fi
+echo "check: trainmon watch -i 1 -n 3 took $(awk "BEGIN { printf \"%.1f\", $end - $start }") s"
+compare "$work/watch.jsonl" "$work/smi.csv" "$torch_pid" "$alloc"
