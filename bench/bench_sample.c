@@ -43,12 +43,13 @@ static void add_fd(const char *path)
         fds[nfds++] = fd;
 }
 
-/* The files a tree sample reads for one process: the same set the ptree
- * collector reads. */
+/* The files a tree sample reads for one process on every sample: the same
+ * set the ptree collector reads (smaps_rollup is re-read only every 5 s, so
+ * a sample taken in a tight loop does not read it). */
 static void add_proc_files(pid_t pid)
 {
     char p[512];
-    static const char *files[] = {"stat", "io", "status", "smaps_rollup"};
+    static const char *files[] = {"stat", "io", "status"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         snprintf(p, sizeof p, "/proc/%d/%s", (int)pid, files[i]);
         add_fd(p);

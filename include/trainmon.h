@@ -478,6 +478,127 @@ typedef struct tm_rec_event_def {
 } tm_rec_event_def;
 int tm_rec_decode_event(const tm_record *rec, tm_rec_event_def *out);
 
+/* --- in-process records (python/trainmon)
+ *
+ * Written by the CPython extension into rank<R>.tmr / pid<P>.tmr (and, by
+ * DataLoader workers, worker-r<R>-<pid>.tmr).  Fixed little-endian layouts,
+ * docs/FORMAT.md "In-process records".  Tags and phase names are stored
+ * inline (not interned with TM_REC_STRING): every record stands alone, so a
+ * ring file that dropped its oldest blocks still names every tag it keeps.
+ * Times are CLOCK_MONOTONIC ns; f64 fields are NAN when unavailable. */
+
+enum tm_inproc_type {
+    TM_REC_STEP = 16,    /* one training step: data wait and duration */
+    TM_REC_CAPTURE = 17, /* an allocator/host memory sample, tagged */
+    TM_REC_PHASE = 18,   /* enter/exit of trainmon.phase("name") */
+    TM_REC_OOM = 19,     /* a CUDA out-of-memory event */
+    TM_REC_WORKER = 20,  /* one batch fetched by a DataLoader worker */
+    TM_REC_OPTSTEP = 21, /* one optimizer.step() */
+};
+
+#define TM_INPROC_NAME_MAX 1024 /* tags, phase and file names are cut here */
+
+enum {
+    TM_STEP_ENDED_BY_STOP = 1u << 0, /* the loader was exhausted (end of epoch) */
+    TM_STEP_ENDED_AT_EXIT = 1u << 1, /* closed when the process stopped recording */
+};
+
+typedef struct tm_inproc_step {
+    uint64_t step;         /* 0, 1, ... in this process */
+    int64_t start_ns;      /* entry into the DataLoader __next__ that began it */
+    int64_t end_ns;        /* entry into the next one (or StopIteration, exit) */
+    int64_t data_wait_ns;  /* time inside that first __next__: waiting for data */
+    uint32_t flags;        /* TM_STEP_* */
+} tm_inproc_step;
+
+enum tm_capture_source {
+    TM_CAPTURE_USER = 1,  /* Monitor.capture(tag) */
+    TM_CAPTURE_STEP = 2,  /* automatic, at a step boundary (attach) */
+    TM_CAPTURE_PHASE = 3, /* automatic, on a phase change (tag = phase) */
+    TM_CAPTURE_OOM = 4,   /* at an out-of-memory event */
+};
+
+typedef struct tm_inproc_capture {
+    uint32_t source;  /* tm_capture_source */
+    int32_t device;   /* CUDA device index, -1 if none */
+    uint64_t step;    /* steps begun so far */
+    /* bytes, from torch's allocator ("<family>.all.current"/".peak") */
+    double allocated, reserved, peak_allocated, active, inactive_split, requested;
+    double free_device, total_device; /* cudaMemGetInfo */
+    double num_alloc_retries, num_ooms;
+    double host_rss; /* bytes, this process */
+    const char *tag; /* into the payload, not NUL-terminated */
+    uint16_t tag_len;
+} tm_inproc_capture;
+
+enum { TM_PHASE_ENTER = 1, TM_PHASE_EXIT = 2 };
+
+typedef struct tm_inproc_phase {
+    uint32_t kind;  /* TM_PHASE_ENTER or TM_PHASE_EXIT */
+    uint32_t depth; /* nesting depth, 1 = outermost */
+    uint64_t step;
+    const char *name;
+    uint16_t name_len;
+} tm_inproc_phase;
+
+enum { TM_OOM_OBSERVER = 1, TM_OOM_EXCEPTION = 2 };
+
+typedef struct tm_inproc_oom {
+    int32_t device;  /* -1 if unknown */
+    uint32_t seq;    /* 1 for the first OOM seen by this process */
+    uint64_t step;
+    uint32_t source; /* TM_OOM_OBSERVER (torch >= 2.0) or TM_OOM_EXCEPTION (at exit) */
+    double requested, free_device, total_device, allocated, reserved; /* bytes; NAN unknown */
+    const char *phase;    /* innermost phase, "" if none */
+    uint16_t phase_len;
+    const char *snapshot; /* file name of the allocator snapshot, "" if none */
+    uint16_t snapshot_len;
+} tm_inproc_oom;
+
+typedef struct tm_inproc_worker {
+    int32_t worker_id;
+    uint32_t pid;
+    uint64_t batch;   /* batches fetched by this worker so far, from 0 */
+    int64_t start_ns, end_ns; /* the fetch (dataset __getitem__ calls and collate) */
+    double cpu_s;     /* the worker's CPU time (user+system) so far */
+    double rss_bytes; /* its resident set after the batch */
+} tm_inproc_worker;
+
+typedef struct tm_inproc_optstep {
+    uint64_t step;      /* steps begun when it ran */
+    int64_t start_ns, end_ns;
+    uint32_t optimizer; /* 0 for the first optimizer seen in the process, ... */
+} tm_inproc_optstep;
+
+/* Encoders: write the payload into buf (cap bytes) and return its length,
+ * or -ENOSPC when it does not fit.  Names longer than TM_INPROC_NAME_MAX
+ * are cut.  Decoders: 0, or -EINVAL for a payload of another type, too short
+ * or inconsistent; strings point into rec->payload. */
+int tm_inproc_encode_step(const tm_inproc_step *s, void *buf, size_t cap);
+int tm_inproc_encode_capture(const tm_inproc_capture *c, void *buf, size_t cap);
+int tm_inproc_encode_phase(const tm_inproc_phase *p, void *buf, size_t cap);
+int tm_inproc_encode_oom(const tm_inproc_oom *o, void *buf, size_t cap);
+int tm_inproc_encode_worker(const tm_inproc_worker *w, void *buf, size_t cap);
+int tm_inproc_encode_optstep(const tm_inproc_optstep *o, void *buf, size_t cap);
+int tm_inproc_decode_step(const tm_record *rec, tm_inproc_step *out);
+int tm_inproc_decode_capture(const tm_record *rec, tm_inproc_capture *out);
+int tm_inproc_decode_phase(const tm_record *rec, tm_inproc_phase *out);
+int tm_inproc_decode_oom(const tm_record *rec, tm_inproc_oom *out);
+int tm_inproc_decode_worker(const tm_record *rec, tm_inproc_worker *out);
+int tm_inproc_decode_optstep(const tm_record *rec, tm_inproc_optstep *out);
+
+/* Whether type is one of the in-process record types above. */
+bool tm_inproc_is(uint16_t type);
+
+/* Formats an in-process record for `trainmon dump`: the part of the line
+ * after the time, as text ("step 12 dur=0.105s wait=0.021s ...") or, with
+ * json, as the rest of a JSON object ("\"type\":\"step\",...}").  No
+ * newline.  Returns the length written (NUL-terminated), -ENOENT for a type
+ * that is not in-process, -EINVAL for an undecodable payload, -ENOSPC when
+ * cap is too small (TM_INPROC_FORMAT_MAX bytes always suffice). */
+#define TM_INPROC_FORMAT_MAX 16384
+int tm_inproc_format(const tm_record *rec, bool json, char *buf, size_t cap);
+
 #ifdef __cplusplus
 }
 #endif
