@@ -49,7 +49,7 @@ static void add_fd(const char *path)
 static void add_proc_files(pid_t pid)
 {
     char p[512];
-    static const char *files[] = {"stat", "io", "status"};
+    static const char *files[] = {"stat", "io"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         snprintf(p, sizeof p, "/proc/%d/%s", (int)pid, files[i]);
         add_fd(p);

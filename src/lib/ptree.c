@@ -14,7 +14,7 @@
  * scans <proc>/[0-9]*\/stat once for the parent pids (the only path whose
  * cost grows with the whole machine).
  *
- * Descriptors.  stat, io, status, smaps_rollup and the children file of each
+ * Descriptors.  stat, io, smaps_rollup and the children file of each
  * process are opened once and re-read with pread() on later samples, which
  * is several times cheaper than open+read+close.  A kept descriptor of a
  * process that has exited reads ESRCH, so a recycled pid is never read
@@ -101,6 +101,16 @@ static double pt_ticks_to_s(uint64_t ticks)
     return (double)ticks / (double)pt_clk_tck();
 }
 
+static uint64_t pt_page_size(void)
+{
+    static uint64_t page;
+    if (!page) {
+        long v = sysconf(_SC_PAGESIZE);
+        page = v > 0 ? (uint64_t)v : 4096;
+    }
+    return page;
+}
+
 int tm_parse_proc_stat(const char *buf, size_t len, tm_procinfo *out, uint64_t *num_threads)
 {
     if (!buf || !out)
@@ -131,17 +141,19 @@ int tm_parse_proc_stat(const char *buf, size_t len, tm_procinfo *out, uint64_t *
     if (tend - p != 1)
         return -EINVAL;
     info.state = *p;
-    uint64_t ppid = 0, utime = 0, stime = 0, nthreads = 0, start = 0;
-    for (int field = 4; field <= 22; field++) {
+    uint64_t ppid = 0, flags = 0, utime = 0, stime = 0, nthreads = 0, start = 0, rss = 0;
+    for (int field = 4; field <= 24; field++) {
         p = pt_skip_blanks(tend, end);
         tend = pt_token_end(p, end);
         if (p == tend)
             return -EINVAL;
         uint64_t *dst = field == 4    ? &ppid
+                        : field == 9  ? &flags
                         : field == 14 ? &utime
                         : field == 15 ? &stime
                         : field == 20 ? &nthreads
                         : field == 22 ? &start
+                        : field == 24 ? &rss
                                       : NULL;
         if (dst && pt_parse_token_u64(p, tend, dst))
             return -EINVAL;
@@ -153,6 +165,14 @@ int tm_parse_proc_stat(const char *buf, size_t len, tm_procinfo *out, uint64_t *
     info.stime_s = pt_ticks_to_s(stime);
     info.starttime = start;
     info.valid |= TM_PROC_HAVE_STAT;
+    /* Field 24 is the resident set in pages, the same count as VmRSS in
+     * status (get_mm_rss), so status need not be read at all.  Kernel
+     * threads (PF_KTHREAD in the flags, field 9) have no memory of their
+     * own: RSS unavailable, as status has no VmRSS line for them. */
+    if (!(flags & 0x00200000u)) {
+        info.rss_bytes = rss * pt_page_size();
+        info.valid |= TM_PROC_HAVE_RSS;
+    }
     *out = info;
     if (num_threads)
         *num_threads = nthreads;
@@ -226,11 +246,6 @@ int tm_parse_kb_field(const char *buf, size_t len, const char *key, uint64_t *by
     return -EINVAL;
 }
 
-int tm_parse_status_rss(const char *buf, size_t len, uint64_t *rss_bytes)
-{
-    return tm_parse_kb_field(buf, len, "VmRSS", rss_bytes);
-}
-
 int tm_parse_smaps_pss(const char *buf, size_t len, uint64_t *pss_bytes)
 {
     return tm_parse_kb_field(buf, len, "Pss", pss_bytes);
@@ -260,7 +275,7 @@ size_t tm_parse_pid_list(const char *buf, size_t len, bool complete, pid_t *out,
 
 /* ------------------------------------------------------------- collector */
 
-enum { PT_STAT, PT_IO, PT_STATUS, PT_SMAPS, PT_CHILDREN, PT_TASK, PT_NFD };
+enum { PT_STAT, PT_IO, PT_SMAPS, PT_CHILDREN, PT_TASK, PT_NFD };
 
 #define PT_BUF_CAP (64 * 1024)
 #define PT_DENTS_CAP (16 * 1024)
@@ -288,7 +303,7 @@ struct pt_ent {
  * mmap lock: about half the cost of a whole sample for small processes and
  * far more for a large Python process.  PSS moves slowly (it is read for
  * the growth of DataLoader workers over an epoch), so it is re-read at most
- * this often per process; RSS from status is read every sample. */
+ * this often per process; RSS (from stat) is read every sample. */
 #define PT_PSS_PERIOD_NS (5LL * 1000000000LL)
 
 struct pt_scan {
@@ -487,9 +502,6 @@ static void pt_read_details(tm_ptree *t, struct pt_ent *e, int64_t now, size_t *
             tm_parse_proc_io(t->buf, (size_t)n, &e->info);
         }
     }
-    n = pt_read(t, e, PT_STATUS, "status");
-    if (n >= 0 && tm_parse_status_rss(t->buf, (size_t)n, &e->info.rss_bytes) == 0)
-        e->info.valid |= TM_PROC_HAVE_RSS;
     if (e->pss_at_ns == 0 || now - e->pss_at_ns >= PT_PSS_PERIOD_NS) {
         n = pt_read(t, e, PT_SMAPS, "smaps_rollup");
         e->pss_at_ns = now;

@@ -28,11 +28,9 @@ int tm_parse_proc_stat(const char *buf, size_t len, tm_procinfo *out, uint64_t *
  * TM_PROC_HAVE_IO.  -EINVAL unless all four keys are present. */
 int tm_parse_proc_io(const char *buf, size_t len, tm_procinfo *out);
 
-/* The value in bytes of a "Key:   N kB" line, as in /proc/PID/status
- * ("VmRSS") and /proc/PID/smaps_rollup ("Pss").  -EINVAL when the key is
- * absent (kernel threads and zombies have no VmRSS). */
+/* The value in bytes of a "Key:   N kB" line, as in /proc/PID/smaps_rollup
+ * ("Pss") and /proc/PID/status.  -EINVAL when the key is absent. */
 int tm_parse_kb_field(const char *buf, size_t len, const char *key, uint64_t *bytes);
-int tm_parse_status_rss(const char *buf, size_t len, uint64_t *rss_bytes);
 int tm_parse_smaps_pss(const char *buf, size_t len, uint64_t *pss_bytes);
 
 /* A children file ("12 34 56 "): stores up to cap pids in out and returns

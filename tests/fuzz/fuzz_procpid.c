@@ -1,6 +1,6 @@
 /*
  * fuzz_procpid.c - libFuzzer target for the /proc/PID parsers of the
- * process-tree collector: stat, io, status (VmRSS), smaps_rollup (Pss) and
+ * process-tree collector: stat (with RSS), io, smaps_rollup (Pss) and
  * children lists.  Every parser sees every input; the input is not
  * NUL-terminated, so a read past its end is caught by ASan.
  */
@@ -25,7 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     tm_parse_proc_io(buf, size, &p);
     uint64_t v;
-    tm_parse_status_rss(buf, size, &v);
+    tm_parse_kb_field(buf, size, "VmRSS", &v);
     tm_parse_smaps_pss(buf, size, &v);
     pid_t pids[4];
     for (int complete = 0; complete < 2; complete++) {

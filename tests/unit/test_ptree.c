@@ -212,25 +212,31 @@ static void test_io_without_all_four_keys_is_rejected(void **state)
     assert_false(p.valid & TM_PROC_HAVE_IO);
 }
 
-static void test_status_vmrss_in_bytes(void **state)
+static void test_stat_rss_in_bytes_from_field_24(void **state)
 {
     (void)state;
-    uint64_t rss = 0;
-    assert_int_equal(tm_parse_status_rss(S("Name:\tbash\nVmHWM:\t    5000 kB\nVmRSS:\t    4128 kB\n"
-                                           "RssAnon:\t 1 kB\n"),
-                                         &rss),
+    tm_procinfo p;
+    memset(&p, 0, sizeof p);
+    assert_int_equal(tm_parse_proc_stat(S("42 (bash) S 1 42 42 0 -1 4194560 1 0 0 0 5 6 0 0 20 0 1 0 "
+                                          "777 5124096 1032 18446744073709551615\n"),
+                                        &p, NULL),
                      0);
-    assert_int_equal(rss, 4128 * 1024);
+    assert_true(p.valid & TM_PROC_HAVE_RSS);
+    assert_int_equal(p.rss_bytes, 1032ull * (uint64_t)sysconf(_SC_PAGESIZE));
 }
 
-static void test_status_of_kernel_thread_has_no_rss(void **state)
+static void test_stat_of_kernel_thread_has_no_rss(void **state)
 {
     (void)state;
-    uint64_t rss = 7;
-    assert_int_equal(
-        tm_parse_status_rss(S("Name:\tkthreadd\nState:\tS (sleeping)\nThreads:\t1\n"), &rss),
-        -EINVAL);
-    assert_int_equal(rss, 7);
+    tm_procinfo p;
+    memset(&p, 0, sizeof p);
+    /* flags 0x208040: PF_KTHREAD (0x00200000) set. */
+    assert_int_equal(tm_parse_proc_stat(S("2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 1 0 0 20 0 1 0 "
+                                          "3 0 0 18446744073709551615\n"),
+                                        &p, NULL),
+                     0);
+    assert_true(p.valid & TM_PROC_HAVE_STAT);
+    assert_false(p.valid & TM_PROC_HAVE_RSS);
 }
 
 static void test_smaps_rollup_pss_in_bytes(void **state)
@@ -361,16 +367,17 @@ static void test_pss_is_reread_at_most_every_5s_rss_every_sample(void **state)
     assert_true(p->valid & TM_PROC_HAVE_PSS);
     double pss0 = (double)p->pss_bytes, rss0 = (double)p->rss_bytes;
     put("106/smaps_rollup", "00400000-7ffd0000 ---p 00000000 00:00 0 [rollup]\nRss: 9999 kB\nPss: 7777 kB\n");
-    put("106/status", "Name:\tx\nVmRSS:\t 9999 kB\n");
+    put("106/stat", "106 (x) S 101 106 106 0 -1 4194560 0 0 0 0 7 3 0 0 20 0 1 0 1400 5124096 "
+                    "2222\n");
     assert_int_equal(tm_ptree_sample(t, &s), 0);
     p = find_proc(&s, 106);
     assert_non_null(p);
     /* smaps_rollup is costly: within 5 s the last PSS stands, still valid;
-     * RSS comes from status every sample. */
+     * RSS comes from stat every sample. */
     assert_true(p->valid & TM_PROC_HAVE_PSS);
     assert_near((double)p->pss_bytes, pss0, 0.5);
-    assert_near((double)p->rss_bytes, 9999 * 1024.0, 0.5);
-    assert_true(rss0 != 9999 * 1024.0);
+    assert_near((double)p->rss_bytes, 2222.0 * (double)sysconf(_SC_PAGESIZE), 0.5);
+    assert_true(rss0 != 2222.0 * (double)sysconf(_SC_PAGESIZE));
     tm_ptree_close(&t);
 }
 
@@ -865,8 +872,8 @@ int main(void)
         cmocka_unit_test(test_stat_long_comm_is_truncated),
         cmocka_unit_test(test_io_parsed),
         cmocka_unit_test(test_io_without_all_four_keys_is_rejected),
-        cmocka_unit_test(test_status_vmrss_in_bytes),
-        cmocka_unit_test(test_status_of_kernel_thread_has_no_rss),
+        cmocka_unit_test(test_stat_rss_in_bytes_from_field_24),
+        cmocka_unit_test(test_stat_of_kernel_thread_has_no_rss),
         cmocka_unit_test(test_smaps_rollup_pss_in_bytes),
         cmocka_unit_test(test_pid_list_drops_number_cut_at_buffer_end),
         cmocka_unit_test_teardown(test_tree_walks_children_of_every_thread, reset_root),
