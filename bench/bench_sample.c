@@ -4,8 +4,8 @@
  * pread() on descriptors kept open, with no parsing at all.
  *
  * usage: bench_sample ROOT_PID [SAMPLES]
- * Prints "trainmon_us=X floor_us=Y procs=N" (medians of per-batch means of
- * CPU time, CLOCK_PROCESS_CPUTIME_ID).
+ * Prints "trainmon_us=X floor_us=Y procs=N files=F disks=D" (medians of
+ * per-batch means of CPU time, CLOCK_PROCESS_CPUTIME_ID).
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -43,29 +43,37 @@ static void add_fd(const char *path)
         fds[nfds++] = fd;
 }
 
-/* The files a tree sample reads for one process on every sample: the same
- * set the ptree collector reads (smaps_rollup is re-read only every 5 s, so
- * a sample taken in a tight loop does not read it). */
-static void add_proc_files(pid_t pid)
+/* The floor reads exactly the files the collectors keep open: after they
+ * have sampled, every descriptor of this process that points into /proc or
+ * /sys is one of theirs; each is opened again here and read with pread. */
+static void add_collector_files(void)
 {
-    char p[512];
-    static const char *files[] = {"stat", "io"};
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        snprintf(p, sizeof p, "/proc/%d/%s", (int)pid, files[i]);
-        add_fd(p);
-    }
-    snprintf(p, sizeof p, "/proc/%d/task", (int)pid);
-    DIR *d = opendir(p);
+    DIR *d = opendir("/proc/self/fd");
     if (!d)
         return;
+    int self = dirfd(d);
+    char paths[MAXFD][256];
+    int n = 0;
     struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.')
+    while ((e = readdir(d)) && n < MAXFD) {
+        if (e->d_name[0] == '.' || atoi(e->d_name) == self)
             continue;
-        snprintf(p, sizeof p, "/proc/%d/task/%s/children", (int)pid, e->d_name);
-        add_fd(p);
+        char link[300];
+        snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
+        ssize_t k = readlink(link, paths[n], sizeof paths[n] - 1);
+        if (k <= 0)
+            continue;
+        paths[n][k] = '\0';
+        /* smaps_rollup stays open but is re-read only every 5 s: a sample
+         * in a tight loop does not read it. */
+        if (strstr(paths[n], "/smaps_rollup"))
+            continue;
+        if (strncmp(paths[n], "/proc/", 6) == 0 || strncmp(paths[n], "/sys/", 5) == 0)
+            n++;
     }
     closedir(d);
+    for (int i = 0; i < n; i++)
+        add_fd(paths[i]);
 }
 
 int main(int argc, char **argv)
@@ -101,12 +109,7 @@ int main(int argc, char **argv)
     size_t nproc = ts.nproc;
 
     /* The floor: the same files, kept open, pread into a buffer. */
-    add_fd("/proc/diskstats");
-    add_fd("/proc/pressure/io");
-    add_fd("/proc/pressure/cpu");
-    add_fd("/proc/pressure/memory");
-    for (size_t i = 0; i < ts.nproc; i++)
-        add_proc_files(ts.procs[i].pid);
+    add_collector_files();
     static char buf[65536];
 
     for (int b = 0; b < nb; b++) {
