@@ -18,7 +18,7 @@ CFLAGS  ?= -O2 -g
 # The flags the code needs, kept apart so that `make CFLAGS=...` (the
 # sanitizer build) only replaces optimisation and instrumentation.
 override CFLAGS += -std=c11 -D_GNU_SOURCE -fPIC -pthread $(WARN) -Iinclude -Isrc/lib
-LDLIBS  += -ldl -lpthread -lm
+LDLIBS  += -lmicrohttpd -ldl -lpthread -lm
 
 LIB_SRC  := $(wildcard src/lib/*.c)
 CLI_SRC  := $(wildcard src/cli/*.c)
@@ -38,9 +38,15 @@ FAKE_SRC := $(wildcard tests/fakes/*.c)
 FAKE_LIB := $(FAKE_SRC:tests/fakes/%.c=$(BUILD)/tests/fakes/%.so)
 FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 
+# The CPython extension (python/trainmon), built in place for $(PYTHON).
+PYEXT := python/trainmon/_trainmon$(shell $(PYTHON) -c 'import sysconfig;print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null || echo .so)
+
 .PHONY: all lib deps test test-only demo-only unit e2e asan fuzz fuzz-run bench format demo clean install
 
-all: $(BUILD)/trainmon $(BUILD)/libtrainmon.a $(BUILD)/libtrainmon.so
+all: $(BUILD)/trainmon $(BUILD)/libtrainmon.a $(BUILD)/libtrainmon.so $(PYEXT)
+
+$(PYEXT): python/trainmon/_trainmon.c $(LIB_SRC) $(wildcard include/*.h src/lib/*.h) setup.py
+	$(PYTHON) setup.py -q build_ext --inplace --build-temp $(BUILD)/python-ext --build-lib $(BUILD)/python-lib
 
 lib: $(BUILD)/libtrainmon.a $(BUILD)/libtrainmon.so
 
@@ -77,7 +83,9 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libtrainmon.a
 # Every Debian package the project needs; idempotent, and quick when all
 # are installed already.
 DEPS := build-essential clang libclang-rt-14-dev clang-format libcmocka-dev sysstat fio \
-        python3 python3-psutil util-linux e2fsprogs procps jq
+        python3 python3-dev python3-pytest python3-setuptools python3-pip python3-torch \
+        python3-psutil util-linux e2fsprogs procps libmicrohttpd-dev prometheus \
+        prometheus-node-exporter wrk curl
 deps:
 	@missing=$$(for p in $(DEPS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | \
 	    grep -q '^install ok installed' || echo $$p; done); \
@@ -99,7 +107,7 @@ test: deps
 	@$(MAKE) --no-print-directory test-only
 
 test-only: all $(UNIT_BIN) $(HELPER_BIN) $(FAKE_LIB)
-	@BUILD=$(BUILD) tests/run_all.sh $(UNIT_BIN)
+	@BUILD=$(BUILD) PYTHON=$(PYTHON) tests/run_all.sh $(UNIT_BIN)
 
 asan:
 	$(MAKE) BUILD=build-asan CC=clang \
@@ -137,4 +145,4 @@ install: all
 	install -m 644 include/trainmon.h $(DESTDIR)$(PREFIX)/include/
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan python/trainmon/*.so python/trainmon.egg-info

@@ -599,6 +599,115 @@ bool tm_inproc_is(uint16_t type);
 #define TM_INPROC_FORMAT_MAX 16384
 int tm_inproc_format(const tm_record *rec, bool json, char *buf, size_t cap);
 
+/* ------------------------------------------------- Prometheus exposition */
+
+/* The text of `trainmon serve` (docs/METRICS.md lists every family): the
+ * Prometheus text format 0.0.4, one HELP and TYPE line per family, label
+ * values escaped (\\ \" \n), base units, unavailable values left out.
+ * Writers append to a tm_text and return 0, -E2BIG when the text's cap
+ * is reached or -ENOMEM; after a failure the text keeps failing (the error
+ * is sticky until tm_text_reset) so that a caller may check once at the
+ * end. */
+
+typedef struct tm_text tm_text;
+/* A growable text of at most cap bytes.  NULL when out of memory. */
+tm_text *tm_text_new(size_t cap);
+/* The text so far, NUL-terminated, owned by t and valid until the next
+ * append, reset or free.  *len (if len != NULL) gets its length. */
+const char *tm_text_data(const tm_text *t, size_t *len);
+/* 0, or the first error of an append since the last reset. */
+int tm_text_error(const tm_text *t);
+/* Empties the text (keeping its memory) and clears the error. */
+void tm_text_reset(tm_text *t);
+void tm_text_free(tm_text **t);
+
+/* Disk counters in the units and names of node_exporter's diskstats
+ * collector, prefixed trainmon_disk_.  The kernel's millisecond fields are
+ * 32-bit and wrap after 49.7 days, while a Prometheus counter may only go
+ * down on a real reset: the accumulator keeps a 64-bit value per device,
+ * adding the 32-bit difference (modulo 2^32) at each update.  A device
+ * whose 64-bit counters went down (removed and added again) restarts from
+ * its current values, which Prometheus sees as a counter reset.  Devices
+ * absent from an update are forgotten.  At most 4096 devices. */
+typedef struct tm_prom_disks tm_prom_disks;
+int tm_prom_disks_new(tm_prom_disks **out);
+/* raw: the counters of one /proc/diskstats sample (tm_disk_last_raw). */
+int tm_prom_disks_update(tm_prom_disks *d, const tm_diskstat *raw, size_t n);
+int tm_prom_write_disks(tm_text *t, const tm_prom_disks *d);
+void tm_prom_disks_free(tm_prom_disks **d);
+
+/* Pressure stall totals as counters in seconds (node_exporter's
+ * node_pressure_* names with the trainmon_ prefix), system-wide. */
+int tm_prom_write_pressure(tm_text *t, const tm_pressure_stats *ps);
+
+/* GPU gauges, labelled gpu="<index>",uuid="<uuid>"; per-process memory
+ * adds pid="<pid>".  Lost GPUs export only trainmon_gpu_lost 1. */
+int tm_prom_write_gpus(tm_text *t, const tm_gpu_stats *g, size_t n);
+
+/* One training process of a live run: what its record file says so far.
+ * Counters are sums over the records read; NAN (or steps_valid false)
+ * when the file has none of them. */
+typedef struct tm_prom_rank {
+    char rank[32];              /* label value: "0", "1", or the role ("pid42") */
+    uint64_t steps;             /* steps begun (highest step number + 1) */
+    double step_seconds;        /* sum of step durations */
+    double data_wait_seconds;   /* sum of the time spent waiting for data */
+    double allocated_bytes, reserved_bytes, peak_allocated_bytes; /* latest capture */
+    uint64_t ooms;              /* out-of-memory events recorded */
+    bool steps_valid, memory_valid;
+} tm_prom_rank;
+
+typedef struct tm_prom_run {
+    const char *name;        /* the run directory's base name */
+    const char *host;        /* from the record headers, "" if unknown */
+    double last_record_age_s; /* seconds since a record file last changed */
+    size_t nranks;
+    const tm_prom_rank *ranks;
+} tm_prom_run;
+
+int tm_prom_write_runs(tm_text *t, const tm_prom_run *runs, size_t n);
+
+/* The exporter's own series. */
+typedef struct tm_prom_self {
+    double collect_s;        /* wall seconds the last collection took; NAN: left out */
+    uint64_t collects;       /* collections since start */
+    double collect_cpu_s;    /* CPU seconds spent collecting since start; NAN: left out */
+    const char *const *names; /* collectors ... */
+    const bool *success;     /* ... and whether each one's last sample worked */
+    size_t n;
+} tm_prom_self;
+
+/* trainmon_exporter_build_info{version} 1, trainmon_scrape_duration_seconds,
+ * trainmon_exporter_collections_total, trainmon_exporter_collect_cpu_seconds_total
+ * and trainmon_scrape_collector_success{collector}. */
+int tm_prom_write_exporter(tm_text *t, const tm_prom_self *self);
+
+/* Writes one label value with \\, \" and \n escaped (no quotes added). */
+int tm_prom_escape(tm_text *t, const char *s);
+
+/* --- node health for schedulers (GET /health of `trainmon serve`)
+ *
+ * The verdict is "degraded" when any limit is crossed, with one reason
+ * each; docs/METRICS.md documents the rules.  A limit of NAN is off. */
+typedef struct tm_health_limits {
+    double disk_util_pct;    /* a disk is saturated when %util >= this ... */
+    double disk_await_ms;    /* ... and r_await or w_await > this (both) */
+    double gpu_mem_ratio;    /* GPU memory used / total > this: nearly full */
+    double io_full_avg10;    /* /proc/pressure/io full avg10 > this (percent) */
+    double mem_full_avg10;   /* /proc/pressure/memory full avg10 > this */
+} tm_health_limits;
+
+/* 90 %, 50 ms, 0.95, 20 %, 10 %. */
+void tm_health_limits_default(tm_health_limits *l);
+
+/* Writes {"status":"ok"|"degraded","reasons":[...],"disks":[...],
+ * "gpus":[...],"pressure":{...}} for the given numbers (rates over the
+ * health window; ps may be NULL).  *degraded (if not NULL) gets the
+ * verdict. */
+int tm_health_write_json(tm_text *t, const tm_health_limits *lim, const tm_diskrate *rates,
+                         size_t nrates, const tm_pressure_stats *ps, const tm_gpu_stats *gpus,
+                         size_t ngpus, bool *degraded);
+
 #ifdef __cplusplus
 }
 #endif

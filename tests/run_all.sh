@@ -7,8 +7,10 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 "$here/run_unit.sh" "$@"; unit_rc=$?
 "$here/run_e2e.sh"; e2e_rc=$?
+"$here/run_python.sh"; py_rc=$?
 read -r up uf < "${BUILD:-build}/.unit-counts" 2>/dev/null || { up=0; uf=1; }
 read -r ep ef es < "${BUILD:-build}/.e2e-counts" 2>/dev/null || { ep=0; ef=1; es=0; }
+read -r pp pf ps < "${BUILD:-build}/.python-counts" 2>/dev/null || { pp=0; pf=1; ps=0; }
 echo
-echo "total: $((up + ep)) passed, $((uf + ef)) failed, $es skipped"
-[ $unit_rc -eq 0 ] && [ $e2e_rc -eq 0 ]
+echo "total: $((up + ep + pp)) passed, $((uf + ef + pf)) failed, $((es + ps)) skipped"
+[ $unit_rc -eq 0 ] && [ $e2e_rc -eq 0 ] && [ $py_rc -eq 0 ]

@@ -12,6 +12,7 @@
  * process exit code. */
 int cmd_watch(int argc, char **argv);
 int cmd_dump(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 /* One line on stderr: "trainmon: <message>\n". */
 void cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -87,6 +87,8 @@ static void usage(FILE *f)
           "        disk if none), pressure, and with --pid a process tree\n"
           "  dump FILE [--json]\n"
           "        print the records of a trainmon record file (.tmr)\n"
+          "  serve [--listen ADDR] [--runs DIR] [-d PATH]...\n"
+          "        Prometheus exporter: /metrics and /health for this node and its runs\n"
           "  version\n"
           "\n"
           "trainmon COMMAND --help shows a command's options.\n",
@@ -104,6 +106,8 @@ int main(int argc, char **argv)
         return cmd_watch(argc - 1, argv + 1);
     if (strcmp(cmd, "dump") == 0)
         return cmd_dump(argc - 1, argv + 1);
+    if (strcmp(cmd, "serve") == 0)
+        return cmd_serve(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("trainmon %s\n", TM_VERSION);
         return 0;

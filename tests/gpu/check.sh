@@ -249,3 +249,84 @@ if [ $rc -ne 0 ]; then
 fi
 echo "check: trainmon watch -i 1 -n 3 took $(awk "BEGIN { printf \"%.1f\", $end - $start }") s"
 compare "$work/watch.jsonl" "$work/smi.csv" "$torch_pid" "$alloc"
+watch_rc=$?
+
+# --- in-process recorder (python/trainmon) on real CUDA: allocator numbers
+# equal torch.cuda.memory_stats(); a provoked OOM leaves an OOM record with
+# step and phase and a snapshot that torch's own _memory_viz reads.
+kill "$torch_pid" 2>/dev/null && wait "$torch_pid" 2>/dev/null
+torch_pid=""
+echo "check: building the trainmon extension for $py"
+if ! "$py" setup.py -q build_ext --inplace --build-temp "$build/python-ext-gpu" \
+        >"$work/ext.log" 2>&1; then
+    tail -n 20 "$work/ext.log"
+    echo "check: building the extension failed" >&2
+    exit 1
+fi
+mkdir -p "$work/run"
+CUDA_VISIBLE_DEVICES=0 PYTHONPATH="$root/python" TRAINMON_RUN_DIR="$work/run" \
+    timeout 300 "$py" - "$work/run" <<'PY'
+import os, pickle, sys
+import torch, trainmon
+run = sys.argv[1]
+bad = 0
+def check(what, ok, detail=""):
+    global bad
+    bad += not ok
+    print("check: %-58s %s %s" % (what, "ok" if ok else "MISMATCH", detail))
+
+trainmon.attach(memory_history=10000)
+mon = trainmon.Monitor()
+x = torch.empty(300 << 20, dtype=torch.uint8, device="cuda")
+mon.capture("after 300 MiB")
+st = torch.cuda.memory_stats()
+h = mon.history
+G = float(1 << 30)
+check("Monitor allocated == memory_stats allocated_bytes.all.current",
+      h["allocated_gb"][-1] * G == st["allocated_bytes.all.current"])
+check("Monitor reserved == memory_stats reserved_bytes.all.current",
+      h["reserved_gb"][-1] * G == st["reserved_bytes.all.current"])
+check("Monitor peak == memory_stats allocated_bytes.all.peak",
+      h["peak_gb"][-1] * G == st["allocated_bytes.all.peak"])
+check("Monitor num_retries == memory_stats num_alloc_retries",
+      h["num_retries"][-1] == st["num_alloc_retries"])
+free, total = torch.cuda.mem_get_info()
+check("Monitor free memory within 1 GiB of mem_get_info",
+      abs(h["free_mem_gb"][-1] * G - free) < G)
+
+data = torch.utils.data.TensorDataset(torch.zeros(8, 4))
+oom = False
+for i, (b,) in enumerate(torch.utils.data.DataLoader(data, batch_size=2)):
+    if i == 2:
+        with trainmon.phase("provoke-oom"):
+            try:
+                torch.empty(total * 2, dtype=torch.uint8, device="cuda")
+            except torch.cuda.OutOfMemoryError:
+                oom = True
+check("an OOM was provoked", oom)
+path = os.path.join(run, trainmon.run_dir() and [f for f in os.listdir(run)
+                    if f.endswith(".tmr") and not f.startswith("worker-")][0])
+_, recs, _, _ = trainmon.read_records(path)
+ooms = [r[2] for r in recs if r[0] == "oom"]
+check("OOM record written", bool(ooms), str(ooms[:1]))
+if ooms:
+    o = ooms[0]
+    check("OOM record has step 3 and phase provoke-oom",
+          o["step"] == 3 and o["phase"] == "provoke-oom", "step=%s phase=%s" % (o["step"], o["phase"]))
+    check("OOM record requested == the failed allocation (rounded up to 2 MiB)",
+          total * 2 <= o["requested"] < total * 2 + (2 << 20))
+    snap = os.path.join(run, o["snapshot"]) if o["snapshot"] else ""
+    ok = False
+    if snap and os.path.exists(snap):
+        from torch.cuda import _memory_viz as viz
+        s = pickle.load(open(snap, "rb"))
+        try:
+            out = viz.segment_plot(s) if hasattr(viz, "segment_plot") else viz.segments(s)
+            ok = bool(out)
+        except Exception as e:
+            print("check: _memory_viz:", e)
+    check("OOM snapshot readable by torch.cuda._memory_viz", ok, snap)
+sys.exit(1 if bad else 0)
+PY
+py_rc=$?
+[ $watch_rc -eq 0 ] && [ $py_rc -eq 0 ]

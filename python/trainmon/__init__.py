@@ -1,0 +1,755 @@
+"""trainmon: an in-process flight recorder for PyTorch training jobs.
+
+    import trainmon
+    mon = trainmon.Monitor()          # the familiar hand-written GPU memory monitor
+    mon.capture("after forward")      # allocator + host memory, tagged, recorded
+    trainmon.attach()                 # steps, data wait, workers, optimizer, OOM
+    with trainmon.phase("eval"): ...
+    trainmon.on_threshold("data_wait_fraction", above=0.3, callback=fn)
+
+Records go to <run dir>/rank<R>.tmr (pid<P>.tmr outside distributed jobs);
+the run directory is TRAINMON_RUN_DIR, an argument, or a new directory under
+./trainmon-runs.  `trainmon dump FILE` prints them; read_records(FILE) reads
+them back in Python.
+
+The recording is done in C (trainmon._trainmon); this module only installs
+hooks.  Nothing here may raise into the training job: every hook body
+catches what goes wrong, says it once on stderr and goes on.
+
+Hooks installed by attach() (DESIGN.md, "In-process instrumentation"):
+  - torch.utils.data.dataloader._BaseDataLoaderIter.__next__ (every loader,
+    single- and multi-process): a step runs from one call's entry to the
+    next's; the time inside the call is the data wait.  Only the thread that
+    first iterates a loader (the training thread) counts steps.
+  - the dataset fetchers (_MapDatasetFetcher/_IterableDatasetFetcher.fetch):
+    in a DataLoader worker each batch's fetch time, the worker's CPU time and
+    RSS go to the worker's own file worker-r<R>-<pid>.tmr, opened in the
+    worker after the fork.  Forked workers inherit the patch; spawned ones
+    get it only when TRAINMON_ATTACH=1 makes them import trainmon.
+  - optimizer steps: global step hooks on torch >= 2.0, a wrapped step on
+    older torch.
+  - OOM: the allocator's OOM observer (torch >= 2.0, attached once CUDA is
+    up, as it is per device); sys.excepthook for an OutOfMemoryError that
+    ends the job (any torch).
+"""
+import atexit
+import json
+import math
+import os
+import sys
+import threading
+import time
+import weakref
+
+from . import _trainmon as _c
+
+__version__ = _c.VERSION
+__all__ = ["Monitor", "attach", "detach", "phase", "on_threshold", "clear_thresholds",
+           "run_dir", "stats", "read_records", "ThresholdEvent"]
+
+GB = float(1 << 30)
+
+# ------------------------------------------------------------------ safety
+
+_reported = set()
+_lock = threading.Lock()
+
+
+def _report(msg):
+    """Says msg on stderr, once per process."""
+    if msg in _reported:
+        return
+    _reported.add(msg)
+    try:
+        sys.stderr.write("trainmon: %s\n" % msg)
+        sys.stderr.flush()
+    except Exception:
+        pass
+
+
+def _report_exc(what, exc):
+    _report("%s failed (%s: %s); going on without it" % (what, type(exc).__name__, exc))
+
+
+# --------------------------------------------------------------- recorder
+
+_state = {
+    "pid": None,        # the process that opened the record file
+    "run_dir": None,
+    "role": None,
+    "rank": -1,
+    "torch_bound": False,
+    "attached": False,
+    "patches": [],      # (owner, name, original) to undo
+    "hook_handles": [],
+    "memory_history": None,
+    "oom_observer": False,
+    "ooms": 0,
+    "oom_recorded": False,
+    "snapshots": 0,
+}
+
+
+def _env_int(*names):
+    for n in names:
+        v = os.environ.get(n)
+        if v is not None:
+            try:
+                return int(v)
+            except ValueError:
+                pass
+    return None
+
+
+def _rank():
+    return _env_int("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+
+
+def _world_size():
+    return _env_int("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+
+
+def _default_run_dir():
+    # Ranks of one job must agree on the directory without talking: use the
+    # launcher's run id when there is one.
+    rid = os.environ.get("TORCHELASTIC_RUN_ID")
+    if rid and rid != "none":
+        return os.path.join("trainmon-runs", "run-" + rid)
+    return os.path.join("trainmon-runs", "%s-%d" % (time.strftime("%Y%m%d-%H%M%S"), os.getpid()))
+
+
+def _ensure_recorder(run_dir=None):
+    """Opens this process's record file once (per process: a forked child
+    opens its own under another name).  Never raises."""
+    pid = os.getpid()
+    if _state["pid"] == pid:
+        return
+    try:
+        with _lock:
+            if _state["pid"] == pid:
+                return
+            _state["pid"] = pid
+            d = run_dir or os.environ.get("TRAINMON_RUN_DIR") or _default_run_dir()
+            d = os.path.abspath(d)
+            os.makedirs(d, exist_ok=True)
+            # Children (spawned workers, helper scripts) write to the same run.
+            os.environ.setdefault("TRAINMON_RUN_DIR", d)
+            rank = _rank()
+            role = "rank%d" % rank if rank is not None else "pid%d" % pid
+            path = os.path.join(d, role + ".tmr")
+            if os.path.exists(path):
+                # Another process of this run (a spawned DataLoader worker with
+                # TRAINMON_ATTACH=1, a second script) must not truncate it.
+                role = "%s-pid%d" % (role, pid)
+                path = os.path.join(d, role + ".tmr")
+            torch = sys.modules.get("torch")
+            meta = {
+                "pid": pid, "rank": rank, "world_size": _world_size(),
+                "local_rank": _env_int("LOCAL_RANK"), "argv": list(sys.argv),
+                "python": sys.version.split()[0], "trainmon": __version__,
+                "torch": getattr(torch, "__version__", None) if torch else None,
+            }
+            _state.update(run_dir=d, role=role, rank=-1 if rank is None else rank)
+            # TRAINMON_MAX_SIZE (bytes): flight-recorder mode, newest data kept.
+            max_size = _env_int("TRAINMON_MAX_SIZE") or 0
+            _c.open(path, d, _state["rank"], role[:31], json.dumps(meta), max(max_size, 0))
+            atexit.register(_at_exit)
+    except Exception as e:
+        _report_exc("opening the run directory", e)
+
+
+def run_dir():
+    """The run directory this process records into (None before the first
+    Monitor, attach or phase)."""
+    return _state["run_dir"]
+
+
+def stats():
+    """Step counters seen so far (steps begun, and data wait and step time
+    summed over the last 256 closed steps)."""
+    return _c.stats()
+
+
+def read_records(path):
+    """Reads a record file: (header dict, [(kind, t_ns, fields)], number of
+    damaged places, whether the last record was torn).  Raises OSError."""
+    return _c.read_records(path)
+
+
+def _bind_torch():
+    """Hands torch's allocator entry points to the C core, once.  CUDA is
+    never initialised by trainmon: the core asks is_initialized() first."""
+    if _state["torch_bound"]:
+        return
+    _state["torch_bound"] = True
+    try:
+        torch = sys.modules.get("torch")
+        if torch is None:
+            import torch  # noqa: F401  (a Monitor is used with torch)
+        cuda = getattr(torch, "cuda", None)
+        ms = getattr(getattr(torch, "_C", None), "_cuda_memoryStats", None)
+        if cuda is None or ms is None:
+            _c.bind_torch(None, None, None, None)
+            return
+        _c.bind_torch(ms, getattr(cuda, "is_initialized", None),
+                      getattr(cuda, "mem_get_info", None), getattr(cuda, "current_device", None))
+    except Exception as e:
+        _report_exc("reading torch's allocator", e)
+
+
+# ---------------------------------------------------------------- Monitor
+
+_FIELDS = ("time", "tag", "allocated_gb", "reserved_gb", "peak_gb", "free_mem_gb", "num_retries",
+           "active_gb", "inactive_split_gb", "requested_gb", "num_ooms", "host_rss_gb",
+           "total_mem_gb")
+
+
+def _gb(v):
+    return None if v is None else v / GB
+
+
+def _count(v):
+    return None if v is None else int(v)
+
+
+class Monitor(_c.MonitorCore):
+    """The interface of the typical hand-written GPU memory monitor.
+
+    capture(tag) records allocated, reserved, peak allocated, free device
+    memory and allocation retries (plus active, inactive-split, requested,
+    OOM count and host RSS) from one torch._C._cuda_memoryStats call read
+    in C.  Unavailable values (no CUDA, CUDA not initialised yet, an older
+    torch without the key) are None in history, empty in CSV, null in JSON.
+    It never calls reset_peak_memory_stats: peak_gb is torch's peak since
+    the job's own last reset.
+    """
+
+    def __init__(self, device=None, run_dir=None):
+        try:
+            super().__init__(device)
+        except Exception as e:
+            _report_exc("Monitor(device=%r)" % (device,), e)
+            super().__init__(None)
+        _bind_torch()
+        _ensure_recorder(run_dir)
+
+    def __reduce__(self):
+        # A Monitor sent to another process (a spawned DataLoader worker
+        # holding a dataset that owns one) arrives empty and records there.
+        return (type(self), (self.device,))
+
+    @property
+    def history(self):
+        """A dict of lists, one entry per capture: time (seconds since the
+        epoch), tag, allocated_gb, reserved_gb, peak_gb, free_mem_gb,
+        num_retries, active_gb, inactive_split_gb, requested_gb, num_ooms,
+        host_rss_gb, total_mem_gb."""
+        h = {k: [] for k in _FIELDS}
+        for (t, tag, alloc, res, peak, free, retries, active, inact, req, ooms, rss,
+             total) in self._rows():
+            h["time"].append(t)
+            h["tag"].append(tag)
+            h["allocated_gb"].append(_gb(alloc))
+            h["reserved_gb"].append(_gb(res))
+            h["peak_gb"].append(_gb(peak))
+            h["free_mem_gb"].append(_gb(free))
+            h["num_retries"].append(_count(retries))
+            h["active_gb"].append(_gb(active))
+            h["inactive_split_gb"].append(_gb(inact))
+            h["requested_gb"].append(_gb(req))
+            h["num_ooms"].append(_count(ooms))
+            h["host_rss_gb"].append(_gb(rss))
+            h["total_mem_gb"].append(_gb(total))
+        return h
+
+    def summary(self, file=None):
+        """Prints max allocated, max retries and the number of samples, and
+        returns them as a dict (None: never measured)."""
+        h = self.history
+        alloc = [v for v in h["allocated_gb"] if v is not None]
+        retries = [v for v in h["num_retries"] if v is not None]
+        s = {"max_allocated_gb": max(alloc) if alloc else None,
+             "max_retries": max(retries) if retries else None,
+             "samples": len(h["tag"])}
+        out = file or sys.stdout
+        fmt = lambda v, f: "n/a" if v is None else f % v  # noqa: E731
+        print("trainmon: max allocated %s, max retries %s, %d samples"
+              % (fmt(s["max_allocated_gb"], "%.3f GB"), fmt(s["max_retries"], "%d"),
+                 s["samples"]), file=out)
+        return s
+
+    def to_csv(self, path):
+        """Writes the history as CSV (header row; unavailable = empty)."""
+        import csv
+        h = self.history
+        with open(path, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(_FIELDS)
+            for i in range(len(h["tag"])):
+                w.writerow(["" if h[k][i] is None else h[k][i] for k in _FIELDS])
+
+    def to_json(self, path):
+        """Writes the history as a JSON object of lists (unavailable = null)."""
+        with open(path, "w") as f:
+            json.dump(self.history, f)
+
+
+# ----------------------------------------------------------------- phases
+
+class phase:
+    """with trainmon.phase("eval"): ... -- marks a phase (nestable); the
+    allocator is sampled on entry and exit once CUDA is up."""
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = str(name)
+
+    def __enter__(self):
+        if _state["pid"] != os.getpid():
+            _ensure_recorder()
+        _c.phase_enter(self.name)
+        return self
+
+    def __exit__(self, *exc):
+        _c.phase_exit(self.name)
+        return False
+
+    def __call__(self, fn):
+        import functools
+
+        @functools.wraps(fn)
+        def wrapped(*a, **kw):
+            with phase(self.name):
+                return fn(*a, **kw)
+        return wrapped
+
+
+# ------------------------------------------------------------- thresholds
+
+class ThresholdEvent:
+    """What a threshold callback receives."""
+    __slots__ = ("metric", "value", "above", "step")
+
+    def __init__(self, metric, value, above, step):
+        self.metric, self.value, self.above, self.step = metric, value, above, step
+
+    def __repr__(self):
+        return "ThresholdEvent(metric=%r, value=%.4g, above=%r, step=%d)" % (
+            self.metric, self.value, self.above, self.step)
+
+
+_thresholds = []  # index -> (metric, above, callback)
+
+
+def on_threshold(metric, above, callback, window=10):
+    """Runs callback(ThresholdEvent) on the training thread, at the step
+    boundary after metric crosses above `above` -- once per crossing: it
+    fires again only after the value went back to or under the line.
+
+    Metrics (the exporter's names; a "trainmon_" prefix is accepted):
+      data_wait_fraction   share of step time spent waiting for data, over
+                           the last `window` steps (alias data_wait_share)
+      data_wait_seconds, step_time_seconds   means over the last `window` steps
+      gpu_memory_allocated_fraction, gpu_memory_reserved_fraction
+                           of the device's memory (aliases allocated_share,
+                           reserved_share)
+      gpu_memory_allocated_bytes, gpu_memory_reserved_bytes,
+      gpu_memory_alloc_retries_total, host_rss_bytes
+    Step boundaries come from attach(), which this calls if needed.  A
+    callback that raises is reported on stderr, never propagated.  Raises
+    ValueError for an unknown metric (a programming error, at set-up)."""
+    if not callable(callback):
+        raise TypeError("trainmon.on_threshold: callback must be callable")
+    idx = _c.add_threshold(str(metric), float(above), int(window))
+    _thresholds.append((str(metric), float(above), callback))
+    assert idx == len(_thresholds) - 1
+    if not _state["attached"]:
+        attach()
+    return idx
+
+
+def clear_thresholds():
+    _c.clear_thresholds()
+    del _thresholds[:]
+
+
+def _on_boundary(flags):
+    """Runs at a step boundary when the C core asks: due callbacks, and the
+    OOM observer once CUDA is up."""
+    if flags >> 16:
+        _on_cuda_ready()
+    if flags & 0xFFFF:
+        for idx, value, step in _c.take_pending():
+            try:
+                metric, above, cb = _thresholds[idx]
+            except IndexError:
+                continue
+            try:
+                cb(ThresholdEvent(metric, value, above, step))
+            except Exception as e:
+                _report("threshold callback for %s raised %s: %s" % (metric, type(e).__name__, e))
+                try:
+                    _c.event("threshold.callback_error", json.dumps(
+                        {"metric": metric, "error": "%s: %s" % (type(e).__name__, e)}))
+                except Exception:
+                    pass
+
+
+# ----------------------------------------------------------------- attach
+
+def _patch(owner, name, new):
+    orig = owner.__dict__[name]
+    setattr(owner, name, new)
+    _state["patches"].append((owner, name, orig))
+
+
+def _make_next(orig):
+    enter, leave = _c.next_enter, _c.next_exit
+
+    def __next__(self):
+        try:
+            flags = enter()
+            if flags:
+                _on_boundary(flags)
+        except Exception as e:
+            _report_exc("step boundary", e)
+        try:
+            batch = orig(self)
+        except BaseException:
+            leave(False)
+            raise
+        leave(True)
+        return batch
+
+    __next__.__wrapped__ = orig
+    __next__.__name__ = "__next__"
+    __next__._trainmon = True
+    return __next__
+
+
+def _make_fetch(orig, get_worker_info):
+    now, batch = _c.now, _c.worker_batch
+
+    def fetch(self, possibly_batched_index):
+        info = get_worker_info()
+        if info is None:  # the main process (num_workers=0): counted as data wait
+            return orig(self, possibly_batched_index)
+        t0 = now()
+        data = orig(self, possibly_batched_index)
+        try:
+            batch(info.id, t0)
+        except Exception as e:
+            _report_exc("worker batch timing", e)
+        return data
+
+    fetch.__wrapped__ = orig
+    fetch._trainmon = True
+    return fetch
+
+
+_opt_numbers = weakref.WeakKeyDictionary()
+
+
+def _opt_no(opt):
+    try:
+        n = _opt_numbers.get(opt)
+        if n is None:
+            n = _opt_numbers[opt] = len(_opt_numbers)
+        return n
+    except TypeError:
+        return 0
+
+
+def _opt_pre_hook(opt, args, kwargs):
+    try:
+        _c.opt_pre()
+    except Exception:
+        pass
+
+
+def _opt_post_hook(opt, args, kwargs):
+    try:
+        _c.opt_post(_opt_no(opt))
+    except Exception:
+        pass
+
+
+def _wrap_step(step):
+    import functools
+    pre, post = _c.opt_pre, _c.opt_post
+
+    @functools.wraps(step)  # also carries torch 1.13's `hooked` mark
+    def wrapper(self, *args, **kwargs):
+        pre()
+        try:
+            return step(self, *args, **kwargs)
+        finally:
+            try:
+                post(_opt_no(self))
+            except Exception:
+                pass
+    wrapper._trainmon = True
+    return wrapper
+
+
+def _install_optimizer(torch):
+    optim = sys.modules.get("torch.optim.optimizer")
+    if optim is None:
+        import torch.optim.optimizer as optim
+    reg_pre = getattr(optim, "register_optimizer_step_pre_hook", None)
+    reg_post = getattr(optim, "register_optimizer_step_post_hook", None)
+    if reg_pre and reg_post:
+        _state["hook_handles"] += [reg_pre(_opt_pre_hook), reg_post(_opt_post_hook)]
+        return
+    # torch < 2.0: wrap each optimizer class's step when an instance is made
+    # (Optimizer.__init__ has already put its profiler wrapper on it).
+    Optimizer = optim.Optimizer
+    orig_init = Optimizer.__dict__["__init__"]
+
+    def __init__(self, *args, **kwargs):
+        orig_init(self, *args, **kwargs)
+        try:
+            cls = type(self)
+            step = getattr(cls, "step", None)
+            if step is not None and not getattr(step, "_trainmon", False):
+                _patch(cls, "step", _wrap_step(cls.__dict__.get("step", step)))
+        except Exception as e:
+            _report_exc("optimizer step timing", e)
+    __init__.__wrapped__ = orig_init
+    _patch(Optimizer, "__init__", __init__)
+
+
+def _snapshot_path():
+    n = _state["snapshots"] + 1
+    return os.path.join(_state["run_dir"] or ".", "oom-%s-%d.pickle" % (_state["role"] or "pid%d" % os.getpid(), n))
+
+
+def _dump_snapshot(torch):
+    """Writes the allocator snapshot for memory_viz (at most 3 per process:
+    the observer fires several times per OOM).  Returns the file name or ""."""
+    if _state["snapshots"] >= 3 or not _state["run_dir"]:
+        return ""
+    path = _snapshot_path()
+    tmp = path + ".tmp"
+    try:
+        mem = torch.cuda.memory
+        dump = getattr(mem, "_dump_snapshot", None)
+        if dump is not None:
+            dump(tmp)
+        else:
+            import pickle
+            with open(tmp, "wb") as f:
+                pickle.dump(mem._snapshot(), f)
+        os.replace(tmp, path)
+        _state["snapshots"] += 1
+        return os.path.basename(path)
+    except Exception as e:
+        _report_exc("writing the OOM snapshot", e)
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return ""
+
+
+def _oom_observer(device, alloc, device_total, device_free):
+    # Called by the allocator (torch >= 2.0) with its lock released; a raise
+    # here would propagate into the allocator, so nothing may escape.
+    try:
+        if not _state["attached"]:
+            return
+        torch = sys.modules["torch"]
+        snap = _dump_snapshot(torch)
+        _c.oom(1, int(device), float(alloc), float(device_free), float(device_total), snap)
+        _state["oom_recorded"] = True
+    except BaseException as e:  # noqa: B902
+        try:
+            _report_exc("recording an OOM", e)
+        except BaseException:
+            pass
+
+
+def _on_cuda_ready():
+    torch = sys.modules.get("torch")
+    if torch is None or not _state["attached"]:
+        return
+    try:
+        if not _state["oom_observer"]:
+            attach_obs = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
+            if attach_obs is not None:
+                attach_obs(_oom_observer)
+                _state["oom_observer"] = True
+        n = _state["memory_history"]
+        if n:
+            _state["memory_history"] = None
+            rec = torch.cuda.memory._record_memory_history
+            try:
+                rec(enabled="all", max_entries=int(n))          # torch >= 2.1
+            except TypeError:
+                rec(True, trace_alloc_max_entries=int(n))     # torch 2.0
+    except Exception as e:
+        _report_exc("OOM instrumentation", e)
+
+
+_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+
+
+def _parse_oom(msg):
+    """(device, requested, free, total) from torch's OOM message; NAN when
+    absent.  1.13: "Tried to allocate 2.00 GiB (GPU 0; 15.78 GiB total
+    capacity; ...; 1.02 GiB free; ..."; 2.x: "... GPU 0 has a total capacity
+    of 79.15 GiB of which 3.69 MiB is free"."""
+    import re
+    num = r"([\d.]+) (B|KiB|MiB|GiB|TiB)"
+
+    def val(m, i=1):
+        return float(m.group(i)) * _UNITS[m.group(i + 1)] if m else math.nan
+    req = val(re.search(r"Tried to allocate " + num, msg))
+    dev = re.search(r"GPU (\d+)", msg)
+    free = re.search(num + r" free", msg) or re.search(r"of which " + num + r" is free", msg)
+    total = re.search(num + r" total capacity", msg) or re.search(r"total capacity of " + num, msg)
+    return (int(dev.group(1)) if dev else -1, req, val(free), val(total))
+
+
+def _is_oom(exc):
+    torch = sys.modules.get("torch")
+    cls = getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None) if torch else None
+    if cls is not None and isinstance(exc, cls):
+        return True
+    return isinstance(exc, RuntimeError) and "CUDA out of memory" in str(exc)
+
+
+_orig_excepthook = None
+
+
+def _excepthook(tp, val, tb):
+    try:
+        if _state["attached"] and not _state["oom_recorded"] and _is_oom(val):
+            dev, req, free, total = _parse_oom(str(val))
+            torch = sys.modules.get("torch")
+            snap = _dump_snapshot(torch) if torch is not None and _c_cuda_up(torch) else ""
+            _c.oom(2, dev, req, free, total, snap)
+            _state["oom_recorded"] = True
+    except Exception:
+        pass
+    (_orig_excepthook or sys.__excepthook__)(tp, val, tb)
+
+
+def _c_cuda_up(torch):
+    try:
+        return bool(torch.cuda.is_initialized())
+    except Exception:
+        return False
+
+
+def _at_exit():
+    try:
+        if _state["pid"] == os.getpid():
+            _c.shutdown()
+    except Exception:
+        pass
+
+
+def attach(run_dir=None, memory_history=None):
+    """Instruments the job with no other code change: steps and data wait
+    (every DataLoader), per-batch worker time, CPU and RSS, optimizer steps,
+    an allocator sample at every step and phase change (once CUDA is up),
+    OOM records and snapshots, thresholds.  memory_history=N keeps the
+    allocator's last N events for the OOM snapshot (torch >= 2.0; started
+    when the job initialises CUDA).  Idempotent; never raises."""
+    global _orig_excepthook
+    try:
+        _ensure_recorder(run_dir)
+        if _state["attached"]:
+            return
+        _state["attached"] = True
+        _state["memory_history"] = memory_history
+        _bind_torch()
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return
+        try:
+            import torch.utils.data.dataloader as dl
+            it = dl._BaseDataLoaderIter
+            if not getattr(it.__dict__.get("__next__"), "_trainmon", False):
+                _patch(it, "__next__", _make_next(it.__dict__["__next__"]))
+        except Exception as e:
+            _report_exc("DataLoader step timing", e)
+        try:
+            import torch.utils.data._utils.fetch as fetch
+            from torch.utils.data import get_worker_info
+            for name in ("_MapDatasetFetcher", "_IterableDatasetFetcher"):
+                cls = getattr(fetch, name, None)
+                if cls is not None and "fetch" in cls.__dict__:
+                    _patch(cls, "fetch", _make_fetch(cls.__dict__["fetch"], get_worker_info))
+        except Exception as e:
+            _report_exc("DataLoader worker timing", e)
+        try:
+            _install_optimizer(torch)
+        except Exception as e:
+            _report_exc("optimizer step timing", e)
+        if sys.excepthook is not _excepthook:
+            _orig_excepthook = sys.excepthook
+            sys.excepthook = _excepthook
+        if _c_cuda_up(torch):
+            _on_cuda_ready()
+    except Exception as e:
+        _report_exc("trainmon.attach()", e)
+
+
+def detach():
+    """Undoes attach()'s patches (the OOM observer cannot be removed: it is
+    disarmed).  The record file stays open."""
+    global _orig_excepthook
+    try:
+        _c.shutdown()
+        for owner, name, orig in reversed(_state["patches"]):
+            setattr(owner, name, orig)
+        del _state["patches"][:]
+        for h in _state["hook_handles"]:
+            h.remove()
+        del _state["hook_handles"][:]
+        if sys.excepthook is _excepthook:
+            sys.excepthook = _orig_excepthook or sys.__excepthook__
+        _state["attached"] = False
+        _c.reset_steps()
+    except Exception as e:
+        _report_exc("trainmon.detach()", e)
+
+
+# ------------------------------------------------- TRAINMON_ATTACH=1 (env)
+
+class _AttachWhenTorchImported:
+    """A meta-path finder that attaches right after `import torch`
+    finishes, so that a process with TRAINMON_ATTACH=1 that never imports
+    torch does not pay for it."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+        try:
+            import importlib.util
+            spec = importlib.util.find_spec("torch")
+            if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+                return None
+            orig_exec = spec.loader.exec_module
+
+            def exec_module(module):
+                orig_exec(module)
+                attach()
+            spec.loader.exec_module = exec_module
+            return spec
+        except Exception as e:
+            _report_exc("TRAINMON_ATTACH", e)
+            return None
+
+
+if os.environ.get("TRAINMON_ATTACH") == "1":
+    if "torch" in sys.modules:
+        attach()
+    else:
+        sys.meta_path.insert(0, _AttachWhenTorchImported())

@@ -1,0 +1,1240 @@
+/*
+ * _trainmon.c - the in-process recorder of trainmon, a CPython extension.
+ *
+ * Everything that runs per step, per capture or per batch is here, in C:
+ * clocks, reading torch's allocator statistics out of the nested dict of
+ * one torch._C._cuda_memoryStats(dev) call, threshold checks, and appends
+ * to the process's record file through libtrainmon (a memory copy into a
+ * shared mapping, no system call).  trainmon/__init__.py only installs the
+ * hooks that call these functions.
+ *
+ * Nothing here may raise into the training job: the functions the hooks
+ * call return normally whatever happens, and a failure is said once on
+ * stderr ("trainmon: ...") and then kept quiet.  All state is guarded by
+ * the GIL: every entry point is called with it held.
+ *
+ * Processes: the file is opened by the training process.  A DataLoader
+ * worker forked from it inherits the writer, whose appends libtrainmon
+ * refuses in the child (-ECHILD), so a worker can never write into the
+ * parent's file; workers open their own worker-r<rank>-<pid>.tmr lazily.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "trainmon.h"
+
+#if PY_VERSION_HEX < 0x03090000
+#define PyObject_CallNoArgs(f) PyObject_CallObject((f), NULL)
+#define PyObject_CallOneArg(f, a) PyObject_CallFunctionObjArgs((f), (a), NULL)
+#endif
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+#define RSS_REFRESH_NS 10000000LL /* host RSS is re-read at most every 10 ms */
+#define WINDOW_MAX 256            /* steps kept for threshold windows */
+#define PHASE_MAX 32
+#define THRESH_MAX 32
+
+enum { F_ALLOC, F_RESERVED, F_PEAK, F_ACTIVE, F_INACTIVE, F_REQUESTED, F_FREE, F_TOTAL,
+       F_RETRIES, F_OOMS, F_RSS, F_N };
+
+/* ------------------------------------------------------------ reporting */
+
+/* Each kind of failure is said once per process. */
+enum { R_OPEN, R_APPEND, R_FULL, R_STATS, R_WORKER, R_MEMINFO, R_INTERNAL, R_N };
+static unsigned char reported[R_N];
+
+static void report_once(int kind, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void report_once(int kind, const char *fmt, ...)
+{
+    if (reported[kind])
+        return;
+    reported[kind] = 1;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb); /* writing must not clobber (or raise) an error */
+    PySys_WriteStderr("trainmon: %s\n", msg);
+    PyErr_Restore(et, ev, tb);
+}
+
+/* Clears a Python error raised inside trainmon and says it once. */
+static void swallow(int kind, const char *what)
+{
+    if (!PyErr_Occurred())
+        return;
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    const char *s = "?";
+    PyObject *str = ev ? PyObject_Str(ev) : NULL;
+    if (str)
+        s = PyUnicode_AsUTF8(str);
+    PyErr_Clear();
+    report_once(kind, "%s failed (%s); going on without it", what, s ? s : "?");
+    Py_XDECREF(str);
+    Py_XDECREF(et);
+    Py_XDECREF(ev);
+    Py_XDECREF(tb);
+}
+
+/* ---------------------------------------------------------------- state */
+
+static tm_rec *g_rec;         /* this process's record file, or NULL */
+static pid_t g_rec_pid;       /* who opened it */
+static char g_run_dir[4096];
+static int g_rank = -1;
+
+static tm_rec *g_wrec; /* a DataLoader worker's own file */
+static pid_t g_wrec_pid;
+static uint64_t g_wbatch;
+
+/* torch callables, bound by __init__.py (NULL: no torch / no CUDA build) */
+static PyObject *g_memstats;   /* torch._C._cuda_memoryStats */
+static PyObject *g_is_init;    /* torch.cuda.is_initialized */
+static PyObject *g_meminfo;    /* torch.cuda.mem_get_info */
+static PyObject *g_curdev;     /* torch.cuda.current_device */
+static int g_cuda_ready;       /* is_initialized() said True */
+static int g_cuda_news;        /* ... and the glue has not been told yet */
+
+/* host RSS, cached */
+static int g_statm_fd = -1;
+static pid_t g_statm_pid;
+static int64_t g_rss_t;
+static double g_rss = NAN;
+static long g_page;
+
+/* steps */
+static unsigned long g_thread; /* the training thread: first caller of __next__ */
+static int g_depth;
+static uint64_t g_steps; /* steps begun */
+static int g_step_open;
+static int64_t g_step_start, g_step_wait, g_in_t;
+static int g_have_closed; /* a step was closed at enter, written at exit */
+static tm_inproc_step g_closed;
+
+static int64_t w_wait[WINDOW_MAX], w_dur[WINDOW_MAX];
+static uint64_t w_n; /* steps pushed */
+
+static double g_last[F_N]; /* the latest allocator sample */
+static double g_total_dev = NAN;
+
+/* phases */
+static PyObject *g_phase[PHASE_MAX];
+static int g_nphase;
+
+/* optimizer */
+static int64_t g_opt_t0;
+
+/* OOM */
+static uint32_t g_ooms;
+
+/* thresholds */
+enum { M_DATA_WAIT_FRACTION, M_DATA_WAIT_S, M_STEP_TIME_S, M_ALLOC_FRACTION,
+       M_RESERVED_FRACTION, M_ALLOCATED_BYTES, M_RESERVED_BYTES, M_RETRIES, M_HOST_RSS };
+static const struct {
+    const char *name;
+    int metric;
+} metric_names[] = {
+    {"data_wait_fraction", M_DATA_WAIT_FRACTION},
+    {"data_wait_share", M_DATA_WAIT_FRACTION},
+    {"data_wait_seconds", M_DATA_WAIT_S},
+    {"step_time_seconds", M_STEP_TIME_S},
+    {"gpu_memory_allocated_fraction", M_ALLOC_FRACTION},
+    {"gpu_mem_allocated_fraction", M_ALLOC_FRACTION},
+    {"allocated_share", M_ALLOC_FRACTION},
+    {"gpu_memory_reserved_fraction", M_RESERVED_FRACTION},
+    {"gpu_mem_reserved_fraction", M_RESERVED_FRACTION},
+    {"reserved_share", M_RESERVED_FRACTION},
+    {"gpu_memory_allocated_bytes", M_ALLOCATED_BYTES},
+    {"gpu_memory_reserved_bytes", M_RESERVED_BYTES},
+    {"gpu_memory_alloc_retries_total", M_RETRIES},
+    {"alloc_retries", M_RETRIES},
+    {"host_rss_bytes", M_HOST_RSS},
+};
+
+typedef struct thresh {
+    int metric;
+    double above;
+    int window;
+    int armed;   /* the value was under (or never seen): a crossing fires */
+    int pending; /* fired; the callback has not run yet */
+    double value;
+    uint64_t step;
+} thresh;
+static thresh g_th[THRESH_MAX];
+static int g_nth;
+static int g_need_rss; /* a threshold on host RSS exists */
+
+/* --------------------------------------------------------------- helpers */
+
+static int64_t now_ns(void) { return tm_now_mono_ns(); }
+
+static double host_rss(int64_t t, int force)
+{
+    if (!force && t - g_rss_t < RSS_REFRESH_NS && g_statm_fd >= 0)
+        return g_rss;
+    pid_t me = getpid();
+    if (g_statm_fd < 0 || g_statm_pid != me) {
+        /* /proc/self resolves at open: a forked child must reopen. */
+        if (g_statm_fd >= 0)
+            close(g_statm_fd);
+        g_statm_fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+        g_statm_pid = me;
+        if (g_page <= 0)
+            g_page = sysconf(_SC_PAGESIZE);
+    }
+    g_rss_t = t;
+    g_rss = NAN;
+    if (g_statm_fd < 0)
+        return g_rss;
+    char buf[128];
+    ssize_t n = pread(g_statm_fd, buf, sizeof buf - 1, 0);
+    if (n <= 0)
+        return g_rss;
+    buf[n] = '\0';
+    unsigned long long size, res;
+    if (sscanf(buf, "%llu %llu", &size, &res) == 2)
+        g_rss = (double)res * (double)g_page;
+    return g_rss;
+}
+
+/* Appends a record to the process's file.  -ECHILD (a forked worker) is
+ * the normal case there and said nowhere; a full disk is said once. */
+static void rec_put(uint16_t type, int64_t t, const void *p, int len)
+{
+    if (!g_rec || len < 0)
+        return;
+    int rc = tm_rec_append(g_rec, type, t, p, (uint32_t)len);
+    if (rc == -ENOSPC)
+        report_once(R_FULL, "%s: disk full: recording stopped, the job goes on", g_run_dir);
+    else if (rc && rc != -ECHILD)
+        report_once(R_APPEND, "recording failed: %s", tm_last_error());
+}
+
+static double dict_num(PyObject *d, const char *key)
+{
+    PyObject *v = d ? PyDict_GetItemString(d, key) : NULL; /* borrowed, no error set */
+    if (!v)
+        return NAN;
+    if (PyLong_Check(v)) {
+        double x = PyLong_AsDouble(v);
+        if (x == -1.0 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return NAN;
+        }
+        return x;
+    }
+    if (PyFloat_Check(v))
+        return PyFloat_AS_DOUBLE(v);
+    return NAN;
+}
+
+/* d[family]["all"][stat] */
+static double family_num(PyObject *d, const char *family, const char *stat)
+{
+    PyObject *f = PyDict_GetItemString(d, family);
+    if (!f || !PyDict_Check(f))
+        return NAN;
+    PyObject *all = PyDict_GetItemString(f, "all");
+    if (!all || !PyDict_Check(all))
+        return NAN;
+    return dict_num(all, stat);
+}
+
+/* Whether CUDA has been initialised by the job (trainmon never does it). */
+static int cuda_ready(void)
+{
+    if (g_cuda_ready)
+        return 1;
+    if (!g_memstats || !g_is_init)
+        return 0;
+    PyObject *r = PyObject_CallNoArgs(g_is_init);
+    if (!r) {
+        swallow(R_STATS, "torch.cuda.is_initialized()");
+        return 0;
+    }
+    g_cuda_ready = PyObject_IsTrue(r) == 1;
+    g_cuda_news = g_cuda_ready;
+    Py_DECREF(r);
+    return g_cuda_ready;
+}
+
+static int current_device(int dev)
+{
+    if (dev >= 0 || !g_curdev)
+        return dev;
+    PyObject *r = PyObject_CallNoArgs(g_curdev);
+    if (!r) {
+        swallow(R_STATS, "torch.cuda.current_device()");
+        return -1;
+    }
+    long d = PyLong_AsLong(r);
+    Py_DECREF(r);
+    if (d == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return -1;
+    }
+    return (int)d;
+}
+
+/* Fills f[] with the allocator's numbers for dev (NAN when unavailable);
+ * with_free also asks the driver for free and total memory.  Returns the
+ * device used, -1 if none. */
+static int read_alloc(int dev, int with_free, double *f)
+{
+    for (int i = 0; i < F_N; i++)
+        f[i] = NAN;
+    if (!cuda_ready())
+        return -1;
+    dev = current_device(dev);
+    if (dev < 0)
+        return -1;
+    PyObject *arg = PyLong_FromLong(dev);
+    PyObject *d = arg ? PyObject_CallOneArg(g_memstats, arg) : NULL;
+    if (!d) {
+        Py_XDECREF(arg);
+        swallow(R_STATS, "torch._C._cuda_memoryStats()");
+        return dev;
+    }
+    if (PyDict_Check(d) && PyDict_Size(d) > 0) {
+        f[F_ALLOC] = family_num(d, "allocated_bytes", "current");
+        f[F_PEAK] = family_num(d, "allocated_bytes", "peak");
+        f[F_RESERVED] = family_num(d, "reserved_bytes", "current");
+        f[F_ACTIVE] = family_num(d, "active_bytes", "current");
+        f[F_INACTIVE] = family_num(d, "inactive_split_bytes", "current");
+        f[F_REQUESTED] = family_num(d, "requested_bytes", "current");
+        f[F_RETRIES] = dict_num(d, "num_alloc_retries");
+        f[F_OOMS] = dict_num(d, "num_ooms");
+    }
+    Py_DECREF(d);
+    if (with_free && g_meminfo) {
+        PyObject *r = PyObject_CallOneArg(g_meminfo, arg);
+        if (r && PyTuple_Check(r) && PyTuple_GET_SIZE(r) == 2) {
+            f[F_FREE] = PyFloat_AsDouble(PyTuple_GET_ITEM(r, 0));
+            f[F_TOTAL] = PyFloat_AsDouble(PyTuple_GET_ITEM(r, 1));
+            if (PyErr_Occurred()) {
+                PyErr_Clear();
+                f[F_FREE] = f[F_TOTAL] = NAN;
+            }
+            if (!isnan(f[F_TOTAL]))
+                g_total_dev = f[F_TOTAL];
+        }
+        Py_XDECREF(r);
+        swallow(R_MEMINFO, "torch.cuda.mem_get_info()");
+    }
+    if (isnan(f[F_TOTAL]))
+        f[F_TOTAL] = g_total_dev;
+    Py_DECREF(arg);
+    return dev;
+}
+
+static void put_capture(uint32_t source, int dev, const double *f, const char *tag,
+                        Py_ssize_t tlen, int64_t t)
+{
+    char buf[256 + TM_INPROC_NAME_MAX];
+    tm_inproc_capture c = {
+        .source = source, .device = dev, .step = g_steps,
+        .allocated = f[F_ALLOC], .reserved = f[F_RESERVED], .peak_allocated = f[F_PEAK],
+        .active = f[F_ACTIVE], .inactive_split = f[F_INACTIVE], .requested = f[F_REQUESTED],
+        .free_device = f[F_FREE], .total_device = f[F_TOTAL],
+        .num_alloc_retries = f[F_RETRIES], .num_ooms = f[F_OOMS], .host_rss = f[F_RSS],
+        .tag = tag, .tag_len = (uint16_t)(tlen > TM_INPROC_NAME_MAX ? TM_INPROC_NAME_MAX : tlen),
+    };
+    rec_put(TM_REC_CAPTURE, t, buf, tm_inproc_encode_capture(&c, buf, sizeof buf));
+}
+
+/* An automatic sample (step boundary, phase change): only once the job
+ * has initialised CUDA, and without the driver call for free memory. */
+static void auto_sample(uint32_t source, const char *tag, Py_ssize_t tlen, int64_t t)
+{
+    if (!g_memstats || !cuda_ready())
+        return;
+    double f[F_N];
+    int dev = read_alloc(-1, 0, f);
+    f[F_RSS] = g_need_rss ? host_rss(t, 0) : NAN;
+    memcpy(g_last, f, sizeof g_last);
+    put_capture(source, dev, f, tag, tlen, t);
+}
+
+static const char *utf8(PyObject *s, Py_ssize_t *len)
+{
+    const char *p = PyUnicode_Check(s) ? PyUnicode_AsUTF8AndSize(s, len) : NULL;
+    if (!p) {
+        PyErr_Clear();
+        *len = 1;
+        return "?";
+    }
+    return p;
+}
+
+/* ------------------------------------------------------------ recorder */
+
+static PyObject *py_open(PyObject *self, PyObject *args)
+{
+    (void)self;
+    const char *path, *role, *run_dir, *meta;
+    int rank;
+    unsigned long long max_size = 0;
+    if (!PyArg_ParseTuple(args, "ssisz|K", &path, &run_dir, &rank, &role, &meta, &max_size))
+        return NULL;
+    if (g_rec && g_rec_pid == getpid())
+        Py_RETURN_TRUE;
+    tm_rec_opts o = {.role = role, .rank = rank, .max_size = max_size};
+    tm_rec *w = NULL;
+    int rc = tm_rec_open(&w, path, &o);
+    if (rc) {
+        report_once(R_OPEN, "cannot record (%s); the job goes on without a record file",
+                    tm_last_error());
+        Py_RETURN_FALSE;
+    }
+    /* A writer inherited from a parent stays mapped in it: leave it. */
+    g_rec = w;
+    g_rec_pid = getpid();
+    g_rank = rank;
+    snprintf(g_run_dir, sizeof g_run_dir, "%s", run_dir);
+    if (meta)
+        tm_rec_event(g_rec, 0, "inproc.start", meta);
+    Py_RETURN_TRUE;
+}
+
+static PyObject *py_recording(PyObject *self, PyObject *noargs)
+{
+    (void)self, (void)noargs;
+    return PyBool_FromLong(g_rec && g_rec_pid == getpid() && !tm_rec_full(g_rec));
+}
+
+static PyObject *py_event(PyObject *self, PyObject *args)
+{
+    (void)self;
+    const char *name, *json;
+    if (!PyArg_ParseTuple(args, "sz", &name, &json)) {
+        swallow(R_INTERNAL, "event");
+        Py_RETURN_NONE;
+    }
+    if (g_rec) {
+        int rc = tm_rec_event(g_rec, 0, name, json);
+        if (rc == -ENOSPC)
+            report_once(R_FULL, "%s: disk full: recording stopped, the job goes on", g_run_dir);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_bind_torch(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *ms, *ii, *mi, *cd;
+    if (!PyArg_ParseTuple(args, "OOOO", &ms, &ii, &mi, &cd))
+        return NULL;
+    PyObject **slots[] = {&g_memstats, &g_is_init, &g_meminfo, &g_curdev};
+    PyObject *vals[] = {ms, ii, mi, cd};
+    for (size_t i = 0; i < 4; i++) {
+        Py_CLEAR(*slots[i]);
+        if (vals[i] != Py_None) {
+            Py_INCREF(vals[i]);
+            *slots[i] = vals[i];
+        }
+    }
+    g_cuda_ready = 0;
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------ steps, thresholds */
+
+static double window_value(int metric, int window)
+{
+    uint64_t n = w_n < (uint64_t)window ? w_n : (uint64_t)window;
+    if (n == 0)
+        return NAN;
+    int64_t wait = 0, dur = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        size_t k = (size_t)((w_n - 1 - i) % WINDOW_MAX);
+        wait += w_wait[k];
+        dur += w_dur[k];
+    }
+    switch (metric) {
+    case M_DATA_WAIT_FRACTION: return dur > 0 ? (double)wait / (double)dur : NAN;
+    case M_DATA_WAIT_S: return (double)wait / 1e9 / (double)n;
+    case M_STEP_TIME_S: return (double)dur / 1e9 / (double)n;
+    default: return NAN;
+    }
+}
+
+static double metric_value(const thresh *th, int64_t t)
+{
+    switch (th->metric) {
+    case M_DATA_WAIT_FRACTION:
+    case M_DATA_WAIT_S:
+    case M_STEP_TIME_S: return window_value(th->metric, th->window);
+    case M_ALLOC_FRACTION: return g_last[F_ALLOC] / g_total_dev;
+    case M_RESERVED_FRACTION: return g_last[F_RESERVED] / g_total_dev;
+    case M_ALLOCATED_BYTES: return g_last[F_ALLOC];
+    case M_RESERVED_BYTES: return g_last[F_RESERVED];
+    case M_RETRIES: return g_last[F_RETRIES];
+    case M_HOST_RSS: return host_rss(t, 0);
+    }
+    return NAN;
+}
+
+/* Checks every threshold; a crossing from under to above marks it pending
+ * (its callback runs at this step boundary), and it is re-armed only once
+ * the value is back at or under the line.  Returns how many are pending. */
+static int check_thresholds(int64_t t)
+{
+    int pending = 0;
+    for (int i = 0; i < g_nth; i++) {
+        thresh *th = &g_th[i];
+        double v = metric_value(th, t);
+        if (isnan(v))
+            continue;
+        if (th->armed && v > th->above) {
+            th->armed = 0;
+            th->pending = 1;
+            th->value = v;
+            th->step = g_steps;
+            char json[256];
+            snprintf(json, sizeof json, "{\"index\":%d,\"value\":%.17g,\"above\":%.17g,\"step\":%llu}",
+                     i, v, th->above, (unsigned long long)g_steps);
+            if (g_rec)
+                tm_rec_event(g_rec, t, "threshold", json);
+        } else if (!th->armed && v <= th->above) {
+            th->armed = 1;
+        }
+        pending += th->pending;
+    }
+    return pending;
+}
+
+/* Entry into DataLoader __next__: the open step (if any) ends here.
+ * Returns the number of threshold callbacks due (the caller runs them). */
+static PyObject *py_next_enter(PyObject *self, PyObject *noargs)
+{
+    (void)self, (void)noargs;
+    unsigned long th = PyThread_get_thread_ident();
+    if (!g_thread)
+        g_thread = th;
+    if (th != g_thread || g_depth++ > 0)
+        return PyLong_FromLong(0);
+    int64_t t = now_ns();
+    g_in_t = t;
+    int pending = 0;
+    if (g_step_open) {
+        g_step_open = 0;
+        g_closed = (tm_inproc_step){.step = g_steps - 1, .start_ns = g_step_start, .end_ns = t,
+                                    .data_wait_ns = g_step_wait};
+        g_have_closed = 1;
+        size_t k = (size_t)(w_n % WINDOW_MAX);
+        w_wait[k] = g_step_wait;
+        w_dur[k] = t - g_step_start;
+        w_n++;
+        auto_sample(TM_CAPTURE_STEP, "step", 4, t);
+        if (g_nth)
+            pending = check_thresholds(t);
+    } else if (g_memstats && !g_cuda_ready) {
+        cuda_ready();
+    }
+    if (g_cuda_news) {
+        /* bit 16: CUDA came up; the glue attaches its OOM observer now */
+        g_cuda_news = 0;
+        pending |= 1 << 16;
+    }
+    return PyLong_FromLong(pending);
+}
+
+static void write_closed(uint32_t flags)
+{
+    if (!g_have_closed)
+        return;
+    g_have_closed = 0;
+    g_closed.flags |= flags;
+    char buf[64];
+    rec_put(TM_REC_STEP, g_closed.end_ns, buf, tm_inproc_encode_step(&g_closed, buf, sizeof buf));
+}
+
+/* Return from __next__: got is true when a batch came back (a new step
+ * begins), false when it raised (StopIteration: the loader is done). */
+static PyObject *py_next_exit(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    if (PyThread_get_thread_ident() != g_thread || g_depth <= 0 || --g_depth > 0)
+        Py_RETURN_NONE;
+    int got = arg == Py_True;
+    int64_t t = now_ns();
+    write_closed(got ? 0 : TM_STEP_ENDED_BY_STOP);
+    if (got) {
+        g_step_open = 1;
+        g_step_start = g_in_t;
+        g_step_wait = t - g_in_t;
+        g_steps++;
+    }
+    Py_RETURN_NONE;
+}
+
+/* At exit: the step still open ends now. */
+static PyObject *py_shutdown(PyObject *self, PyObject *noargs)
+{
+    (void)self, (void)noargs;
+    if (g_rec_pid != getpid())
+        Py_RETURN_NONE;
+    write_closed(0);
+    if (g_step_open) {
+        g_step_open = 0;
+        g_closed = (tm_inproc_step){.step = g_steps - 1, .start_ns = g_step_start,
+                                    .end_ns = now_ns(), .data_wait_ns = g_step_wait};
+        g_have_closed = 1;
+        write_closed(TM_STEP_ENDED_AT_EXIT);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_reset_steps(PyObject *self, PyObject *noargs)
+{
+    (void)self, (void)noargs;
+    g_thread = 0;
+    g_depth = 0;
+    g_step_open = 0;
+    g_have_closed = 0;
+    w_n = 0;
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_stats(PyObject *self, PyObject *noargs)
+{
+    (void)self, (void)noargs;
+    int64_t wait = 0, dur = 0;
+    uint64_t n = w_n < WINDOW_MAX ? w_n : WINDOW_MAX;
+    for (uint64_t i = 0; i < n; i++) {
+        wait += w_wait[i];
+        dur += w_dur[i];
+    }
+    return Py_BuildValue("{s:K,s:K,s:d,s:d,s:s}", "steps", (unsigned long long)g_steps,
+                         "steps_closed", (unsigned long long)w_n,
+                         "recent_data_wait_s", (double)wait / 1e9, "recent_step_time_s",
+                         (double)dur / 1e9, "run_dir", g_run_dir);
+}
+
+static PyObject *py_add_threshold(PyObject *self, PyObject *args)
+{
+    (void)self;
+    const char *name;
+    double above;
+    int window;
+    if (!PyArg_ParseTuple(args, "sdi", &name, &above, &window))
+        return NULL;
+    if (strncmp(name, "trainmon_", 9) == 0)
+        name += 9;
+    int metric = -1;
+    for (size_t i = 0; i < sizeof metric_names / sizeof metric_names[0]; i++)
+        if (strcmp(name, metric_names[i].name) == 0)
+            metric = metric_names[i].metric;
+    if (metric < 0) {
+        PyErr_Format(PyExc_ValueError, "trainmon: unknown metric %s", name);
+        return NULL;
+    }
+    if (g_nth >= THRESH_MAX) {
+        PyErr_SetString(PyExc_ValueError, "trainmon: too many thresholds (32)");
+        return NULL;
+    }
+    if (window < 1)
+        window = 1;
+    if (window > WINDOW_MAX)
+        window = WINDOW_MAX;
+    g_th[g_nth] = (thresh){.metric = metric, .above = above, .window = window, .armed = 1};
+    if (metric == M_HOST_RSS)
+        g_need_rss = 1;
+    return PyLong_FromLong(g_nth++);
+}
+
+static PyObject *py_clear_thresholds(PyObject *self, PyObject *noargs)
+{
+    (void)self, (void)noargs;
+    g_nth = 0;
+    g_need_rss = 0;
+    Py_RETURN_NONE;
+}
+
+/* [(index, value, step)] of the thresholds that fired; clears them. */
+static PyObject *py_take_pending(PyObject *self, PyObject *noargs)
+{
+    (void)self, (void)noargs;
+    PyObject *l = PyList_New(0);
+    if (!l)
+        return NULL;
+    for (int i = 0; i < g_nth; i++) {
+        if (!g_th[i].pending)
+            continue;
+        g_th[i].pending = 0;
+        PyObject *t = Py_BuildValue("(idK)", i, g_th[i].value, (unsigned long long)g_th[i].step);
+        if (!t || PyList_Append(l, t) < 0) {
+            Py_XDECREF(t);
+            Py_DECREF(l);
+            return NULL;
+        }
+        Py_DECREF(t);
+    }
+    return l;
+}
+
+/* ------------------------------------------------------------- phases */
+
+static void phase_rec(uint32_t kind, PyObject *name, int depth, int64_t t)
+{
+    Py_ssize_t n;
+    const char *s = utf8(name, &n);
+    char buf[64 + TM_INPROC_NAME_MAX];
+    tm_inproc_phase p = {.kind = kind, .depth = (uint32_t)depth, .step = g_steps, .name = s,
+                         .name_len = (uint16_t)(n > TM_INPROC_NAME_MAX ? TM_INPROC_NAME_MAX : n)};
+    rec_put(TM_REC_PHASE, t, buf, tm_inproc_encode_phase(&p, buf, sizeof buf));
+    auto_sample(TM_CAPTURE_PHASE, s, n, t);
+}
+
+static PyObject *py_phase_enter(PyObject *self, PyObject *name)
+{
+    (void)self;
+    if (!PyUnicode_Check(name))
+        Py_RETURN_NONE;
+    int64_t t = now_ns();
+    if (g_nphase < PHASE_MAX) {
+        Py_INCREF(name);
+        g_phase[g_nphase] = name;
+    }
+    g_nphase++;
+    phase_rec(TM_PHASE_ENTER, name, g_nphase, t);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_phase_exit(PyObject *self, PyObject *name)
+{
+    (void)self;
+    if (g_nphase <= 0 || !PyUnicode_Check(name))
+        Py_RETURN_NONE;
+    phase_rec(TM_PHASE_EXIT, name, g_nphase, now_ns());
+    g_nphase--;
+    if (g_nphase < PHASE_MAX)
+        Py_CLEAR(g_phase[g_nphase]);
+    Py_RETURN_NONE;
+}
+
+static PyObject *current_phase(void)
+{
+    int k = g_nphase < PHASE_MAX ? g_nphase : PHASE_MAX;
+    return k > 0 ? g_phase[k - 1] : NULL;
+}
+
+static PyObject *py_current_phase(PyObject *self, PyObject *noargs)
+{
+    (void)self, (void)noargs;
+    PyObject *p = current_phase();
+    if (!p)
+        Py_RETURN_NONE;
+    Py_INCREF(p);
+    return p;
+}
+
+/* ------------------------------------------------------------ optimizer */
+
+static PyObject *py_opt_pre(PyObject *self, PyObject *noargs)
+{
+    (void)self, (void)noargs;
+    g_opt_t0 = now_ns();
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_opt_post(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    long no = PyLong_Check(arg) ? PyLong_AsLong(arg) : 0;
+    if (no < 0) {
+        PyErr_Clear();
+        no = 0;
+    }
+    int64_t t = now_ns();
+    char buf[64];
+    tm_inproc_optstep o = {.step = g_steps, .start_ns = g_opt_t0 ? g_opt_t0 : t, .end_ns = t,
+                           .optimizer = (uint32_t)no};
+    g_opt_t0 = 0;
+    rec_put(TM_REC_OPTSTEP, t, buf, tm_inproc_encode_optstep(&o, buf, sizeof buf));
+    Py_RETURN_NONE;
+}
+
+/* -------------------------------------------------------------- workers */
+
+static PyObject *py_now(PyObject *self, PyObject *noargs)
+{
+    (void)self, (void)noargs;
+    return PyLong_FromLongLong(now_ns());
+}
+
+/* In a DataLoader worker, after one fetch: worker_batch(worker_id, t0_ns).
+ * The worker's own file is opened on its first batch (after the fork, so
+ * that it belongs to the worker). */
+static PyObject *py_worker_batch(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int wid;
+    long long t0;
+    if (!PyArg_ParseTuple(args, "iL", &wid, &t0)) {
+        swallow(R_WORKER, "worker_batch");
+        Py_RETURN_NONE;
+    }
+    int64_t t = now_ns();
+    pid_t me = getpid();
+    if (g_wrec_pid != me) {
+        g_wrec = NULL; /* the parent's (or a grandparent's): not ours to close */
+        g_wrec_pid = me;
+        g_wbatch = 0;
+        if (!g_run_dir[0])
+            Py_RETURN_NONE;
+        char path[4200], role[32];
+        snprintf(path, sizeof path, "%s/worker-r%d-%d.tmr", g_run_dir, g_rank < 0 ? 0 : g_rank,
+                 (int)me);
+        snprintf(role, sizeof role, "worker%d", wid);
+        tm_rec_opts o = {.role = role, .rank = g_rank, .block_size = 16384};
+        if (tm_rec_open(&g_wrec, path, &o)) {
+            report_once(R_WORKER, "worker %d cannot record: %s", wid, tm_last_error());
+            g_wrec = NULL;
+        }
+    }
+    if (!g_wrec)
+        Py_RETURN_NONE;
+    struct timespec ts;
+    double cpu = NAN;
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) == 0)
+        cpu = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    tm_inproc_worker w = {.worker_id = wid, .pid = (uint32_t)me, .batch = g_wbatch++,
+                          .start_ns = t0, .end_ns = t, .cpu_s = cpu,
+                          .rss_bytes = host_rss(t, 1)};
+    char buf[64];
+    int len = tm_inproc_encode_worker(&w, buf, sizeof buf);
+    int rc = tm_rec_append(g_wrec, TM_REC_WORKER, t, buf, (uint32_t)len);
+    if (rc == -ENOSPC)
+        report_once(R_FULL, "%s: disk full: recording stopped, the job goes on", g_run_dir);
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------------ OOM */
+
+/* oom(source, device, requested, free, total, snapshot_name) */
+static PyObject *py_oom(PyObject *self, PyObject *args)
+{
+    (void)self;
+    unsigned source;
+    int dev;
+    double req, fr, tot;
+    const char *snap;
+    Py_ssize_t snap_len;
+    if (!PyArg_ParseTuple(args, "Iiddds#", &source, &dev, &req, &fr, &tot, &snap, &snap_len)) {
+        swallow(R_INTERNAL, "recording an OOM");
+        Py_RETURN_NONE;
+    }
+    int64_t t = now_ns();
+    double f[F_N];
+    read_alloc(dev, 0, f);
+    f[F_RSS] = host_rss(t, 0);
+    f[F_FREE] = fr;
+    f[F_TOTAL] = tot;
+    PyObject *ph = current_phase();
+    Py_ssize_t pl = 0;
+    const char *ps = ph ? utf8(ph, &pl) : "";
+    char buf[128 + 2 * TM_INPROC_NAME_MAX];
+    tm_inproc_oom o = {.device = dev, .seq = ++g_ooms, .step = g_steps, .source = source,
+                       .requested = req, .free_device = fr, .total_device = tot,
+                       .allocated = f[F_ALLOC], .reserved = f[F_RESERVED],
+                       .phase = ps, .phase_len = (uint16_t)(pl > TM_INPROC_NAME_MAX ? TM_INPROC_NAME_MAX : pl),
+                       .snapshot = snap,
+                       .snapshot_len = (uint16_t)(snap_len > TM_INPROC_NAME_MAX ? TM_INPROC_NAME_MAX : snap_len)};
+    rec_put(TM_REC_OOM, t, buf, tm_inproc_encode_oom(&o, buf, sizeof buf));
+    put_capture(TM_CAPTURE_OOM, dev, f, "oom", 3, t);
+    return PyLong_FromUnsignedLong(g_ooms);
+}
+
+/* ------------------------------------------------------------- Monitor */
+
+typedef struct row {
+    double t_real;
+    PyObject *tag;
+    double f[F_N];
+} row;
+
+typedef struct {
+    PyObject_HEAD
+    int device; /* -1: the current device */
+    row *rows;
+    size_t n, cap;
+    int full; /* history could not grow */
+} Monitor;
+
+static int Monitor_init(Monitor *m, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"device", NULL};
+    PyObject *dev = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O", kwlist, &dev))
+        return -1;
+    m->device = -1;
+    if (dev != Py_None) {
+        /* an int, or a torch.device / "cuda:1" whose index is taken */
+        if (PyUnicode_Check(dev)) {
+            const char *s = PyUnicode_AsUTF8(dev);
+            const char *c = s ? strchr(s, ':') : NULL;
+            m->device = c ? atoi(c + 1) : -1;
+            PyErr_Clear();
+            return 0;
+        }
+        PyObject *idx = PyLong_Check(dev) ? (Py_INCREF(dev), dev)
+                                          : PyObject_GetAttrString(dev, "index");
+        if (!idx) {
+            PyErr_Clear();
+        } else {
+            if (PyLong_Check(idx))
+                m->device = (int)PyLong_AsLong(idx);
+            Py_DECREF(idx);
+            PyErr_Clear();
+        }
+    }
+    return 0;
+}
+
+static void Monitor_dealloc(Monitor *m)
+{
+    for (size_t i = 0; i < m->n; i++)
+        Py_XDECREF(m->rows[i].tag);
+    PyMem_Free(m->rows);
+    Py_TYPE(m)->tp_free((PyObject *)m);
+}
+
+/* capture(tag): one sample, recorded and kept in history.  Never raises. */
+static PyObject *Monitor_capture(Monitor *m, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *tag = nargs > 0 ? args[0] : NULL;
+    PyObject *owned = NULL;
+    if (!tag || !PyUnicode_Check(tag)) {
+        owned = tag ? PyObject_Str(tag) : PyUnicode_FromString("");
+        if (!owned) {
+            swallow(R_INTERNAL, "capture tag");
+            Py_RETURN_NONE;
+        }
+        tag = owned;
+    }
+    int64_t t = now_ns();
+    double f[F_N];
+    int dev = g_memstats ? read_alloc(m->device, 1, f) : -1;
+    if (!g_memstats)
+        for (int i = 0; i < F_N; i++)
+            f[i] = NAN;
+    f[F_RSS] = host_rss(t, 0);
+    Py_ssize_t tl;
+    const char *ts = utf8(tag, &tl);
+    put_capture(TM_CAPTURE_USER, dev, f, ts, tl, t);
+    if (m->n == m->cap && !m->full) {
+        size_t nc = m->cap ? m->cap * 2 : 256;
+        row *nr = PyMem_Realloc(m->rows, nc * sizeof *nr);
+        if (!nr) {
+            m->full = 1;
+            report_once(R_INTERNAL, "Monitor history: out of memory, history stops growing");
+        } else {
+            m->rows = nr;
+            m->cap = nc;
+        }
+    }
+    if (m->n < m->cap) {
+        row *r = &m->rows[m->n++];
+        r->t_real = (double)tm_now_real_ns() / 1e9;
+        Py_INCREF(tag);
+        r->tag = tag;
+        memcpy(r->f, f, sizeof r->f);
+    }
+    Py_XDECREF(owned);
+    Py_RETURN_NONE;
+}
+
+static PyObject *num_or_none(double v)
+{
+    if (isnan(v))
+        Py_RETURN_NONE;
+    return PyFloat_FromDouble(v);
+}
+
+/* _rows(): [(time, tag, allocated, reserved, peak, free, retries, active,
+ * inactive_split, requested, ooms, host_rss, total)], bytes, None when
+ * unavailable. */
+static PyObject *Monitor_rows(Monitor *m, PyObject *noargs)
+{
+    (void)noargs;
+    PyObject *l = PyList_New((Py_ssize_t)m->n);
+    if (!l)
+        return NULL;
+    for (size_t i = 0; i < m->n; i++) {
+        const row *r = &m->rows[i];
+        PyObject *t = Py_BuildValue(
+            "(dONNNNNNNNNNN)", r->t_real, r->tag, num_or_none(r->f[F_ALLOC]),
+            num_or_none(r->f[F_RESERVED]), num_or_none(r->f[F_PEAK]), num_or_none(r->f[F_FREE]),
+            num_or_none(r->f[F_RETRIES]), num_or_none(r->f[F_ACTIVE]),
+            num_or_none(r->f[F_INACTIVE]), num_or_none(r->f[F_REQUESTED]),
+            num_or_none(r->f[F_OOMS]), num_or_none(r->f[F_RSS]), num_or_none(r->f[F_TOTAL]));
+        if (!t) {
+            Py_DECREF(l);
+            return NULL;
+        }
+        PyList_SET_ITEM(l, (Py_ssize_t)i, t);
+    }
+    return l;
+}
+
+static PyObject *Monitor_clear(Monitor *m, PyObject *noargs)
+{
+    (void)noargs;
+    for (size_t i = 0; i < m->n; i++)
+        Py_CLEAR(m->rows[i].tag);
+    m->n = 0;
+    Py_RETURN_NONE;
+}
+
+static Py_ssize_t Monitor_len(Monitor *m) { return (Py_ssize_t)m->n; }
+
+static PyObject *Monitor_get_device(Monitor *m, void *closure)
+{
+    (void)closure;
+    if (m->device < 0)
+        Py_RETURN_NONE;
+    return PyLong_FromLong(m->device);
+}
+
+static PyMethodDef Monitor_methods[] = {
+    {"capture", (PyCFunction)(void (*)(void))Monitor_capture, METH_FASTCALL,
+     "capture(tag): record allocator and host memory now, tagged."},
+    {"_rows", (PyCFunction)Monitor_rows, METH_NOARGS, "the history as a list of tuples"},
+    {"clear", (PyCFunction)Monitor_clear, METH_NOARGS, "forget the history (not the records)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Monitor_getset[] = {
+    {"device", (getter)Monitor_get_device, NULL, "CUDA device index, None = current", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PySequenceMethods Monitor_seq = {.sq_length = (lenfunc)Monitor_len};
+
+static PyTypeObject MonitorType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "trainmon._trainmon.MonitorCore",
+    .tp_basicsize = sizeof(Monitor),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "The C core of trainmon.Monitor.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Monitor_init,
+    .tp_dealloc = (destructor)Monitor_dealloc,
+    .tp_methods = Monitor_methods,
+    .tp_getset = Monitor_getset,
+    .tp_as_sequence = &Monitor_seq,
+};
+
+/* -------------------------------------------------------------- reading */
+
+static PyObject *nan_none(double v) { return num_or_none(v); }
+
+static PyObject *rec_to_tuple(const tm_record *rec)
+{
+    PyObject *d = NULL;
+    const char *kind = NULL;
+    switch (rec->type) {
+    case TM_REC_STEP: {
+        tm_inproc_step s;
+        if (tm_inproc_decode_step(rec, &s))
+            break;
+        kind = "step";
+        d = Py_BuildValue("{s:K,s:L,s:L,s:L,s:I}", "step", (unsigned long long)s.step,
+                          "start_ns", (long long)s.start_ns, "end_ns", (long long)s.end_ns,
+                          "data_wait_ns", (long long)s.data_wait_ns, "flags", s.flags);
+        break;
+    }
+    case TM_REC_CAPTURE: {
+        tm_inproc_capture c;
+        if (tm_inproc_decode_capture(rec, &c))
+            break;
+        kind = "capture";
+        d = Py_BuildValue("{s:I,s:i,s:K,s:s#,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N}",
+                          "source", c.source, "device", c.device, "step",
+                          (unsigned long long)c.step, "tag", c.tag, (Py_ssize_t)c.tag_len,
+                          "allocated", nan_none(c.allocated), "reserved", nan_none(c.reserved),
+                          "peak_allocated", nan_none(c.peak_allocated), "active",
+                          nan_none(c.active), "inactive_split", nan_none(c.inactive_split),
+                          "requested", nan_none(c.requested), "free_device",
+                          nan_none(c.free_device), "total_device", nan_none(c.total_device),
+                          "num_alloc_retries", nan_none(c.num_alloc_retries), "num_ooms",
+                          nan_none(c.num_ooms), "host_rss", nan_none(c.host_rss));
+        break;
+    }
+    case TM_REC_PHASE: {
+        tm_inproc_phase p;
+        if (tm_inproc_decode_phase(rec, &p))
+            break;
+        kind = "phase";
+        d = Py_BuildValue("{s:s,s:I,s:K,s:s#}", "kind", p.kind == TM_PHASE_ENTER ? "enter" : "exit",
+                          "depth", p.depth, "step", (unsigned long long)p.step, "name", p.name,
+                          (Py_ssize_t)p.name_len);
+        break;
+    }
+    case TM_REC_OOM: {
+        tm_inproc_oom o;
+        if (tm_inproc_decode_oom(rec, &o))
+            break;
+        kind = "oom";
+        d = Py_BuildValue("{s:i,s:I,s:K,s:I,s:N,s:N,s:N,s:N,s:N,s:s#,s:s#}", "device", o.device,
+                          "seq", o.seq, "step", (unsigned long long)o.step, "source", o.source,
+                          "requested", nan_none(o.requested), "free_device",
+                          nan_none(o.free_device), "total_device", nan_none(o.total_device),
+                          "allocated", nan_none(o.allocated), "reserved", nan_none(o.reserved),
+                          "phase", o.phase, (Py_ssize_t)o.phase_len, "snapshot", o.snapshot,
+                          (Py_ssize_t)o.snapshot_len);
+        break;
+    }
+    case TM_REC_WORKER: {
+        tm_inproc_worker w;
+        if (tm_inproc_decode_worker(rec, &w))
+            break;
+        kind = "worker";
+        d = Py_BuildValue("{s:i,s:I,s:K,s:L,s:L,s:N,s:N}", "worker_id", w.worker_id, "pid",
+                          w.pid, "batch", (unsigned long long)w.batch, "start_ns",
+                          (long long)w.start_ns, "end_ns", (long long)w.end_ns, "cpu_s",
+                          nan_none(w.cpu_s), "rss_bytes", nan_none(w.rss_bytes));
+        break;
+    }
+    case TM_REC_OPTSTEP: {
+        tm_inproc_optstep o;
+        if (tm_inproc_decode_optstep(rec, &o))
+            break;
+        kind = "optimizer_step";
+        d = Py_BuildValue("{s:K,s:L,s:L,s:I}", "step", (unsigned long long)o.step, "start_ns",
+                          (long long)o.start_ns, "end_ns", (long long)o.end_ns, "optimizer",
+                          o.optimizer);
+        break;
+    }
+    case TM_REC_EVENT: {
+        tm_rec_event_def ev;
+        if (tm_rec_decode_event(rec, &ev))
+            break;
+        kind = "event";
+        d = Py_BuildValue("{s:s#,s:s#}", "name", ev.name, (Py_ssize_t)ev.name_len, "json",
+                          ev.json ? ev.json : "", (Py_ssize_t)(ev.json ? ev.json_len : 0));
+        break;
+    }
+    default:
+        break;
+    }
+    if (!kind) {
+        if (PyErr_Occurred())
+            return NULL;
+        kind = "other";
+        d = Py_BuildValue("{s:H,s:I}", "type_id", rec->type, "len", rec->len);
+    }
+    if (!d)
+        return NULL;
+    return Py_BuildValue("(sLN)", kind, (long long)rec->t_ns, d);
+}
+
+/* read_records(path) -> (header dict, [(kind, t_ns, fields)], damage count,
+ * torn tail).  For tests and post-mortem scripts; raises OSError. */
+static PyObject *py_read_records(PyObject *self, PyObject *args)
+{
+    (void)self;
+    const char *path;
+    if (!PyArg_ParseTuple(args, "s", &path))
+        return NULL;
+    tm_reader *r = NULL;
+    int rc = tm_reader_open(&r, path);
+    if (rc) {
+        errno = -rc;
+        return PyErr_Format(PyExc_OSError, "%s", tm_last_error());
+    }
+    const tm_rec_header *h = tm_reader_header(r);
+    PyObject *hd = Py_BuildValue("{s:i,s:i,s:s,s:s,s:L,s:L}", "pid", h->pid, "rank", h->rank,
+                                 "host", h->host, "role", h->role, "start_real_ns",
+                                 (long long)h->start_real_ns, "start_mono_ns",
+                                 (long long)h->start_mono_ns);
+    PyObject *l = PyList_New(0);
+    PyObject *res = NULL;
+    if (!hd || !l)
+        goto out;
+    tm_record rec;
+    while ((rc = tm_reader_next(r, &rec)) > 0) {
+        PyObject *t = rec_to_tuple(&rec);
+        if (!t || PyList_Append(l, t) < 0) {
+            Py_XDECREF(t);
+            goto out;
+        }
+        Py_DECREF(t);
+    }
+    if (rc < 0) {
+        PyErr_Format(PyExc_OSError, "%s", tm_last_error());
+        goto out;
+    }
+    const tm_damage *dm;
+    size_t nd = tm_reader_damage(r, &dm);
+    res = Py_BuildValue("(OOnO)", hd, l, (Py_ssize_t)nd, tm_reader_torn_tail(r) ? Py_True : Py_False);
+out:
+    Py_XDECREF(hd);
+    Py_XDECREF(l);
+    tm_reader_close(&r);
+    return res;
+}
+
+/* format_record: not needed in Python; the dump formatter is tested in C. */
+
+/* --------------------------------------------------------------- module */
+
+static PyMethodDef methods[] = {
+    {"open", py_open, METH_VARARGS, "open(path, run_dir, rank, role, meta_json[, max_size])"},
+    {"recording", py_recording, METH_NOARGS, "whether records are being written"},
+    {"event", py_event, METH_VARARGS, "event(name, json)"},
+    {"bind_torch", py_bind_torch, METH_VARARGS, "bind_torch(memstats, is_init, meminfo, curdev)"},
+    {"next_enter", py_next_enter, METH_NOARGS, "DataLoader __next__ entered"},
+    {"next_exit", py_next_exit, METH_O, "DataLoader __next__ returned (True) or raised"},
+    {"shutdown", py_shutdown, METH_NOARGS, "close the open step"},
+    {"reset_steps", py_reset_steps, METH_NOARGS, "forget step state (detach)"},
+    {"stats", py_stats, METH_NOARGS, "step counters"},
+    {"add_threshold", py_add_threshold, METH_VARARGS, "add_threshold(metric, above, window)"},
+    {"clear_thresholds", py_clear_thresholds, METH_NOARGS, ""},
+    {"take_pending", py_take_pending, METH_NOARGS, "thresholds that fired"},
+    {"phase_enter", py_phase_enter, METH_O, ""},
+    {"phase_exit", py_phase_exit, METH_O, ""},
+    {"current_phase", py_current_phase, METH_NOARGS, ""},
+    {"opt_pre", py_opt_pre, METH_NOARGS, ""},
+    {"opt_post", py_opt_post, METH_O, ""},
+    {"now", py_now, METH_NOARGS, "CLOCK_MONOTONIC in ns"},
+    {"worker_batch", py_worker_batch, METH_VARARGS, "worker_batch(worker_id, t0_ns)"},
+    {"oom", py_oom, METH_VARARGS, "oom(source, device, requested, free, total, snapshot)"},
+    {"read_records", py_read_records, METH_VARARGS, "read_records(path)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "trainmon._trainmon", "trainmon's in-process recorder (C).", -1,
+    methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__trainmon(void)
+{
+    for (int i = 0; i < F_N; i++)
+        g_last[i] = NAN;
+    if (PyType_Ready(&MonitorType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m)
+        return NULL;
+    Py_INCREF(&MonitorType);
+    if (PyModule_AddObject(m, "MonitorCore", (PyObject *)&MonitorType) < 0) {
+        Py_DECREF(&MonitorType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    PyModule_AddStringConstant(m, "VERSION", TM_VERSION);
+    return m;
+}

@@ -1,0 +1,887 @@
+/*
+ * serve.c - `trainmon serve`: a Prometheus exporter for a node, on
+ * libmicrohttpd.  GET /metrics (text format 0.0.4), GET /health (JSON
+ * verdict for schedulers), GET / (an index).  docs/METRICS.md lists every
+ * series; the text itself is written by the library (tm_prom_*, tm_health_*).
+ *
+ * Sampling model: the main thread is a sampler that collects every interval
+ * (-i, default 1 s) and publishes the finished /metrics and /health bodies
+ * as two libmicrohttpd response objects; the HTTP thread only queues the
+ * current objects (reference-counted by libmicrohttpd), so a scrape costs
+ * no /proc read, no formatting and no copy, and 2,000 scrapes/s cost the
+ * same collection work as one.  A scrape sees data at most one interval
+ * old, which is finer than any sane scrape interval (15 s is usual).  The
+ * collection's own cost is exported (trainmon_exporter_collect_cpu_seconds_total)
+ * so that it can be compared with an exporter that collects on each scrape.
+ *
+ * Robustness: one epoll thread, a connection cap, a per-connection memory
+ * cap (an oversized request gets 431/413 and is dropped) and an idle
+ * timeout (slow clients are cut); only GET and HEAD are served.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <microhttpd.h>
+
+#include "cli.h"
+#include "trainmon.h"
+
+/* Outside the 9100-9999 range the Prometheus wiki allocates to exporters
+ * (full since 2023) and clear of the ports common neighbours take: 9090
+ * Prometheus, 9093 Alertmanager, 9100 node_exporter, 9400 dcgm-exporter,
+ * 9835 nvidia_gpu_exporter, 9464 OpenTelemetry; below the ephemeral range. */
+#define SERVE_DEFAULT_LISTEN "127.0.0.1:10436"
+
+#define SERVE_MAX_DEVS 256
+#define SERVE_MAX_CONNS 2048        /* more than a scrape fleet ever opens */
+#define SERVE_CONN_TIMEOUT_S 10     /* idle (slow) clients are cut after this */
+#define SERVE_CONN_MEMORY (16 * 1024) /* per connection: request line + headers */
+#define SERVE_TEXT_CAP (8u << 20)   /* /metrics larger than this is an error */
+#define SERVE_HEALTH_WINDOW_S 10.0  /* /health judges disks over this window */
+#define SERVE_HEALTH_SLOTS 64
+
+#define SERVE_MAX_RUNS 64
+#define SERVE_MAX_FILES 256           /* record files followed per run */
+#define SERVE_RUN_LIVE_S 900.0        /* a run is live while a file changed this recently */
+#define SERVE_RECORDS_PER_PASS 200000 /* per file per interval: bounds a catch-up */
+
+static volatile sig_atomic_t serve_stop;
+
+static void serve_on_signal(int sig)
+{
+    (void)sig;
+    serve_stop = 1;
+}
+
+static void serve_usage(FILE *f)
+{
+    fputs("usage: trainmon serve [--listen ADDR] [--runs DIR] [-d PATH]... [-i SEC] [--gpu LIST]\n"
+          "\n"
+          "  --listen ADDR  HOST:PORT to listen on (default " SERVE_DEFAULT_LISTEN ");\n"
+          "                 \":PORT\" listens on every interface: an explicit choice, as\n"
+          "                 the metrics name devices, runs and hosts\n"
+          "  --runs DIR     export the live runs under DIR (run directories with *.tmr)\n"
+          "  -d PATH        export the disks behind PATH (repeatable); default: every\n"
+          "                 physical disk\n"
+          "  -i SEC         collection interval (default 1); scrapes are served from the\n"
+          "                 last collection\n"
+          "  --gpu LIST     all (default), none, or NVML indices like 0,2\n"
+          "\n"
+          "GET /metrics (Prometheus text format), GET /health (JSON), GET / (index).\n"
+          "Series are listed in docs/METRICS.md.\n",
+          f);
+}
+
+/* --- live runs under --runs: one reader per record file, kept open */
+
+struct serve_file {
+    char name[256];
+    dev_t dev;
+    ino_t ino;
+    tm_reader *r;
+    bool at_end, seen, is_rank;
+    tm_prom_rank acc;
+};
+
+struct serve_run {
+    char name[256];
+    char host[64];
+    struct serve_file *files;
+    size_t nfiles;
+    bool seen;
+    double newest_mtime;
+    tm_prom_rank *ranks; /* output array, nfiles long */
+};
+
+struct serve_runs {
+    char dir[PATH_MAX];
+    struct serve_run *run;
+    size_t n;
+    bool warned_many;
+};
+
+static void serve_file_close(struct serve_file *f) { tm_reader_close(&f->r); }
+
+static void serve_run_free(struct serve_run *r)
+{
+    for (size_t i = 0; i < r->nfiles; i++)
+        serve_file_close(&r->files[i]);
+    free(r->files);
+    free(r->ranks);
+    memset(r, 0, sizeof *r);
+}
+
+static void serve_file_record(struct serve_file *f, const tm_record *rec)
+{
+    switch (rec->type) {
+    case TM_REC_STEP: {
+        tm_inproc_step s;
+        if (tm_inproc_decode_step(rec, &s) < 0)
+            return;
+        /* The highest step number, not a count of records: a ring file that
+         * dropped its oldest blocks still gives the right total. */
+        if (s.step + 1 > f->acc.steps)
+            f->acc.steps = s.step + 1;
+        if (s.end_ns > s.start_ns)
+            f->acc.step_seconds += (double)(s.end_ns - s.start_ns) / 1e9;
+        if (s.data_wait_ns > 0)
+            f->acc.data_wait_seconds += (double)s.data_wait_ns / 1e9;
+        f->acc.steps_valid = true;
+        break;
+    }
+    case TM_REC_CAPTURE: {
+        tm_inproc_capture c;
+        if (tm_inproc_decode_capture(rec, &c) < 0 || isnan(c.allocated))
+            return;
+        f->acc.allocated_bytes = c.allocated;
+        f->acc.reserved_bytes = c.reserved;
+        f->acc.peak_allocated_bytes = c.peak_allocated;
+        f->acc.memory_valid = true;
+        break;
+    }
+    case TM_REC_OOM: f->acc.ooms++; break;
+    default: break;
+    }
+}
+
+/* Reads what was appended to a rank file since the last pass. */
+static void serve_file_follow(struct serve_file *f, const char *path, char *host, size_t hostcap)
+{
+    if (!f->r) {
+        if (tm_reader_open(&f->r, path) < 0)
+            return; /* a header not yet written: try again next pass */
+        const tm_rec_header *h = tm_reader_header(f->r);
+        if (h->rank >= 0)
+            snprintf(f->acc.rank, sizeof f->acc.rank, "%d", (int)h->rank);
+        else
+            snprintf(f->acc.rank, sizeof f->acc.rank, "%.*s", (int)sizeof h->role, h->role);
+        if (!host[0])
+            snprintf(host, hostcap, "%.*s", (int)sizeof h->host, h->host);
+        f->at_end = false;
+    }
+    if (f->at_end && tm_reader_refresh(f->r) < 0)
+        return;
+    f->at_end = false;
+    tm_record rec;
+    for (int i = 0; i < SERVE_RECORDS_PER_PASS; i++) {
+        int rc = tm_reader_next(f->r, &rec);
+        if (rc <= 0) {
+            f->at_end = rc == 0;
+            return;
+        }
+        serve_file_record(f, &rec);
+    }
+}
+
+static bool serve_has_suffix(const char *s, const char *suf)
+{
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && strcmp(s + a - b, suf) == 0;
+}
+
+/* Scans one run directory: follows its rank files and notes the newest
+ * change of any record file. */
+static void serve_run_scan(struct serve_run *run, const char *dirpath)
+{
+    DIR *d = opendir(dirpath);
+    if (!d)
+        return;
+    for (size_t i = 0; i < run->nfiles; i++)
+        run->files[i].seen = false;
+    run->newest_mtime = 0;
+    struct dirent *de;
+    char path[PATH_MAX];
+    while ((de = readdir(d))) {
+        if (!serve_has_suffix(de->d_name, ".tmr") || strlen(de->d_name) >= 256)
+            continue;
+        if (snprintf(path, sizeof path, "%s/%s", dirpath, de->d_name) >= (int)sizeof path)
+            continue;
+        struct stat st;
+        if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+            continue;
+        double mt = (double)st.st_mtim.tv_sec + (double)st.st_mtim.tv_nsec / 1e9;
+        if (mt > run->newest_mtime)
+            run->newest_mtime = mt;
+        bool is_rank = strncmp(de->d_name, "rank", 4) == 0 || strncmp(de->d_name, "pid", 3) == 0;
+        bool is_system = strcmp(de->d_name, "system.tmr") == 0;
+        if (!is_rank && !is_system)
+            continue; /* DataLoader workers' files: only their mtime counts */
+        struct serve_file *f = NULL;
+        for (size_t i = 0; i < run->nfiles && !f; i++)
+            if (strcmp(run->files[i].name, de->d_name) == 0)
+                f = &run->files[i];
+        if (f && (f->dev != st.st_dev || f->ino != st.st_ino)) {
+            /* Replaced by a new file of the same name: a new process, whose
+             * counters start again (a counter reset to Prometheus). */
+            serve_file_close(f);
+            memset(&f->acc, 0, sizeof f->acc);
+            f->dev = st.st_dev;
+            f->ino = st.st_ino;
+        }
+        if (!f) {
+            if (run->nfiles >= SERVE_MAX_FILES)
+                continue;
+            f = &run->files[run->nfiles++];
+            memset(f, 0, sizeof *f);
+            snprintf(f->name, sizeof f->name, "%s", de->d_name);
+            f->dev = st.st_dev;
+            f->ino = st.st_ino;
+            f->is_rank = is_rank;
+        }
+        f->seen = true;
+        if (is_rank) {
+            serve_file_follow(f, path, run->host, sizeof run->host);
+        } else if (!run->host[0] && !f->r && tm_reader_open(&f->r, path) == 0) {
+            const tm_rec_header *h = tm_reader_header(f->r);
+            snprintf(run->host, sizeof run->host, "%.*s", (int)sizeof h->host, h->host);
+            tm_reader_close(&f->r); /* system.tmr is only read for its host */
+        }
+    }
+    closedir(d);
+    /* Files that went away take their series with them. */
+    size_t k = 0;
+    for (size_t i = 0; i < run->nfiles; i++) {
+        if (run->files[i].seen)
+            run->files[k++] = run->files[i];
+        else
+            serve_file_close(&run->files[i]);
+    }
+    run->nfiles = k;
+}
+
+static void serve_runs_scan(struct serve_runs *rs)
+{
+    for (size_t i = 0; i < rs->n; i++)
+        rs->run[i].seen = false;
+    DIR *d = opendir(rs->dir);
+    if (d) {
+        struct dirent *de;
+        char path[PATH_MAX];
+        while ((de = readdir(d))) {
+            if (de->d_name[0] == '.' || strlen(de->d_name) >= 256)
+                continue;
+            if (snprintf(path, sizeof path, "%s/%s", rs->dir, de->d_name) >= (int)sizeof path)
+                continue;
+            struct stat st;
+            if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+                continue;
+            struct serve_run *run = NULL;
+            for (size_t i = 0; i < rs->n && !run; i++)
+                if (strcmp(rs->run[i].name, de->d_name) == 0)
+                    run = &rs->run[i];
+            bool fresh = !run;
+            if (fresh) {
+                if (rs->n >= SERVE_MAX_RUNS) {
+                    if (!rs->warned_many)
+                        cli_warn("%s: more than %d runs: exporting the first ones", rs->dir,
+                                 SERVE_MAX_RUNS);
+                    rs->warned_many = true;
+                    continue;
+                }
+                run = &rs->run[rs->n];
+                memset(run, 0, sizeof *run);
+                snprintf(run->name, sizeof run->name, "%s", de->d_name);
+                run->files = calloc(SERVE_MAX_FILES, sizeof *run->files);
+                run->ranks = calloc(SERVE_MAX_FILES, sizeof *run->ranks);
+                if (!run->files || !run->ranks) {
+                    serve_run_free(run);
+                    continue;
+                }
+                rs->n++;
+            }
+            serve_run_scan(run, path);
+            double age = (double)tm_now_real_ns() / 1e9 - run->newest_mtime;
+            run->seen = run->newest_mtime > 0 && age <= SERVE_RUN_LIVE_S;
+        }
+        closedir(d);
+    }
+    /* Runs that ended (or went away) are closed and forgotten. */
+    size_t k = 0;
+    for (size_t i = 0; i < rs->n; i++) {
+        if (rs->run[i].seen)
+            rs->run[k++] = rs->run[i];
+        else
+            serve_run_free(&rs->run[i]);
+    }
+    rs->n = k;
+}
+
+/* Fills out (SERVE_MAX_RUNS long) for tm_prom_write_runs. */
+static size_t serve_runs_export(struct serve_runs *rs, tm_prom_run *out)
+{
+    double now = (double)tm_now_real_ns() / 1e9;
+    for (size_t i = 0; i < rs->n; i++) {
+        struct serve_run *r = &rs->run[i];
+        size_t nr = 0;
+        for (size_t j = 0; j < r->nfiles; j++)
+            if (r->files[j].is_rank && r->files[j].r)
+                r->ranks[nr++] = r->files[j].acc;
+        double age = now - r->newest_mtime;
+        out[i] = (tm_prom_run){.name = r->name,
+                               .host = r->host,
+                               .last_record_age_s = age < 0 ? 0 : age,
+                               .nranks = nr,
+                               .ranks = r->ranks};
+    }
+    return rs->n;
+}
+
+/* --- the collectors and the published bodies */
+
+enum { COL_DISK, COL_PRESSURE, COL_GPU, COL_RUNS, COL_N };
+static const char *const serve_col_names[COL_N] = {"disk", "pressure", "gpu", "runs"};
+
+/* /health rates over a window: raw disk samples in a ring. */
+struct serve_hslot {
+    int64_t t_ns;
+    size_t n;
+    tm_diskstat *raw;
+};
+
+struct serve {
+    tm_disk *disk;
+    tm_prom_disks *acc;
+    tm_pressure *psi;
+    tm_gpu *gpu;
+    struct serve_runs *runs;
+    tm_prom_run *runs_out;
+
+    bool ok[COL_N], on[COL_N];
+    uint64_t collects;
+    double collect_cpu_s;
+
+    struct serve_hslot hring[SERVE_HEALTH_SLOTS];
+    size_t hslots, hnext, hcount;
+    tm_diskrate *hrates;
+    size_t hrates_cap;
+    tm_health_limits limits;
+
+    tm_text *metrics, *health;
+
+    pthread_mutex_t lock; /* guards the two published responses */
+    struct MHD_Response *r_metrics, *r_health;
+    struct MHD_Response *r_index, *r_404, *r_405;
+};
+
+static double serve_thread_cpu(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+        return NAN;
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Keeps this sample's raw counters and computes rates against the oldest
+ * one still in the window. */
+static size_t serve_health_rates(struct serve *s, const tm_diskstat *raw, size_t n)
+{
+    int64_t now = tm_now_mono_ns();
+    struct serve_hslot *slot = &s->hring[s->hnext];
+    tm_diskstat *p = realloc(slot->raw, (n ? n : 1) * sizeof *p);
+    if (!p)
+        return 0;
+    slot->raw = p;
+    memcpy(slot->raw, raw, n * sizeof *raw);
+    slot->n = n;
+    slot->t_ns = now;
+    s->hnext = (s->hnext + 1) % s->hslots;
+    if (s->hcount < s->hslots)
+        s->hcount++;
+    if (s->hcount < 2)
+        return 0;
+    /* The oldest slot: hnext when the ring is full, else slot 0. */
+    const struct serve_hslot *old = &s->hring[s->hcount == s->hslots ? s->hnext : 0];
+    double dt = (double)(now - old->t_ns) / 1e9;
+    if (dt <= 0)
+        return 0;
+    if (n > s->hrates_cap) {
+        tm_diskrate *r = realloc(s->hrates, n * sizeof *r);
+        if (!r)
+            return 0;
+        s->hrates = r;
+        s->hrates_cap = n;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < old->n; j++)
+            if (strcmp(old->raw[j].name, raw[i].name) == 0) {
+                tm_disk_rate(&old->raw[j], &raw[i], dt, &s->hrates[k++]);
+                break;
+            }
+    return k;
+}
+
+static struct MHD_Response *serve_response(const tm_text *t, const char *type)
+{
+    size_t len;
+    const char *data = tm_text_data(t, &len);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(len, (void *)(uintptr_t)data, MHD_RESPMEM_MUST_COPY);
+    if (r)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    return r;
+}
+
+/* One collection: samples every collector, writes both bodies and
+ * publishes them. */
+static void serve_collect(struct serve *s)
+{
+    int64_t t0 = tm_now_mono_ns();
+    double c0 = serve_thread_cpu();
+    tm_text_reset(s->metrics);
+    tm_text_reset(s->health);
+
+    const tm_diskrate *rates;
+    const tm_diskstat *raw = NULL;
+    size_t nrates, nraw = 0, nh = 0;
+    s->ok[COL_DISK] = tm_disk_sample(s->disk, &rates, &nrates) == 0 &&
+                      tm_disk_last_raw(s->disk, &raw, &nraw) == 0 &&
+                      tm_prom_disks_update(s->acc, raw, nraw) == 0;
+    if (s->ok[COL_DISK])
+        nh = serve_health_rates(s, raw, nraw);
+    tm_prom_write_disks(s->metrics, s->acc);
+
+    tm_pressure_stats ps;
+    memset(&ps, 0, sizeof ps);
+    s->ok[COL_PRESSURE] = s->psi && tm_pressure_sample(s->psi, &ps) == 0;
+    if (s->ok[COL_PRESSURE])
+        tm_prom_write_pressure(s->metrics, &ps);
+
+    const tm_gpu_stats *gpus = NULL;
+    size_t ngpus = 0;
+    if (s->gpu) {
+        s->ok[COL_GPU] = tm_gpu_sample(s->gpu, &gpus, &ngpus) == 0;
+        const char *w;
+        while ((w = tm_gpu_next_warning(s->gpu)))
+            cli_warn("%s", w);
+        if (s->ok[COL_GPU])
+            tm_prom_write_gpus(s->metrics, gpus, ngpus);
+        else
+            ngpus = 0;
+    }
+
+    if (s->runs) {
+        serve_runs_scan(s->runs);
+        s->ok[COL_RUNS] = true;
+        tm_prom_write_runs(s->metrics, s->runs_out, serve_runs_export(s->runs, s->runs_out));
+    }
+
+    tm_health_write_json(s->health, &s->limits, s->hrates, nh,
+                         s->ok[COL_PRESSURE] ? &ps : NULL, gpus, ngpus, NULL);
+
+    s->collects++;
+    double c1 = serve_thread_cpu();
+    if (!isnan(c0) && !isnan(c1))
+        s->collect_cpu_s += c1 - c0;
+    const char *names[COL_N];
+    bool ok[COL_N];
+    size_t n = 0;
+    for (int i = 0; i < COL_N; i++)
+        if (s->on[i]) {
+            names[n] = serve_col_names[i];
+            ok[n++] = s->ok[i];
+        }
+    tm_prom_self self = {.collect_s = (double)(tm_now_mono_ns() - t0) / 1e9,
+                         .collects = s->collects,
+                         .collect_cpu_s = s->collect_cpu_s,
+                         .names = names,
+                         .success = ok,
+                         .n = n};
+    tm_prom_write_exporter(s->metrics, &self);
+
+    if (tm_text_error(s->metrics) || tm_text_error(s->health)) {
+        cli_warn("metrics text over %u bytes or out of memory: keeping the previous one",
+                 SERVE_TEXT_CAP);
+        return;
+    }
+    struct MHD_Response *m = serve_response(s->metrics, "text/plain; version=0.0.4; charset=utf-8");
+    struct MHD_Response *h = serve_response(s->health, "application/json");
+    if (!m || !h) {
+        if (m)
+            MHD_destroy_response(m);
+        if (h)
+            MHD_destroy_response(h);
+        return;
+    }
+    pthread_mutex_lock(&s->lock);
+    struct MHD_Response *om = s->r_metrics, *oh = s->r_health;
+    s->r_metrics = m;
+    s->r_health = h;
+    pthread_mutex_unlock(&s->lock);
+    /* Scrapes in flight hold their own references. */
+    if (om)
+        MHD_destroy_response(om);
+    if (oh)
+        MHD_destroy_response(oh);
+}
+
+/* --- HTTP */
+
+static enum MHD_Result serve_queue_shared(struct serve *s, struct MHD_Connection *c,
+                                          struct MHD_Response **which)
+{
+    pthread_mutex_lock(&s->lock);
+    enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, *which);
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static enum MHD_Result serve_handle(void *cls, struct MHD_Connection *c, const char *url,
+                                    const char *method, const char *version,
+                                    const char *upload_data, size_t *upload_data_size,
+                                    void **con_cls)
+{
+    (void)version;
+    (void)upload_data;
+    (void)upload_data_size;
+    (void)con_cls;
+    struct serve *s = cls;
+    if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
+        return MHD_queue_response(c, MHD_HTTP_METHOD_NOT_ALLOWED, s->r_405);
+    if (strcmp(url, "/metrics") == 0)
+        return serve_queue_shared(s, c, &s->r_metrics);
+    if (strcmp(url, "/health") == 0)
+        return serve_queue_shared(s, c, &s->r_health);
+    if (strcmp(url, "/") == 0)
+        return MHD_queue_response(c, MHD_HTTP_OK, s->r_index);
+    return MHD_queue_response(c, MHD_HTTP_NOT_FOUND, s->r_404);
+}
+
+static struct MHD_Response *serve_static(const char *body, const char *type)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        strlen(body), (void *)(uintptr_t)body, MHD_RESPMEM_PERSISTENT);
+    if (r)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    return r;
+}
+
+/* HOST:PORT, [V6]:PORT or :PORT into a socket address. */
+static int serve_parse_listen(const char *arg, struct sockaddr_storage *ss, socklen_t *len)
+{
+    char host[256];
+    const char *colon = strrchr(arg, ':');
+    if (!colon || !colon[1])
+        return -EINVAL;
+    size_t hl = (size_t)(colon - arg);
+    if (hl >= sizeof host)
+        return -EINVAL;
+    memcpy(host, arg, hl);
+    host[hl] = '\0';
+    if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']') {
+        memmove(host, host + 1, hl - 2);
+        host[hl - 2] = '\0';
+    }
+    char *end;
+    long port = strtol(colon + 1, &end, 10);
+    if (*end || port < 0 || port > 65535)
+        return -EINVAL;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    int rc = getaddrinfo(host[0] ? host : NULL, colon + 1, &hints, &res);
+    if (rc != 0 || !res)
+        return -EADDRNOTAVAIL;
+    /* ":PORT" means every IPv4 interface (AI_PASSIVE with no host). */
+    struct addrinfo *pick = res;
+    if (!host[0])
+        for (struct addrinfo *a = res; a; a = a->ai_next)
+            if (a->ai_family == AF_INET) {
+                pick = a;
+                break;
+            }
+    memcpy(ss, pick->ai_addr, pick->ai_addrlen);
+    *len = pick->ai_addrlen;
+    freeaddrinfo(res);
+    return 0;
+}
+
+/* "all", "none" or a comma-separated list of GPU indices. */
+static bool serve_parse_gpus(const char *arg, bool *wanted, unsigned *idx, size_t *n)
+{
+    *n = 0;
+    *wanted = true;
+    if (strcmp(arg, "all") == 0)
+        return true;
+    if (strcmp(arg, "none") == 0) {
+        *wanted = false;
+        return true;
+    }
+    const char *p = arg;
+    while (*p) {
+        char *end;
+        errno = 0;
+        unsigned long v = strtoul(p, &end, 10);
+        if (end == p || errno || v > 1024 || *n >= 64 || (*end && *end != ','))
+            return false;
+        idx[(*n)++] = (unsigned)v;
+        p = *end ? end + 1 : end;
+        if (*end && !*p)
+            return false;
+    }
+    return *n > 0;
+}
+
+static void serve_add_dev(char (*devs)[TM_DISK_NAME_MAX], size_t *n, const char *name)
+{
+    for (size_t i = 0; i < *n; i++)
+        if (strcmp(devs[i], name) == 0)
+            return;
+    if (*n < SERVE_MAX_DEVS)
+        snprintf(devs[(*n)++], TM_DISK_NAME_MAX, "%s", name);
+}
+
+/* 1,000 idle connections need more descriptors than the usual soft limit
+ * of 1024: raise it to the hard limit (or 4096). */
+static void serve_raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    rlim_t want = SERVE_MAX_CONNS + 64;
+    if (rl.rlim_cur >= want)
+        return;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+}
+
+static void serve_sleep_until(int64_t deadline_ns)
+{
+    struct timespec ts = {.tv_sec = (time_t)(deadline_ns / 1000000000LL),
+                          .tv_nsec = (long)(deadline_ns % 1000000000LL)};
+    while (!serve_stop && clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+        ;
+}
+
+static void serve_free(struct serve *s)
+{
+    tm_disk_close(&s->disk);
+    tm_prom_disks_free(&s->acc);
+    tm_pressure_close(&s->psi);
+    tm_gpu_close(&s->gpu);
+    if (s->runs) {
+        for (size_t i = 0; i < s->runs->n; i++)
+            serve_run_free(&s->runs->run[i]);
+        free(s->runs->run);
+        free(s->runs);
+    }
+    free(s->runs_out);
+    for (size_t i = 0; i < SERVE_HEALTH_SLOTS; i++)
+        free(s->hring[i].raw);
+    free(s->hrates);
+    tm_text_free(&s->metrics);
+    tm_text_free(&s->health);
+    struct MHD_Response **rs[] = {&s->r_metrics, &s->r_health, &s->r_index, &s->r_404, &s->r_405};
+    for (size_t i = 0; i < sizeof rs / sizeof rs[0]; i++)
+        if (*rs[i]) {
+            MHD_destroy_response(*rs[i]);
+            *rs[i] = NULL;
+        }
+    pthread_mutex_destroy(&s->lock);
+}
+
+static const char serve_index_html[] =
+    "<!DOCTYPE html><html><head><title>trainmon exporter</title></head><body>"
+    "<h1>trainmon " TM_VERSION "</h1><ul>"
+    "<li><a href=\"/metrics\">/metrics</a> (Prometheus text format)</li>"
+    "<li><a href=\"/health\">/health</a> (JSON verdict)</li></ul></body></html>\n";
+
+int cmd_serve(int argc, char **argv)
+{
+    enum { OPT_LISTEN = 1000, OPT_RUNS, OPT_GPU };
+    static const struct option opts[] = {
+        {"listen", required_argument, NULL, OPT_LISTEN},
+        {"runs", required_argument, NULL, OPT_RUNS},
+        {"disk", required_argument, NULL, 'd'},
+        {"interval", required_argument, NULL, 'i'},
+        {"gpu", required_argument, NULL, OPT_GPU},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *listen = SERVE_DEFAULT_LISTEN, *runs_dir = NULL;
+    double interval = 1.0;
+    bool gpu_wanted = true;
+    unsigned gpu_idx[64];
+    size_t ngpu_idx = 0;
+    static char devs[SERVE_MAX_DEVS][TM_DISK_NAME_MAX];
+    size_t ndevs = 0;
+    int npaths = 0;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "d:i:h", opts, NULL)) != -1) {
+        switch (c) {
+        case OPT_LISTEN: listen = optarg; break;
+        case OPT_RUNS: runs_dir = optarg; break;
+        case 'd': {
+            tm_blkdev bd;
+            npaths++;
+            if (tm_blkdev_resolve(optarg, 0, &bd) < 0) {
+                cli_err("%s", tm_last_error());
+                return 1;
+            }
+            if (bd.kind != TM_FS_BLOCK || !bd.top[0]) {
+                cli_warn("%s", bd.why);
+                break;
+            }
+            serve_add_dev(devs, &ndevs, bd.top);
+            for (size_t k = 0; k < bd.nleaves; k++)
+                serve_add_dev(devs, &ndevs, bd.leaves[k]);
+            break;
+        }
+        case 'i':
+            if (!cli_parse_seconds(optarg, &interval)) {
+                cli_err("-i %s: not an interval in seconds", optarg);
+                return 2;
+            }
+            break;
+        case OPT_GPU:
+            if (!serve_parse_gpus(optarg, &gpu_wanted, gpu_idx, &ngpu_idx)) {
+                cli_err("--gpu %s: want all, none, or indices like 0,2", optarg);
+                return 2;
+            }
+            break;
+        case 'h': serve_usage(stdout); return 0;
+        default: serve_usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        cli_err("serve: unexpected argument %s", argv[optind]);
+        serve_usage(stderr);
+        return 2;
+    }
+    struct sockaddr_storage ss;
+    socklen_t sslen;
+    if (serve_parse_listen(listen, &ss, &sslen) < 0) {
+        cli_err("--listen %s: want HOST:PORT, [IPv6]:PORT or :PORT", listen);
+        return 2;
+    }
+    if (runs_dir) {
+        struct stat st;
+        if (stat(runs_dir, &st) != 0) {
+            cli_err("%s: %s", runs_dir, strerror(errno));
+            return 1;
+        }
+        if (!S_ISDIR(st.st_mode)) {
+            cli_err("%s: not a directory", runs_dir);
+            return 1;
+        }
+    }
+    if (npaths > 0 && ndevs == 0)
+        cli_warn("no block device behind the given paths: exporting pressure, GPUs and runs");
+
+    static struct serve s;
+    memset(&s, 0, sizeof s);
+    pthread_mutex_init(&s.lock, NULL);
+    tm_health_limits_default(&s.limits);
+    s.hslots = (size_t)lround(SERVE_HEALTH_WINDOW_S / interval) + 1;
+    if (s.hslots < 2)
+        s.hslots = 2;
+    if (s.hslots > SERVE_HEALTH_SLOTS)
+        s.hslots = SERVE_HEALTH_SLOTS;
+    int rc = 1;
+    struct MHD_Daemon *daemon = NULL;
+
+    const char *names[SERVE_MAX_DEVS];
+    for (size_t i = 0; i < ndevs; i++)
+        names[i] = devs[i];
+    s.on[COL_DISK] = true;
+    if (!(npaths > 0 && ndevs == 0) && tm_disk_open(&s.disk, ndevs ? names : NULL, ndevs) < 0) {
+        cli_err("%s", tm_last_error());
+        goto out;
+    }
+    if (!s.disk)
+        s.on[COL_DISK] = false;
+    if (tm_prom_disks_new(&s.acc) < 0) {
+        cli_err("%s", tm_last_error());
+        goto out;
+    }
+    s.on[COL_PRESSURE] = true;
+    if (tm_pressure_open(&s.psi, 0) < 0)
+        cli_warn("pressure stall information unavailable: %s", tm_last_error());
+    if (gpu_wanted) {
+        if (tm_gpu_open(&s.gpu, ngpu_idx ? gpu_idx : NULL, ngpu_idx) < 0)
+            cli_warn("%s", tm_last_error());
+        else
+            s.on[COL_GPU] = true;
+    }
+    if (runs_dir) {
+        s.runs = calloc(1, sizeof *s.runs);
+        s.runs_out = calloc(SERVE_MAX_RUNS, sizeof *s.runs_out);
+        if (!s.runs || !s.runs_out || !(s.runs->run = calloc(SERVE_MAX_RUNS, sizeof *s.runs->run))) {
+            cli_err("out of memory");
+            goto out;
+        }
+        snprintf(s.runs->dir, sizeof s.runs->dir, "%s", runs_dir);
+        s.on[COL_RUNS] = true;
+    }
+    s.metrics = tm_text_new(SERVE_TEXT_CAP);
+    s.health = tm_text_new(SERVE_TEXT_CAP);
+    s.r_index = serve_static(serve_index_html, "text/html; charset=utf-8");
+    s.r_404 = serve_static("not found: try /metrics or /health\n", "text/plain; charset=utf-8");
+    s.r_405 = serve_static("method not allowed: GET or HEAD\n", "text/plain; charset=utf-8");
+    if (!s.metrics || !s.health || !s.r_index || !s.r_404 || !s.r_405) {
+        cli_err("out of memory");
+        goto out;
+    }
+    MHD_add_response_header(s.r_405, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+    /* Publish before listening, so that no scrape finds an empty body (the
+     * disk collector's first sample only primes its rates). */
+    serve_collect(&s);
+
+    signal(SIGPIPE, SIG_IGN);
+    struct sigaction sa = {.sa_handler = serve_on_signal};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    serve_raise_nofile();
+
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL;
+    if (ss.ss_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    daemon = MHD_start_daemon(flags, 0, NULL, NULL, serve_handle, &s,
+                              MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)SERVE_MAX_CONNS,
+                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)SERVE_CONN_TIMEOUT_S,
+                              MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SERVE_CONN_MEMORY,
+                              MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
+                              MHD_OPTION_END);
+    if (!daemon) {
+        cli_err("--listen %s: cannot listen (address in use, or not this host's)", listen);
+        goto out;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_BIND_PORT);
+    fprintf(stderr, "trainmon: serving on %s (port %u): /metrics /health\n", listen,
+            di ? (unsigned)di->port : 0u);
+
+    int64_t step = (int64_t)(interval * 1e9), next = tm_now_mono_ns() + step;
+    while (!serve_stop) {
+        serve_sleep_until(next);
+        if (serve_stop)
+            break;
+        serve_collect(&s);
+        next += step;
+        int64_t now = tm_now_mono_ns();
+        if (next < now) /* fell behind (suspended): skip, do not catch up */
+            next = now + step;
+    }
+    rc = 0;
+out:
+    if (daemon)
+        MHD_stop_daemon(daemon);
+    serve_free(&s);
+    return rc;
+}
