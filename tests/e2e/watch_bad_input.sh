@@ -57,7 +57,8 @@ grep -q 'tmpfs' "$scratch/err" || fail "tmpfs: the warning does not name tmpfs"
 if [ "$(id -u)" = 0 ]; then
     mkdir -p "$scratch/full"
     mount -t tmpfs -o size=1m tmpfs "$scratch/full" || fail "cannot mount a small tmpfs"
-    head -c 700k /dev/zero > "$scratch/full/filler"
+    # Room for the header and one block (68 KiB) but not for a second.
+    head -c 900k /dev/zero > "$scratch/full/filler"
     "$tm" watch --json -i 0.01 -n 400 -o "$scratch/full/run" > "$scratch/out" 2> "$scratch/err"; rc=$?
     cat "$scratch/err"
     [ $rc -eq 0 ] || fail "disk full: exit $rc"
