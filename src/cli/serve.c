@@ -17,6 +17,10 @@
  * Robustness: one epoll thread, a connection cap, a per-connection memory
  * cap (an oversized request gets 431/413 and is dropped) and an idle
  * timeout (slow clients are cut); only GET and HEAD are served.
+ *
+ * --alert RULE / --on-alert CMD: the same threshold alerts as `trainmon
+ * watch` (docs/ALERTS.md), evaluated on each collection, for nodes that
+ * have no Prometheus and Alertmanager.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -48,6 +52,7 @@
 #define SERVE_DEFAULT_LISTEN "127.0.0.1:10436"
 
 #define SERVE_MAX_DEVS 256
+#define SERVE_MAX_ON_ALERT 16
 #define SERVE_MAX_CONNS 2048        /* more than a scrape fleet ever opens */
 #define SERVE_CONN_TIMEOUT_S 10     /* idle (slow) clients are cut after this */
 #define SERVE_CONN_MEMORY (16 * 1024) /* per connection: request line + headers */
@@ -81,6 +86,11 @@ static void serve_usage(FILE *f)
           "  -i SEC         collection interval (default 1); scrapes are served from the\n"
           "                 last collection\n"
           "  --gpu LIST     all (default), none, or NVML indices like 0,2\n"
+          "  --alert RULE   e.g. 'disk.r_await_ms > 50 for 3m' (repeatable; rules and\n"
+          "                 metric names in docs/ALERTS.md); alerts are said on stderr\n"
+          "  --on-alert CMD run CMD (/bin/sh -c) on each alert firing and resolving,\n"
+          "                 the alert as JSON on stdin and TRAINMON_ALERT_* in the\n"
+          "                 environment (repeatable: every command gets every alert)\n"
           "\n"
           "GET /metrics (Prometheus text format), GET /health (JSON), GET / (index).\n"
           "Series are listed in docs/METRICS.md.\n",
@@ -372,6 +382,8 @@ struct serve {
     tm_health_limits limits;
 
     tm_text *metrics, *health;
+    tm_alert_engine *alerts; /* NULL without --alert */
+    tm_alert_runner *alert_run;
 
     pthread_mutex_t lock; /* guards the two published responses */
     struct MHD_Response *r_metrics, *r_health;
@@ -437,6 +449,28 @@ static struct MHD_Response *serve_response(const tm_text *t, const char *type)
     return r;
 }
 
+/* Says each alert transition on stderr, hands it to the --on-alert
+ * commands and reaps those that finished: never waits for one. */
+static void serve_alerts(tm_alert_engine *e, tm_alert_runner *r)
+{
+    tm_alert a;
+    while (tm_alert_next(e, &a) == 1) {
+        char value[32] = "unavailable";
+        if (!isnan(a.value))
+            snprintf(value, sizeof value, "%g", a.value);
+        fprintf(stderr, "trainmon: alert %s: %s%s%s%s (value %s)\n",
+                a.status == TM_ALERT_FIRING ? "firing" : "resolved", a.rule,
+                a.labels[0] ? " {" : "", a.labels, a.labels[0] ? "}" : "", value);
+        if (r)
+            tm_alert_exec(r, &a);
+    }
+    if (r) {
+        tm_alert_reap(r);
+        for (const char *w; (w = tm_alert_runner_next_warning(r));)
+            cli_warn("%s", w);
+    }
+}
+
 /* One collection: samples every collector, writes both bodies and
  * publishes them. */
 static void serve_collect(struct serve *s)
@@ -479,6 +513,16 @@ static void serve_collect(struct serve *s)
         serve_runs_scan(s->runs);
         s->ok[COL_RUNS] = true;
         tm_prom_write_runs(s->metrics, s->runs_out, serve_runs_export(s->runs, s->runs_out));
+    }
+
+    if (s->alerts) {
+        int64_t now = tm_now_mono_ns();
+        if (s->ok[COL_DISK])
+            tm_alert_feed_disks(s->alerts, rates, nrates, now);
+        if (s->ok[COL_PRESSURE])
+            tm_alert_feed_pressure(s->alerts, &ps, now);
+        tm_alert_feed_gpus(s->alerts, gpus, ngpus, now);
+        serve_alerts(s->alerts, s->alert_run);
     }
 
     tm_health_write_json(s->health, &s->limits, s->hrates, nh,
@@ -686,6 +730,10 @@ static void serve_free(struct serve *s)
     free(s->hrates);
     tm_text_free(&s->metrics);
     tm_text_free(&s->health);
+    /* Firing alerts are not resolved at exit; running commands finish on
+     * their own. */
+    tm_alert_runner_free(&s->alert_run);
+    tm_alert_free(&s->alerts);
     struct MHD_Response **rs[] = {&s->r_metrics, &s->r_health, &s->r_index, &s->r_404, &s->r_405};
     for (size_t i = 0; i < sizeof rs / sizeof rs[0]; i++)
         if (*rs[i]) {
@@ -703,13 +751,15 @@ static const char serve_index_html[] =
 
 int cmd_serve(int argc, char **argv)
 {
-    enum { OPT_LISTEN = 1000, OPT_RUNS, OPT_GPU };
+    enum { OPT_LISTEN = 1000, OPT_RUNS, OPT_GPU, OPT_ALERT, OPT_ON_ALERT };
     static const struct option opts[] = {
         {"listen", required_argument, NULL, OPT_LISTEN},
         {"runs", required_argument, NULL, OPT_RUNS},
         {"disk", required_argument, NULL, 'd'},
         {"interval", required_argument, NULL, 'i'},
         {"gpu", required_argument, NULL, OPT_GPU},
+        {"alert", required_argument, NULL, OPT_ALERT},
+        {"on-alert", required_argument, NULL, OPT_ON_ALERT},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -721,6 +771,8 @@ int cmd_serve(int argc, char **argv)
     static char devs[SERVE_MAX_DEVS][TM_DISK_NAME_MAX];
     size_t ndevs = 0;
     int npaths = 0;
+    const char *rules[TM_ALERT_MAX_RULES], *on_alert[SERVE_MAX_ON_ALERT];
+    size_t nrules = 0, non_alert = 0;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "d:i:h", opts, NULL)) != -1) {
@@ -755,8 +807,34 @@ int cmd_serve(int argc, char **argv)
                 return 2;
             }
             break;
+        case OPT_ALERT:
+            if (nrules == TM_ALERT_MAX_RULES) {
+                cli_err("--alert: more than %d rules", TM_ALERT_MAX_RULES);
+                return 2;
+            }
+            rules[nrules++] = optarg;
+            break;
+        case OPT_ON_ALERT:
+            if (non_alert == SERVE_MAX_ON_ALERT) {
+                cli_err("--on-alert: more than %d commands", SERVE_MAX_ON_ALERT);
+                return 2;
+            }
+            on_alert[non_alert++] = optarg;
+            break;
         case 'h': serve_usage(stdout); return 0;
         default: serve_usage(stderr); return 2;
+        }
+    }
+    if (non_alert && !nrules) {
+        cli_err("--on-alert needs at least one --alert RULE");
+        return 2;
+    }
+    /* Rules are checked before anything is opened: a typo fails at once. */
+    for (size_t i = 0; i < nrules; i++) {
+        tm_alert_rule r;
+        if (tm_alert_rule_parse(rules[i], &r) < 0) {
+            cli_err("--alert %s", tm_last_error());
+            return 2;
         }
     }
     if (optind < argc) {
@@ -828,6 +906,18 @@ int cmd_serve(int argc, char **argv)
         }
         snprintf(s.runs->dir, sizeof s.runs->dir, "%s", runs_dir);
         s.on[COL_RUNS] = true;
+    }
+    if (nrules) {
+        if (tm_alert_new(&s.alerts) < 0) {
+            cli_err("%s", tm_last_error());
+            goto out;
+        }
+        for (size_t i = 0; i < nrules; i++)
+            tm_alert_add_rule(s.alerts, rules[i]); /* parsed above */
+        if (non_alert && tm_alert_runner_new(&s.alert_run, on_alert, non_alert, 0, 0) < 0) {
+            cli_err("%s", tm_last_error());
+            goto out;
+        }
     }
     s.metrics = tm_text_new(SERVE_TEXT_CAP);
     s.health = tm_text_new(SERVE_TEXT_CAP);

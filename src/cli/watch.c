@@ -10,6 +10,10 @@
  * --json prints one object per interval whose "disk" list uses the keys and
  * units of `iostat -x -o JSON`, so scripts written for iostat read it
  * unchanged; everything else is in base units (bytes, seconds).
+ *
+ * --alert RULE / --on-alert CMD evaluate threshold rules on the sampled
+ * values each interval (docs/ALERTS.md) and run the commands on firing and
+ * on resolving, without waiting for them.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -28,6 +32,7 @@
 #include "trainmon.h"
 
 #define WATCH_MAX_DEVS 256
+#define WATCH_MAX_ON_ALERT 16
 
 static volatile sig_atomic_t watch_stop;
 
@@ -51,7 +56,12 @@ static void watch_usage(FILE *f)
           "  --json          one JSON object per interval (iostat -o JSON keys for disks)\n"
           "  -o DIR          also record into the run directory DIR (DIR/system.tmr)\n"
           "  --max-size SIZE bound the recording (flight-recorder ring, e.g. 64M)\n"
-          "  --gpu LIST      GPUs to watch: all (default), none, or indices like 0,2\n",
+          "  --gpu LIST      GPUs to watch: all (default), none, or indices like 0,2\n"
+          "  --alert RULE    e.g. 'disk.r_await_ms > 50 for 3m' (repeatable; rules and\n"
+          "                  metric names in docs/ALERTS.md); alerts are said on stderr\n"
+          "  --on-alert CMD  run CMD (/bin/sh -c) on each alert firing and resolving,\n"
+          "                  with the alert as JSON on stdin and TRAINMON_ALERT_* in\n"
+          "                  the environment (repeatable: every command gets every alert)\n",
           f);
 }
 
@@ -399,6 +409,30 @@ static void watch_print_text(FILE *f, const tm_diskrate *rates, size_t nrates,
     fflush(f);
 }
 
+/* --- alerts */
+
+/* Says each transition on stderr, hands it to the --on-alert commands and
+ * reaps those that finished: never waits for one. */
+static void watch_alerts(tm_alert_engine *e, tm_alert_runner *r)
+{
+    tm_alert a;
+    while (tm_alert_next(e, &a) == 1) {
+        char value[32] = "unavailable";
+        if (!isnan(a.value))
+            snprintf(value, sizeof value, "%g", a.value);
+        fprintf(stderr, "trainmon: alert %s: %s%s%s%s (value %s)\n",
+                a.status == TM_ALERT_FIRING ? "firing" : "resolved", a.rule,
+                a.labels[0] ? " {" : "", a.labels, a.labels[0] ? "}" : "", value);
+        if (r)
+            tm_alert_exec(r, &a);
+    }
+    if (r) {
+        tm_alert_reap(r);
+        for (const char *w; (w = tm_alert_runner_next_warning(r));)
+            cli_warn("%s", w);
+    }
+}
+
 /* --- recording (-o DIR) */
 
 struct watch_target {
@@ -594,12 +628,14 @@ static int watch_mkdirs(const char *dir)
 
 int cmd_watch(int argc, char **argv)
 {
-    enum { OPT_JSON = 1000, OPT_MAXSIZE, OPT_GPU };
+    enum { OPT_JSON = 1000, OPT_MAXSIZE, OPT_GPU, OPT_ALERT, OPT_ON_ALERT };
     static const struct option opts[] = {
         {"pid", required_argument, NULL, 'p'},   {"interval", required_argument, NULL, 'i'},
         {"count", required_argument, NULL, 'n'}, {"json", no_argument, NULL, OPT_JSON},
         {"output", required_argument, NULL, 'o'}, {"max-size", required_argument, NULL, OPT_MAXSIZE},
         {"gpu", required_argument, NULL, OPT_GPU}, {"help", no_argument, NULL, 'h'},
+        {"alert", required_argument, NULL, OPT_ALERT},
+        {"on-alert", required_argument, NULL, OPT_ON_ALERT},
         {NULL, 0, NULL, 0},
     };
     double interval = 1.0;
@@ -611,6 +647,10 @@ int cmd_watch(int argc, char **argv)
     bool gpu_wanted = true;
     unsigned gpu_idx[64];
     size_t ngpu_idx = 0;
+    tm_alert_engine *alerts = NULL;
+    tm_alert_runner *alert_run = NULL;
+    const char *on_alert[WATCH_MAX_ON_ALERT], *rules[TM_ALERT_MAX_RULES];
+    size_t non_alert = 0, nrules = 0;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "p:i:n:o:h", opts, NULL)) != -1) {
@@ -652,9 +692,45 @@ int cmd_watch(int argc, char **argv)
                 return 2;
             }
             break;
+        case OPT_ALERT:
+            if (nrules == TM_ALERT_MAX_RULES) {
+                cli_err("--alert: more than %d rules", TM_ALERT_MAX_RULES);
+                return 2;
+            }
+            rules[nrules++] = optarg;
+            break;
+        case OPT_ON_ALERT:
+            if (non_alert == WATCH_MAX_ON_ALERT) {
+                cli_err("--on-alert: more than %d commands", WATCH_MAX_ON_ALERT);
+                return 2;
+            }
+            on_alert[non_alert++] = optarg;
+            break;
         case 'h': watch_usage(stdout); return 0;
         default: watch_usage(stderr); return 2;
         }
+    }
+    if (non_alert && !nrules) {
+        cli_err("--on-alert needs at least one --alert RULE");
+        return 2;
+    }
+    /* Rules are checked before anything is opened: a typo fails at once. */
+    if (nrules) {
+        if (tm_alert_new(&alerts) < 0) {
+            cli_err("%s", tm_last_error());
+            return 1;
+        }
+        for (size_t i = 0; i < nrules; i++)
+            if (tm_alert_add_rule(alerts, rules[i]) < 0) {
+                cli_err("--alert %s", tm_last_error());
+                tm_alert_free(&alerts);
+                return 2;
+            }
+    }
+    if (non_alert && tm_alert_runner_new(&alert_run, on_alert, non_alert, 0, 0) < 0) {
+        cli_err("%s", tm_last_error());
+        tm_alert_free(&alerts);
+        return 1;
     }
 
     /* Paths -> devices.  Each path says what is behind it on stderr. */
@@ -685,8 +761,11 @@ int cmd_watch(int argc, char **argv)
             ntargets++;
         }
     }
-    if (npaths > 0 && nresolved == 0 && pid == 0)
+    if (npaths > 0 && nresolved == 0 && pid == 0) {
+        tm_alert_runner_free(&alert_run);
+        tm_alert_free(&alerts);
         return 1; /* each path has said why; nothing asked for can be measured */
+    }
     if (npaths > 0 && ndevs == 0 && nresolved > 0)
         cli_warn("no block device behind the given paths: showing pressure%s only",
                  pid ? " and the process tree" : "");
@@ -722,6 +801,8 @@ int cmd_watch(int argc, char **argv)
     bool gpu_on = gpu != NULL;
     if (!disk && !tree && !press && !gpu) {
         cli_err("nothing can be measured");
+        tm_alert_runner_free(&alert_run);
+        tm_alert_free(&alerts);
         return 1;
     }
 
@@ -734,6 +815,8 @@ int cmd_watch(int argc, char **argv)
             tm_ptree_close(&tree);
             tm_pressure_close(&press);
             tm_gpu_close(&gpu);
+            tm_alert_runner_free(&alert_run);
+            tm_alert_free(&alerts);
             return 1;
         }
         rc = watch_rec_open(&wr, outdir, max_size, argc, argv, targets, ntargets);
@@ -743,6 +826,8 @@ int cmd_watch(int argc, char **argv)
             tm_ptree_close(&tree);
             tm_pressure_close(&press);
             tm_gpu_close(&gpu);
+            tm_alert_runner_free(&alert_run);
+            tm_alert_free(&alerts);
             return 1;
         }
     }
@@ -798,6 +883,15 @@ int cmd_watch(int argc, char **argv)
         prev_t = now;
 
         if (!first) {
+            if (alerts) {
+                tm_alert_feed_disks(alerts, rates, nrates, now);
+                if (have_ps)
+                    tm_alert_feed_pressure(alerts, &ps, now);
+                if (have_tree)
+                    tm_alert_feed_ptree(alerts, &ts, now);
+                tm_alert_feed_gpus(alerts, gpus, ngpus, now);
+                watch_alerts(alerts, alert_run);
+            }
             if (wr)
                 watch_rec_sample(wr, rates, nrates, have_ps ? &ps : NULL,
                                  have_tree ? &ts : NULL, gpus, ngpus);
@@ -824,6 +918,10 @@ int cmd_watch(int argc, char **argv)
         watch_sleep_until(next);
     }
 
+    /* Alerts still firing are not resolved at exit (the condition did not
+     * end), and running commands are left to finish on their own. */
+    tm_alert_runner_free(&alert_run);
+    tm_alert_free(&alerts);
     watch_rec_close(&wr);
     tm_disk_close(&disk);
     tm_ptree_close(&tree);
