@@ -38,7 +38,10 @@ FAKE_SRC := $(wildcard tests/fakes/*.c)
 FAKE_LIB := $(FAKE_SRC:tests/fakes/%.c=$(BUILD)/tests/fakes/%.so)
 FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 
-# The CPython extension (python/trainmon), built in place for $(PYTHON).
+# The CPython extension (python/trainmon), built in place for $(PYTHON) with
+# Python's own compiler flags: the sanitizer build's CC/CFLAGS (exported by
+# make to recipes) must not leak into it, or it would not import in a plain
+# interpreter.
 PYEXT := python/trainmon/_trainmon$(shell $(PYTHON) -c 'import sysconfig;print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null || echo .so)
 
 .PHONY: all lib deps test test-only demo-only unit e2e asan fuzz fuzz-run bench format demo clean install
@@ -46,7 +49,8 @@ PYEXT := python/trainmon/_trainmon$(shell $(PYTHON) -c 'import sysconfig;print(s
 all: $(BUILD)/trainmon $(BUILD)/libtrainmon.a $(BUILD)/libtrainmon.so $(PYEXT)
 
 $(PYEXT): python/trainmon/_trainmon.c $(LIB_SRC) $(wildcard include/*.h src/lib/*.h) setup.py
-	$(PYTHON) setup.py -q build_ext --inplace --build-temp $(BUILD)/python-ext --build-lib $(BUILD)/python-lib
+	env -u CC -u CFLAGS -u LDFLAGS -u LDLIBS $(PYTHON) setup.py -q build_ext --inplace \
+	    --build-temp build/python-ext --build-lib build/python-lib
 
 lib: $(BUILD)/libtrainmon.a $(BUILD)/libtrainmon.so
 

@@ -417,6 +417,19 @@ int tm_sysrec_disk(tm_rec *w, int64_t t_ns, const tm_diskrate *rates, size_t n);
 int tm_sysrec_pressure(tm_rec *w, int64_t t_ns, const tm_pressure_stats *ps);
 int tm_sysrec_ptree(tm_rec *w, int64_t t_ns, const tm_ptree_stats *ts);
 
+/* Per-process series of a tree's processes (proc.process_*{pid=P,comm=C}:
+ * CPU cores, D state, read rates, RSS, PSS; src/lib/sysrec_procs.c lists
+ * them).  Rates need the previous sample of the same process (pid and
+ * starttime), which the tree itself does not keep, so a tm_procrec keeps
+ * it.  At most TM_PROCREC_MAX processes per sample (the first ones of
+ * ts->procs).  tm_procrec_write returns 0 or the first error of the
+ * writer; the state is updated either way. */
+#define TM_PROCREC_MAX 256
+typedef struct tm_procrec tm_procrec;
+int tm_procrec_new(tm_procrec **out);
+int tm_procrec_write(tm_procrec *pr, tm_rec *w, int64_t t_ns, const tm_ptree_stats *ts);
+void tm_procrec_free(tm_procrec **pr);
+
 /* --- reading */
 
 typedef struct tm_rec_header {
@@ -599,6 +612,147 @@ bool tm_inproc_is(uint16_t type);
 #define TM_INPROC_FORMAT_MAX 16384
 int tm_inproc_format(const tm_record *rec, bool json, char *buf, size_t cap);
 
+/* --- runs: record files on one timeline, and what they mean
+ *
+ * A run is one or more run directories (several hosts' directories given
+ * together merge on wall-clock time).  tm_run_load reads every *.tmr in
+ * them once and keeps what they hold in compact arrays.  All times below
+ * are wall-clock ns since the epoch: a record's monotonic time plus its
+ * file's start_real_ns - start_mono_ns (in-process start_ns/end_ns fields
+ * are converted the same way).  Arrays are grouped by source (record file)
+ * in load order, each source's records in order of writing; `source` is an
+ * index into tm_run_sources.  Every pointer handed out stays valid until
+ * tm_run_free.  docs/DIAGNOSIS.md describes the analysis. */
+
+typedef struct tm_run tm_run;
+/* (tm_text is defined with the Prometheus exposition below.) */
+typedef struct tm_text tm_text;
+
+typedef struct tm_run_source {
+    const char *path;        /* DIR/FILE, DIR as given */
+    const char *dir;         /* the run directory it came from, as given */
+    const char *file;        /* base name: "system.tmr", "rank0.tmr", ... */
+    tm_rec_header header;
+    int64_t mono_to_wall_ns; /* wall = monotonic + this */
+    int64_t first_ns, last_ns; /* wall clock of its first and last record; 0: none */
+    uint64_t records;        /* records read */
+    size_t ndamage;          /* damaged places skipped */
+    bool torn_tail;          /* a torn last record was ignored */
+} tm_run_source;
+
+/* One series of one source.  t_ns and v hold n points; series sampled
+ * together may point to the same t_ns array. */
+typedef struct tm_run_series {
+    uint32_t source;
+    const char *name, *labels, *unit; /* NUL-terminated; labels "" if none */
+    size_t n;
+    const int64_t *t_ns;
+    const double *v;
+} tm_run_series;
+
+typedef struct tm_run_event {
+    uint32_t source;
+    int64_t t_ns;
+    const char *name;
+    const char *json; /* the details as written ("" if none; not validated) */
+} tm_run_event;
+
+/* In-process records: the decoded tm_inproc_* structs, times in wall clock,
+ * strings (tag, name, phase, snapshot) NUL-terminated in the run's memory.
+ * rank is the source header's rank (-1 if none). */
+typedef struct tm_run_step {
+    uint32_t source;
+    int32_t rank;
+    tm_inproc_step s;
+} tm_run_step;
+typedef struct tm_run_capture {
+    uint32_t source;
+    int32_t rank;
+    int64_t t_ns;
+    tm_inproc_capture c;
+} tm_run_capture;
+typedef struct tm_run_phase {
+    uint32_t source;
+    int32_t rank;
+    int64_t t_ns;
+    tm_inproc_phase p;
+} tm_run_phase;
+typedef struct tm_run_oom {
+    uint32_t source;
+    int32_t rank;
+    int64_t t_ns;
+    tm_inproc_oom o;
+} tm_run_oom;
+typedef struct tm_run_worker {
+    uint32_t source;
+    int32_t rank;
+    tm_inproc_worker w;
+} tm_run_worker;
+typedef struct tm_run_optstep {
+    uint32_t source;
+    int32_t rank;
+    tm_inproc_optstep o;
+} tm_run_optstep;
+
+/* Loads the run directories dirs[0..n).  Files that are not record files
+ * and damaged places are skipped and noted (tm_run_notes); what is intact
+ * is kept.  Fails, with one line in tm_last_error(), when a directory does
+ * not exist ("DIR: No such file or directory") or when no record file
+ * could be read in any of them ("DIR: no trainmon record files"). */
+int tm_run_load(tm_run **out, const char *const *dirs, size_t n);
+void tm_run_free(tm_run **r);
+
+/* One line per damaged file or skipped file, without a prefix:
+ * "RUN/rank0.tmr: damaged record at offset N, skipped". */
+size_t tm_run_notes(const tm_run *r, const char *const **lines);
+
+/* The directories, and each one's meta.json text (NULL when absent). */
+size_t tm_run_dirs(const tm_run *r, const char *const **dirs);
+const char *tm_run_meta(const tm_run *r, size_t dir);
+
+/* Earliest and latest record time over all sources (0, 0 if none). */
+void tm_run_span(const tm_run *r, int64_t *start_ns, int64_t *end_ns);
+
+size_t tm_run_sources(const tm_run *r, const tm_run_source **list);
+size_t tm_run_series_list(const tm_run *r, const tm_run_series **list);
+size_t tm_run_events(const tm_run *r, const tm_run_event **list);
+size_t tm_run_steps(const tm_run *r, const tm_run_step **list);
+size_t tm_run_captures(const tm_run *r, const tm_run_capture **list);
+size_t tm_run_phases(const tm_run *r, const tm_run_phase **list);
+size_t tm_run_ooms(const tm_run *r, const tm_run_oom **list);
+size_t tm_run_workers(const tm_run *r, const tm_run_worker **list);
+size_t tm_run_optsteps(const tm_run *r, const tm_run_optstep **list);
+
+/* Label value of key in a "k=v,k2=v2" label text, copied into buf (cap
+ * bytes).  false when the key is absent. */
+bool tm_labels_get(const char *labels, const char *key, char *buf, size_t cap);
+
+/* Findings (docs/DIAGNOSIS.md): stable ids, each with the numbers it was
+ * decided on. */
+typedef struct tm_finding {
+    const char *id;         /* "input.disk_bound", "gpu_mem.oom", ... */
+    const char *severity;   /* "high", "medium", "low", "info" */
+    const char *confidence; /* "high", "medium", "low": how much data backs it */
+    int32_t rank;           /* the rank concerned, -1 for the whole run */
+    const char *title;      /* one line */
+    const char *evidence;   /* a JSON object text of the numbers */
+    const char *advice;
+} tm_finding;
+
+typedef struct tm_analysis tm_analysis;
+/* Applies every rule of docs/DIAGNOSIS.md to the run.  -ENOMEM only. */
+int tm_analyze(const tm_run *r, tm_analysis **out);
+/* Findings, most severe first.  Valid until tm_analysis_free. */
+size_t tm_analysis_findings(const tm_analysis *a, const tm_finding **list);
+/* The first finding with this id, NULL if none. */
+const tm_finding *tm_analysis_find(const tm_analysis *a, const char *id);
+void tm_analysis_free(tm_analysis **a);
+
+/* The report of `trainmon report`: text for people, or (json) one JSON
+ * object {"run","summary","findings","damage"} (docs/DIAGNOSIS.md).  a ==
+ * NULL analyses the run first.  0, or the tm_text's error. */
+int tm_report_write(const tm_run *r, const tm_analysis *a, tm_text *out, bool json);
+
 /* ------------------------------------------------- Prometheus exposition */
 
 /* The text of `trainmon serve` (docs/METRICS.md lists every family): the
@@ -707,6 +861,198 @@ void tm_health_limits_default(tm_health_limits *l);
 int tm_health_write_json(tm_text *t, const tm_health_limits *lim, const tm_diskrate *rates,
                          size_t nrates, const tm_pressure_stats *ps, const tm_gpu_stats *gpus,
                          size_t ngpus, bool *degraded);
+
+/* ------------------------------------------- alerts without Prometheus */
+
+/* Threshold rules evaluated in-process, with Prometheus's for-semantics,
+ * for `trainmon run|watch|serve --alert RULE --on-alert CMD`.  The rule
+ * syntax and every metric name are in docs/ALERTS.md:
+ *
+ *   METRIC[{label=value,...}] OP VALUE [for DURATION]
+ *
+ * OP is one of > >= < <= == !=; VALUE a number, optionally with a K, M, G
+ * or T suffix (powers of 1024); DURATION a number with ms, s, m, h or d
+ * ("30s", "3m", "1h"), absent meaning "at once".  Per rule and label set an
+ * alert is inactive, pending (the condition holds, for less than DURATION)
+ * or firing; it fires when the condition has held continuously for
+ * DURATION (each value fed counts; a value that breaks the condition sends
+ * it back to inactive) and resolves at the first value that breaks the
+ * condition after that.  An unavailable value (NAN) breaks the condition,
+ * as a vanished series does in Prometheus; a label set not fed for
+ * TM_ALERT_STALE_S seconds while other values of its metric arrive is
+ * resolved the same way. */
+
+#define TM_ALERT_RULE_MAX 256   /* bytes of a rule's text */
+#define TM_ALERT_LABELS_MAX 256 /* bytes of "k=v,k=v" */
+#define TM_ALERT_MAX_RULES 64
+#define TM_ALERT_MAX_SERIES 256 /* label sets tracked per rule; more are ignored */
+#define TM_ALERT_STALE_S 300.0
+
+enum tm_alert_op { TM_ALERT_GT, TM_ALERT_GE, TM_ALERT_LT, TM_ALERT_LE, TM_ALERT_EQ, TM_ALERT_NE };
+
+typedef struct tm_alert_rule {
+    char text[TM_ALERT_RULE_MAX];     /* as given, blanks trimmed */
+    char metric[64];
+    char match[TM_ALERT_LABELS_MAX];  /* "k=v,..." that must all be in a label set; "" any */
+    enum tm_alert_op op;
+    double threshold;
+    int64_t for_ns;
+} tm_alert_rule;
+
+/* Parses a rule.  -EINVAL with a one-line message that quotes the rule
+ * ("'disk.foo > 1': unknown metric 'disk.foo' (see docs/ALERTS.md)"): the
+ * CLI prefixes the option name. */
+int tm_alert_rule_parse(const char *text, tm_alert_rule *out);
+
+/* Whether name is a known metric, and its one-line description ("read
+ * latency, ms (iostat r_await); labels device").  NULL if unknown. */
+const char *tm_alert_metric_help(const char *name);
+/* The i-th known metric name (for listings), NULL past the end. */
+const char *tm_alert_metric_name(size_t i);
+
+enum tm_alert_status { TM_ALERT_FIRING = 1, TM_ALERT_RESOLVED = 2 };
+
+/* One transition.  Strings are owned by the engine and valid until the
+ * next tm_alert_next (or, in a callback, until it returns). */
+typedef struct tm_alert {
+    enum tm_alert_status status;
+    const char *rule;   /* the rule's text */
+    const char *metric;
+    const char *labels; /* "device=sda", "" for none */
+    double value;       /* the value that fired it / that resolved it (NAN: unavailable) */
+    double threshold;
+    double for_s;
+    int64_t starts_real_ns; /* when it fired (wall clock) */
+    int64_t ends_real_ns;   /* when it resolved; 0 while firing */
+    const char *host;
+    /* One line: {"status":"firing"|"resolved","rule":..,"metric":..,
+     * "labels":{..},"value":x|null,"threshold":y,"for_seconds":z,
+     * "starts_at":"ISO8601","ends_at":"ISO8601"|null,"host":".."} */
+    const char *json;
+} tm_alert;
+
+typedef struct tm_alert_engine tm_alert_engine;
+typedef void (*tm_alert_fn)(const tm_alert *a, void *ctx);
+
+int tm_alert_new(tm_alert_engine **out);
+/* Adds a rule (parsed as tm_alert_rule_parse).  Returns its index. */
+int tm_alert_add_rule(tm_alert_engine *e, const char *text);
+size_t tm_alert_nrules(const tm_alert_engine *e);
+/* With a callback, each transition is handed to fn at once (on the feeding
+ * thread) instead of being queued.  fn == NULL restores the queue. */
+void tm_alert_set_callback(tm_alert_engine *e, tm_alert_fn fn, void *ctx);
+/* Wall clock of a monotonic time, for starts_at/ends_at: by default the
+ * offset between the two clocks at tm_alert_new.  Tests pin it. */
+void tm_alert_set_clock(tm_alert_engine *e, int64_t real_minus_mono_ns);
+
+/* Feeds one value of a metric for a label set ("k=v,k=v", NULL or "" for
+ * none) at monotonic time t_ns (0 = now), and evaluates the rules on that
+ * metric.  Metrics no rule uses cost one string comparison per rule. */
+void tm_alert_feed(tm_alert_engine *e, const char *metric, const char *labels, double value,
+                   int64_t t_ns);
+/* The same for whole collector samples (metric names in docs/ALERTS.md). */
+void tm_alert_feed_disks(tm_alert_engine *e, const tm_diskrate *rates, size_t n, int64_t t_ns);
+void tm_alert_feed_pressure(tm_alert_engine *e, const tm_pressure_stats *ps, int64_t t_ns);
+void tm_alert_feed_gpus(tm_alert_engine *e, const tm_gpu_stats *g, size_t n, int64_t t_ns);
+void tm_alert_feed_ptree(tm_alert_engine *e, const tm_ptree_stats *ts, int64_t t_ns);
+
+/* The next queued transition: 1 and *out filled, 0 when none is left.  At
+ * most 1024 are queued; beyond that the oldest are dropped (counted in
+ * tm_alert_dropped). */
+int tm_alert_next(tm_alert_engine *e, tm_alert *out);
+uint64_t tm_alert_dropped(const tm_alert_engine *e);
+void tm_alert_free(tm_alert_engine **e);
+
+/* Running --on-alert commands without ever blocking the sampler.  Each
+ * command runs as `/bin/sh -c CMD` in its own process group, with the alert
+ * JSON on stdin, stdout sent to the caller's stderr, and the environment
+ * TRAINMON_ALERT_STATUS (firing|resolved), TRAINMON_ALERT_RULE,
+ * TRAINMON_ALERT_METRIC, TRAINMON_ALERT_VALUE, TRAINMON_ALERT_LABELS and
+ * TRAINMON_ALERT_JSON.  tm_alert_exec forks and returns; tm_alert_reap
+ * (call it every interval) collects finished commands with waitpid on
+ * their own pids only (never waitpid(-1): the caller's other children,
+ * such as the job of `trainmon run`, are left alone), kills the process
+ * group of a command running longer than the timeout, and starts queued
+ * ones.  At most max_running commands run at once; up to 256 more wait in
+ * a queue, after which new ones are dropped with a warning.  Closing does
+ * not wait for or kill running commands. */
+typedef struct tm_alert_runner tm_alert_runner;
+/* cmds (copied): every command receives every alert.  max_running 0: 4;
+ * timeout_s <= 0: 60. */
+int tm_alert_runner_new(tm_alert_runner **out, const char *const *cmds, size_t n,
+                        unsigned max_running, double timeout_s);
+/* Starts (or queues) every command for one alert.  0, or a negative errno
+ * for the first command that could not be started or queued (also queued
+ * as a warning). */
+int tm_alert_exec(tm_alert_runner *r, const tm_alert *a);
+/* Reaps finished commands, kills overdue ones, starts queued ones.  Returns
+ * how many are still running or queued. */
+size_t tm_alert_reap(tm_alert_runner *r);
+/* The next warning ("--on-alert 'cmd': exited with status 3", "... killed
+ * after 60 s"), NULL when none is left; valid until the next call of any
+ * tm_alert_runner function. */
+const char *tm_alert_runner_next_warning(tm_alert_runner *r);
+void tm_alert_runner_free(tm_alert_runner **r);
+
+/* ------------------------------------------- trace and TensorBoard writers */
+
+/* TensorBoard event files (REFERENCE.md s.7): TFRecord framing with masked
+ * CRC-32C, Event protobufs written by hand (no protobuf library).  The file
+ * is created in dir as events.out.tfevents.<10-digit secs>.<host>.<pid>.<n>
+ * (n counts the writers of this process), and its first record is the
+ * file_version "brain.Event:2".  Records go straight to the file (one
+ * write each), so a reader sees whole records only. */
+typedef struct tm_tb_writer tm_tb_writer;
+/* wall_time: seconds since the epoch for the name and first record; <= 0
+ * means now.  dir must exist. */
+int tm_tb_open(tm_tb_writer **out, const char *dir, double wall_time);
+/* Appends Event{wall_time, step, summary{value{tag, simple_value}}}. */
+int tm_tb_scalar(tm_tb_writer *w, const char *tag, int64_t step, double wall_time, float value);
+/* The file's path, owned by the writer. */
+const char *tm_tb_path(const tm_tb_writer *w);
+/* fsyncs and closes; 0 or the first write error seen. */
+int tm_tb_close(tm_tb_writer **w);
+
+/* Chrome/Perfetto JSON trace ({"traceEvents":[...]}, REFERENCE.md s.7),
+ * written as it goes except for complete slices: those are kept per
+ * writer and written at close, sorted per (pid, tid) by start (longer
+ * first on ties), with a child that overruns its parent clipped to the
+ * parent's end so that slices on one thread always nest, as the viewers
+ * require (a slice that starts inside another and ends after it is taken
+ * as its child: right for a phase that outlived its step, while two
+ * overlapping siblings lose the overlap from the later one).  Times are nanoseconds in, microseconds (3 decimals) out.
+ * Strings are written as raw UTF-8 with " \ and control characters
+ * escaped.  args_json, where taken, is the text of a JSON object or NULL. */
+typedef struct tm_chrome tm_chrome;
+int tm_chrome_open(tm_chrome **out, const char *path);
+int tm_chrome_process_name(tm_chrome *c, int pid, const char *name);
+int tm_chrome_thread_name(tm_chrome *c, int pid, int tid, const char *name);
+int tm_chrome_slice(tm_chrome *c, int pid, int tid, const char *name, int64_t ts_ns,
+                    int64_t dur_ns, const char *args_json);
+/* A counter event: one track per key; NAN values are left out (and an
+ * event with none is not written). */
+int tm_chrome_counter(tm_chrome *c, int pid, const char *name, int64_t ts_ns,
+                      const char *const *keys, const double *values, size_t n);
+/* scope: 'g' global, 'p' process, 't' thread. */
+int tm_chrome_instant(tm_chrome *c, int pid, int tid, const char *name, int64_t ts_ns,
+                      char scope, const char *args_json);
+/* Writes the slices and the closing bracket; 0 or the first error.  On an
+ * error a regular file is removed: nothing half-written is presented as valid.
+ * *clipped (if not NULL) gets the number of slices clipped. */
+int tm_chrome_close(tm_chrome **c, size_t *clipped);
+
+/* A loaded run (tm_run_load) as a Chrome trace at path: one process per
+ * record file ("rank R", "system"), tid 1 steps (with the data wait as a
+ * child slice), tid 2 phases, allocator bytes as counters, OOMs as
+ * instants, disk MB/s and GPU utilization/memory of the system file as
+ * counters.  *clipped (if not NULL) as tm_chrome_close. */
+int tm_export_chrome(const tm_run *r, const char *path, size_t *clipped);
+/* The run as TensorBoard event files under out (created if needed):
+ * out/rank<R>/ with step_time_s, data_wait_s per step and
+ * gpu_allocated_bytes, gpu_reserved_bytes per capture; out/system/ with
+ * every system series as "<series>/<labels>" scalars (step = point
+ * index).  One event file per record file. */
+int tm_export_tensorboard(const tm_run *r, const char *out);
 
 #ifdef __cplusplus
 }

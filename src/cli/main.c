@@ -82,6 +82,12 @@ static void usage(FILE *f)
     fputs("usage: trainmon COMMAND [ARGS]\n"
           "\n"
           "commands:\n"
+          "  run [-o DIR] [-d PATH]... [-i SEC] [--max-size SIZE] [--no-python] -- CMD...\n"
+          "        run a training command, record it, and print the report at the end\n"
+          "  report RUN... [--json] [-o FILE]\n"
+          "        findings with evidence and advice for recorded run directories\n"
+          "  export RUN... --format csv|jsonl|chrome|tensorboard [-o OUT]\n"
+          "        the timeline for pandas, Perfetto/Chrome or TensorBoard\n"
           "  watch [PATH...] [--pid PID] [-i SEC] [-n COUNT] [--json] [-o DIR]\n"
           "        live per-interval view of the disks behind PATHs (every physical\n"
           "        disk if none), pressure, and with --pid a process tree\n"
@@ -106,6 +112,12 @@ int main(int argc, char **argv)
         return cmd_watch(argc - 1, argv + 1);
     if (strcmp(cmd, "dump") == 0)
         return cmd_dump(argc - 1, argv + 1);
+    if (strcmp(cmd, "run") == 0)
+        return cmd_run(argc - 1, argv + 1);
+    if (strcmp(cmd, "report") == 0)
+        return cmd_report(argc - 1, argv + 1);
+    if (strcmp(cmd, "export") == 0)
+        return cmd_export(argc - 1, argv + 1);
     if (strcmp(cmd, "serve") == 0)
         return cmd_serve(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {

@@ -1,0 +1,95 @@
+/*
+ * analysis.h - the rules' thresholds (docs/DIAGNOSIS.md documents each one
+ * and where it comes from) and the summary shared by analysis.c and the
+ * report writer (reportfmt.c).  Internal.
+ */
+#ifndef TM_ANALYSIS_H
+#define TM_ANALYSIS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "trainmon.h"
+
+/* input.*: the TensorBoard profiler's rule: data loading above 5% of the
+ * step time is worth fixing. */
+#define TM_AN_DATA_WAIT_FRACTION 0.05
+#define TM_AN_DATA_WAIT_MEDIUM 0.10
+#define TM_AN_DATA_WAIT_HIGH 0.30
+/* Disk signals, each one vote for "the storage is the limit". */
+#define TM_AN_DISK_AWAIT_S 0.010        /* mean read await */
+#define TM_AN_DISK_UTIL 0.80            /* mean %util/100 (with a queue) */
+#define TM_AN_DISK_CEILING_NEAR 0.85    /* a sample within 85% of the max ... */
+#define TM_AN_DISK_CEILING_SHARE 0.50   /* ... in half the samples: a plateau */
+#define TM_AN_DISK_MIN_BPS (1024.0 * 1024.0) /* below 1 MiB/s no plateau counts */
+#define TM_AN_PSI_IO_SOME 0.10          /* mean io "some" avg10 (ratio) */
+#define TM_AN_WORKER_D_SHARE 0.40       /* workers in D state in 40% of samples */
+/* Worker CPU: CPU seconds per second of fetching. */
+#define TM_AN_WORKER_BUSY 0.80          /* CPU-bound fetch */
+#define TM_AN_WORKER_IDLE 0.50          /* below: the fetch waits (on I/O) */
+/* gpu.underutilized: the TensorBoard profiler's "GPU util < 50%". */
+#define TM_AN_GPU_UTIL 0.50
+/* gpu_mem.near_capacity: the profiler's "peak > 90% of device memory". */
+#define TM_AN_MEM_NEAR 0.90
+/* gpu_mem.growth: a steady rise of the per-step floor of allocated. */
+#define TM_AN_GROWTH_MIN_STEPS 20
+#define TM_AN_GROWTH_WARMUP 0.10        /* first 10% of steps left out */
+#define TM_AN_GROWTH_R2 0.80
+#define TM_AN_GROWTH_MIN_BYTES (32.0 * 1024 * 1024)
+/* gpu_mem.fragmentation: inactive split blocks at peak reserved. */
+#define TM_AN_FRAG_RATIO 0.25
+#define TM_AN_FRAG_MIN_BYTES (256.0 * 1024 * 1024)
+/* gpu_mem.alloc_retries: any; high above this many per step. */
+#define TM_AN_RETRIES_PER_STEP_HIGH 0.05
+/* host_mem.worker_growth: a worker's RSS/PSS rising steadily. */
+#define TM_AN_WORKER_GROWTH_MIN_BYTES (64.0 * 1024 * 1024)
+#define TM_AN_WORKER_GROWTH_REL 0.10
+#define TM_AN_WORKER_GROWTH_R2 0.80
+#define TM_AN_WORKER_GROWTH_MIN_POINTS 10
+/* ranks.imbalance */
+#define TM_AN_RANK_RATIO 1.20
+#define TM_AN_RANK_MIN_DIFF_S 0.005
+#define TM_AN_RANK_MEM_MIN_DIFF (1024.0 * 1024 * 1024)
+#define TM_AN_RANK_MIN_STEPS 10
+
+/* One training process (a source with steps or captures). */
+typedef struct tm_an_rank {
+    uint32_t source;
+    int32_t rank;
+    char label[40]; /* "0", "1" or the role ("pid42") */
+    const char *host;
+    size_t steps;
+    double step_median_s, compute_median_s, wait_median_s, data_wait_fraction;
+    double peak_allocated, peak_reserved, total_device, host_rss_peak;
+    double alloc_retries;
+    size_t ooms;
+    size_t workers;               /* distinct DataLoader worker ids seen */
+    double worker_batch_median_s; /* per-batch fetch time */
+    double worker_busy;           /* CPU s per s of fetching; NAN unknown */
+} tm_an_rank;
+
+typedef struct tm_an_summary {
+    int64_t win_start, win_end; /* the steps' span (else the run's) */
+    size_t steps, steps_total;  /* most steps of one process; all processes */
+    double step_median_s, compute_median_s, data_wait_fraction;
+    double gpu_util_mean;       /* NAN: no GPU series */
+    size_t ngpus;
+    char disk[40];              /* the disk behind the data ("" if none) */
+    double disk_read_bps, disk_read_bps_max, disk_await_s, disk_util, disk_queue;
+    double disk_ceiling_share;
+    double psi_io_some;
+    double worker_d_share, worker_cpu_sys; /* from per-worker system series */
+    double worker_busy;         /* from worker records, all ranks */
+    double worker_batch_median_s;
+    size_t workers;
+} tm_an_summary;
+
+struct tm_analysis {
+    tm_an_summary sum;
+    tm_an_rank *ranks;
+    size_t nranks;
+    tm_finding *f;
+    size_t nf, cap;
+};
+
+#endif

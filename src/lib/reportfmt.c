@@ -1,0 +1,376 @@
+/*
+ * reportfmt.c - the report of `trainmon report`: the run, a summary and
+ * the findings, as text for people or as one JSON object
+ * (docs/DIAGNOSIS.md, "JSON").  Numbers come from analysis.c; this file
+ * only lays them out.  Unavailable numbers are null in JSON and "n/a" (or
+ * left out) in text, never 0.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "analysis.h"
+#include "prom.h"
+#include "util.h"
+
+static void iso_time(char *buf, size_t cap, int64_t ns)
+{
+    time_t s = (time_t)(ns / 1000000000);
+    struct tm tm;
+    if (ns <= 0 || !gmtime_r(&s, &tm)) {
+        snprintf(buf, cap, "n/a");
+        return;
+    }
+    char d[32];
+    strftime(d, sizeof d, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(buf, cap, "%s.%03dZ", d, (int)((ns / 1000000) % 1000));
+}
+
+/* tm_text_printf takes short formats only: long texts go through this. */
+static void tx_line(tm_text *t, const char *prefix, const char *s, size_t len)
+{
+    tm_text_puts(t, prefix);
+    tm_text_add(t, s, len);
+    tm_text_puts(t, "\n");
+}
+
+static void j_num(tm_text *t, double v)
+{
+    if (!isfinite(v))
+        tm_text_puts(t, "null");
+    else if (v == floor(v) && fabs(v) < 9e18)
+        tm_text_printf(t, "%.0f", v);
+    else
+        tm_text_printf(t, "%.6g", v);
+}
+
+static void j_kn(tm_text *t, const char *k, double v, bool comma)
+{
+    tm_text_printf(t, "%s\"%s\":", comma ? "," : "", k);
+    j_num(t, v);
+}
+
+static void j_ks(tm_text *t, const char *k, const char *s, bool comma)
+{
+    tm_text_printf(t, "%s\"%s\":", comma ? "," : "", k);
+    tm_text_json_str(t, s);
+}
+
+/* The raw text of a JSON array of strings under top-level key "key" in
+ * meta.json, checked to be exactly that (so that it can be copied into
+ * the report), or NULL with *len 0. */
+static const char *meta_str_array(const char *meta, const char *key, size_t *len)
+{
+    *len = 0;
+    if (!meta)
+        return NULL;
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\"", key);
+    const char *p = strstr(meta, pat);
+    if (!p)
+        return NULL;
+    p += strlen(pat);
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+        p++;
+    if (*p++ != ':')
+        return NULL;
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+        p++;
+    const char *start = p;
+    if (*p++ != '[')
+        return NULL;
+    bool want_value = true, any = false;
+    for (;;) {
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+            p++;
+        if (*p == ']' && (!any || !want_value)) {
+            *len = (size_t)(p + 1 - start);
+            return start;
+        }
+        if (want_value) {
+            if (*p++ != '"')
+                return NULL;
+            while (*p != '"') {
+                unsigned char c = (unsigned char)*p;
+                if (c < 0x20)
+                    return NULL;
+                if (c == '\\') {
+                    p++;
+                    if (*p == 'u') {
+                        for (int i = 1; i <= 4; i++)
+                            if (!strchr("0123456789abcdefABCDEF", p[i]) || !p[i])
+                                return NULL;
+                        p += 4;
+                    } else if (!*p || !strchr("\"\\/bfnrt", *p)) {
+                        return NULL;
+                    }
+                }
+                p++;
+            }
+            p++;
+            any = true;
+            want_value = false;
+        } else {
+            if (*p++ != ',')
+                return NULL;
+            want_value = true;
+        }
+    }
+}
+
+static void write_run_json(tm_text *t, const tm_run *r)
+{
+    const char *const *dirs;
+    size_t nd = tm_run_dirs(r, &dirs);
+    const tm_run_source *src;
+    size_t ns = tm_run_sources(r, &src);
+    int64_t s0, s1;
+    tm_run_span(r, &s0, &s1);
+    char a[48], b[48];
+    iso_time(a, sizeof a, s0);
+    iso_time(b, sizeof b, s1);
+    tm_text_puts(t, "\"run\":{\"dirs\":[");
+    for (size_t i = 0; i < nd; i++) {
+        if (i)
+            tm_text_puts(t, ",");
+        tm_text_json_str(t, dirs[i]);
+    }
+    tm_text_puts(t, "],\"hosts\":[");
+    for (size_t i = 0, k = 0; i < ns; i++) {
+        bool seen = false;
+        for (size_t j = 0; j < i; j++)
+            seen |= strcmp(src[j].header.host, src[i].header.host) == 0;
+        if (seen)
+            continue;
+        if (k++)
+            tm_text_puts(t, ",");
+        tm_text_json_str(t, src[i].header.host);
+    }
+    tm_text_puts(t, "],\"command\":");
+    size_t len = 0;
+    const char *cmd = NULL;
+    for (size_t i = 0; i < nd && !cmd; i++)
+        cmd = meta_str_array(tm_run_meta(r, i), "command", &len);
+    if (cmd)
+        tm_text_add(t, cmd, len);
+    else
+        tm_text_puts(t, "null");
+    j_ks(t, "start", a, true);
+    j_ks(t, "end", b, true);
+    tm_text_printf(t, ",\"start_ns\":%" PRId64, s0);
+    j_kn(t, "duration_s", (double)(s1 - s0) / 1e9, true);
+    tm_text_puts(t, ",\"files\":[");
+    for (size_t i = 0; i < ns; i++) {
+        tm_text_puts(t, i ? ",{" : "{");
+        j_ks(t, "file", src[i].path, false);
+        j_ks(t, "role", src[i].header.role, true);
+        j_kn(t, "rank", src[i].header.rank >= 0 ? (double)src[i].header.rank : NAN, true);
+        j_ks(t, "host", src[i].header.host, true);
+        j_kn(t, "records", (double)src[i].records, true);
+        j_kn(t, "damaged_places", (double)src[i].ndamage, true);
+        tm_text_printf(t, ",\"torn_tail\":%s}", src[i].torn_tail ? "true" : "false");
+    }
+    tm_text_puts(t, "]}");
+}
+
+static void write_summary_json(tm_text *t, const tm_analysis *a)
+{
+    const tm_an_summary *S = &a->sum;
+    tm_text_puts(t, "\"summary\":{");
+    j_kn(t, "steps", (double)S->steps, false);
+    j_kn(t, "steps_total", (double)S->steps_total, true);
+    j_kn(t, "step_time_median_s", S->step_median_s, true);
+    j_kn(t, "compute_time_median_s", S->compute_median_s, true);
+    j_kn(t, "data_wait_fraction", S->data_wait_fraction, true);
+    j_kn(t, "gpu_utilization_mean", S->gpu_util_mean, true);
+    j_kn(t, "gpus", (double)S->ngpus, true);
+    tm_text_puts(t, ",\"disk\":");
+    if (S->disk[0]) {
+        tm_text_puts(t, "{");
+        j_ks(t, "device", S->disk, false);
+        j_kn(t, "read_bytes_per_second", S->disk_read_bps, true);
+        j_kn(t, "read_bytes_per_second_max", S->disk_read_bps_max, true);
+        j_kn(t, "read_await_s", S->disk_await_s, true);
+        j_kn(t, "utilization", S->disk_util, true);
+        j_kn(t, "queue_depth", S->disk_queue, true);
+        tm_text_puts(t, "}");
+    } else {
+        tm_text_puts(t, "null");
+    }
+    j_kn(t, "io_pressure_some", S->psi_io_some, true);
+    j_kn(t, "workers", (double)S->workers, true);
+    j_kn(t, "worker_batch_time_median_s", S->worker_batch_median_s, true);
+    j_kn(t, "worker_cpu_per_fetch_second", S->worker_busy, true);
+    j_kn(t, "worker_d_state_share", S->worker_d_share, true);
+    tm_text_puts(t, ",\"ranks\":[");
+    for (size_t i = 0; i < a->nranks; i++) {
+        const tm_an_rank *R = &a->ranks[i];
+        tm_text_puts(t, i ? ",{" : "{");
+        j_ks(t, "rank", R->label, false);
+        j_ks(t, "host", R->host, true);
+        j_kn(t, "steps", (double)R->steps, true);
+        j_kn(t, "step_time_median_s", R->step_median_s, true);
+        j_kn(t, "compute_time_median_s", R->compute_median_s, true);
+        j_kn(t, "data_wait_fraction", R->data_wait_fraction, true);
+        j_kn(t, "peak_allocated_bytes", R->peak_allocated, true);
+        j_kn(t, "peak_reserved_bytes", R->peak_reserved, true);
+        j_kn(t, "device_total_bytes", R->total_device, true);
+        j_kn(t, "host_rss_peak_bytes", R->host_rss_peak, true);
+        j_kn(t, "alloc_retries", R->alloc_retries, true);
+        j_kn(t, "ooms", (double)R->ooms, true);
+        j_kn(t, "workers", (double)R->workers, true);
+        j_kn(t, "worker_batch_time_median_s", R->worker_batch_median_s, true);
+        tm_text_puts(t, "}");
+    }
+    tm_text_puts(t, "]}");
+}
+
+static void write_findings_json(tm_text *t, const tm_analysis *a)
+{
+    tm_text_puts(t, "\"findings\":[");
+    for (size_t i = 0; i < a->nf; i++) {
+        const tm_finding *f = &a->f[i];
+        tm_text_puts(t, i ? ",{" : "{");
+        j_ks(t, "id", f->id, false);
+        j_ks(t, "severity", f->severity, true);
+        j_ks(t, "confidence", f->confidence, true);
+        j_kn(t, "rank", f->rank >= 0 ? (double)f->rank : NAN, true);
+        j_ks(t, "title", f->title, true);
+        tm_text_puts(t, ",\"evidence\":");
+        tm_text_puts(t, f->evidence);
+        j_ks(t, "advice", f->advice, true);
+        tm_text_puts(t, "}");
+    }
+    tm_text_puts(t, "]");
+}
+
+/* v with prec decimals and a suffix, or "n/a". */
+static void fmt_num(char *buf, size_t cap, double v, int prec, const char *suffix)
+{
+    if (isfinite(v))
+        snprintf(buf, cap, "%.*f%s", prec, v, suffix);
+    else
+        snprintf(buf, cap, "n/a");
+}
+
+static void write_text(tm_text *t, const tm_run *r, const tm_analysis *a)
+{
+    const char *const *dirs;
+    size_t nd = tm_run_dirs(r, &dirs);
+    const tm_run_source *src;
+    size_t ns = tm_run_sources(r, &src);
+    int64_t s0, s1;
+    tm_run_span(r, &s0, &s1);
+    char x[48], y[48], z[48];
+    iso_time(x, sizeof x, s0);
+    iso_time(y, sizeof y, s1);
+    tm_text_puts(t, "trainmon report:");
+    for (size_t i = 0; i < nd; i++) {
+        tm_text_puts(t, " ");
+        tm_text_puts(t, dirs[i]);
+    }
+    tm_text_printf(t, "\n  %s .. %s (%.0f s), %zu record files, host ", x, y,
+                   (double)(s1 - s0) / 1e9, ns);
+    tx_line(t, "", ns ? src[0].header.host : "?", ns ? strlen(src[0].header.host) : 1);
+    size_t len = 0;
+    const char *cmd = NULL;
+    for (size_t i = 0; i < nd && !cmd; i++)
+        cmd = meta_str_array(tm_run_meta(r, i), "command", &len);
+    if (cmd)
+        tx_line(t, "  command: ", cmd, len);
+
+    const tm_an_summary *S = &a->sum;
+    tm_text_puts(t, "\nSummary\n");
+    tm_text_printf(t, "  steps              %zu (most of one process), %zu over %zu process(es)\n",
+                   S->steps, S->steps_total, a->nranks);
+    fmt_num(x, sizeof x, S->step_median_s, 4, " s");
+    fmt_num(y, sizeof y, S->compute_median_s, 4, " s");
+    tm_text_printf(t, "  step time          median %s (compute %s)\n", x, y);
+    fmt_num(x, sizeof x, 100 * S->data_wait_fraction, 1, "%");
+    tm_text_printf(t, "  waiting for data   %s of step time\n", x);
+    if (!isnan(S->gpu_util_mean))
+        tm_text_printf(t, "  GPU utilization    %.0f%% (mean of %zu GPU(s))\n",
+                       100 * S->gpu_util_mean, S->ngpus);
+    if (S->disk[0]) {
+        fmt_num(x, sizeof x, S->disk_await_s * 1e3, 1, " ms");
+        fmt_num(y, sizeof y, 100 * S->disk_util, 0, "%");
+        fmt_num(z, sizeof z, S->disk_read_bps_max / 1e6, 1, " MB/s");
+        tm_text_printf(t, "  disk /dev/%-8s read %.1f MB/s mean (max %s), await %s, util %s\n",
+                       S->disk, S->disk_read_bps / 1e6, z, x, y);
+    }
+    if (!isnan(S->psi_io_some))
+        tm_text_printf(t, "  I/O pressure       some %.0f%%\n", 100 * S->psi_io_some);
+    if (S->workers) {
+        fmt_num(x, sizeof x, S->worker_batch_median_s, 4, " s");
+        fmt_num(y, sizeof y, S->worker_busy, 2, "");
+        tm_text_printf(t, "  workers            %zu, %s per batch, %s CPU s per s of fetching\n",
+                       S->workers, x, y);
+    }
+    if (a->nranks) {
+        tm_text_printf(t, "  %-8s %8s %10s %6s %11s %11s %11s %5s\n", "rank", "steps", "step_med",
+                       "wait%", "peak_alloc", "peak_resv", "device", "ooms");
+        for (size_t i = 0; i < a->nranks; i++) {
+            const tm_an_rank *R = &a->ranks[i];
+            char c1[24], c2[24], c3[24], c4[24], c5[24];
+            fmt_num(c1, sizeof c1, R->step_median_s, 4, "");
+            fmt_num(c2, sizeof c2, 100 * R->data_wait_fraction, 1, "");
+            fmt_num(c3, sizeof c3, R->peak_allocated / (1 << 30), 2, "G");
+            fmt_num(c4, sizeof c4, R->peak_reserved / (1 << 30), 2, "G");
+            fmt_num(c5, sizeof c5, R->total_device / (1 << 30), 2, "G");
+            tm_text_printf(t, "  %-8s %8zu %10s %6s %11s %11s %11s %5zu\n", R->label, R->steps, c1,
+                           c2, c3, c4, c5, R->ooms);
+        }
+    }
+    tm_text_puts(t, "\nFindings\n");
+    if (!a->nf)
+        tm_text_puts(t, "  none: no steps or memory samples to judge\n");
+    for (size_t i = 0; i < a->nf; i++) {
+        const tm_finding *f = &a->f[i];
+        tm_text_printf(t, "  [%s] %s: ", f->severity, f->id);
+        tx_line(t, "", f->title, strlen(f->title));
+        tx_line(t, "      evidence: ", f->evidence, strlen(f->evidence));
+        tx_line(t, "      advice: ", f->advice, strlen(f->advice));
+    }
+    const char *const *notes;
+    size_t nn = tm_run_notes(r, &notes);
+    if (nn) {
+        tm_text_puts(t, "\nDamage (reported from what is intact)\n");
+        for (size_t i = 0; i < nn; i++)
+            tx_line(t, "  ", notes[i], strlen(notes[i]));
+    }
+}
+
+int tm_report_write(const tm_run *r, const tm_analysis *a, tm_text *out, bool json)
+{
+    tm_analysis *own = NULL;
+    if (!a) {
+        int rc = tm_analyze(r, &own);
+        if (rc < 0)
+            return rc;
+        a = own;
+    }
+    if (json) {
+        tm_text_puts(out, "{");
+        write_run_json(out, r);
+        tm_text_puts(out, ",");
+        write_summary_json(out, a);
+        tm_text_puts(out, ",");
+        write_findings_json(out, a);
+        tm_text_puts(out, ",\"damage\":[");
+        const char *const *notes;
+        size_t nn = tm_run_notes(r, &notes);
+        for (size_t i = 0; i < nn; i++) {
+            tm_text_puts(out, i ? ",{\"note\":" : "{\"note\":");
+            tm_text_json_str(out, notes[i]);
+            tm_text_puts(out, "}");
+        }
+        tm_text_puts(out, "]}\n");
+    } else {
+        write_text(out, r, a);
+    }
+    tm_analysis_free(&own);
+    return tm_text_error(out);
+}

@@ -1,0 +1,828 @@
+/*
+ * test_report.c - the run timeline (src/lib/timeline.c) and the findings
+ * (src/lib/analysis.c, docs/DIAGNOSIS.md).  Each test writes a run
+ * directory of record files the way the sampler and the CPython extension
+ * do (tm_rec_* and tm_inproc_encode_*), loads it and asserts the finding,
+ * its numbers and what must not be found.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "analysis.h"
+#include "trainmon.h"
+
+#define S_NS 1000000000LL
+#define MiB (1024.0 * 1024.0)
+#define GiB (1024.0 * 1024.0 * 1024.0)
+
+static char dir[256];
+static int64_t T0; /* monotonic base of every fixture */
+
+static int setup(void **st)
+{
+    (void)st;
+    snprintf(dir, sizeof dir, "/tmp/test_report.XXXXXX");
+    if (!mkdtemp(dir))
+        return -1;
+    T0 = tm_now_mono_ns();
+    return 0;
+}
+
+static int teardown(void **st)
+{
+    (void)st;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static tm_rec *open_rec(const char *file, const char *role, int rank)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    tm_rec_opts o = {.role = role, .rank = rank};
+    tm_rec *w = NULL;
+    assert_int_equal(tm_rec_open(&w, path, &o), 0);
+    return w;
+}
+
+static int64_t at(double s) { return T0 + (int64_t)(s * (double)S_NS); }
+
+/* Steps of dur seconds, of which wait waiting for data, from time start. */
+static void put_steps(tm_rec *w, size_t n, double start, double dur, double wait)
+{
+    uint8_t buf[64];
+    for (size_t i = 0; i < n; i++) {
+        tm_inproc_step s = {.step = i,
+                            .start_ns = at(start + (double)i * dur),
+                            .end_ns = at(start + (double)(i + 1) * dur),
+                            .data_wait_ns = (int64_t)(wait * (double)S_NS)};
+        int len = tm_inproc_encode_step(&s, buf, sizeof buf);
+        assert_true(len > 0);
+        assert_int_equal(tm_rec_append(w, TM_REC_STEP, s.end_ns, buf, (uint32_t)len), 0);
+    }
+}
+
+struct cap {
+    double allocated, reserved, peak, inactive, total, retries;
+};
+
+static void put_capture(tm_rec *w, double t, uint64_t step, struct cap c)
+{
+    uint8_t buf[256];
+    tm_inproc_capture k = {.source = TM_CAPTURE_STEP, .device = 0, .step = step,
+                           .allocated = c.allocated, .reserved = c.reserved,
+                           .peak_allocated = c.peak, .active = NAN,
+                           .inactive_split = c.inactive, .requested = NAN,
+                           .free_device = NAN, .total_device = c.total,
+                           .num_alloc_retries = c.retries, .num_ooms = NAN, .host_rss = NAN,
+                           .tag = "step", .tag_len = 4};
+    int len = tm_inproc_encode_capture(&k, buf, sizeof buf);
+    assert_true(len > 0);
+    assert_int_equal(tm_rec_append(w, TM_REC_CAPTURE, at(t), buf, (uint32_t)len), 0);
+}
+
+static void put_value(tm_rec *w, double t, const char *name, const char *labels, double v)
+{
+    int id = tm_rec_series(w, name, labels, "");
+    assert_true(id > 0);
+    uint32_t u = (uint32_t)id;
+    assert_int_equal(tm_rec_sample(w, at(t), &u, &v, 1), 0);
+}
+
+/* Batches of one worker: fetch seconds each, busy CPU share of it. */
+static void put_worker_batches(tm_rec *w, int id, unsigned pid, size_t n, double fetch,
+                               double busy, double rss0, double rss_step)
+{
+    uint8_t buf[64];
+    for (size_t b = 0; b < n; b++) {
+        tm_inproc_worker k = {.worker_id = id, .pid = pid, .batch = b,
+                              .start_ns = at((double)b * fetch),
+                              .end_ns = at((double)(b + 1) * fetch),
+                              .cpu_s = busy * fetch * (double)(b + 1),
+                              .rss_bytes = rss0 + rss_step * (double)b};
+        int len = tm_inproc_encode_worker(&k, buf, sizeof buf);
+        assert_true(len > 0);
+        assert_int_equal(tm_rec_append(w, TM_REC_WORKER, k.end_ns, buf, (uint32_t)len), 0);
+    }
+}
+
+static tm_analysis *analyze(tm_run **run)
+{
+    const char *dirs[] = {dir};
+    assert_int_equal(tm_run_load(run, dirs, 1), 0);
+    tm_analysis *a = NULL;
+    assert_int_equal(tm_analyze(*run, &a), 0);
+    return a;
+}
+
+/* The number after "key": in a finding's evidence (NAN if absent or null). */
+static double ev_num(const tm_finding *f, const char *key)
+{
+    char pat[80];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(f->evidence, pat);
+    if (!p)
+        return NAN;
+    p += strlen(pat);
+    char *end;
+    double v = strtod(p, &end);
+    return end == p ? NAN : v;
+}
+
+static void done(tm_run **run, tm_analysis **a)
+{
+    tm_analysis_free(a);
+    tm_run_free(run);
+}
+
+/* --- input */
+
+static void test_data_wait_of_one_percent_is_input_ok(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(w, 100, 0, 0.1, 0.001);
+    tm_rec_close(&w);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "input.ok");
+    assert_non_null(f);
+    assert_string_equal(f->severity, "info");
+    assert_true(fabs(ev_num(f, "data_wait_fraction") - 0.01) < 1e-6);
+    assert_null(tm_analysis_find(a, "input.disk_bound"));
+    assert_null(tm_analysis_find(a, "input.cpu_bound"));
+    done(&run, &a);
+}
+
+static void test_throttled_disk_with_high_await_and_workers_in_d_state_is_disk_bound(void **st)
+{
+    (void)st;
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(r0, 100, 0, 0.1, 0.06); /* 60% waiting */
+    tm_rec_close(&r0);
+    tm_rec *s = open_rec("system.tmr", "system", -1);
+    assert_int_equal(tm_rec_event(s, at(0), "run_target",
+                                  "{\"path\":\"/data\",\"kind\":\"block\",\"device\":\"vdb\","
+                                  "\"disks\":[\"vdb\"],\"why\":\"\"}"),
+                     0);
+    for (int i = 0; i <= 100; i++) {
+        double t = i * 0.1;
+        /* A throttle holds the read rate at 50 MB/s, requests queue. */
+        put_value(s, t, "disk.read_bytes_per_second", "device=vdb", 50e6 + (i % 3) * 1e5);
+        put_value(s, t, "disk.read_await_seconds", "device=vdb", 0.025);
+        put_value(s, t, "disk.utilization", "device=vdb", 1.0);
+        put_value(s, t, "disk.queue_depth", "device=vdb", 8);
+        /* The root disk is busier but is not behind the data. */
+        put_value(s, t, "disk.read_bytes_per_second", "device=vda", 90e6);
+        for (int p = 0; p < 4; p++) {
+            char lab[32];
+            snprintf(lab, sizeof lab, "pid=%d", 100 + p);
+            put_value(s, t, "proc.worker_state_d", lab, (i + p) % 5 ? 1 : 0);
+            put_value(s, t, "proc.worker_cpu_utilization", lab, 0.1);
+        }
+    }
+    tm_rec_close(&s);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "input.disk_bound");
+    assert_non_null(f);
+    assert_string_equal(f->severity, "high");
+    assert_string_equal(f->confidence, "high");
+    assert_non_null(strstr(f->evidence, "\"disk\":\"vdb\""));
+    assert_true(fabs(ev_num(f, "data_wait_fraction") - 0.6) < 1e-6);
+    assert_true(fabs(ev_num(f, "disk_read_await_s") - 0.025) < 1e-9);
+    assert_true(ev_num(f, "worker_d_state_share") >= 0.75);
+    /* The loop computes 0.04 s of each 0.1 s step: it needs 2.5x the 50 MB/s. */
+    double need = ev_num(f, "needed_read_bytes_per_second");
+    assert_true(need > 124e6 && need < 127e6);
+    assert_non_null(strstr(f->advice, "MB/s"));
+    assert_null(tm_analysis_find(a, "input.cpu_bound"));
+    assert_null(tm_analysis_find(a, "input.ok"));
+    done(&run, &a);
+}
+
+static void test_busy_workers_slower_than_compute_are_cpu_bound_with_a_worker_count(void **st)
+{
+    (void)st;
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(r0, 100, 0, 0.1, 0.06); /* compute 0.04 s per step */
+    tm_rec_close(&r0);
+    for (int k = 0; k < 2; k++) {
+        char file[64], role[32];
+        snprintf(file, sizeof file, "worker-r0-%d.tmr", 200 + k);
+        snprintf(role, sizeof role, "worker%d", k);
+        tm_rec *w = open_rec(file, role, 0);
+        put_worker_batches(w, k, 200u + (unsigned)k, 50, 0.2, 0.95, 300 * MiB, 0);
+        tm_rec_close(&w);
+    }
+    tm_rec *s = open_rec("system.tmr", "system", -1);
+    for (int i = 0; i <= 100; i++) {
+        put_value(s, i * 0.1, "proc.worker_cpu_utilization", "pid=200", 0.97);
+        put_value(s, i * 0.1, "proc.worker_cpu_utilization", "pid=201", 0.98);
+        put_value(s, i * 0.1, "proc.worker_state_d", "pid=200", 0);
+    }
+    tm_rec_close(&s);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "input.cpu_bound");
+    assert_non_null(f);
+    assert_string_equal(f->confidence, "high");
+    /* 0.2 s per batch against 0.04 s of compute: 5 workers keep up. */
+    assert_true(ev_num(f, "workers_needed") == 5);
+    assert_true(ev_num(f, "workers_per_rank") == 2);
+    assert_true(fabs(ev_num(f, "worker_cpu_per_fetch_second") - 0.95) < 1e-6);
+    assert_non_null(strstr(f->advice, "num_workers=5"));
+    assert_null(tm_analysis_find(a, "input.disk_bound"));
+    assert_null(tm_analysis_find(a, "host_mem.worker_growth"));
+    done(&run, &a);
+}
+
+static void test_data_wait_without_system_data_is_a_low_confidence_finding(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("pid42.tmr", "pid42", -1);
+    put_steps(w, 50, 0, 0.1, 0.02);
+    tm_rec_close(&w);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "input.data_wait");
+    assert_non_null(f);
+    assert_string_equal(f->confidence, "low");
+    assert_string_equal(f->severity, "medium");
+    assert_null(tm_analysis_find(a, "input.ok"));
+    done(&run, &a);
+}
+
+static void test_workers_waiting_off_cpu_point_at_storage_without_system_data(void **st)
+{
+    (void)st;
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(r0, 100, 0, 0.1, 0.05);
+    tm_rec_close(&r0);
+    tm_rec *w = open_rec("worker-r0-300.tmr", "worker0", 0);
+    put_worker_batches(w, 0, 300, 40, 0.25, 0.05, 200 * MiB, 0);
+    tm_rec_close(&w);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "input.disk_bound");
+    assert_non_null(f);
+    assert_string_equal(f->confidence, "low");
+    assert_null(tm_analysis_find(a, "input.cpu_bound"));
+    done(&run, &a);
+}
+
+/* --- GPU */
+
+static void test_low_gpu_utilization_while_input_keeps_up_is_underutilized(void **st)
+{
+    (void)st;
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(r0, 100, 0, 0.1, 0.001);
+    tm_rec_close(&r0);
+    tm_rec *s = open_rec("system.tmr", "system", -1);
+    for (int i = 0; i <= 10; i++)
+        put_value(s, i, "gpu.utilization", "gpu=0,uuid=GPU-1", 0.3);
+    tm_rec_close(&s);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "gpu.underutilized");
+    assert_non_null(f);
+    assert_true(fabs(ev_num(f, "gpu_utilization_mean") - 0.3) < 1e-9);
+    done(&run, &a);
+}
+
+static void test_idle_gpu_behind_a_waiting_loop_is_left_to_the_input_finding(void **st)
+{
+    (void)st;
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(r0, 100, 0, 0.1, 0.05);
+    tm_rec_close(&r0);
+    tm_rec *s = open_rec("system.tmr", "system", -1);
+    for (int i = 0; i <= 10; i++)
+        put_value(s, i, "gpu.utilization", "gpu=0,uuid=GPU-1", 0.3);
+    tm_rec_close(&s);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    assert_null(tm_analysis_find(a, "gpu.underutilized"));
+    assert_non_null(tm_analysis_find(a, "input.data_wait"));
+    done(&run, &a);
+}
+
+static void test_peak_above_90_percent_of_the_device_is_near_capacity(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(w, 10, 0, 0.1, 0.001);
+    for (int i = 0; i < 10; i++)
+        put_capture(w, i * 0.1, (uint64_t)i,
+                    (struct cap){50 * GiB, 74 * GiB, 73 * GiB, 0, 80 * GiB, 0});
+    tm_rec_close(&w);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "gpu_mem.near_capacity");
+    assert_non_null(f);
+    assert_int_equal(f->rank, 0);
+    assert_true(fabs(ev_num(f, "peak_ratio") - 74.0 / 80) < 1e-9);
+    assert_null(tm_analysis_find(a, "gpu_mem.growth"));
+    done(&run, &a);
+}
+
+static void test_peak_at_80_percent_is_not_near_capacity(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("rank0.tmr", "rank0", 0);
+    for (int i = 0; i < 10; i++)
+        put_capture(w, i * 0.1, (uint64_t)i,
+                    (struct cap){50 * GiB, 64 * GiB, 60 * GiB, 0, 80 * GiB, 0});
+    tm_rec_close(&w);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    assert_null(tm_analysis_find(a, "gpu_mem.near_capacity"));
+    done(&run, &a);
+}
+
+static void test_steady_growth_of_allocated_across_steps_is_a_leak(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(w, 100, 0, 0.1, 0.001);
+    for (int i = 0; i < 100; i++) {
+        double floor = 4 * GiB + i * 2 * MiB;
+        /* Within a step memory peaks well above the floor; the floor rises. */
+        put_capture(w, i * 0.1, (uint64_t)i,
+                    (struct cap){floor, 12 * GiB, floor + 6 * GiB, 0, 40 * GiB, 0});
+        put_capture(w, i * 0.1 + 0.05, (uint64_t)i,
+                    (struct cap){floor + 6 * GiB, 12 * GiB, floor + 6 * GiB, 0, 40 * GiB, 0});
+    }
+    tm_rec_close(&w);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "gpu_mem.growth");
+    assert_non_null(f);
+    assert_true(fabs(ev_num(f, "bytes_per_step") - 2 * MiB) < 1);
+    /* 40 GiB total, 12 GiB reserved: 28 GiB left at 2 MiB a step. */
+    assert_true(fabs(ev_num(f, "steps_until_full") - 14336) < 1);
+    done(&run, &a);
+}
+
+static void test_warmup_then_flat_memory_is_not_growth(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("rank0.tmr", "rank0", 0);
+    for (int i = 0; i < 100; i++) {
+        /* Optimizer state appears in the first steps, then noise only. */
+        double floor = i < 5 ? 1 * GiB * (i + 1) : 6 * GiB + (i % 7) * MiB;
+        put_capture(w, i * 0.1, (uint64_t)i, (struct cap){floor, 10 * GiB, 9 * GiB, 0, 40 * GiB, 0});
+    }
+    tm_rec_close(&w);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    assert_null(tm_analysis_find(a, "gpu_mem.growth"));
+    done(&run, &a);
+}
+
+static void test_inactive_split_blocks_at_peak_reserved_are_fragmentation(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("rank0.tmr", "rank0", 0);
+    put_capture(w, 0.1, 1, (struct cap){5 * GiB, 8 * GiB, 6 * GiB, 0.5 * GiB, 40 * GiB, 0});
+    put_capture(w, 0.2, 2, (struct cap){5 * GiB, 10 * GiB, 6 * GiB, 4 * GiB, 40 * GiB, 0});
+    put_capture(w, 0.3, 3, (struct cap){5 * GiB, 9 * GiB, 6 * GiB, 0.1 * GiB, 40 * GiB, 0});
+    tm_rec_close(&w);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "gpu_mem.fragmentation");
+    assert_non_null(f);
+    assert_true(fabs(ev_num(f, "ratio") - 0.4) < 1e-9);
+    assert_true(ev_num(f, "step") == 2);
+    assert_non_null(strstr(f->advice, "expandable_segments"));
+    done(&run, &a);
+}
+
+static void test_allocation_retries_are_reported_with_their_rate(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(w, 20, 0, 0.1, 0.001);
+    for (int i = 0; i < 20; i++)
+        put_capture(w, i * 0.1, (uint64_t)i,
+                    (struct cap){5 * GiB, 8 * GiB, 6 * GiB, 0, 40 * GiB, i < 10 ? 2 : 2 + (i - 9)});
+    tm_rec_close(&w);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "gpu_mem.alloc_retries");
+    assert_non_null(f);
+    assert_true(ev_num(f, "alloc_retries") == 10);
+    assert_true(ev_num(f, "first_seen_step") == 10);
+    assert_string_equal(f->severity, "high"); /* 0.5 retries per step */
+    done(&run, &a);
+}
+
+static void put_oom(tm_rec *w, double t, uint32_t seq, uint64_t step, const char *phase,
+                    double requested, double free_dev, double allocated, double reserved,
+                    const char *snapshot)
+{
+    uint8_t buf[512];
+    tm_inproc_oom o = {.device = 0, .seq = seq, .step = step, .source = TM_OOM_OBSERVER,
+                       .requested = requested, .free_device = free_dev,
+                       .total_device = 80 * GiB, .allocated = allocated, .reserved = reserved,
+                       .phase = phase, .phase_len = (uint16_t)strlen(phase),
+                       .snapshot = snapshot, .snapshot_len = (uint16_t)strlen(snapshot)};
+    int len = tm_inproc_encode_oom(&o, buf, sizeof buf);
+    assert_true(len > 0);
+    assert_int_equal(tm_rec_append(w, TM_REC_OOM, at(t), buf, (uint32_t)len), 0);
+}
+
+static void test_oom_names_step_phase_request_free_and_snapshot_once(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(w, 42, 0, 0.1, 0.001);
+    for (int i = 0; i < 42; i++)
+        put_capture(w, i * 0.1, (uint64_t)i,
+                    (struct cap){60 * GiB, 78 * GiB, 70 * GiB, 0, 80 * GiB, 0});
+    /* The observer fires twice for one OOM (a cuDNN retry). */
+    put_oom(w, 4.25, 1, 42, "backward", 4 * GiB, 1 * GiB, 78 * GiB, 78.5 * GiB,
+            "oom-rank0-1.pickle");
+    put_oom(w, 4.26, 1, 42, "backward", 4 * GiB, 1 * GiB, 78 * GiB, 78.5 * GiB,
+            "oom-rank0-1.pickle");
+    tm_rec_close(&w);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *list;
+    size_t n = tm_analysis_findings(a, &list), nooms = 0;
+    for (size_t i = 0; i < n; i++)
+        nooms += strcmp(list[i].id, "gpu_mem.oom") == 0;
+    assert_int_equal(nooms, 1);
+    const tm_finding *f = tm_analysis_find(a, "gpu_mem.oom");
+    assert_string_equal(f->severity, "high");
+    assert_true(ev_num(f, "step") == 42);
+    assert_true(ev_num(f, "requested_bytes") == 4 * GiB);
+    assert_true(ev_num(f, "free_device_bytes") == 1 * GiB);
+    assert_non_null(strstr(f->evidence, "\"phase\":\"backward\""));
+    assert_non_null(strstr(f->evidence, "\"cause\":\"peak\""));
+    char snap[400];
+    snprintf(snap, sizeof snap, "\"snapshot\":\"%s/oom-rank0-1.pickle\"", dir);
+    assert_non_null(strstr(f->evidence, snap));
+    assert_true(ev_num(f, "trend_bytes_per_step") == 0);
+    assert_ptr_equal(&list[0], f); /* high severity comes first */
+    done(&run, &a);
+}
+
+static void test_oom_with_enough_cached_memory_blames_fragmentation(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("rank0.tmr", "rank0", 0);
+    put_oom(w, 1, 1, 7, "forward", 2 * GiB, 0.5 * GiB, 60 * GiB, 79 * GiB, "");
+    tm_rec_close(&w);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "gpu_mem.oom");
+    assert_non_null(f);
+    assert_non_null(strstr(f->evidence, "\"cause\":\"fragmentation\""));
+    assert_null(strstr(f->evidence, "\"snapshot\""));
+    assert_non_null(strstr(f->advice, "expandable_segments"));
+    done(&run, &a);
+}
+
+/* --- host memory, ranks */
+
+static void test_worker_rss_growing_every_batch_is_copy_on_read(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("worker-r0-400.tmr", "worker0", 0);
+    put_worker_batches(w, 0, 400, 100, 0.1, 0.9, 500 * MiB, 2 * MiB);
+    tm_rec_close(&w);
+    tm_rec *w2 = open_rec("worker-r0-401.tmr", "worker1", 0);
+    put_worker_batches(w2, 1, 401, 100, 0.1, 0.9, 500 * MiB, 0);
+    tm_rec_close(&w2);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "host_mem.worker_growth");
+    assert_non_null(f);
+    assert_true(ev_num(f, "workers_growing") == 1);
+    assert_true(ev_num(f, "workers_checked") == 2);
+    assert_true(ev_num(f, "worst_pid") == 400);
+    /* 2 MiB every 0.1 s */
+    assert_true(fabs(ev_num(f, "worst_bytes_per_hour") / (2 * MiB * 36000) - 1) < 1e-5);
+    done(&run, &a);
+}
+
+static void test_worker_pss_series_from_the_sampler_also_count(void **st)
+{
+    (void)st;
+    tm_rec *s = open_rec("system.tmr", "system", -1);
+    for (int i = 0; i < 60; i++)
+        put_value(s, i, "proc.worker_pss_bytes", "pid=77", 1 * GiB + i * 10 * MiB);
+    tm_rec_close(&s);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "host_mem.worker_growth");
+    assert_non_null(f);
+    assert_non_null(strstr(f->evidence, "\"measure\":\"pss\""));
+    done(&run, &a);
+}
+
+static void put_rank(int rank, double dur, double reserved)
+{
+    char file[32], role[32];
+    snprintf(file, sizeof file, "rank%d.tmr", rank);
+    snprintf(role, sizeof role, "rank%d", rank);
+    tm_rec *w = open_rec(file, role, rank);
+    put_steps(w, 50, 0, dur, 0.001);
+    put_capture(w, 1, 10, (struct cap){reserved / 2, reserved, reserved / 2, 0, 80 * GiB, 0});
+    tm_rec_close(&w);
+}
+
+static void test_one_slow_rank_is_imbalance(void **st)
+{
+    (void)st;
+    put_rank(0, 0.1, 20 * GiB);
+    put_rank(1, 0.1, 20 * GiB);
+    put_rank(2, 0.1, 20 * GiB);
+    put_rank(3, 0.15, 20 * GiB);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "ranks.imbalance");
+    assert_non_null(f);
+    assert_int_equal(f->rank, 3);
+    assert_true(fabs(ev_num(f, "ratio") - 1.5) < 1e-6);
+    assert_non_null(strstr(f->evidence, "\"measure\":\"step time\""));
+    done(&run, &a);
+}
+
+static void test_one_rank_holding_more_memory_is_imbalance(void **st)
+{
+    (void)st;
+    put_rank(0, 0.1, 30 * GiB);
+    put_rank(1, 0.1, 20 * GiB);
+    put_rank(2, 0.1, 20 * GiB);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "ranks.imbalance");
+    assert_non_null(f);
+    assert_int_equal(f->rank, 0);
+    assert_non_null(strstr(f->evidence, "peak GPU memory"));
+    done(&run, &a);
+}
+
+static void test_ranks_alike_are_not_imbalance(void **st)
+{
+    (void)st;
+    put_rank(0, 0.1, 20 * GiB);
+    put_rank(1, 0.105, 20.5 * GiB);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    assert_null(tm_analysis_find(a, "ranks.imbalance"));
+    done(&run, &a);
+}
+
+/* --- the timeline and bad input */
+
+static void test_times_are_wall_clock_and_series_keep_their_labels(void **st)
+{
+    (void)st;
+    tm_rec *s = open_rec("system.tmr", "system", -1);
+    put_value(s, 1, "disk.utilization", "device=vda", 0.5);
+    put_value(s, 2, "disk.utilization", "device=vda", 0.7);
+    put_value(s, 2, "disk.utilization", "device=vdb", 0.1);
+    tm_rec_close(&s);
+    int64_t real = tm_now_real_ns(), mono = tm_now_mono_ns();
+    const char *dirs[] = {dir};
+    tm_run *run;
+    assert_int_equal(tm_run_load(&run, dirs, 1), 0);
+    const tm_run_series *ser;
+    assert_int_equal(tm_run_series_list(run, &ser), 2);
+    assert_string_equal(ser[0].name, "disk.utilization");
+    assert_string_equal(ser[0].labels, "device=vda");
+    assert_int_equal(ser[0].n, 2);
+    assert_true(ser[0].v[1] == 0.7);
+    /* 1 s after T0, in wall-clock time (within 50 ms of this clock pair). */
+    int64_t want = real - mono + at(1);
+    assert_true(llabs(ser[0].t_ns[0] - want) < 50000000);
+    char v[16];
+    assert_true(tm_labels_get(ser[1].labels, "device", v, sizeof v));
+    assert_string_equal(v, "vdb");
+    tm_run_free(&run);
+}
+
+static void test_series_sampled_together_share_times_and_gaps_keep_their_own(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("system.tmr", "system", -1);
+    uint32_t a = (uint32_t)tm_rec_series(w, "a", "", ""), b = (uint32_t)tm_rec_series(w, "b", "", ""),
+             c = (uint32_t)tm_rec_series(w, "c", "", "");
+    /* a, b, c at 1 s; a, c at 2 s (b unavailable); a, b, c at 3 s */
+    uint32_t all[] = {a, b, c}, ac[] = {a, c};
+    double v1[] = {1, 10, 100}, v2[] = {2, 200}, v3[] = {3, 30, 300};
+    assert_int_equal(tm_rec_sample(w, at(1), all, v1, 3), 0);
+    assert_int_equal(tm_rec_sample(w, at(2), ac, v2, 2), 0);
+    assert_int_equal(tm_rec_sample(w, at(3), all, v3, 3), 0);
+    tm_rec_close(&w);
+    const char *dirs[] = {dir};
+    tm_run *run;
+    assert_int_equal(tm_run_load(&run, dirs, 1), 0);
+    const tm_run_series *s;
+    assert_int_equal(tm_run_series_list(run, &s), 3);
+    assert_int_equal(s[0].n, 3);
+    assert_int_equal(s[1].n, 2);
+    assert_int_equal(s[2].n, 3);
+    assert_true(s[1].t_ns[1] == s[0].t_ns[2] && s[1].v[1] == 30);
+    assert_true(s[2].t_ns[1] == s[0].t_ns[1] && s[2].v[1] == 200);
+    assert_ptr_equal(s[2].t_ns, s[0].t_ns); /* one time array for a and c */
+    assert_ptr_not_equal(s[1].t_ns, s[0].t_ns);
+    tm_run_free(&run);
+}
+
+static void test_a_damaged_middle_and_a_truncated_tail_are_noted_and_the_rest_is_read(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(w, 200, 0, 0.1, 0.001);
+    tm_rec_close(&w);
+    char path[512];
+    snprintf(path, sizeof path, "%s/rank0.tmr", dir);
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    /* Records are 64 bytes from offset 4096 + 16: break the 50th's payload,
+     * and cut the file in the middle of the 150th. */
+    off_t rec50 = 4096 + 16 + 50 * 64;
+    assert_int_equal(pwrite(fd, "XXXX", 4, rec50 + 30), 4);
+    assert_int_equal(ftruncate(fd, 4096 + 16 + 150 * 64 + 20), 0);
+    close(fd);
+    const char *dirs[] = {dir};
+    tm_run *run;
+    assert_int_equal(tm_run_load(&run, dirs, 1), 0);
+    const tm_run_step *steps;
+    assert_int_equal(tm_run_steps(run, &steps), 149);
+    const char *const *notes;
+    size_t nn = tm_run_notes(run, &notes);
+    assert_int_equal(nn, 2);
+    char want[600];
+    snprintf(want, sizeof want, "%s/rank0.tmr: damaged record at offset %lld, skipped", dir,
+             (long long)rec50);
+    assert_string_equal(notes[0], want);
+    assert_non_null(strstr(notes[1], "torn last record"));
+    const tm_run_source *src;
+    assert_int_equal(tm_run_sources(run, &src), 1);
+    assert_int_equal(src[0].ndamage, 1);
+    assert_true(src[0].torn_tail);
+    tm_run_free(&run);
+}
+
+static void test_a_file_that_is_not_a_record_file_is_skipped_and_named(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(w, 3, 0, 0.1, 0.001);
+    tm_rec_close(&w);
+    char path[512];
+    snprintf(path, sizeof path, "%s/junk.tmr", dir);
+    FILE *f = fopen(path, "w");
+    fputs("not a record file", f);
+    fclose(f);
+    const char *dirs[] = {dir};
+    tm_run *run;
+    assert_int_equal(tm_run_load(&run, dirs, 1), 0);
+    const char *const *notes;
+    assert_int_equal(tm_run_notes(run, &notes), 1);
+    assert_non_null(strstr(notes[0], "junk.tmr"));
+    const tm_run_step *steps;
+    assert_int_equal(tm_run_steps(run, &steps), 3);
+    tm_run_free(&run);
+}
+
+static void test_a_missing_directory_fails_naming_it(void **st)
+{
+    (void)st;
+    const char *dirs[] = {"/nonexistent/run"};
+    tm_run *run = (tm_run *)1;
+    assert_int_equal(tm_run_load(&run, dirs, 1), -ENOENT);
+    assert_null(run);
+    assert_string_equal(tm_last_error(), "/nonexistent/run: No such file or directory");
+}
+
+static void test_an_empty_directory_fails_saying_it_has_no_record_files(void **st)
+{
+    (void)st;
+    const char *dirs[] = {dir};
+    tm_run *run;
+    assert_true(tm_run_load(&run, dirs, 1) < 0);
+    char want[300];
+    snprintf(want, sizeof want, "%s: no trainmon record files", dir);
+    assert_string_equal(tm_last_error(), want);
+}
+
+static void test_two_hosts_directories_merge_into_one_run(void **st)
+{
+    (void)st;
+    char sub[2][290];
+    for (int i = 0; i < 2; i++) {
+        snprintf(sub[i], sizeof sub[i], "%s/host%d", dir, i);
+        assert_int_equal(mkdir(sub[i], 0755), 0);
+        char path[700], role[16];
+        snprintf(path, sizeof path, "%s/rank%d.tmr", sub[i], i);
+        snprintf(role, sizeof role, "rank%d", i);
+        tm_rec_opts o = {.role = role, .rank = i};
+        tm_rec *w;
+        assert_int_equal(tm_rec_open(&w, path, &o), 0);
+        put_steps(w, 10, i * 0.5, 0.1, 0.001);
+        tm_rec_close(&w);
+    }
+    const char *dirs[] = {sub[0], sub[1]};
+    tm_run *run;
+    tm_analysis *a;
+    assert_int_equal(tm_run_load(&run, dirs, 2), 0);
+    const tm_run_source *src;
+    assert_int_equal(tm_run_sources(run, &src), 2);
+    assert_string_equal(src[1].dir, sub[1]);
+    int64_t s0, s1;
+    tm_run_span(run, &s0, &s1);
+    /* rank 0's first step ends at 0.1 s, rank 1's last at 1.5 s */
+    assert_true(s1 - s0 >= 1300000000LL && s1 - s0 < 1500000000LL);
+    assert_int_equal(tm_analyze(run, &a), 0);
+    assert_int_equal(a->nranks, 2);
+    done(&run, &a);
+}
+
+static void test_json_report_has_run_summary_findings_and_damage(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(w, 100, 0, 0.1, 0.001);
+    tm_rec_close(&w);
+    char path[512];
+    snprintf(path, sizeof path, "%s/meta.json", dir);
+    FILE *f = fopen(path, "w");
+    fputs("{\"trainmon_version\": \"0.1.0\", \"command\": [\"python\", \"tr\\\"ain.py\"], "
+          "\"host\": \"h\"}",
+          f);
+    fclose(f);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    tm_text *t = tm_text_new(1 << 20);
+    assert_int_equal(tm_report_write(run, a, t, true), 0);
+    const char *s = tm_text_data(t, NULL);
+    assert_true(s[0] == '{');
+    assert_non_null(strstr(s, "\"run\":{\"dirs\":["));
+    assert_non_null(strstr(s, "\"command\":[\"python\", \"tr\\\"ain.py\"]"));
+    assert_non_null(strstr(s, "\"summary\":{\"steps\":100,"));
+    assert_non_null(strstr(s, "\"step_time_median_s\":0.1,"));
+    assert_non_null(strstr(s, "\"findings\":[{\"id\":\"input.ok\""));
+    assert_non_null(strstr(s, "\"damage\":[]}"));
+    tm_text_reset(t);
+    assert_int_equal(tm_report_write(run, NULL, t, false), 0);
+    assert_non_null(strstr(tm_text_data(t, NULL), "[info] input.ok"));
+    tm_text_free(&t);
+    done(&run, &a);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+        T(test_data_wait_of_one_percent_is_input_ok),
+        T(test_throttled_disk_with_high_await_and_workers_in_d_state_is_disk_bound),
+        T(test_busy_workers_slower_than_compute_are_cpu_bound_with_a_worker_count),
+        T(test_data_wait_without_system_data_is_a_low_confidence_finding),
+        T(test_workers_waiting_off_cpu_point_at_storage_without_system_data),
+        T(test_low_gpu_utilization_while_input_keeps_up_is_underutilized),
+        T(test_idle_gpu_behind_a_waiting_loop_is_left_to_the_input_finding),
+        T(test_peak_above_90_percent_of_the_device_is_near_capacity),
+        T(test_peak_at_80_percent_is_not_near_capacity),
+        T(test_steady_growth_of_allocated_across_steps_is_a_leak),
+        T(test_warmup_then_flat_memory_is_not_growth),
+        T(test_inactive_split_blocks_at_peak_reserved_are_fragmentation),
+        T(test_allocation_retries_are_reported_with_their_rate),
+        T(test_oom_names_step_phase_request_free_and_snapshot_once),
+        T(test_oom_with_enough_cached_memory_blames_fragmentation),
+        T(test_worker_rss_growing_every_batch_is_copy_on_read),
+        T(test_worker_pss_series_from_the_sampler_also_count),
+        T(test_one_slow_rank_is_imbalance),
+        T(test_one_rank_holding_more_memory_is_imbalance),
+        T(test_ranks_alike_are_not_imbalance),
+        T(test_times_are_wall_clock_and_series_keep_their_labels),
+        T(test_series_sampled_together_share_times_and_gaps_keep_their_own),
+        T(test_a_damaged_middle_and_a_truncated_tail_are_noted_and_the_rest_is_read),
+        T(test_a_file_that_is_not_a_record_file_is_skipped_and_named),
+        T(test_a_missing_directory_fails_naming_it),
+        T(test_an_empty_directory_fails_saying_it_has_no_record_files),
+        T(test_two_hosts_directories_merge_into_one_run),
+        T(test_json_report_has_run_summary_findings_and_damage),
+#undef T
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
