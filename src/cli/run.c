@@ -1,0 +1,1003 @@
+/*
+ * run.c - `trainmon run [options] -- CMD...`: runs a training job with no
+ * code change, records the system around it and the Python processes from
+ * the inside, and prints the report when the job ends.
+ *
+ * What it does, in order:
+ *   1. Creates the run directory (-o DIR, else ./trainmon-runs/<date>-<cmd>)
+ *      and writes meta.json (through a temporary name and rename).
+ *   2. Starts CMD with the in-process recorder injected into its Python
+ *      processes: DIR/.python/sitecustomize.py is first on PYTHONPATH,
+ *      followed by the directory that holds the trainmon package; it chains
+ *      to the sitecustomize it hides and imports trainmon, which attaches
+ *      when torch is imported (TRAINMON_ATTACH=1, TRAINMON_RUN_DIR=DIR).
+ *      The package directory is TRAINMON_PYTHONPATH when set, else
+ *      <dir of the trainmon binary>/../python (the build tree) or
+ *      <dir>/../share/trainmon/python when they hold trainmon/__init__.py;
+ *      otherwise the installed package is expected on Python's own path.
+ *   3. Samples every interval into DIR/system.tmr: the disks behind the -d
+ *      paths (every physical disk when none), pressure, the job's process
+ *      tree (sums and per process: CPU, D state, reads, RSS, PSS) and GPUs.
+ *   4. Forwards SIGINT, SIGTERM and SIGHUP sent to trainmon to the job.  A
+ *      signal that the terminal sent (Ctrl-C) is not forwarded: the job is
+ *      in the same foreground process group and got it already (a second
+ *      KeyboardInterrupt would only hurt).  The job stays in trainmon's
+ *      process group so that it keeps the terminal (pdb, input()).
+ *   5. When the job ends (however), takes a last sample, records job_exit,
+ *      rewrites meta.json with the end and prints `trainmon report DIR`.
+ *      Returns the job's exit status; a job killed by signal N gives
+ *      128+N, as a shell does.
+ *
+ * meta.json: {"trainmon_version", "command": [argv of CMD], "trainmon_argv",
+ * "host", "cwd", "start_time" (seconds since the epoch), "interval_seconds",
+ * "max_size", "python_injection", "data_paths": [{path, kind, mountpoint,
+ * fstype, device, disks, why}], "pid"} and, once the job has ended,
+ * "end_time", "exit_status" (the status trainmon returns) and "signal" (N,
+ * or null when the job exited by itself).
+ *
+ * Exit status of trainmon itself when the job did not run: 2 for a usage
+ * error (no command, an unknown option, a -d path that does not exist), 127
+ * when CMD is not found, 126 when it cannot be executed, 1 when the run
+ * directory cannot be made.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "trainmon.h"
+
+#define RUN_MAX_DEVS 256
+#define RUN_MAX_TARGETS 64
+#define RUN_MAX_READERS 64
+#define RUN_RATE_WINDOW 5 /* ticks over which the live steps/s is taken */
+
+extern char **environ;
+
+/* --- signals: a self-pipe wakes the loop; forwarding happens in the
+ * handler itself (kill is async-signal-safe), so the job gets the signal
+ * even while trainmon is busy sampling. */
+
+static int run_wake_fd[2] = {-1, -1};
+static volatile sig_atomic_t run_child_pid;
+static volatile sig_atomic_t run_forwarded;
+
+static void run_on_signal(int sig, siginfo_t *si, void *uctx)
+{
+    (void)uctx;
+    int saved = errno;
+    if (sig != SIGCHLD && run_child_pid > 0 && si && si->si_code != SI_KERNEL) {
+        kill((pid_t)run_child_pid, sig);
+        run_forwarded = sig;
+    }
+    if (run_wake_fd[1] >= 0) {
+        char c = 1;
+        ssize_t rc = write(run_wake_fd[1], &c, 1);
+        (void)rc; /* a full pipe already holds a wake-up */
+    }
+    errno = saved;
+}
+
+static void run_usage(FILE *f)
+{
+    fputs("usage: trainmon run [-o DIR] [-d PATH]... [-i SEC] [--max-size SIZE] [--no-python]\n"
+          "                    [--] CMD [ARG...]\n"
+          "\n"
+          "Runs CMD, records the system and its Python processes into a run directory,\n"
+          "and prints the report when it ends.  Returns CMD's exit status (128+N when\n"
+          "it was killed by signal N).\n"
+          "\n"
+          "  -o DIR          the run directory (default ./trainmon-runs/<date>-<cmd>)\n"
+          "  -d PATH         a dataset path: watch the disk(s) behind it (repeatable;\n"
+          "                  default: every physical disk)\n"
+          "  -i SEC          sampling interval (default 1; accepts 500ms, 2s)\n"
+          "  --max-size SIZE bound each record file (flight-recorder ring, e.g. 64M)\n"
+          "  --no-python     do not inject the in-process recorder into Python\n"
+          "\n"
+          "Environment: TRAINMON_PYTHONPATH names the directory holding the trainmon\n"
+          "Python package when it is neither beside the binary nor installed.\n"
+          "Exit status without a job: 2 usage (also a -d PATH that does not exist),\n"
+          "127 command not found, 126 not executable, 1 run directory not made.\n",
+          f);
+}
+
+/* --- small helpers */
+
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static const char *run_kind_name(enum tm_fs_kind k)
+{
+    switch (k) {
+    case TM_FS_BLOCK: return "block";
+    case TM_FS_MEMORY: return "memory";
+    case TM_FS_NETWORK: return "network";
+    case TM_FS_FUSE: return "fuse";
+    default: return "other";
+    }
+}
+
+static int run_mkdirs(const char *dir)
+{
+    char buf[PATH_MAX];
+    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
+        return -ENAMETOOLONG;
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return -errno;
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+/* Whether CMD can be found the way execvp will look for it: 0, -ENOENT or
+ * -EACCES. */
+static int run_find_command(const char *cmd)
+{
+    if (strchr(cmd, '/')) {
+        if (access(cmd, F_OK) != 0)
+            return -ENOENT;
+        struct stat st;
+        if (stat(cmd, &st) == 0 && S_ISDIR(st.st_mode))
+            return -EACCES;
+        return access(cmd, X_OK) == 0 ? 0 : -EACCES;
+    }
+    const char *path = getenv("PATH");
+    if (!path || !*path)
+        path = "/usr/local/bin:/bin:/usr/bin";
+    int found = -ENOENT;
+    while (*path) {
+        const char *end = strchr(path, ':');
+        size_t len = end ? (size_t)(end - path) : strlen(path);
+        char buf[PATH_MAX];
+        if (snprintf(buf, sizeof buf, "%.*s%s%s", (int)len, path, len ? "/" : "", cmd) <
+            (int)sizeof buf) {
+            struct stat st;
+            if (stat(buf, &st) == 0 && !S_ISDIR(st.st_mode)) {
+                if (access(buf, X_OK) == 0)
+                    return 0;
+                found = -EACCES;
+            }
+        }
+        path += len;
+        if (*path == ':')
+            path++;
+    }
+    return found;
+}
+
+/* --- data paths */
+
+struct run_target {
+    const char *path;
+    tm_blkdev bd;
+};
+
+static void run_target_json(FILE *f, const struct run_target *t)
+{
+    fputc('{', f);
+    fputs("\"path\": ", f);
+    json_str(f, t->path);
+    fputs(", \"kind\": ", f);
+    json_str(f, run_kind_name(t->bd.kind));
+    fputs(", \"mountpoint\": ", f);
+    json_str(f, t->bd.mountpoint);
+    fputs(", \"fstype\": ", f);
+    json_str(f, t->bd.fstype);
+    fputs(", \"device\": ", f);
+    json_str(f, t->bd.top);
+    fputs(", \"disks\": [", f);
+    for (size_t i = 0; i < t->bd.nleaves; i++) {
+        if (i)
+            fputs(", ", f);
+        json_str(f, t->bd.leaves[i]);
+    }
+    fputs("], \"why\": ", f);
+    json_str(f, t->bd.why);
+    fputc('}', f);
+}
+
+static void run_add_dev(char (*devs)[TM_DISK_NAME_MAX], size_t *n, const char *name)
+{
+    for (size_t i = 0; i < *n; i++)
+        if (strcmp(devs[i], name) == 0)
+            return;
+    if (*n < RUN_MAX_DEVS)
+        snprintf(devs[(*n)++], TM_DISK_NAME_MAX, "%s", name);
+}
+
+/* --- the run */
+
+struct run {
+    char dir[PATH_MAX];
+    int argc;        /* CMD */
+    char **argv;
+    int targc;       /* trainmon's own argv, for meta.json */
+    char **targv;
+    double interval;
+    unsigned long long max_size;
+    bool inject;
+    struct run_target targets[RUN_MAX_TARGETS];
+    size_t ntargets;
+    char tops[RUN_MAX_DEVS][TM_DISK_NAME_MAX]; /* the devices the data paths sit on */
+    size_t ntops;
+    int64_t start_real_ns;
+    pid_t pid;
+
+    tm_rec *w;
+    bool rec_failed;
+    tm_disk *disk;
+    tm_ptree *tree;
+    tm_procrec *procrec;
+    tm_pressure *press;
+    tm_gpu *gpu;
+
+    /* live status (TTY only) */
+    bool tty, status_shown;
+    tm_reader *readers[RUN_MAX_READERS];
+    char reader_names[RUN_MAX_READERS][64];
+    size_t nreaders;
+    uint64_t win_steps[RUN_RATE_WINDOW];
+    double win_dur[RUN_RATE_WINDOW], win_wait[RUN_RATE_WINDOW], win_dt[RUN_RATE_WINDOW];
+    size_t win_pos;
+};
+
+/* Says a failed append once (a full disk), then stays quiet: the job goes
+ * on whatever happens to the recording. */
+static void run_rec_check(struct run *r, int rc)
+{
+    if (rc >= 0 || r->rec_failed)
+        return;
+    r->rec_failed = true;
+    cli_warn("%s/system.tmr: %s: system recording stopped; the job goes on", r->dir,
+             strerror(-rc));
+}
+
+static void run_event(struct run *r, const char *name, const char *json)
+{
+    if (r->w)
+        run_rec_check(r, tm_rec_event(r->w, 0, name, json));
+}
+
+/* Writes meta.json through a temporary name; ended adds the end fields. */
+static int run_write_meta(const struct run *r, bool ended, int status, int sig)
+{
+    char meta[PATH_MAX + 16], tmp[PATH_MAX + 32];
+    snprintf(meta, sizeof meta, "%s/meta.json", r->dir);
+    snprintf(tmp, sizeof tmp, "%s/.meta.json.tmp", r->dir);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return -errno;
+    char host[256] = "", cwd[PATH_MAX] = "";
+    gethostname(host, sizeof host - 1);
+    if (!getcwd(cwd, sizeof cwd))
+        cwd[0] = '\0';
+    fputs("{\"trainmon_version\": \"" TM_VERSION "\", \"command\": [", f);
+    for (int i = 0; i < r->argc; i++) {
+        if (i)
+            fputs(", ", f);
+        json_str(f, r->argv[i]);
+    }
+    fputs("], \"trainmon_argv\": [\"trainmon\"", f);
+    for (int i = 0; i < r->targc; i++) {
+        fputs(", ", f);
+        json_str(f, r->targv[i]);
+    }
+    fputs("], \"host\": ", f);
+    json_str(f, host);
+    fputs(", \"cwd\": ", f);
+    json_str(f, cwd);
+    fprintf(f, ", \"start_time\": %.6f, \"interval_seconds\": %.3f, \"max_size\": %llu",
+            (double)r->start_real_ns / 1e9, r->interval, r->max_size);
+    fprintf(f, ", \"python_injection\": %s, \"data_paths\": [", r->inject ? "true" : "false");
+    for (size_t i = 0; i < r->ntargets; i++) {
+        if (i)
+            fputs(", ", f);
+        run_target_json(f, &r->targets[i]);
+    }
+    fputc(']', f);
+    if (r->pid > 0)
+        fprintf(f, ", \"pid\": %d", (int)r->pid);
+    if (ended) {
+        fprintf(f, ", \"end_time\": %.6f, \"exit_status\": %d", (double)tm_now_real_ns() / 1e9,
+                status);
+        if (sig > 0)
+            fprintf(f, ", \"signal\": %d", sig);
+        else
+            fputs(", \"signal\": null", f);
+    }
+    fputs("}\n", f);
+    if (ferror(f) | (fclose(f) != 0)) {
+        int e = errno ? errno : EIO;
+        unlink(tmp);
+        return -e;
+    }
+    if (rename(tmp, meta) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return -e;
+    }
+    return 0;
+}
+
+/* Makes the run directory: DIR as given, or a new one under
+ * ./trainmon-runs named after the time and the command. */
+static int run_make_dir(struct run *r, const char *outdir)
+{
+    char want[PATH_MAX];
+    if (outdir) {
+        snprintf(want, sizeof want, "%s", outdir);
+        int rc = run_mkdirs(want);
+        if (rc < 0) {
+            cli_err("%s: %s", outdir, strerror(-rc));
+            return rc;
+        }
+        char probe[PATH_MAX + 16];
+        snprintf(probe, sizeof probe, "%s/meta.json", want);
+        if (access(probe, F_OK) == 0) {
+            cli_err("%s: already holds a run (meta.json); choose another -o", outdir);
+            return -EEXIST;
+        }
+    } else {
+        char stamp[32], base[NAME_MAX + 1];
+        time_t now = time(NULL);
+        struct tm tmv;
+        localtime_r(&now, &tmv);
+        strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tmv);
+        const char *b = strrchr(r->argv[0], '/');
+        snprintf(base, sizeof base, "%s", b ? b + 1 : r->argv[0]);
+        for (char *p = base; *p; p++)
+            if (!(*p == '-' || *p == '_' || *p == '.' || (*p >= '0' && *p <= '9') ||
+                  (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')))
+                *p = '_';
+        int rc = run_mkdirs("trainmon-runs");
+        if (rc < 0) {
+            cli_err("trainmon-runs: %s", strerror(-rc));
+            return rc;
+        }
+        /* Two runs started in the same second get -2, -3, ... */
+        for (int i = 1;; i++) {
+            if (i == 1)
+                snprintf(want, sizeof want, "trainmon-runs/%s-%.64s", stamp, base);
+            else
+                snprintf(want, sizeof want, "trainmon-runs/%s-%.64s-%d", stamp, base, i);
+            if (mkdir(want, 0755) == 0)
+                break;
+            if (errno != EEXIST || i > 1000) {
+                cli_err("%s: %s", want, strerror(errno));
+                return -errno;
+            }
+        }
+    }
+    if (!realpath(want, r->dir)) {
+        int e = errno;
+        cli_err("%s: %s", want, strerror(e));
+        return -e;
+    }
+    return 0;
+}
+
+/* The directory holding the trainmon package (trainmon/__init__.py), or
+ * "" when the installed one is to be used. */
+static void run_find_pkg(char *out, size_t cap)
+{
+    out[0] = '\0';
+    const char *env = getenv("TRAINMON_PYTHONPATH");
+    if (env && *env) {
+        snprintf(out, cap, "%s", env);
+        return;
+    }
+    char exe[PATH_MAX];
+    if (!realpath("/proc/self/exe", exe))
+        return;
+    char *slash = strrchr(exe, '/');
+    if (!slash)
+        return;
+    *slash = '\0';
+    static const char *const rel[] = {"../python", "../share/trainmon/python"};
+    for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
+        char probe[PATH_MAX * 2];
+        snprintf(probe, sizeof probe, "%s/%s/trainmon/__init__.py", exe, rel[i]);
+        if (access(probe, R_OK) == 0) {
+            char dir[PATH_MAX * 2], real[PATH_MAX];
+            snprintf(dir, sizeof dir, "%s/%s", exe, rel[i]);
+            if (realpath(dir, real))
+                snprintf(out, cap, "%s", real);
+            return;
+        }
+    }
+}
+
+/* The sitecustomize that Python runs at start-up in every process of the
+ * job.  It must never break the user's program: everything is guarded, and
+ * a failure is one line on stderr. */
+static const char run_sitecustomize[] =
+    "# Written by `trainmon run`: instruments this Python process from the\n"
+    "# inside, then hands over to the sitecustomize it hides (if any).\n"
+    "def _trainmon_boot():\n"
+    "    import os, sys\n"
+    "    here = os.path.dirname(os.path.abspath(__file__))\n"
+    "    try:\n"
+    "        import importlib.machinery, importlib.util\n"
+    "        rest = [p for p in sys.path if os.path.abspath(p or '.') != here]\n"
+    "        spec = importlib.machinery.PathFinder.find_spec('sitecustomize', rest)\n"
+    "        if spec is not None and spec.loader is not None:\n"
+    "            mod = importlib.util.module_from_spec(spec)\n"
+    "            sys.modules['sitecustomize'] = mod\n"
+    "            spec.loader.exec_module(mod)\n"
+    "    except Exception as e:\n"
+    "        sys.stderr.write('trainmon: the sitecustomize after trainmon\\'s failed '\n"
+    "                         '(%s: %s)\\n' % (type(e).__name__, e))\n"
+    "    if os.environ.get('TRAINMON_ATTACH') != '1':\n"
+    "        return\n"
+    "    try:\n"
+    "        import trainmon  # noqa: F401  (attaches when torch is imported)\n"
+    "    except Exception as e:\n"
+    "        sys.stderr.write('trainmon: in-process recording off in this process '\n"
+    "                         '(%s: %s)\\n' % (type(e).__name__, e))\n"
+    "try:\n"
+    "    _trainmon_boot()\n"
+    "except BaseException:\n"
+    "    pass\n"
+    "del _trainmon_boot\n";
+
+/* Writes DIR/.python/sitecustomize.py and sets the environment the job
+ * inherits.  A failure leaves the job uninstrumented, never unrun. */
+static void run_setup_python(const struct run *r)
+{
+    char pydir[PATH_MAX + 16], site[PATH_MAX + 48];
+    snprintf(pydir, sizeof pydir, "%s/.python", r->dir);
+    snprintf(site, sizeof site, "%s/sitecustomize.py", pydir);
+    if (mkdir(pydir, 0755) != 0 && errno != EEXIST) {
+        cli_warn("%s: %s: Python processes are not instrumented", pydir, strerror(errno));
+        return;
+    }
+    FILE *f = fopen(site, "w");
+    if (!f || fputs(run_sitecustomize, f) < 0 || fclose(f) != 0) {
+        cli_warn("%s: %s: Python processes are not instrumented", site, strerror(errno));
+        return;
+    }
+    char pkg[PATH_MAX];
+    run_find_pkg(pkg, sizeof pkg);
+    const char *old = getenv("PYTHONPATH");
+    size_t cap = strlen(pydir) + strlen(pkg) + (old ? strlen(old) : 0) + 4;
+    char *pp = malloc(cap);
+    if (!pp)
+        return;
+    snprintf(pp, cap, "%s%s%s%s%s", pydir, pkg[0] ? ":" : "", pkg, old && *old ? ":" : "",
+             old && *old ? old : "");
+    setenv("PYTHONPATH", pp, 1);
+    free(pp);
+    setenv("TRAINMON_ATTACH", "1", 1);
+    if (r->max_size) {
+        char v[32];
+        snprintf(v, sizeof v, "%llu", r->max_size);
+        setenv("TRAINMON_MAX_SIZE", v, 1);
+    }
+}
+
+/* --- live status line */
+
+static void run_status_readers(struct run *r)
+{
+    DIR *d = opendir(r->dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) && r->nreaders < RUN_MAX_READERS) {
+        const char *n = e->d_name;
+        size_t len = strlen(n);
+        /* The training processes' files: rank<R>.tmr, pid<P>.tmr, ... */
+        if (len < 5 || len >= sizeof r->reader_names[0] || strcmp(n + len - 4, ".tmr") != 0 ||
+            strcmp(n, "system.tmr") == 0 || strncmp(n, "worker-", 7) == 0)
+            continue;
+        bool known = false;
+        for (size_t i = 0; i < r->nreaders && !known; i++)
+            known = strcmp(r->reader_names[i], n) == 0;
+        if (known)
+            continue;
+        char path[PATH_MAX + 72];
+        snprintf(path, sizeof path, "%s/%s", r->dir, n);
+        tm_reader *rd = NULL;
+        if (tm_reader_open(&rd, path) < 0)
+            continue; /* a header not written yet: tried again next tick */
+        r->readers[r->nreaders] = rd;
+        snprintf(r->reader_names[r->nreaders], sizeof r->reader_names[0], "%s", n);
+        r->nreaders++;
+    }
+    closedir(d);
+}
+
+static void run_status(struct run *r, double dt, const tm_diskrate *rates, size_t nrates,
+                       const tm_gpu_stats *gpus, size_t ngpus, bool have_disks)
+{
+    run_status_readers(r);
+    uint64_t steps = 0;
+    double dur = 0, wait = 0;
+    for (size_t i = 0; i < r->nreaders; i++) {
+        tm_reader_refresh(r->readers[i]);
+        tm_record rec;
+        while (tm_reader_next(r->readers[i], &rec) == 1) {
+            tm_inproc_step s;
+            if (rec.type != TM_REC_STEP || tm_inproc_decode_step(&rec, &s) < 0)
+                continue;
+            steps++;
+            dur += (double)(s.end_ns - s.start_ns) / 1e9;
+            wait += (double)s.data_wait_ns / 1e9;
+        }
+    }
+    size_t k = r->win_pos++ % RUN_RATE_WINDOW;
+    r->win_steps[k] = steps;
+    r->win_dur[k] = dur;
+    r->win_wait[k] = wait;
+    r->win_dt[k] = dt;
+    uint64_t ws = 0;
+    double wd = 0, ww = 0, wt = 0;
+    for (size_t i = 0; i < RUN_RATE_WINDOW; i++) {
+        ws += r->win_steps[i];
+        wd += r->win_dur[i];
+        ww += r->win_wait[i];
+        wt += r->win_dt[i];
+    }
+    /* Several ranks: steps/s is per rank (the job's pace), not their sum. */
+    size_t nranks = r->nreaders ? r->nreaders : 1;
+    char line[256];
+    int len = snprintf(line, sizeof line, "[trainmon] ");
+    if (ws && wt > 0)
+        len += snprintf(line + len, sizeof line - (size_t)len, "%.1f steps/s  wait %.0f%%",
+                        (double)ws / (double)nranks / wt, wd > 0 ? 100.0 * ww / wd : 0.0);
+    else
+        len += snprintf(line + len, sizeof line - (size_t)len, "- steps/s  wait -");
+    if (have_disks) {
+        double rd = 0;
+        for (size_t i = 0; i < nrates; i++) {
+            bool top = r->ntops == 0;
+            for (size_t j = 0; j < r->ntops && !top; j++)
+                top = strcmp(rates[i].name, r->tops[j]) == 0;
+            if (top && !isnan(rates[i].rkb_s))
+                rd += rates[i].rkb_s * 1024.0;
+        }
+        len += snprintf(line + len, sizeof line - (size_t)len, "  disk %.1f MB/s", rd / 1e6);
+    }
+    double util = 0, used = 0, total = 0;
+    size_t nu = 0, nm = 0;
+    for (size_t i = 0; i < ngpus; i++) {
+        if (gpus[i].valid & TM_GPU_HAVE_UTIL) {
+            util += gpus[i].util_gpu;
+            nu++;
+        }
+        if (gpus[i].valid & TM_GPU_HAVE_MEM) {
+            used += (double)gpus[i].mem_used;
+            total += (double)gpus[i].mem_total;
+            nm++;
+        }
+    }
+    if (nu)
+        len += snprintf(line + len, sizeof line - (size_t)len, "  gpu %.0f%%", util / (double)nu);
+    if (nm && len > 0 && (size_t)len < sizeof line)
+        snprintf(line + len, sizeof line - (size_t)len, " %.1f/%.0f GiB", used / 1073741824.0,
+                 total / 1073741824.0);
+    fprintf(stderr, "\r\033[K%s", line);
+    fflush(stderr);
+    r->status_shown = true;
+}
+
+static void run_status_clear(struct run *r)
+{
+    if (r->status_shown) {
+        fputs("\r\033[K", stderr);
+        fflush(stderr);
+        r->status_shown = false;
+    }
+}
+
+/* --- sampling */
+
+static void run_sample(struct run *r, double dt, bool status)
+{
+    int64_t t = tm_now_mono_ns();
+    const tm_diskrate *rates = NULL;
+    size_t nrates = 0;
+    if (r->disk && tm_disk_sample(r->disk, &rates, &nrates) < 0)
+        nrates = 0;
+    if (nrates && r->w)
+        run_rec_check(r, tm_sysrec_disk(r->w, t, rates, nrates));
+    tm_pressure_stats ps;
+    if (r->press && tm_pressure_sample(r->press, &ps) == 0 && r->w)
+        run_rec_check(r, tm_sysrec_pressure(r->w, t, &ps));
+    tm_ptree_stats ts;
+    memset(&ts, 0, sizeof ts);
+    if (r->tree && tm_ptree_sample(r->tree, &ts) == 0 && r->w) {
+        run_rec_check(r, tm_sysrec_ptree(r->w, t, &ts));
+        /* -E2BIG (a ring's series definitions full) loses some processes'
+         * series, not the recording: only a full disk is said. */
+        int rc = tm_procrec_write(r->procrec, r->w, t, &ts);
+        if (rc == -ENOSPC)
+            run_rec_check(r, rc);
+    }
+    const tm_gpu_stats *gpus = NULL;
+    size_t ngpus = 0;
+    if (r->gpu) {
+        if (tm_gpu_sample(r->gpu, &gpus, &ngpus) < 0)
+            ngpus = 0;
+        for (const char *m; (m = tm_gpu_next_warning(r->gpu));) {
+            run_status_clear(r);
+            cli_warn("%s", m);
+        }
+        if (ngpus && r->w)
+            run_rec_check(r, tm_sysrec_gpu(r->w, t, gpus, ngpus));
+    }
+    if (status)
+        run_status(r, dt, rates, nrates, gpus, ngpus, r->disk != NULL);
+}
+
+/* Waits until deadline (monotonic ns) or a signal's wake-up. */
+static void run_wait(int64_t deadline_ns)
+{
+    int64_t left = deadline_ns - tm_now_mono_ns();
+    if (left > 0) {
+        struct pollfd p = {.fd = run_wake_fd[0], .events = POLLIN};
+        int ms = (int)((left + 999999) / 1000000);
+        poll(&p, 1, ms);
+    }
+    char buf[64];
+    while (read(run_wake_fd[0], buf, sizeof buf) > 0)
+        ;
+}
+
+/* --- option parsing and set-up */
+
+static int run_parse(struct run *r, int argc, char **argv, const char **outdir,
+                     const char **paths, size_t *npaths)
+{
+    enum { OPT_MAXSIZE = 1000, OPT_NOPY };
+    static const struct option opts[] = {
+        {"output", required_argument, NULL, 'o'},
+        {"data", required_argument, NULL, 'd'},
+        {"interval", required_argument, NULL, 'i'},
+        {"max-size", required_argument, NULL, OPT_MAXSIZE},
+        {"no-python", no_argument, NULL, OPT_NOPY},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int c;
+    optind = 0; /* a full re-initialisation of getopt (glibc) */
+    opterr = 0;
+    /* "+": options end at the command, so that its own options stay its own. */
+    while ((c = getopt_long(argc, argv, "+:o:d:i:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'o': *outdir = optarg; break;
+        case 'd':
+            if (*npaths >= RUN_MAX_TARGETS) {
+                cli_err("-d %s: at most %d data paths", optarg, RUN_MAX_TARGETS);
+                return 2;
+            }
+            paths[(*npaths)++] = optarg;
+            break;
+        case 'i':
+            if (!cli_parse_seconds(optarg, &r->interval)) {
+                cli_err("-i %s: not an interval in seconds", optarg);
+                return 2;
+            }
+            break;
+        case OPT_MAXSIZE:
+            if (!cli_parse_size(optarg, &r->max_size)) {
+                cli_err("--max-size %s: not a size (e.g. 64M)", optarg);
+                return 2;
+            }
+            break;
+        case OPT_NOPY: r->inject = false; break;
+        case 'h': run_usage(stdout); return 0;
+        case ':':
+            cli_err("%s: needs a value (try 'trainmon run --help')", argv[optind - 1]);
+            return 2;
+        default:
+            if (optopt)
+                cli_err("-%c: unknown option (try 'trainmon run --help')", optopt);
+            else
+                cli_err("%s: unknown option (try 'trainmon run --help')", argv[optind - 1]);
+            return 2;
+        }
+    }
+    if (optind >= argc) {
+        cli_err("run: no command given (usage: trainmon run [OPTIONS] -- CMD...)");
+        return 2;
+    }
+    r->argc = argc - optind;
+    r->argv = argv + optind;
+    return -1; /* go on */
+}
+
+static void run_close_all(struct run *r)
+{
+    for (size_t i = 0; i < r->nreaders; i++)
+        tm_reader_close(&r->readers[i]);
+    r->nreaders = 0;
+    tm_rec_close(&r->w);
+    tm_disk_close(&r->disk);
+    tm_ptree_close(&r->tree);
+    tm_procrec_free(&r->procrec);
+    tm_pressure_close(&r->press);
+    tm_gpu_close(&r->gpu);
+}
+
+int cmd_run(int argc, char **argv)
+{
+    static struct run run; /* large (the targets): not on the stack */
+    struct run *r = &run;
+    memset(r, 0, sizeof *r);
+    r->interval = 1.0;
+    r->inject = true;
+    r->targc = argc - 1;
+    r->targv = argv + 1;
+    const char *outdir = NULL;
+    const char *paths[RUN_MAX_TARGETS];
+    size_t npaths = 0;
+    int rc = run_parse(r, argc, argv, &outdir, paths, &npaths);
+    if (rc >= 0)
+        return rc;
+
+    /* Everything that can be wrong with the request is said before the
+     * job starts and before a run directory exists. */
+    static char devs[RUN_MAX_DEVS][TM_DISK_NAME_MAX];
+    size_t ndevs = 0;
+    for (size_t i = 0; i < npaths; i++) {
+        struct run_target *t = &r->targets[r->ntargets];
+        if (tm_blkdev_resolve(paths[i], 0, &t->bd) < 0) {
+            cli_err("%s", tm_last_error());
+            return 2;
+        }
+        t->path = paths[i];
+        r->ntargets++;
+        if (t->bd.kind == TM_FS_BLOCK && t->bd.top[0]) {
+            run_add_dev(devs, &ndevs, t->bd.top);
+            run_add_dev(r->tops, &r->ntops, t->bd.top);
+            for (size_t k = 0; k < t->bd.nleaves; k++)
+                run_add_dev(devs, &ndevs, t->bd.leaves[k]);
+        }
+    }
+    rc = run_find_command(r->argv[0]);
+    if (rc < 0) {
+        cli_err("%s: %s", r->argv[0], rc == -ENOENT ? "command not found" : strerror(-rc));
+        return rc == -ENOENT ? 127 : 126;
+    }
+    if (run_make_dir(r, outdir) < 0)
+        return 1;
+    fprintf(stderr, "trainmon: recording into %s\n", r->dir);
+    for (size_t i = 0; i < r->ntargets; i++) {
+        const struct run_target *t = &r->targets[i];
+        if (t->bd.kind == TM_FS_BLOCK && t->bd.top[0])
+            fprintf(stderr, "trainmon: data %s: %s\n", t->path, t->bd.why);
+        else
+            cli_warn("%s", t->bd.why);
+    }
+
+    char sys_path[PATH_MAX + 16];
+    tm_rec_opts o = {.role = "system", .rank = -1, .max_size = r->max_size};
+    if (snprintf(sys_path, sizeof sys_path, "%s/system.tmr", r->dir) >= (int)sizeof sys_path) {
+        cli_warn("%s: path too long; the job runs unrecorded", r->dir);
+    } else if (tm_rec_open(&r->w, sys_path, &o) < 0) {
+        cli_warn("%s; the job runs unrecorded", tm_last_error());
+        r->w = NULL;
+    }
+    if (npaths == 0 || ndevs > 0) {
+        const char *names[RUN_MAX_DEVS];
+        for (size_t i = 0; i < ndevs; i++)
+            names[i] = devs[i];
+        if (tm_disk_open(&r->disk, ndevs ? names : NULL, ndevs) < 0) {
+            cli_warn("disks: %s", tm_last_error());
+            r->disk = NULL;
+        }
+    }
+    if (tm_gpu_open(&r->gpu, NULL, 0) < 0) {
+        /* Said once; without a GPU the rest is still worth recording. */
+        fprintf(stderr, "trainmon: %s\n", tm_last_error());
+        r->gpu = NULL;
+    }
+    if (tm_procrec_new(&r->procrec) < 0)
+        r->procrec = NULL;
+    for (size_t i = 0; i < r->ntargets && r->w; i++) {
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *m = open_memstream(&buf, &len);
+        if (!m)
+            continue;
+        run_target_json(m, &r->targets[i]);
+        fclose(m);
+        run_event(r, "run_target", buf);
+        free(buf);
+    }
+    if (r->inject)
+        run_setup_python(r);
+    setenv("TRAINMON_RUN_DIR", r->dir, 1);
+    r->start_real_ns = tm_now_real_ns();
+    rc = run_write_meta(r, false, 0, 0);
+    if (rc < 0)
+        cli_warn("%s/meta.json: %s", r->dir, strerror(-rc));
+
+    /* Signals: installed before the fork so that none is lost; the child
+     * puts back what it inherited (SIG_DFL for the forwarded ones, which a
+     * background shell may have ignored: forwarding to a job that ignores
+     * them would be pointless). */
+    if (pipe2(run_wake_fd, O_CLOEXEC | O_NONBLOCK) != 0) {
+        cli_err("pipe: %s", strerror(errno));
+        run_close_all(r);
+        return 1;
+    }
+    struct sigaction sa = {.sa_sigaction = run_on_signal, .sa_flags = SA_SIGINFO | SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    struct sigaction old_pipe;
+    sigaction(SIGPIPE, NULL, &old_pipe);
+    sa.sa_flags |= SA_NOCLDSTOP;
+    sigaction(SIGCHLD, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    /* exec failure reaches the parent through a close-on-exec pipe. */
+    int errpipe[2];
+    if (pipe2(errpipe, O_CLOEXEC) != 0) {
+        cli_err("pipe: %s", strerror(errno));
+        run_close_all(r);
+        return 1;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        cli_err("fork: %s", strerror(errno));
+        run_close_all(r);
+        return 1;
+    }
+    if (pid == 0) {
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGHUP, SIG_DFL);
+        signal(SIGCHLD, SIG_DFL);
+        sigaction(SIGPIPE, &old_pipe, NULL);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        close(errpipe[0]);
+        execvp(r->argv[0], r->argv);
+        int e = errno;
+        ssize_t wr = write(errpipe[1], &e, sizeof e);
+        (void)wr;
+        _exit(e == ENOENT ? 127 : 126);
+    }
+    close(errpipe[1]);
+    r->pid = pid;
+    run_child_pid = pid;
+    int exec_err = 0;
+    ssize_t got;
+    while ((got = read(errpipe[0], &exec_err, sizeof exec_err)) < 0 && errno == EINTR)
+        ;
+    close(errpipe[0]);
+    if (got == (ssize_t)sizeof exec_err) {
+        cli_err("%s: %s", r->argv[0], strerror(exec_err));
+        int st;
+        while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+            ;
+        int code = exec_err == ENOENT ? 127 : 126;
+        run_event(r, "job_exec_failed", NULL);
+        run_close_all(r);
+        run_write_meta(r, true, code, 0);
+        return code;
+    }
+
+    char json[512];
+    {
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *m = open_memstream(&buf, &len);
+        if (m) {
+            fprintf(m, "{\"pid\": %d, \"command\": [", (int)pid);
+            for (int i = 0; i < r->argc; i++) {
+                if (i)
+                    fputs(", ", m);
+                json_str(m, r->argv[i]);
+            }
+            fputs("]}", m);
+            fclose(m);
+            run_event(r, "job_start", buf);
+            free(buf);
+        }
+    }
+    if (tm_ptree_open(&r->tree, pid) < 0) {
+        cli_warn("process tree: %s", tm_last_error());
+        r->tree = NULL;
+    }
+    if (tm_pressure_open(&r->press, pid) < 0 && tm_pressure_open(&r->press, 0) < 0)
+        r->press = NULL;
+    r->tty = isatty(STDERR_FILENO);
+
+    /* The loop: a sample every interval on absolute deadlines (no drift),
+     * and an early wake-up when the job ends (SIGCHLD).  The job is looked
+     * at with WNOWAIT so that the last sample still sees it as a zombie,
+     * with its final CPU times, before it is reaped. */
+    int64_t step = (int64_t)(r->interval * 1e9);
+    int64_t next = tm_now_mono_ns(), prev_t = next;
+    siginfo_t si;
+    for (;;) {
+        memset(&si, 0, sizeof si);
+        if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid)
+            break;
+        int64_t now = tm_now_mono_ns();
+        double dt = (double)(now - prev_t) / 1e9;
+        prev_t = now;
+        run_sample(r, dt, r->tty);
+        next += step;
+        if (next < tm_now_mono_ns())
+            next = tm_now_mono_ns() + step; /* a stall: skip, do not burst */
+        run_wait(next);
+    }
+    run_sample(r, (double)(tm_now_mono_ns() - prev_t) / 1e9, false);
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    run_child_pid = 0;
+    int status = 0, sig = 0;
+    if (WIFEXITED(st)) {
+        status = WEXITSTATUS(st);
+    } else if (WIFSIGNALED(st)) {
+        sig = WTERMSIG(st);
+        status = 128 + sig;
+    }
+    if (sig)
+        snprintf(json, sizeof json, "{\"status\": %d, \"signal\": %d}", status, sig);
+    else
+        snprintf(json, sizeof json, "{\"status\": %d, \"signal\": null}", status);
+    run_event(r, "job_exit", json);
+    run_status_clear(r);
+    run_close_all(r);
+    rc = run_write_meta(r, true, status, sig);
+    if (rc < 0)
+        cli_warn("%s/meta.json: %s", r->dir, strerror(-rc));
+    if (sig)
+        fprintf(stderr, "trainmon: the job was killed by signal %d (%s)\n", sig, strsignal(sig));
+    else
+        fprintf(stderr, "trainmon: the job exited with status %d\n", status);
+
+    fflush(NULL);
+    static char report_name[] = "report";
+    char *rargv[] = {report_name, r->dir, NULL};
+    optind = 0;
+    int rrc = cmd_report(2, rargv);
+    if (rrc != 0)
+        cli_warn("the report could not be made (exit %d); the recording is in %s", rrc, r->dir);
+    else
+        fprintf(stderr, "trainmon: run directory %s\n", r->dir);
+    close(run_wake_fd[0]);
+    close(run_wake_fd[1]);
+    run_wake_fd[0] = run_wake_fd[1] = -1;
+    return status;
+}

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# trainmon run, scenario (c), compute-bound: cached data that costs nothing
+# to load, two workers, and a model whose matmuls take ~0.5 s a step (one
+# epoch: no second start of the workers).  The
+# loop hardly waits for data: the report must say input.ok, and neither
+# input.disk_bound nor input.cpu_bound.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../lib/scenario.sh"
+scen_require
+scratch=$(mktemp -d /var/tmp/trainmon-compute.XXXXXX)
+trap 'rm -rf "$scratch"' EXIT
+
+"$PY" "$TRAIN" --data "$scratch/ds" --generate 1000 > /dev/null || scen_fail "generating the dataset"
+cat "$scratch"/ds/* > /dev/null
+
+run=$scratch/run
+scen_run "$run" -i 0.5 -d "$scratch/ds" -- \
+    "$PY" "$TRAIN" --data "$scratch/ds" --workers 2 --batch-size 32 --steps 24 \
+    --model-size 1024 --layers 8
+scen_show "$run"
+scen_expect "$run" input.ok
+scen_expect_not "$run" input.disk_bound
+scen_expect_not "$run" input.cpu_bound
+echo "PASS: compute-bound job -> input.ok"

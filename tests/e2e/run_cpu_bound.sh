@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# trainmon run, scenario (b), CPU-bound DataLoader workers: the dataset is
+# in the page cache, each item costs 20 ms of real CPU work in the worker,
+# one worker feeds a tiny model.  The report must say input.cpu_bound and
+# name a worker count above the one used (1) that would keep up.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../lib/scenario.sh"
+scen_require
+scratch=$(mktemp -d /var/tmp/trainmon-cpu.XXXXXX)
+trap 'rm -rf "$scratch"' EXIT
+
+"$PY" "$TRAIN" --data "$scratch/ds" --generate 400 > /dev/null || scen_fail "generating the dataset"
+cat "$scratch"/ds/* > /dev/null   # in the page cache: reading costs nothing
+
+run=$scratch/run
+scen_run "$run" -i 0.5 -d "$scratch/ds" -- \
+    "$PY" "$TRAIN" --data "$scratch/ds" --workers 1 --batch-size 8 --steps 40 \
+    --item-cost-ms 20 --model-size 64
+scen_show "$run"
+scen_expect "$run" input.cpu_bound
+scen_expect_not "$run" input.disk_bound
+scen_expect_not "$run" input.ok
+# The advice names a worker count: some number under a key about workers
+# in the evidence that is above 1 (the count used).
+scen_evidence "$run" input.cpu_bound | "$PY" -c '
+import json, sys
+ev = json.loads(sys.stdin.read() or "{}")
+keys = [k for k, v in ev.items() if "worker" in k.lower() and isinstance(v, (int, float))
+        and not isinstance(v, bool) and any(w in k.lower() for w in
+        ("need", "suggest", "recommend", "keep", "would", "enough", "advised", "target"))]
+print("worker-count evidence:", {k: ev[k] for k in keys})
+sys.exit(0 if keys and max(ev[k] for k in keys) > 1 else 1)' ||
+    scen_fail "input.cpu_bound evidence names no worker count above 1"
+echo "PASS: CPU-bound workers -> input.cpu_bound with a larger worker count"

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# trainmon run, scenario (d), copy-on-read: the training process builds a
+# list of ~4.7 million float objects (150 MB) before the DataLoader forks
+# its two workers; every item read walks a further slice of it, and the
+# reference-count writes copy each page it touches into the worker.  The
+# workers' own memory grows through the run: the report must say
+# host_mem.worker_growth.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../lib/scenario.sh"
+scen_require
+scratch=$(mktemp -d /var/tmp/trainmon-cow.XXXXXX)
+trap 'rm -rf "$scratch"' EXIT
+
+"$PY" "$TRAIN" --data "$scratch/ds" --generate 1300 > /dev/null || scen_fail "generating the dataset"
+cat "$scratch"/ds/* > /dev/null
+
+run=$scratch/run
+scen_run "$run" -i 0.5 -d "$scratch/ds" -- \
+    "$PY" "$TRAIN" --data "$scratch/ds" --workers 2 --batch-size 8 --steps 160 \
+    --item-sleep-ms 25 --touch-list-mb 150 --model-size 64
+scen_show "$run"
+scen_expect "$run" host_mem.worker_growth
+echo "PASS: copy-on-read workers -> host_mem.worker_growth"

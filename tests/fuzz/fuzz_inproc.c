@@ -1,0 +1,52 @@
+/*
+ * fuzz_inproc.c - libFuzzer target: the in-process record decoders and the
+ * dump formatter (tm_inproc_decode_*, tm_inproc_format) on arbitrary
+ * payloads of every in-process type, as a damaged or hostile rank file
+ * would hand them over.
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trainmon.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1)
+        return 0;
+    /* An exact-size copy, so that a read past the payload hits the redzone. */
+    uint8_t *payload = malloc(size - 1 ? size - 1 : 1);
+    if (!payload)
+        return 0;
+    memcpy(payload, data + 1, size - 1);
+    tm_record rec = {.type = (uint16_t)(TM_REC_STEP + data[0] % 8), /* 16..23: two unknown */
+                     .t_ns = 12345,
+                     .len = (uint32_t)(size - 1),
+                     .payload = payload,
+                     .offset = 4096};
+    tm_inproc_step s;
+    tm_inproc_capture c;
+    tm_inproc_phase p;
+    tm_inproc_oom o;
+    tm_inproc_worker w;
+    tm_inproc_optstep op;
+    tm_inproc_decode_step(&rec, &s);
+    if (tm_inproc_decode_capture(&rec, &c) == 0 && c.tag_len && !c.tag)
+        abort();
+    if (tm_inproc_decode_phase(&rec, &p) == 0 && p.name_len && !p.name)
+        abort();
+    tm_inproc_decode_oom(&rec, &o);
+    tm_inproc_decode_worker(&rec, &w);
+    tm_inproc_decode_optstep(&rec, &op);
+    static char line[TM_INPROC_FORMAT_MAX];
+    for (int json = 0; json < 2; json++) {
+        int n = tm_inproc_format(&rec, json != 0, line, sizeof line);
+        if (n >= 0 && (size_t)n != strlen(line))
+            abort();
+    }
+    free(payload);
+    return 0;
+}

@@ -1,0 +1,75 @@
+# scenario.sh - helpers for the `trainmon run` scenario tests: a real torch
+# CPU training job (tests/e2e/train.py) under `trainmon run`, then the
+# findings of `trainmon report --json`.
+#
+#   . tests/lib/scenario.sh
+#   scen_require                 # exit 77 (skip) when torch is missing
+#   scen_findings RUN            # prints the finding ids, one a line
+#   scen_expect RUN ID           # fails unless ID is among the findings
+#   scen_expect_not RUN ID       # fails if ID is among them
+#   scen_evidence RUN ID         # prints the finding's evidence as JSON
+#
+# PY is the Python with Debian's torch (/usr/bin/python3; the python3 first
+# on PATH may be another build), TRAIN the training script.
+
+PY=${PY:-/usr/bin/python3}
+TRAIN="$(cd "$(dirname "${BASH_SOURCE[0]}")/../e2e" && pwd)/train.py"
+
+scen_fail() { echo "FAIL: $*"; exit 1; }
+
+scen_require() {
+    [ -x "$TRAINMON" ] || { echo "skipped: $TRAINMON not built"; exit 77; }
+    "$PY" -c 'import torch, numpy' 2>/dev/null ||
+        { echo "skipped: torch or numpy not importable by $PY (make deps)"; exit 77; }
+}
+
+# The report as JSON, kept beside the run for a look after a failure.
+scen_report() {
+    local run=$1
+    [ -s "$run/report.json" ] && return 0
+    "$TRAINMON" report --json "$run" > "$run/report.json" 2> "$run/report.err" ||
+        { cat "$run/report.err"; scen_fail "trainmon report --json $run failed"; }
+}
+
+scen_findings() {
+    scen_report "$1"
+    "$PY" -c 'import json,sys
+for f in json.load(open(sys.argv[1])).get("findings", []): print(f.get("id"))' "$1/report.json"
+}
+
+scen_evidence() {
+    scen_report "$1"
+    "$PY" -c 'import json,sys
+for f in json.load(open(sys.argv[1])).get("findings", []):
+    if f.get("id") == sys.argv[2]: print(json.dumps(f.get("evidence", {})))' "$1/report.json" "$2"
+}
+
+scen_show() {
+    scen_report "$1"
+    echo "--- findings of $1:"
+    "$PY" -c 'import json,sys
+r = json.load(open(sys.argv[1]))
+print("summary:", json.dumps(r.get("summary", {})))
+for f in r.get("findings", []):
+    print(" ", f.get("id"), f.get("severity"), json.dumps(f.get("evidence", {}))[:400])' \
+        "$1/report.json" 2>/dev/null || cat "$1/report.json"
+}
+
+scen_expect() {
+    scen_findings "$1" | grep -qx "$2" || { scen_show "$1"; scen_fail "$2 not among the findings"; }
+}
+
+scen_expect_not() {
+    ! scen_findings "$1" | grep -qx "$2" || { scen_show "$1"; scen_fail "$2 among the findings"; }
+}
+
+# Runs the job under trainmon; the output goes to RUN.out (printed on failure).
+# SCEN_WRAP, when set, is a command that runs trainmon (slowdisk_run).
+# usage: scen_run RUN [trainmon options] -- CMD...
+scen_run() {
+    local run=$1; shift
+    local start=$SECONDS
+    ${SCEN_WRAP:-} "$TRAINMON" run -o "$run" "$@" > "$run.out" 2>&1; local rc=$?
+    echo "job under trainmon run: exit $rc, $((SECONDS - start)) s"
+    [ $rc -eq 0 ] || { tail -n 30 "$run.out"; scen_fail "trainmon run exited $rc"; }
+}
