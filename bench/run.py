@@ -66,6 +66,30 @@ finally:
     subprocess.run(["pkill", "-P", str(t.pid)])
     t.kill(); t.wait()
 
+def run_kv(cmd, env=None):
+    """Runs a benchmark that prints key=value lines; {} (and a note) if it
+    cannot run here."""
+    try:
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True,
+                             env=dict(os.environ, **(env or {}))).stdout
+    except subprocess.CalledProcessError as e:
+        print(f"{os.path.basename(cmd[-1] if cmd[0].endswith('python3') else cmd[0])}: "
+              f"did not run (exit {e.returncode}): {e.stdout.strip()[-200:]} {e.stderr.strip()[-300:]}")
+        return {}
+    res = {}
+    for line in out.split():
+        if "=" in line:
+            k, v = line.split("=", 1)
+            res[k] = v
+    return res
+
+py = run_kv(["/usr/bin/python3", os.path.join(root, "bench", "bench_python.py")])
+rep = run_kv([os.path.join(bdir, "bench", "bench_report")])
+srv = run_kv(["bash", os.path.join(root, "bench", "bench_serve.sh")], {"BUILD": build})
+
+def f(d, k, fmt="{:.2f}"):
+    return fmt.format(float(d[k])) if k in d else "n/a"
+
 def ratio(a, b):
     return f"{a / b:.2f}x" if b == b and b > 0 else "n/a"
 
@@ -83,6 +107,28 @@ lines.append(f"| iostat -x (one report, start-up excluded) | {iostat_us:.1f} | {
 lines.append(f"| GPU sample through NVML (fake library, {g['devices']} GPUs x {g['procs_per_device']} processes), per GPU | {float(g['gpu_us_per_device']):.2f} | | at most 50 us |")
 lines.append("")
 lines.append(f"| peak RSS of `trainmon watch --pid --json -o DIR` | {rss_kb / 1024:.2f} MB | | at most 4 MB |")
+lines.append("")
+lines.append("| in-process recorder (/usr/bin/python3, torch CPU) | value | target |")
+lines.append("|---|---|---|")
+lines.append(f"| Monitor.capture(tag), no allocator read, growing file | {f(py, 'capture_us', '{:.3f}')} us | at most 1 us |")
+lines.append(f"| Monitor.capture(tag) into a 64 MiB ring (steady state of a long job) | {f(py, 'capture_ring_us', '{:.3f}')} us | |")
+lines.append(f"| the C core alone (no record file) | {f(py, 'capture_nofile_us', '{:.3f}')} us | |")
+lines.append(f"| hand-written monitor's capture without torch calls (time.time + 7 appends) | {f(py, 'handwritten_capture_us', '{:.3f}')} us | |")
+lines.append(f"| CPU training loop step, without / with attach() (medians, alternating blocks) | {f(py, 'baseline_step_ms', '{:.3f}')} / {f(py, 'attached_step_ms', '{:.3f}')} ms | |")
+lines.append(f"| slowdown of that loop with attach() | {f(py, 'attach_overhead_pct')} % | at most 1 % |")
+lines.append("")
+lines.append("| report | value | target |")
+lines.append("|---|---|---|")
+lines.append(f"| trainmon report on a generated {rep.get('hours', '?')} h recording at 1 s, {rep.get('ranks', '?')} ranks ({f(rep, 'data_mb', '{:.0f}')} MB, {rep.get('records', '?')} records) | {f(rep, 'report_s')} s (load {f(rep, 'load_s')}, analyze {f(rep, 'analyze_s')}, json {f(rep, 'json_s')}); peak RSS {f(rep, 'peak_rss_mb', '{:.0f}')} MB | under 2 s |")
+lines.append("")
+lines.append("| trainmon serve under wrk -t2 -c16 (loopback) | trainmon | node_exporter (diskstats+pressure) | target |")
+lines.append("|---|---|---|---|")
+lines.append(f"| scrapes/s | {f(srv, 'trainmon_scrapes_per_s', '{:.0f}')} | {f(srv, 'node_exporter_scrapes_per_s', '{:.0f}')} | at least 2,000 |")
+lines.append(f"| p99 latency | {f(srv, 'trainmon_p99_ms')} ms | {f(srv, 'node_exporter_p99_ms')} ms | |")
+lines.append(f"| RSS after the load | {f(srv, 'trainmon_rss_kb', '{:.0f}')} kB | {f(srv, 'node_exporter_rss_kb', '{:.0f}')} kB | at most 8 MB |")
+lines.append(f"| CPU per scrape (served from the last collection) | {f(srv, 'trainmon_cpu_us_per_scrape', '{:.1f}')} us | {f(srv, 'node_exporter_cpu_us_per_scrape', '{:.1f}')} us | at most 5% of node_exporter's |")
+lines.append(f"| ratio | {f(srv, 'cpu_ratio', '{:.3f}')} | | |")
+lines.append(f"| CPU of one collection (every -i seconds, 1 s default) | {f(srv, 'trainmon_collect_cpu_us', '{:.1f}')} us | | |")
 text = "\n".join(lines)
 print(text)
 with open(os.path.join(bdir, "bench.md"), "w") as f:

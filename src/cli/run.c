@@ -93,7 +93,7 @@ static void run_on_signal(int sig, siginfo_t *si, void *uctx)
 static void run_usage(FILE *f)
 {
     fputs("usage: trainmon run [-o DIR] [-d PATH]... [-i SEC] [--max-size SIZE] [--no-python]\n"
-          "                    [--] CMD [ARG...]\n"
+          "                    [--serve ADDR] [--alert RULE [--on-alert CMD]]... [--] CMD [ARG...]\n"
           "\n"
           "Runs CMD, records the system and its Python processes into a run directory,\n"
           "and prints the report when it ends.  Returns CMD's exit status (128+N when\n"
@@ -105,6 +105,12 @@ static void run_usage(FILE *f)
           "  -i SEC          sampling interval (default 1; accepts 500ms, 2s)\n"
           "  --max-size SIZE bound each record file (flight-recorder ring, e.g. 64M)\n"
           "  --no-python     do not inject the in-process recorder into Python\n"
+          "  --serve ADDR    also run the Prometheus exporter (trainmon serve) on ADDR\n"
+          "                  (e.g. 127.0.0.1:10436) for the run's directory\n"
+          "  --alert RULE    e.g. 'disk.r_await_ms > 50 for 3m', 'run.data_wait_fraction >\n"
+          "                  0.3 for 1m' (repeatable; docs/ALERTS.md)\n"
+          "  --on-alert CMD  run CMD on each alert firing and resolving (alert JSON on\n"
+          "                  stdin, TRAINMON_ALERT_* in the environment; repeatable)\n"
           "\n"
           "Environment: TRAINMON_PYTHONPATH names the directory holding the trainmon\n"
           "Python package when it is neither beside the binary nor installed.\n"
@@ -237,6 +243,8 @@ static void run_add_dev(char (*devs)[TM_DISK_NAME_MAX], size_t *n, const char *n
 
 /* --- the run */
 
+#define RUN_MAX_ON_ALERT 16
+
 struct run {
     char dir[PATH_MAX];
     int argc;        /* CMD */
@@ -261,7 +269,17 @@ struct run {
     tm_pressure *press;
     tm_gpu *gpu;
 
-    /* live status (TTY only) */
+    /* --alert / --on-alert, --serve */
+    tm_alert_engine *alerts;
+    tm_alert_runner *alert_run;
+    const char *rules[TM_ALERT_MAX_RULES];
+    size_t nrules;
+    const char *on_alert[RUN_MAX_ON_ALERT];
+    size_t non_alert;
+    const char *serve_addr;
+    pid_t serve_pid;
+
+    /* live status (TTY only) and the in-process step window (status, alerts) */
     bool tty, status_shown;
     tm_reader *readers[RUN_MAX_READERS];
     char reader_names[RUN_MAX_READERS][64];
@@ -537,8 +555,9 @@ static void run_status_readers(struct run *r)
     closedir(d);
 }
 
-static void run_status(struct run *r, double dt, const tm_diskrate *rates, size_t nrates,
-                       const tm_gpu_stats *gpus, size_t ngpus, bool have_disks)
+/* Reads the steps the training processes appended since the last call into
+ * the rate window (for the status line and the run.* alert metrics). */
+static void run_steps_update(struct run *r, double dt)
 {
     run_status_readers(r);
     uint64_t steps = 0;
@@ -560,6 +579,11 @@ static void run_status(struct run *r, double dt, const tm_diskrate *rates, size_
     r->win_dur[k] = dur;
     r->win_wait[k] = wait;
     r->win_dt[k] = dt;
+}
+
+static void run_status(struct run *r, const tm_diskrate *rates, size_t nrates,
+                       const tm_gpu_stats *gpus, size_t ngpus, bool have_disks)
+{
     uint64_t ws = 0;
     double wd = 0, ww = 0, wt = 0;
     for (size_t i = 0; i < RUN_RATE_WINDOW; i++) {
@@ -620,6 +644,83 @@ static void run_status_clear(struct run *r)
     }
 }
 
+/* --- alerts */
+
+/* Says each alert transition on stderr and hands it to the --on-alert
+ * commands (started, never waited for here). */
+static void run_alerts(struct run *r)
+{
+    tm_alert a;
+    while (tm_alert_next(r->alerts, &a) == 1) {
+        char value[32] = "unavailable";
+        if (!isnan(a.value))
+            snprintf(value, sizeof value, "%g", a.value);
+        run_status_clear(r);
+        fprintf(stderr, "trainmon: alert %s: %s%s%s%s (value %s)\n",
+                a.status == TM_ALERT_FIRING ? "firing" : "resolved", a.rule,
+                a.labels[0] ? " {" : "", a.labels, a.labels[0] ? "}" : "", value);
+        if (r->alert_run)
+            tm_alert_exec(r->alert_run, &a);
+    }
+    if (r->alert_run) {
+        tm_alert_reap(r->alert_run);
+        for (const char *w; (w = tm_alert_runner_next_warning(r->alert_run));)
+            cli_warn("%s", w);
+    }
+}
+
+/* --serve ADDR: `trainmon serve` for the directory holding this run, as a
+ * child process (its own HTTP threads never share a process with the
+ * sampler).  Failure to start it is a warning: the job still runs. */
+static void run_start_serve(struct run *r, const char *const *paths, size_t npaths)
+{
+    char parent[PATH_MAX];
+    snprintf(parent, sizeof parent, "%s", r->dir);
+    char *slash = strrchr(parent, '/');
+    if (slash && slash != parent)
+        *slash = '\0';
+    else
+        snprintf(parent, sizeof parent, "%s", slash ? "/" : ".");
+    char *args[8 + 2 * RUN_MAX_TARGETS];
+    size_t n = 0;
+    static char a0[] = "trainmon", a1[] = "serve", a2[] = "--listen", a4[] = "--runs",
+                dflag[] = "-d";
+    args[n++] = a0;
+    args[n++] = a1;
+    args[n++] = a2;
+    args[n++] = (char *)r->serve_addr;
+    args[n++] = a4;
+    args[n++] = parent;
+    for (size_t i = 0; i < npaths; i++) {
+        args[n++] = dflag;
+        args[n++] = (char *)paths[i];
+    }
+    args[n] = NULL;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        cli_warn("--serve: fork: %s", strerror(errno));
+        return;
+    }
+    if (pid == 0) {
+        execv("/proc/self/exe", args);
+        fprintf(stderr, "trainmon: --serve: /proc/self/exe: %s\n", strerror(errno));
+        _exit(127);
+    }
+    r->serve_pid = pid;
+}
+
+static void run_stop_serve(struct run *r)
+{
+    if (r->serve_pid <= 0)
+        return;
+    kill(r->serve_pid, SIGTERM);
+    int st;
+    while (waitpid(r->serve_pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    r->serve_pid = 0;
+}
+
 /* --- sampling */
 
 static void run_sample(struct run *r, double dt, bool status)
@@ -656,8 +757,30 @@ static void run_sample(struct run *r, double dt, bool status)
         if (ngpus && r->w)
             run_rec_check(r, tm_sysrec_gpu(r->w, t, gpus, ngpus));
     }
+    if (status || r->alerts)
+        run_steps_update(r, dt);
+    if (r->alerts) {
+        tm_alert_feed_disks(r->alerts, rates, nrates, t);
+        if (r->press)
+            tm_alert_feed_pressure(r->alerts, &ps, t);
+        if (r->tree && ts.t_ns)
+            tm_alert_feed_ptree(r->alerts, &ts, t);
+        tm_alert_feed_gpus(r->alerts, gpus, ngpus, t);
+        uint64_t ws = 0;
+        double wd = 0, ww = 0;
+        for (size_t i = 0; i < RUN_RATE_WINDOW; i++) {
+            ws += r->win_steps[i];
+            wd += r->win_dur[i];
+            ww += r->win_wait[i];
+        }
+        /* Over the last RUN_RATE_WINDOW intervals, all ranks together. */
+        tm_alert_feed(r->alerts, "run.data_wait_fraction", "", wd > 0 ? ww / wd : NAN, t);
+        tm_alert_feed(r->alerts, "run.step_time_seconds", "", ws ? wd / (double)ws : NAN, t);
+        tm_alert_feed(r->alerts, "run.data_wait_seconds", "", ws ? ww / (double)ws : NAN, t);
+        run_alerts(r);
+    }
     if (status)
-        run_status(r, dt, rates, nrates, gpus, ngpus, r->disk != NULL);
+        run_status(r, rates, nrates, gpus, ngpus, r->disk != NULL);
 }
 
 /* Waits until deadline (monotonic ns) or a signal's wake-up. */
@@ -679,13 +802,16 @@ static void run_wait(int64_t deadline_ns)
 static int run_parse(struct run *r, int argc, char **argv, const char **outdir,
                      const char **paths, size_t *npaths)
 {
-    enum { OPT_MAXSIZE = 1000, OPT_NOPY };
+    enum { OPT_MAXSIZE = 1000, OPT_NOPY, OPT_ALERT, OPT_ON_ALERT, OPT_SERVE };
     static const struct option opts[] = {
         {"output", required_argument, NULL, 'o'},
         {"data", required_argument, NULL, 'd'},
         {"interval", required_argument, NULL, 'i'},
         {"max-size", required_argument, NULL, OPT_MAXSIZE},
         {"no-python", no_argument, NULL, OPT_NOPY},
+        {"alert", required_argument, NULL, OPT_ALERT},
+        {"on-alert", required_argument, NULL, OPT_ON_ALERT},
+        {"serve", required_argument, NULL, OPT_SERVE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -716,6 +842,21 @@ static int run_parse(struct run *r, int argc, char **argv, const char **outdir,
             }
             break;
         case OPT_NOPY: r->inject = false; break;
+        case OPT_ALERT:
+            if (r->nrules == TM_ALERT_MAX_RULES) {
+                cli_err("--alert: more than %d rules", TM_ALERT_MAX_RULES);
+                return 2;
+            }
+            r->rules[r->nrules++] = optarg;
+            break;
+        case OPT_ON_ALERT:
+            if (r->non_alert == RUN_MAX_ON_ALERT) {
+                cli_err("--on-alert: more than %d commands", RUN_MAX_ON_ALERT);
+                return 2;
+            }
+            r->on_alert[r->non_alert++] = optarg;
+            break;
+        case OPT_SERVE: r->serve_addr = optarg; break;
         case 'h': run_usage(stdout); return 0;
         case ':':
             cli_err("%s: needs a value (try 'trainmon run --help')", argv[optind - 1]);
@@ -748,6 +889,8 @@ static void run_close_all(struct run *r)
     tm_procrec_free(&r->procrec);
     tm_pressure_close(&r->press);
     tm_gpu_close(&r->gpu);
+    tm_alert_runner_free(&r->alert_run);
+    tm_alert_free(&r->alerts);
 }
 
 int cmd_run(int argc, char **argv)
@@ -765,6 +908,19 @@ int cmd_run(int argc, char **argv)
     int rc = run_parse(r, argc, argv, &outdir, paths, &npaths);
     if (rc >= 0)
         return rc;
+    /* Alert rules are checked before anything starts: a typo never starts
+     * the training. */
+    if (r->non_alert && !r->nrules) {
+        cli_err("--on-alert needs at least one --alert RULE");
+        return 2;
+    }
+    for (size_t i = 0; i < r->nrules; i++) {
+        tm_alert_rule rule;
+        if (tm_alert_rule_parse(r->rules[i], &rule) < 0) {
+            cli_err("--alert %s", tm_last_error());
+            return 2;
+        }
+    }
 
     /* Everything that can be wrong with the request is said before the
      * job starts and before a run directory exists. */
@@ -790,8 +946,25 @@ int cmd_run(int argc, char **argv)
         cli_err("%s: %s", r->argv[0], rc == -ENOENT ? "command not found" : strerror(-rc));
         return rc == -ENOENT ? 127 : 126;
     }
-    if (run_make_dir(r, outdir) < 0)
+    if (r->nrules) {
+        if (tm_alert_new(&r->alerts) < 0) {
+            cli_err("%s", tm_last_error());
+            return 1;
+        }
+        for (size_t i = 0; i < r->nrules; i++)
+            tm_alert_add_rule(r->alerts, r->rules[i]); /* parsed above */
+        if (r->non_alert &&
+            tm_alert_runner_new(&r->alert_run, r->on_alert, r->non_alert, 0, 0) < 0) {
+            cli_err("%s", tm_last_error());
+            tm_alert_free(&r->alerts);
+            return 1;
+        }
+    }
+    if (run_make_dir(r, outdir) < 0) {
+        tm_alert_runner_free(&r->alert_run);
+        tm_alert_free(&r->alerts);
         return 1;
+    }
     fprintf(stderr, "trainmon: recording into %s\n", r->dir);
     for (size_t i = 0; i < r->ntargets; i++) {
         const struct run_target *t = &r->targets[i];
@@ -838,6 +1011,8 @@ int cmd_run(int argc, char **argv)
     }
     if (r->inject)
         run_setup_python(r);
+    if (r->serve_addr)
+        run_start_serve(r, paths, npaths);
     setenv("TRAINMON_RUN_DIR", r->dir, 1);
     r->start_real_ns = tm_now_real_ns();
     rc = run_write_meta(r, false, 0, 0);
@@ -978,6 +1153,7 @@ int cmd_run(int argc, char **argv)
         snprintf(json, sizeof json, "{\"status\": %d, \"signal\": null}", status);
     run_event(r, "job_exit", json);
     run_status_clear(r);
+    run_stop_serve(r);
     run_close_all(r);
     rc = run_write_meta(r, true, status, sig);
     if (rc < 0)
