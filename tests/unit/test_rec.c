@@ -119,7 +119,7 @@ static long event_n(const tm_record *rec)
 /* What a reader of the whole file saw. */
 typedef struct readout {
     long *nums;
-    size_t count;
+    size_t count, cap;
     uint64_t *offsets;
     size_t ndamage;
     tm_damage damage[8];
@@ -134,8 +134,12 @@ static void drain(tm_reader *r, readout *out)
     while ((rc = tm_reader_next(r, &rec)) == 1) {
         if (rec.type != TM_REC_EVENT)
             continue;
-        out->nums = realloc(out->nums, (out->count + 1) * sizeof *out->nums);
-        out->offsets = realloc(out->offsets, (out->count + 1) * sizeof *out->offsets);
+        if (out->count == out->cap) {
+            out->cap = out->cap ? out->cap * 2 : 1024;
+            out->nums = realloc(out->nums, out->cap * sizeof *out->nums);
+            out->offsets = realloc(out->offsets, out->cap * sizeof *out->offsets);
+            assert_true(out->nums && out->offsets);
+        }
         out->nums[out->count] = event_n(&rec);
         out->offsets[out->count] = rec.offset;
         out->count++;
