@@ -18,7 +18,18 @@ CFLAGS  ?= -O2 -g
 # The flags the code needs, kept apart so that `make CFLAGS=...` (the
 # sanitizer build) only replaces optimisation and instrumentation.
 override CFLAGS += -std=c11 -D_GNU_SOURCE -fPIC -pthread $(WARN) -Iinclude -Isrc/lib
-LDLIBS  += -lmicrohttpd -ldl -lpthread -lm
+LDLIBS  += -ldl -lpthread -lm
+
+# Optional parts are compiled out, not failed on, where their development
+# files are missing (a GPU machine with only a driver and CUDA torch, say):
+# `trainmon serve` needs libmicrohttpd, the Python extension needs Python.h.
+# make deps installs both.
+HAVE_MHD   := $(shell printf '\043include <microhttpd.h>\n' | $(CC) -E -x c - >/dev/null 2>&1 && echo 1)
+ifeq ($(HAVE_MHD),1)
+LDLIBS  := -lmicrohttpd $(LDLIBS)
+else
+override CFLAGS += -DTM_NO_HTTP
+endif
 
 LIB_SRC  := $(wildcard src/lib/*.c)
 CLI_SRC  := $(wildcard src/cli/*.c)
@@ -46,7 +57,13 @@ PYEXT := python/trainmon/_trainmon$(shell $(PYTHON) -c 'import sysconfig;print(s
 
 .PHONY: all lib deps test test-only demo-only unit e2e asan fuzz fuzz-run bench format demo clean install
 
+HAVE_PYDEV := $(shell $(PYTHON) -c 'import os,sysconfig; print(int(os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))))' 2>/dev/null)
+ifeq ($(HAVE_PYDEV),1)
 all: $(BUILD)/trainmon $(BUILD)/libtrainmon.a $(BUILD)/libtrainmon.so $(PYEXT)
+else
+all: $(BUILD)/trainmon $(BUILD)/libtrainmon.a $(BUILD)/libtrainmon.so
+	@echo "note: no Python.h for $(PYTHON): the Python extension was not built (make deps)"
+endif
 
 $(PYEXT): python/trainmon/_trainmon.c $(LIB_SRC) $(wildcard include/*.h src/lib/*.h) setup.py
 	env -u CC -u CFLAGS -u LDFLAGS -u LDLIBS $(PYTHON) setup.py -q build_ext --inplace \

@@ -22,6 +22,7 @@
  * watch` (docs/ALERTS.md), evaluated on each collection, for nodes that
  * have no Prometheus and Alertmanager.
  */
+#ifndef TM_NO_HTTP
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -975,3 +976,17 @@ out:
     serve_free(&s);
     return rc;
 }
+
+#else /* TM_NO_HTTP: built where libmicrohttpd was missing */
+
+#include "cli.h"
+
+int cmd_serve(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    cli_err("serve: this build has no HTTP server (libmicrohttpd was missing when it was "
+            "built; make deps installs it)");
+    return 1;
+}
+#endif
