@@ -1,81 +1,12 @@
 /*
  * main.c - dispatches `trainmon SUBCOMMAND ...`.
  */
-#include <errno.h>
-#include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "trainmon.h"
-
-void cli_err(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("trainmon: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
-
-void cli_warn(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("trainmon: warning: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
-
-bool cli_parse_seconds(const char *s, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || !isfinite(v))
-        return false;
-    if (strcmp(end, "ms") == 0)
-        v /= 1000.0;
-    else if (strcmp(end, "m") == 0)
-        v *= 60.0;
-    else if (*end && strcmp(end, "s") != 0)
-        return false;
-    if (v <= 0)
-        return false;
-    *out = v;
-    return true;
-}
-
-bool cli_parse_size(const char *s, unsigned long long *out)
-{
-    char *end;
-    errno = 0;
-    if (*s == '-')
-        return false;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s)
-        return false;
-    unsigned long long mul = 1;
-    switch (*end) {
-    case '\0': break;
-    case 'k': case 'K': mul = 1ULL << 10; end++; break;
-    case 'm': case 'M': mul = 1ULL << 20; end++; break;
-    case 'g': case 'G': mul = 1ULL << 30; end++; break;
-    default: return false;
-    }
-    if (*end == 'i' || *end == 'B')
-        end++;
-    if (*end == 'B')
-        end++;
-    if (*end || v == 0 || v > ~0ULL / mul)
-        return false;
-    *out = v * mul;
-    return true;
-}
 
 static void usage(FILE *f)
 {

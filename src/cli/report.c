@@ -85,8 +85,12 @@ int cmd_report(int argc, char **argv)
         cli_err("report: %s", an ? "out of memory" : tm_last_error());
         goto out;
     }
-    if (tm_report_write(run, an, t, json) < 0) {
-        cli_err("report: the report does not fit in %u MiB", REPORT_TEXT_CAP >> 20);
+    int rc = tm_report_write(run, an, t, json);
+    if (rc < 0) {
+        if (rc == -E2BIG)
+            cli_err("report: the report does not fit in %u MiB", REPORT_TEXT_CAP >> 20);
+        else
+            cli_err("report: %s", strerror(-rc));
         goto out;
     }
     size_t len;

@@ -121,50 +121,6 @@ static void run_usage(FILE *f)
 
 /* --- small helpers */
 
-static void json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
-static const char *run_kind_name(enum tm_fs_kind k)
-{
-    switch (k) {
-    case TM_FS_BLOCK: return "block";
-    case TM_FS_MEMORY: return "memory";
-    case TM_FS_NETWORK: return "network";
-    case TM_FS_FUSE: return "fuse";
-    default: return "other";
-    }
-}
-
-static int run_mkdirs(const char *dir)
-{
-    char buf[PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
-        return -ENAMETOOLONG;
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            return -errno;
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-        return -errno;
-    return 0;
-}
-
 /* Whether CMD can be found the way execvp will look for it: 0, -ENOENT or
  * -EACCES. */
 static int run_find_command(const char *cmd)
@@ -208,42 +164,8 @@ struct run_target {
     tm_blkdev bd;
 };
 
-static void run_target_json(FILE *f, const struct run_target *t)
-{
-    fputc('{', f);
-    fputs("\"path\": ", f);
-    json_str(f, t->path);
-    fputs(", \"kind\": ", f);
-    json_str(f, run_kind_name(t->bd.kind));
-    fputs(", \"mountpoint\": ", f);
-    json_str(f, t->bd.mountpoint);
-    fputs(", \"fstype\": ", f);
-    json_str(f, t->bd.fstype);
-    fputs(", \"device\": ", f);
-    json_str(f, t->bd.top);
-    fputs(", \"disks\": [", f);
-    for (size_t i = 0; i < t->bd.nleaves; i++) {
-        if (i)
-            fputs(", ", f);
-        json_str(f, t->bd.leaves[i]);
-    }
-    fputs("], \"why\": ", f);
-    json_str(f, t->bd.why);
-    fputc('}', f);
-}
-
-static void run_add_dev(char (*devs)[TM_DISK_NAME_MAX], size_t *n, const char *name)
-{
-    for (size_t i = 0; i < *n; i++)
-        if (strcmp(devs[i], name) == 0)
-            return;
-    if (*n < RUN_MAX_DEVS)
-        snprintf(devs[(*n)++], TM_DISK_NAME_MAX, "%s", name);
-}
-
 /* --- the run */
 
-#define RUN_MAX_ON_ALERT 16
 
 struct run {
     char dir[PATH_MAX];
@@ -270,12 +192,7 @@ struct run {
     tm_gpu *gpu;
 
     /* --alert / --on-alert, --serve */
-    tm_alert_engine *alerts;
-    tm_alert_runner *alert_run;
-    const char *rules[TM_ALERT_MAX_RULES];
-    size_t nrules;
-    const char *on_alert[RUN_MAX_ON_ALERT];
-    size_t non_alert;
+    struct cli_alerts alerts;
     const char *serve_addr;
     pid_t serve_pid;
 
@@ -323,24 +240,24 @@ static int run_write_meta(const struct run *r, bool ended, int status, int sig)
     for (int i = 0; i < r->argc; i++) {
         if (i)
             fputs(", ", f);
-        json_str(f, r->argv[i]);
+        cli_json_str(f, r->argv[i]);
     }
     fputs("], \"trainmon_argv\": [\"trainmon\"", f);
     for (int i = 0; i < r->targc; i++) {
         fputs(", ", f);
-        json_str(f, r->targv[i]);
+        cli_json_str(f, r->targv[i]);
     }
     fputs("], \"host\": ", f);
-    json_str(f, host);
+    cli_json_str(f, host);
     fputs(", \"cwd\": ", f);
-    json_str(f, cwd);
+    cli_json_str(f, cwd);
     fprintf(f, ", \"start_time\": %.6f, \"interval_seconds\": %.3f, \"max_size\": %llu",
             (double)r->start_real_ns / 1e9, r->interval, r->max_size);
     fprintf(f, ", \"python_injection\": %s, \"data_paths\": [", r->inject ? "true" : "false");
     for (size_t i = 0; i < r->ntargets; i++) {
         if (i)
             fputs(", ", f);
-        run_target_json(f, &r->targets[i]);
+        cli_target_json(f, r->targets[i].path, &r->targets[i].bd);
     }
     fputc(']', f);
     if (r->pid > 0)
@@ -374,7 +291,7 @@ static int run_make_dir(struct run *r, const char *outdir)
     char want[PATH_MAX];
     if (outdir) {
         snprintf(want, sizeof want, "%s", outdir);
-        int rc = run_mkdirs(want);
+        int rc = cli_mkdirs(want);
         if (rc < 0) {
             cli_err("%s: %s", outdir, strerror(-rc));
             return rc;
@@ -397,7 +314,7 @@ static int run_make_dir(struct run *r, const char *outdir)
             if (!(*p == '-' || *p == '_' || *p == '.' || (*p >= '0' && *p <= '9') ||
                   (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')))
                 *p = '_';
-        int rc = run_mkdirs("trainmon-runs");
+        int rc = cli_mkdirs("trainmon-runs");
         if (rc < 0) {
             cli_err("trainmon-runs: %s", strerror(-rc));
             return rc;
@@ -650,23 +567,8 @@ static void run_status_clear(struct run *r)
  * commands (started, never waited for here). */
 static void run_alerts(struct run *r)
 {
-    tm_alert a;
-    while (tm_alert_next(r->alerts, &a) == 1) {
-        char value[32] = "unavailable";
-        if (!isnan(a.value))
-            snprintf(value, sizeof value, "%g", a.value);
-        run_status_clear(r);
-        fprintf(stderr, "trainmon: alert %s: %s%s%s%s (value %s)\n",
-                a.status == TM_ALERT_FIRING ? "firing" : "resolved", a.rule,
-                a.labels[0] ? " {" : "", a.labels, a.labels[0] ? "}" : "", value);
-        if (r->alert_run)
-            tm_alert_exec(r->alert_run, &a);
-    }
-    if (r->alert_run) {
-        tm_alert_reap(r->alert_run);
-        for (const char *w; (w = tm_alert_runner_next_warning(r->alert_run));)
-            cli_warn("%s", w);
-    }
+    run_status_clear(r);
+    cli_alerts_drain(r->alerts.e, r->alerts.r);
 }
 
 /* --serve ADDR: `trainmon serve` for the directory holding this run, as a
@@ -757,15 +659,15 @@ static void run_sample(struct run *r, double dt, bool status)
         if (ngpus && r->w)
             run_rec_check(r, tm_sysrec_gpu(r->w, t, gpus, ngpus));
     }
-    if (status || r->alerts)
+    if (status || r->alerts.e)
         run_steps_update(r, dt);
-    if (r->alerts) {
-        tm_alert_feed_disks(r->alerts, rates, nrates, t);
+    if (r->alerts.e) {
+        tm_alert_feed_disks(r->alerts.e, rates, nrates, t);
         if (r->press)
-            tm_alert_feed_pressure(r->alerts, &ps, t);
+            tm_alert_feed_pressure(r->alerts.e, &ps, t);
         if (r->tree && ts.t_ns)
-            tm_alert_feed_ptree(r->alerts, &ts, t);
-        tm_alert_feed_gpus(r->alerts, gpus, ngpus, t);
+            tm_alert_feed_ptree(r->alerts.e, &ts, t);
+        tm_alert_feed_gpus(r->alerts.e, gpus, ngpus, t);
         uint64_t ws = 0;
         double wd = 0, ww = 0;
         for (size_t i = 0; i < RUN_RATE_WINDOW; i++) {
@@ -774,9 +676,9 @@ static void run_sample(struct run *r, double dt, bool status)
             ww += r->win_wait[i];
         }
         /* Over the last RUN_RATE_WINDOW intervals, all ranks together. */
-        tm_alert_feed(r->alerts, "run.data_wait_fraction", "", wd > 0 ? ww / wd : NAN, t);
-        tm_alert_feed(r->alerts, "run.step_time_seconds", "", ws ? wd / (double)ws : NAN, t);
-        tm_alert_feed(r->alerts, "run.data_wait_seconds", "", ws ? ww / (double)ws : NAN, t);
+        tm_alert_feed(r->alerts.e, "run.data_wait_fraction", "", wd > 0 ? ww / wd : NAN, t);
+        tm_alert_feed(r->alerts.e, "run.step_time_seconds", "", ws ? wd / (double)ws : NAN, t);
+        tm_alert_feed(r->alerts.e, "run.data_wait_seconds", "", ws ? ww / (double)ws : NAN, t);
         run_alerts(r);
     }
     if (status)
@@ -843,18 +745,12 @@ static int run_parse(struct run *r, int argc, char **argv, const char **outdir,
             break;
         case OPT_NOPY: r->inject = false; break;
         case OPT_ALERT:
-            if (r->nrules == TM_ALERT_MAX_RULES) {
-                cli_err("--alert: more than %d rules", TM_ALERT_MAX_RULES);
+            if (cli_alerts_add_rule(&r->alerts, optarg))
                 return 2;
-            }
-            r->rules[r->nrules++] = optarg;
             break;
         case OPT_ON_ALERT:
-            if (r->non_alert == RUN_MAX_ON_ALERT) {
-                cli_err("--on-alert: more than %d commands", RUN_MAX_ON_ALERT);
+            if (cli_alerts_add_cmd(&r->alerts, optarg))
                 return 2;
-            }
-            r->on_alert[r->non_alert++] = optarg;
             break;
         case OPT_SERVE: r->serve_addr = optarg; break;
         case 'h': run_usage(stdout); return 0;
@@ -889,8 +785,7 @@ static void run_close_all(struct run *r)
     tm_procrec_free(&r->procrec);
     tm_pressure_close(&r->press);
     tm_gpu_close(&r->gpu);
-    tm_alert_runner_free(&r->alert_run);
-    tm_alert_free(&r->alerts);
+    cli_alerts_close(&r->alerts);
 }
 
 int cmd_run(int argc, char **argv)
@@ -910,17 +805,9 @@ int cmd_run(int argc, char **argv)
         return rc;
     /* Alert rules are checked before anything starts: a typo never starts
      * the training. */
-    if (r->non_alert && !r->nrules) {
-        cli_err("--on-alert needs at least one --alert RULE");
-        return 2;
-    }
-    for (size_t i = 0; i < r->nrules; i++) {
-        tm_alert_rule rule;
-        if (tm_alert_rule_parse(r->rules[i], &rule) < 0) {
-            cli_err("--alert %s", tm_last_error());
-            return 2;
-        }
-    }
+    rc = cli_alerts_check(&r->alerts);
+    if (rc)
+        return rc;
 
     /* Everything that can be wrong with the request is said before the
      * job starts and before a run directory exists. */
@@ -935,10 +822,10 @@ int cmd_run(int argc, char **argv)
         t->path = paths[i];
         r->ntargets++;
         if (t->bd.kind == TM_FS_BLOCK && t->bd.top[0]) {
-            run_add_dev(devs, &ndevs, t->bd.top);
-            run_add_dev(r->tops, &r->ntops, t->bd.top);
+            cli_add_dev(devs, &ndevs, RUN_MAX_DEVS, t->bd.top);
+            cli_add_dev(r->tops, &r->ntops, RUN_MAX_DEVS, t->bd.top);
             for (size_t k = 0; k < t->bd.nleaves; k++)
-                run_add_dev(devs, &ndevs, t->bd.leaves[k]);
+                cli_add_dev(devs, &ndevs, RUN_MAX_DEVS, t->bd.leaves[k]);
         }
     }
     rc = run_find_command(r->argv[0]);
@@ -946,23 +833,10 @@ int cmd_run(int argc, char **argv)
         cli_err("%s: %s", r->argv[0], rc == -ENOENT ? "command not found" : strerror(-rc));
         return rc == -ENOENT ? 127 : 126;
     }
-    if (r->nrules) {
-        if (tm_alert_new(&r->alerts) < 0) {
-            cli_err("%s", tm_last_error());
-            return 1;
-        }
-        for (size_t i = 0; i < r->nrules; i++)
-            tm_alert_add_rule(r->alerts, r->rules[i]); /* parsed above */
-        if (r->non_alert &&
-            tm_alert_runner_new(&r->alert_run, r->on_alert, r->non_alert, 0, 0) < 0) {
-            cli_err("%s", tm_last_error());
-            tm_alert_free(&r->alerts);
-            return 1;
-        }
-    }
+    if (cli_alerts_open(&r->alerts))
+        return 1;
     if (run_make_dir(r, outdir) < 0) {
-        tm_alert_runner_free(&r->alert_run);
-        tm_alert_free(&r->alerts);
+        cli_alerts_close(&r->alerts);
         return 1;
     }
     fprintf(stderr, "trainmon: recording into %s\n", r->dir);
@@ -1004,7 +878,7 @@ int cmd_run(int argc, char **argv)
         FILE *m = open_memstream(&buf, &len);
         if (!m)
             continue;
-        run_target_json(m, &r->targets[i]);
+        cli_target_json(m, r->targets[i].path, &r->targets[i].bd);
         fclose(m);
         run_event(r, "run_target", buf);
         free(buf);
@@ -1099,7 +973,7 @@ int cmd_run(int argc, char **argv)
             for (int i = 0; i < r->argc; i++) {
                 if (i)
                     fputs(", ", m);
-                json_str(m, r->argv[i]);
+                cli_json_str(m, r->argv[i]);
             }
             fputs("]}", m);
             fclose(m);

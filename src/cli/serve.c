@@ -53,7 +53,6 @@
 #define SERVE_DEFAULT_LISTEN "127.0.0.1:10436"
 
 #define SERVE_MAX_DEVS 256
-#define SERVE_MAX_ON_ALERT 16
 #define SERVE_MAX_CONNS 2048        /* more than a scrape fleet ever opens */
 #define SERVE_CONN_TIMEOUT_S 10     /* idle (slow) clients are cut after this */
 #define SERVE_CONN_MEMORY (16 * 1024) /* per connection: request line + headers */
@@ -383,8 +382,7 @@ struct serve {
     tm_health_limits limits;
 
     tm_text *metrics, *health;
-    tm_alert_engine *alerts; /* NULL without --alert */
-    tm_alert_runner *alert_run;
+    struct cli_alerts alerts; /* engine NULL without --alert */
 
     pthread_mutex_t lock; /* guards the two published responses */
     struct MHD_Response *r_metrics, *r_health;
@@ -450,28 +448,6 @@ static struct MHD_Response *serve_response(const tm_text *t, const char *type)
     return r;
 }
 
-/* Says each alert transition on stderr, hands it to the --on-alert
- * commands and reaps those that finished: never waits for one. */
-static void serve_alerts(tm_alert_engine *e, tm_alert_runner *r)
-{
-    tm_alert a;
-    while (tm_alert_next(e, &a) == 1) {
-        char value[32] = "unavailable";
-        if (!isnan(a.value))
-            snprintf(value, sizeof value, "%g", a.value);
-        fprintf(stderr, "trainmon: alert %s: %s%s%s%s (value %s)\n",
-                a.status == TM_ALERT_FIRING ? "firing" : "resolved", a.rule,
-                a.labels[0] ? " {" : "", a.labels, a.labels[0] ? "}" : "", value);
-        if (r)
-            tm_alert_exec(r, &a);
-    }
-    if (r) {
-        tm_alert_reap(r);
-        for (const char *w; (w = tm_alert_runner_next_warning(r));)
-            cli_warn("%s", w);
-    }
-}
-
 /* One collection: samples every collector, writes both bodies and
  * publishes them. */
 static void serve_collect(struct serve *s)
@@ -516,14 +492,14 @@ static void serve_collect(struct serve *s)
         tm_prom_write_runs(s->metrics, s->runs_out, serve_runs_export(s->runs, s->runs_out));
     }
 
-    if (s->alerts) {
+    if (s->alerts.e) {
         int64_t now = tm_now_mono_ns();
         if (s->ok[COL_DISK])
-            tm_alert_feed_disks(s->alerts, rates, nrates, now);
+            tm_alert_feed_disks(s->alerts.e, rates, nrates, now);
         if (s->ok[COL_PRESSURE])
-            tm_alert_feed_pressure(s->alerts, &ps, now);
-        tm_alert_feed_gpus(s->alerts, gpus, ngpus, now);
-        serve_alerts(s->alerts, s->alert_run);
+            tm_alert_feed_pressure(s->alerts.e, &ps, now);
+        tm_alert_feed_gpus(s->alerts.e, gpus, ngpus, now);
+        cli_alerts_drain(s->alerts.e, s->alerts.r);
     }
 
     tm_health_write_json(s->health, &s->limits, s->hrates, nh,
@@ -656,41 +632,6 @@ static int serve_parse_listen(const char *arg, struct sockaddr_storage *ss, sock
     return 0;
 }
 
-/* "all", "none" or a comma-separated list of GPU indices. */
-static bool serve_parse_gpus(const char *arg, bool *wanted, unsigned *idx, size_t *n)
-{
-    *n = 0;
-    *wanted = true;
-    if (strcmp(arg, "all") == 0)
-        return true;
-    if (strcmp(arg, "none") == 0) {
-        *wanted = false;
-        return true;
-    }
-    const char *p = arg;
-    while (*p) {
-        char *end;
-        errno = 0;
-        unsigned long v = strtoul(p, &end, 10);
-        if (end == p || errno || v > 1024 || *n >= 64 || (*end && *end != ','))
-            return false;
-        idx[(*n)++] = (unsigned)v;
-        p = *end ? end + 1 : end;
-        if (*end && !*p)
-            return false;
-    }
-    return *n > 0;
-}
-
-static void serve_add_dev(char (*devs)[TM_DISK_NAME_MAX], size_t *n, const char *name)
-{
-    for (size_t i = 0; i < *n; i++)
-        if (strcmp(devs[i], name) == 0)
-            return;
-    if (*n < SERVE_MAX_DEVS)
-        snprintf(devs[(*n)++], TM_DISK_NAME_MAX, "%s", name);
-}
-
 /* 1,000 idle connections need more descriptors than the usual soft limit
  * of 1024: raise it to the hard limit (or 4096). */
 static void serve_raise_nofile(void)
@@ -731,10 +672,7 @@ static void serve_free(struct serve *s)
     free(s->hrates);
     tm_text_free(&s->metrics);
     tm_text_free(&s->health);
-    /* Firing alerts are not resolved at exit; running commands finish on
-     * their own. */
-    tm_alert_runner_free(&s->alert_run);
-    tm_alert_free(&s->alerts);
+    cli_alerts_close(&s->alerts);
     struct MHD_Response **rs[] = {&s->r_metrics, &s->r_health, &s->r_index, &s->r_404, &s->r_405};
     for (size_t i = 0; i < sizeof rs / sizeof rs[0]; i++)
         if (*rs[i]) {
@@ -772,8 +710,7 @@ int cmd_serve(int argc, char **argv)
     static char devs[SERVE_MAX_DEVS][TM_DISK_NAME_MAX];
     size_t ndevs = 0;
     int npaths = 0;
-    const char *rules[TM_ALERT_MAX_RULES], *on_alert[SERVE_MAX_ON_ALERT];
-    size_t nrules = 0, non_alert = 0;
+    static struct cli_alerts al;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "d:i:h", opts, NULL)) != -1) {
@@ -791,9 +728,9 @@ int cmd_serve(int argc, char **argv)
                 cli_warn("%s", bd.why);
                 break;
             }
-            serve_add_dev(devs, &ndevs, bd.top);
+            cli_add_dev(devs, &ndevs, SERVE_MAX_DEVS, bd.top);
             for (size_t k = 0; k < bd.nleaves; k++)
-                serve_add_dev(devs, &ndevs, bd.leaves[k]);
+                cli_add_dev(devs, &ndevs, SERVE_MAX_DEVS, bd.leaves[k]);
             break;
         }
         case 'i':
@@ -803,41 +740,27 @@ int cmd_serve(int argc, char **argv)
             }
             break;
         case OPT_GPU:
-            if (!serve_parse_gpus(optarg, &gpu_wanted, gpu_idx, &ngpu_idx)) {
+            if (!cli_parse_gpus(optarg, &gpu_wanted, gpu_idx, &ngpu_idx)) {
                 cli_err("--gpu %s: want all, none, or indices like 0,2", optarg);
                 return 2;
             }
             break;
         case OPT_ALERT:
-            if (nrules == TM_ALERT_MAX_RULES) {
-                cli_err("--alert: more than %d rules", TM_ALERT_MAX_RULES);
+            if (cli_alerts_add_rule(&al, optarg))
                 return 2;
-            }
-            rules[nrules++] = optarg;
             break;
         case OPT_ON_ALERT:
-            if (non_alert == SERVE_MAX_ON_ALERT) {
-                cli_err("--on-alert: more than %d commands", SERVE_MAX_ON_ALERT);
+            if (cli_alerts_add_cmd(&al, optarg))
                 return 2;
-            }
-            on_alert[non_alert++] = optarg;
             break;
         case 'h': serve_usage(stdout); return 0;
         default: serve_usage(stderr); return 2;
         }
     }
-    if (non_alert && !nrules) {
-        cli_err("--on-alert needs at least one --alert RULE");
-        return 2;
-    }
     /* Rules are checked before anything is opened: a typo fails at once. */
-    for (size_t i = 0; i < nrules; i++) {
-        tm_alert_rule r;
-        if (tm_alert_rule_parse(rules[i], &r) < 0) {
-            cli_err("--alert %s", tm_last_error());
-            return 2;
-        }
-    }
+    int arc = cli_alerts_check(&al);
+    if (arc)
+        return arc;
     if (optind < argc) {
         cli_err("serve: unexpected argument %s", argv[optind]);
         serve_usage(stderr);
@@ -908,18 +831,9 @@ int cmd_serve(int argc, char **argv)
         snprintf(s.runs->dir, sizeof s.runs->dir, "%s", runs_dir);
         s.on[COL_RUNS] = true;
     }
-    if (nrules) {
-        if (tm_alert_new(&s.alerts) < 0) {
-            cli_err("%s", tm_last_error());
-            goto out;
-        }
-        for (size_t i = 0; i < nrules; i++)
-            tm_alert_add_rule(s.alerts, rules[i]); /* parsed above */
-        if (non_alert && tm_alert_runner_new(&s.alert_run, on_alert, non_alert, 0, 0) < 0) {
-            cli_err("%s", tm_last_error());
-            goto out;
-        }
-    }
+    s.alerts = al;
+    if (cli_alerts_open(&s.alerts))
+        goto out;
     s.metrics = tm_text_new(SERVE_TEXT_CAP);
     s.health = tm_text_new(SERVE_TEXT_CAP);
     s.r_index = serve_static(serve_index_html, "text/html; charset=utf-8");

@@ -32,7 +32,6 @@
 #include "trainmon.h"
 
 #define WATCH_MAX_DEVS 256
-#define WATCH_MAX_ON_ALERT 16
 
 static volatile sig_atomic_t watch_stop;
 
@@ -63,16 +62,6 @@ static void watch_usage(FILE *f)
           "                  with the alert as JSON on stdin and TRAINMON_ALERT_* in\n"
           "                  the environment (repeatable: every command gets every alert)\n",
           f);
-}
-
-/* Adds name to the device list unless present. */
-static void watch_add_dev(char (*devs)[TM_DISK_NAME_MAX], size_t *n, const char *name)
-{
-    for (size_t i = 0; i < *n; i++)
-        if (strcmp(devs[i], name) == 0)
-            return;
-    if (*n < WATCH_MAX_DEVS)
-        snprintf(devs[(*n)++], TM_DISK_NAME_MAX, "%s", name);
 }
 
 static void watch_sleep_until(int64_t deadline_ns)
@@ -109,21 +98,6 @@ static void json_num_prec(FILE *f, bool *first, const char *key, double v, int p
     *first = false;
 }
 
-static void json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
 static void json_psi(FILE *f, bool *first, const char *key, const tm_psi *p)
 {
     fprintf(f, "%s\"%s\": {", *first ? "" : ", ", key);
@@ -150,9 +124,9 @@ static void json_gpu(FILE *f, const tm_gpu_stats *g, size_t n)
     for (size_t i = 0; i < n; i++) {
         const tm_gpu_stats *s = &g[i];
         fprintf(f, "%s{\"index\": %u, \"name\": ", i ? ", " : "", s->index);
-        json_str(f, s->name);
+        cli_json_str(f, s->name);
         fputs(", \"uuid\": ", f);
-        json_str(f, s->uuid);
+        cli_json_str(f, s->uuid);
         fprintf(f, ", \"lost\": %s", s->lost ? "true" : "false");
         bool first = false;
         if (s->valid & TM_GPU_HAVE_MEM) {
@@ -183,7 +157,7 @@ static void json_gpu(FILE *f, const tm_gpu_stats *g, size_t n)
             for (size_t j = 0; j < k; j++) {
                 if (j)
                     fputs(", ", f);
-                json_str(f, names[j]);
+                cli_json_str(f, names[j]);
             }
             fputc(']', f);
         }
@@ -222,7 +196,7 @@ static void watch_print_json(FILE *f, double interval_s, const tm_diskrate *rate
     for (size_t i = 0; i < nrates; i++) {
         const tm_diskrate *r = &rates[i];
         fprintf(f, "%s{\"disk_device\": ", i ? ", " : "");
-        json_str(f, r->name);
+        cli_json_str(f, r->name);
         bool first = false;
         json_num(f, &first, "r/s", r->r_s);
         json_num(f, &first, "w/s", r->w_s);
@@ -263,7 +237,7 @@ static void watch_print_json(FILE *f, double interval_s, const tm_diskrate *rate
         fputc('}', f);
         if (ps->valid & (TM_PRESSURE_HAVE_CG_IO | TM_PRESSURE_HAVE_CG_IOSTAT)) {
             fputs(", \"cgroup\": {\"path\": ", f);
-            json_str(f, ps->cgroup);
+            cli_json_str(f, ps->cgroup);
             first = false;
             if (ps->valid & TM_PRESSURE_HAVE_CG_IO)
                 json_psi(f, &first, "io_pressure", &ps->cg_io);
@@ -409,30 +383,6 @@ static void watch_print_text(FILE *f, const tm_diskrate *rates, size_t nrates,
     fflush(f);
 }
 
-/* --- alerts */
-
-/* Says each transition on stderr, hands it to the --on-alert commands and
- * reaps those that finished: never waits for one. */
-static void watch_alerts(tm_alert_engine *e, tm_alert_runner *r)
-{
-    tm_alert a;
-    while (tm_alert_next(e, &a) == 1) {
-        char value[32] = "unavailable";
-        if (!isnan(a.value))
-            snprintf(value, sizeof value, "%g", a.value);
-        fprintf(stderr, "trainmon: alert %s: %s%s%s%s (value %s)\n",
-                a.status == TM_ALERT_FIRING ? "firing" : "resolved", a.rule,
-                a.labels[0] ? " {" : "", a.labels, a.labels[0] ? "}" : "", value);
-        if (r)
-            tm_alert_exec(r, &a);
-    }
-    if (r) {
-        tm_alert_reap(r);
-        for (const char *w; (w = tm_alert_runner_next_warning(r));)
-            cli_warn("%s", w);
-    }
-}
-
 /* --- recording (-o DIR) */
 
 struct watch_target {
@@ -454,43 +404,6 @@ static void watch_rec_check(struct watch_rec *wr, int rc)
         return;
     cli_warn("%s: %s: recording stopped, still printing", wr->path, strerror(-rc));
     wr->full_said = true;
-}
-
-static void json_buf_str(FILE *f, const char *key, const char *s, bool comma)
-{
-    fprintf(f, "%s\"%s\": ", comma ? ", " : "", key);
-    json_str(f, s);
-}
-
-static const char *watch_kind_name(enum tm_fs_kind k)
-{
-    switch (k) {
-    case TM_FS_BLOCK: return "block";
-    case TM_FS_MEMORY: return "memory";
-    case TM_FS_NETWORK: return "network";
-    case TM_FS_FUSE: return "fuse";
-    default: return "other";
-    }
-}
-
-/* Writes the target description (JSON object) for path to f. */
-static void watch_target_json(FILE *f, const struct watch_target *t)
-{
-    fputc('{', f);
-    json_buf_str(f, "path", t->path, false);
-    json_buf_str(f, "kind", watch_kind_name(t->bd.kind), true);
-    json_buf_str(f, "mountpoint", t->bd.mountpoint, true);
-    json_buf_str(f, "fstype", t->bd.fstype, true);
-    json_buf_str(f, "device", t->bd.top, true);
-    fputs(", \"disks\": [", f);
-    for (size_t i = 0; i < t->bd.nleaves; i++) {
-        if (i)
-            fputs(", ", f);
-        json_str(f, t->bd.leaves[i]);
-    }
-    fputc(']', f);
-    json_buf_str(f, "why", t->bd.why, true);
-    fputc('}', f);
 }
 
 static int watch_rec_open(struct watch_rec **out, const char *dir, unsigned long long max_size,
@@ -518,16 +431,16 @@ static int watch_rec_open(struct watch_rec **out, const char *dir, unsigned long
         fputs("{\"trainmon_version\": \"" TM_VERSION "\", \"command\": [\"trainmon\"", f);
         for (int i = 0; i < argc; i++) {
             fputs(", ", f);
-            json_str(f, argv[i]);
+            cli_json_str(f, argv[i]);
         }
         fputs("], ", f);
         fputs("\"host\": ", f);
-        json_str(f, host);
+        cli_json_str(f, host);
         fprintf(f, ", \"start_time\": %.6f, \"targets\": [", (double)tm_now_real_ns() / 1e9);
         for (size_t i = 0; i < n; i++) {
             if (i)
                 fputs(", ", f);
-            watch_target_json(f, &targets[i]);
+            cli_target_json(f, targets[i].path, &targets[i].bd);
         }
         fputs("]}\n", f);
         if (fclose(f) == 0)
@@ -541,7 +454,7 @@ static int watch_rec_open(struct watch_rec **out, const char *dir, unsigned long
         FILE *m = open_memstream(&buf, &len);
         if (!m)
             continue;
-        watch_target_json(m, &targets[i]);
+        cli_target_json(m, targets[i].path, &targets[i].bd);
         fclose(m);
         watch_rec_check(wr, tm_rec_event(wr->w, 0, "watch_target", buf));
         free(buf);
@@ -581,51 +494,6 @@ static void watch_rec_close(struct watch_rec **wr)
     *wr = NULL;
 }
 
-/* "all", "none" or a comma-separated list of GPU indices. */
-static bool watch_parse_gpus(const char *arg, bool *wanted, unsigned *idx, size_t *n)
-{
-    *n = 0;
-    *wanted = true;
-    if (strcmp(arg, "all") == 0)
-        return true;
-    if (strcmp(arg, "none") == 0 || strcmp(arg, "off") == 0) {
-        *wanted = false;
-        return true;
-    }
-    const char *p = arg;
-    while (*p) {
-        char *end;
-        errno = 0;
-        unsigned long v = strtoul(p, &end, 10);
-        if (end == p || errno || v > 1024 || *n >= 64 || (*end && *end != ','))
-            return false;
-        idx[(*n)++] = (unsigned)v;
-        p = *end ? end + 1 : end;
-        if (*end && !*p)
-            return false;
-    }
-    return *n > 0;
-}
-
-/* Creates DIR (and parents) if needed. */
-static int watch_mkdirs(const char *dir)
-{
-    char buf[PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
-        return -ENAMETOOLONG;
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            return -errno;
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-        return -errno;
-    return 0;
-}
-
 int cmd_watch(int argc, char **argv)
 {
     enum { OPT_JSON = 1000, OPT_MAXSIZE, OPT_GPU, OPT_ALERT, OPT_ON_ALERT };
@@ -647,10 +515,7 @@ int cmd_watch(int argc, char **argv)
     bool gpu_wanted = true;
     unsigned gpu_idx[64];
     size_t ngpu_idx = 0;
-    tm_alert_engine *alerts = NULL;
-    tm_alert_runner *alert_run = NULL;
-    const char *on_alert[WATCH_MAX_ON_ALERT], *rules[TM_ALERT_MAX_RULES];
-    size_t non_alert = 0, nrules = 0;
+    static struct cli_alerts al;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "p:i:n:o:h", opts, NULL)) != -1) {
@@ -687,51 +552,29 @@ int cmd_watch(int argc, char **argv)
             }
             break;
         case OPT_GPU:
-            if (!watch_parse_gpus(optarg, &gpu_wanted, gpu_idx, &ngpu_idx)) {
+            if (!cli_parse_gpus(optarg, &gpu_wanted, gpu_idx, &ngpu_idx)) {
                 cli_err("--gpu %s: want all, none, or indices like 0,2", optarg);
                 return 2;
             }
             break;
         case OPT_ALERT:
-            if (nrules == TM_ALERT_MAX_RULES) {
-                cli_err("--alert: more than %d rules", TM_ALERT_MAX_RULES);
+            if (cli_alerts_add_rule(&al, optarg))
                 return 2;
-            }
-            rules[nrules++] = optarg;
             break;
         case OPT_ON_ALERT:
-            if (non_alert == WATCH_MAX_ON_ALERT) {
-                cli_err("--on-alert: more than %d commands", WATCH_MAX_ON_ALERT);
+            if (cli_alerts_add_cmd(&al, optarg))
                 return 2;
-            }
-            on_alert[non_alert++] = optarg;
             break;
         case 'h': watch_usage(stdout); return 0;
         default: watch_usage(stderr); return 2;
         }
     }
-    if (non_alert && !nrules) {
-        cli_err("--on-alert needs at least one --alert RULE");
-        return 2;
-    }
     /* Rules are checked before anything is opened: a typo fails at once. */
-    if (nrules) {
-        if (tm_alert_new(&alerts) < 0) {
-            cli_err("%s", tm_last_error());
-            return 1;
-        }
-        for (size_t i = 0; i < nrules; i++)
-            if (tm_alert_add_rule(alerts, rules[i]) < 0) {
-                cli_err("--alert %s", tm_last_error());
-                tm_alert_free(&alerts);
-                return 2;
-            }
-    }
-    if (non_alert && tm_alert_runner_new(&alert_run, on_alert, non_alert, 0, 0) < 0) {
-        cli_err("%s", tm_last_error());
-        tm_alert_free(&alerts);
-        return 1;
-    }
+    int arc = cli_alerts_check(&al);
+    if (!arc)
+        arc = cli_alerts_open(&al);
+    if (arc)
+        return arc;
 
     /* Paths -> devices.  Each path says what is behind it on stderr. */
     static char devs[WATCH_MAX_DEVS][TM_DISK_NAME_MAX];
@@ -749,9 +592,9 @@ int cmd_watch(int argc, char **argv)
         nresolved++;
         if (bd.kind == TM_FS_BLOCK && bd.top[0]) {
             fprintf(stderr, "trainmon: watching %s: %s\n", argv[i], bd.why);
-            watch_add_dev(devs, &ndevs, bd.top);
+            cli_add_dev(devs, &ndevs, WATCH_MAX_DEVS, bd.top);
             for (size_t k = 0; k < bd.nleaves; k++)
-                watch_add_dev(devs, &ndevs, bd.leaves[k]);
+                cli_add_dev(devs, &ndevs, WATCH_MAX_DEVS, bd.leaves[k]);
         } else {
             cli_warn("%s", bd.why);
         }
@@ -762,8 +605,7 @@ int cmd_watch(int argc, char **argv)
         }
     }
     if (npaths > 0 && nresolved == 0 && pid == 0) {
-        tm_alert_runner_free(&alert_run);
-        tm_alert_free(&alerts);
+        cli_alerts_close(&al);
         return 1; /* each path has said why; nothing asked for can be measured */
     }
     if (npaths > 0 && ndevs == 0 && nresolved > 0)
@@ -801,22 +643,20 @@ int cmd_watch(int argc, char **argv)
     bool gpu_on = gpu != NULL;
     if (!disk && !tree && !press && !gpu) {
         cli_err("nothing can be measured");
-        tm_alert_runner_free(&alert_run);
-        tm_alert_free(&alerts);
+        cli_alerts_close(&al);
         return 1;
     }
 
     struct watch_rec *wr = NULL;
     if (outdir) {
-        int rc = watch_mkdirs(outdir);
+        int rc = cli_mkdirs(outdir);
         if (rc < 0) {
             cli_err("%s: %s", outdir, strerror(-rc));
             tm_disk_close(&disk);
             tm_ptree_close(&tree);
             tm_pressure_close(&press);
             tm_gpu_close(&gpu);
-            tm_alert_runner_free(&alert_run);
-            tm_alert_free(&alerts);
+            cli_alerts_close(&al);
             return 1;
         }
         rc = watch_rec_open(&wr, outdir, max_size, argc, argv, targets, ntargets);
@@ -826,8 +666,7 @@ int cmd_watch(int argc, char **argv)
             tm_ptree_close(&tree);
             tm_pressure_close(&press);
             tm_gpu_close(&gpu);
-            tm_alert_runner_free(&alert_run);
-            tm_alert_free(&alerts);
+            cli_alerts_close(&al);
             return 1;
         }
     }
@@ -883,14 +722,14 @@ int cmd_watch(int argc, char **argv)
         prev_t = now;
 
         if (!first) {
-            if (alerts) {
-                tm_alert_feed_disks(alerts, rates, nrates, now);
+            if (al.e) {
+                tm_alert_feed_disks(al.e, rates, nrates, now);
                 if (have_ps)
-                    tm_alert_feed_pressure(alerts, &ps, now);
+                    tm_alert_feed_pressure(al.e, &ps, now);
                 if (have_tree)
-                    tm_alert_feed_ptree(alerts, &ts, now);
-                tm_alert_feed_gpus(alerts, gpus, ngpus, now);
-                watch_alerts(alerts, alert_run);
+                    tm_alert_feed_ptree(al.e, &ts, now);
+                tm_alert_feed_gpus(al.e, gpus, ngpus, now);
+                cli_alerts_drain(al.e, al.r);
             }
             if (wr)
                 watch_rec_sample(wr, rates, nrates, have_ps ? &ps : NULL,
@@ -920,8 +759,7 @@ int cmd_watch(int argc, char **argv)
 
     /* Alerts still firing are not resolved at exit (the condition did not
      * end), and running commands are left to finish on their own. */
-    tm_alert_runner_free(&alert_run);
-    tm_alert_free(&alerts);
+    cli_alerts_close(&al);
     watch_rec_close(&wr);
     tm_disk_close(&disk);
     tm_ptree_close(&tree);

@@ -7,9 +7,11 @@
  *
  * Rules degrade with the data: with only in-process records (no system
  * series), the input rules still tell "keeps up" from "waits", and the
- * per-batch CPU time of the workers (their own records) still separates
- * CPU-bound from waiting workers; system series (disk, pressure, worker
- * states) add votes and confidence.
+ * per-batch CPU time of the workers (their own records) still finds
+ * CPU-bound workers; a storage verdict needs the system series (workers in
+ * D state, the disk behind the data), since a worker off CPU may as well
+ * be starved of CPU or asleep.  The workers' per-process series are those
+ * of the pids in the worker records.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -90,6 +92,13 @@ struct an {
     const tm_run_series *ser;
     size_t nser;
     int64_t w0, w1; /* analysis window */
+    /* DataLoader worker processes, from their own records: the pids whose
+     * per-process series (proc.process_*{pid=P}) are the workers'. */
+    struct an_wpid {
+        uint32_t pid;
+        const char *host;
+    } *wp;
+    size_t nwp;
     bool nomem;
 };
 
@@ -151,6 +160,62 @@ static double ser_mean_all(const struct an *an, const char *name, size_t *nserie
     if (nseries)
         *nseries = k;
     return k ? sum / (double)k : NAN;
+}
+
+static int cmp_wpid(const void *a, const void *b)
+{
+    uint32_t x = ((const struct an_wpid *)a)->pid, y = ((const struct an_wpid *)b)->pid;
+    return x < y ? -1 : x > y;
+}
+
+/* The worker pids (with their host: pids repeat across machines), sorted. */
+static int collect_worker_pids(struct an *an)
+{
+    const tm_run_worker *wk;
+    size_t nwk = tm_run_workers(an->r, &wk), n = 0;
+    an->wp = malloc((nwk ? nwk : 1) * sizeof *an->wp);
+    if (!an->wp)
+        return -ENOMEM;
+    for (size_t i = 0; i < nwk; i++) {
+        /* One pid's batches are contiguous in its file. */
+        if (i > 0 && wk[i - 1].source == wk[i].source && wk[i - 1].w.pid == wk[i].w.pid)
+            continue;
+        an->wp[n++] = (struct an_wpid){wk[i].w.pid, an->src[wk[i].source].header.host};
+    }
+    qsort(an->wp, n, sizeof *an->wp, cmp_wpid);
+    an->nwp = n;
+    return 0;
+}
+
+/* The index in an->wp of the worker (pid, host), or -1. */
+static ptrdiff_t worker_index(const struct an *an, uint32_t pid, const char *host)
+{
+    struct an_wpid key = {pid, NULL};
+    const struct an_wpid *hit = bsearch(&key, an->wp, an->nwp, sizeof *an->wp, cmp_wpid);
+    if (!hit)
+        return -1;
+    /* Workers of several hosts may share the pid: back to the first. */
+    while (hit > an->wp && hit[-1].pid == pid)
+        hit--;
+    for (; hit < an->wp + an->nwp && hit->pid == pid; hit++)
+        if (strcmp(hit->host, host) == 0)
+            return hit - an->wp;
+    return -1;
+}
+
+/* The index in an->wp of the DataLoader worker whose per-process series s
+ * is (proc.process_*{pid=P,comm=C} of the same host), or -1. */
+static ptrdiff_t worker_series_index(const struct an *an, const tm_run_series *s)
+{
+    char buf[32];
+    if (!an->nwp || strncmp(s->name, "proc.process_", 13) != 0 ||
+        !tm_labels_get(s->labels, "pid", buf, sizeof buf))
+        return -1;
+    char *end;
+    unsigned long v = strtoul(buf, &end, 10);
+    if (end == buf || *end || v == 0 || v > UINT32_MAX)
+        return -1;
+    return worker_index(an, (uint32_t)v, an->src[s->source].header.host);
 }
 
 /* --- findings */
@@ -286,6 +351,25 @@ static int summarize_ranks(struct an *an)
             snprintf(R->label, sizeof R->label, "%s", an->src[s].header.role);
         double rw = 0, rd = 0;
         size_t k = 0, kc = 0;
+        /* Warm-up: the process's first TM_AN_WARMUP_STEPS steps (by start)
+         * wait for the workers to start; they stay out of the waiting
+         * fraction when later steps remain to judge. */
+        int64_t warm_end = INT64_MIN;
+        size_t nvalid = 0;
+        for (size_t x = b; x < i; x++)
+            if (!(st[x].s.flags & TM_STEP_ENDED_AT_EXIT) && st[x].s.end_ns > st[x].s.start_ns)
+                nvalid++;
+        if (nvalid > TM_AN_WARMUP_STEPS)
+            for (size_t q = 0; q < TM_AN_WARMUP_STEPS; q++) {
+                int64_t next = INT64_MAX;
+                for (size_t x = b; x < i; x++) {
+                    const tm_inproc_step *p = &st[x].s;
+                    if (!(p->flags & TM_STEP_ENDED_AT_EXIT) && p->end_ns > p->start_ns &&
+                        p->start_ns > warm_end && p->start_ns < next)
+                        next = p->start_ns;
+                }
+                warm_end = next;
+            }
         for (size_t x = b; x < i; x++) {
             const tm_inproc_step *p = &st[x].s;
             if (p->flags & TM_STEP_ENDED_AT_EXIT || p->end_ns <= p->start_ns)
@@ -294,8 +378,10 @@ static int summarize_ranks(struct an *an)
             double w = (double)p->data_wait_ns / 1e9;
             if (w > d)
                 w = d;
-            rw += w;
-            rd += d;
+            if (p->start_ns > warm_end) {
+                rw += w;
+                rd += d;
+            }
             tmp[k++] = d;
             all[nall] = d;
             all_c[nall++] = d - w;
@@ -506,11 +592,47 @@ static void summarize_system(struct an *an)
     double psi = ser_mean_all(an, "psi.io.some_avg10", NULL);
     double cg = ser_mean_all(an, "cgroup.io.some_avg10", NULL);
     S->psi_io_some = isnan(cg) ? psi : isnan(psi) ? cg : fmax(psi, cg);
-    /* Workers' states and CPU from the sampler (per-worker series), else the
-     * whole tree's share of processes in D state. */
-    size_t nd;
-    S->worker_d_share = ser_mean_all(an, "proc.worker_state_d", &nd);
-    if (nd == 0) {
+    S->psi_cpu_some = ser_mean_all(an, "psi.cpu.some_avg10", NULL);
+    /* The workers' per-process series (trainmon run records every process
+     * of the tree; the workers are the pids of the worker records). */
+    S->worker_d_share = S->worker_cpu_sys = S->worker_read_bps = NAN;
+    double d_sum = 0, cpu_sum = 0, rd_bytes = 0;
+    size_t d_n = 0, cpu_n = 0, rd_n = 0;
+    for (size_t i = 0; i < an->nser; i++) {
+        const tm_run_series *s = &an->ser[i];
+        if (worker_series_index(an, s) < 0)
+            continue;
+        if (strcmp(s->name, "proc.process_state_d") == 0) {
+            /* Pooled: the share of all worker samples in D state. */
+            for (size_t k = 0; k < s->n; k++)
+                if (s->t_ns[k] >= an->w0 && s->t_ns[k] <= an->w1 && isfinite(s->v[k])) {
+                    d_sum += s->v[k];
+                    d_n++;
+                }
+        } else if (strcmp(s->name, "proc.process_cpu_utilization") == 0) {
+            double m = ser_mean(an, s, NULL);
+            if (!isnan(m)) {
+                cpu_sum += m;
+                cpu_n++;
+            }
+        } else if (strcmp(s->name, "proc.process_read_bytes_per_second") == 0) {
+            /* Bytes: each rate over the interval that ends at its sample. */
+            for (size_t k = 1; k < s->n; k++)
+                if (s->t_ns[k] >= an->w0 && s->t_ns[k] <= an->w1 && isfinite(s->v[k])) {
+                    rd_bytes += s->v[k] * (double)(s->t_ns[k] - s->t_ns[k - 1]) / 1e9;
+                    rd_n++;
+                }
+        }
+    }
+    if (d_n)
+        S->worker_d_share = d_sum / (double)d_n;
+    if (cpu_n)
+        S->worker_cpu_sys = cpu_sum / (double)cpu_n;
+    if (rd_n && an->w1 > an->w0)
+        S->worker_read_bps = rd_bytes / ((double)(an->w1 - an->w0) / 1e9);
+    if (d_n == 0) {
+        /* No per-worker series (trainmon watch): the tree's share of
+         * processes in D state, the main process left out. */
         const tm_run_series *d = ser_find(an, "proc.processes_d_state", NULL, NULL);
         const tm_run_series *p = NULL;
         char root[32];
@@ -521,14 +643,12 @@ static void summarize_system(struct an *an)
             size_t k = 0;
             for (size_t i = 0; i < d->n; i++)
                 if (d->t_ns[i] >= an->w0 && d->t_ns[i] <= an->w1 && p->v[i] > 1) {
-                    /* The main process is not a worker: leave it out. */
                     sum += d->v[i] / (p->v[i] - 1);
                     k++;
                 }
             S->worker_d_share = k ? fmin(sum / (double)k, 1.0) : NAN;
         }
     }
-    S->worker_cpu_sys = ser_mean_all(an, "proc.worker_cpu_utilization", NULL);
 }
 
 /* --- rules */
@@ -563,18 +683,29 @@ static void rule_input(struct an *an)
                     "Nothing to do for the input pipeline.");
         return;
     }
-    /* Votes: which resource the waiting points at. */
+    /* Votes: which resource the waiting points at.  Storage needs positive
+     * evidence: the workers in D state, or the disk behind the data busy
+     * while the workers read from a disk at all (a busy disk that the
+     * workers do not read from is someone else's). */
+    bool workers_read = !(S->worker_read_bps < TM_AN_WORKER_READ_MIN_BPS); /* or unknown */
     bool v_dstate = S->worker_d_share >= TM_AN_WORKER_D_SHARE;
-    bool v_await = S->disk_await_s >= TM_AN_DISK_AWAIT_S ||
-                   (S->disk_util >= TM_AN_DISK_UTIL && S->disk_queue >= 1.0);
-    bool v_ceiling = S->disk_read_bps >= TM_AN_DISK_MIN_BPS &&
+    bool v_await = workers_read && (S->disk_await_s >= TM_AN_DISK_AWAIT_S ||
+                                    (S->disk_util >= TM_AN_DISK_UTIL && S->disk_queue >= 1.0));
+    bool v_ceiling = workers_read && S->disk_read_bps >= TM_AN_DISK_MIN_BPS &&
                      S->disk_ceiling_share >= TM_AN_DISK_CEILING_SHARE;
     bool v_psi = S->psi_io_some >= TM_AN_PSI_IO_SOME;
-    bool v_idle = S->worker_busy < TM_AN_WORKER_IDLE;
+    bool storage = v_dstate || v_await || v_ceiling;
+    /* CPU: the workers busy on a core while they fetch, or starved of one:
+     * tasks waited for a CPU (psi) and the workers' CPU time plus that
+     * wait covers their fetch time.  CPU taken by other load still makes
+     * the input CPU-bound from the job's point of view. */
+    double busy = isnan(S->worker_busy) ? S->worker_cpu_sys : S->worker_busy;
     bool c_busy = S->worker_busy >= TM_AN_WORKER_BUSY;
     bool c_sys = S->worker_cpu_sys >= TM_AN_WORKER_BUSY;
-    int disk = v_dstate + v_await + v_ceiling + v_psi + v_idle;
-    int cpu = c_busy + c_sys;
+    bool c_starved = !v_dstate && S->psi_cpu_some >= TM_AN_PSI_CPU_SOME &&
+                     busy >= TM_AN_WORKER_CPU_MIN && busy + S->psi_cpu_some >= TM_AN_WORKER_BUSY;
+    int disk = v_dstate + v_await + v_ceiling + (storage && v_psi);
+    int cpu = c_busy + c_sys + c_starved;
     double ratio = S->compute_median_s > 0 ? S->step_median_s / S->compute_median_s : NAN;
     const char *sev = wait_severity(S->data_wait_fraction);
     ev_open(&e);
@@ -588,14 +719,16 @@ static void rule_input(struct an *an)
     ev_num(&e, "disk_queue_depth", S->disk_queue);
     ev_num(&e, "disk_ceiling_share", S->disk_ceiling_share);
     ev_num(&e, "psi_io_some", S->psi_io_some);
+    ev_num(&e, "psi_cpu_some", S->psi_cpu_some);
     ev_num(&e, "worker_d_state_share", S->worker_d_share);
+    ev_num(&e, "worker_read_bytes_per_second", S->worker_read_bps);
     ev_num(&e, "worker_cpu_utilization", S->worker_cpu_sys);
     ev_num(&e, "worker_cpu_per_fetch_second", S->worker_busy);
     ev_num(&e, "worker_batch_time_median_s", S->worker_batch_median_s);
     ev_num(&e, "workers", (double)S->workers);
     ev_key(&e, "votes");
     tm_buf_printf(&e.b, "{\"disk\":%d,\"cpu\":%d}", disk, cpu);
-    if (disk >= 2 || (disk == 1 && cpu == 0)) {
+    if (storage && (disk >= 2 || cpu == 0)) {
         double need = S->disk_read_bps * ratio;
         ev_num(&e, "needed_read_bytes_per_second", need);
         char dl[256] = "", got[32], nd[32];
@@ -644,19 +777,37 @@ static void rule_input(struct an *an)
                  "rank; otherwise make each sample cheaper (decode smaller images, move "
                  "augmentation to the GPU, cache decoded data).",
                  need, per, comp, nw, need, need);
+        if (c_starved && !c_busy && !c_sys) {
+            size_t len = strlen(adv);
+            snprintf(adv + len, sizeof adv - len,
+                     " The workers were on a core only %.0f%% of their fetch time while tasks "
+                     "waited for a CPU %.0f%% of the time: other processes take the cores, so "
+                     "free cores first (or pin the job to its own).",
+                     100 * busy, 100 * S->psi_cpu_some);
+        }
         add_finding(an, "input.cpu_bound", sev, cpu >= 2 ? "high" : "medium", -1, &e, buf, adv);
         return;
     }
     snprintf(buf, sizeof buf, "input-bound: the loop waited for data %.0f%% of the time",
              100 * S->data_wait_fraction);
-    add_finding(an, "input.data_wait", sev, "low", -1, &e, buf,
-                S->workers == 0
-                    ? "The data loading keeps the GPU waiting. Try DataLoader(num_workers>0, "
-                      "pin_memory=True); record with `trainmon run -d DATA` to tell a slow disk "
-                      "from slow CPU work."
-                    : "The data loading keeps the GPU waiting, and the recording cannot tell "
-                      "disk from CPU. Record with `trainmon run -d DATA` (disk and worker "
-                      "states) for a verdict.");
+    if (S->workers == 0)
+        snprintf(adv, sizeof adv,
+                 "The data loading keeps the GPU waiting. Try DataLoader(num_workers>0, "
+                 "pin_memory=True); record with `trainmon run -d DATA` to tell a slow disk from "
+                 "slow CPU work.");
+    else if (S->worker_busy < TM_AN_WORKER_IDLE && S->worker_d_share < TM_AN_WORKER_D_SHARE)
+        snprintf(adv, sizeof adv,
+                 "The workers were on a CPU %.0f%% of their fetch time and seldom waited on the "
+                 "disk (D state in %.0f%% of samples): they wait on something else, such as a "
+                 "remote store, a sleep or a lock, or on CPU taken by other processes. Profile "
+                 "one __getitem__ (py-spy dump on a worker pid).",
+                 100 * S->worker_busy, 100 * S->worker_d_share);
+    else
+        snprintf(adv, sizeof adv,
+                 "The data loading keeps the GPU waiting, and the recording cannot tell disk "
+                 "from CPU. Record with `trainmon run -d DATA` (disk and worker states) for a "
+                 "verdict.");
+    add_finding(an, "input.data_wait", sev, "low", -1, &e, buf, adv);
 }
 
 static void rule_gpu_util(struct an *an)
@@ -936,7 +1087,7 @@ static void rule_gpu_mem(struct an *an)
     free(y);
 }
 
-/* One worker's memory: a steadily rising RSS (or PSS) is copy-on-read. */
+/* One worker's memory: a steadily rising PSS (or RSS) is copy-on-read. */
 struct wgrowth {
     size_t growing, checked;
     double worst_rise, total_rise, worst_rate_per_hour, worst_first;
@@ -944,10 +1095,11 @@ struct wgrowth {
     const char *what;
 };
 
+/* t in seconds, v in bytes, n readings in time order. */
 static void check_growth(struct wgrowth *g, const double *t, const double *v, size_t n,
                          unsigned pid, const char *what)
 {
-    if (n < TM_AN_WORKER_GROWTH_MIN_POINTS)
+    if (n < TM_AN_WORKER_GROWTH_MIN_POINTS || t[n - 1] - t[0] < TM_AN_WORKER_GROWTH_MIN_SPAN_S)
         return;
     g->checked++;
     size_t skip = (size_t)((double)n * TM_AN_GROWTH_WARMUP);
@@ -968,6 +1120,21 @@ static void check_growth(struct wgrowth *g, const double *t, const double *v, si
     }
 }
 
+/* A series' readings as (seconds from its first, bytes); with stale,
+ * a value equal to the one before is the same reading again (PSS is
+ * re-read every 5 s and repeated in between) and is left out. */
+static size_t series_points(const tm_run_series *s, bool stale, double *t, double *v)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        if (!isfinite(s->v[i]) || (stale && k > 0 && s->v[i] == v[k - 1]))
+            continue;
+        t[k] = (double)(s->t_ns[i] - s->t_ns[0]) / 1e9;
+        v[k++] = s->v[i];
+    }
+    return k;
+}
+
 static void rule_worker_growth(struct an *an)
 {
     const tm_run_worker *wk;
@@ -983,34 +1150,62 @@ static void rule_worker_growth(struct an *an)
         an->nomem = true;
         return;
     }
-    struct wgrowth g = {0};
-    /* Worker records: one pid's batches are contiguous in its file. */
-    for (size_t i = 0; i < nwk;) {
-        size_t j = i, k = 0;
-        while (j < nwk && wk[j].source == wk[i].source && wk[j].w.pid == wk[i].w.pid) {
-            if (!isnan(wk[j].w.rss_bytes)) {
-                t[k] = (double)(wk[j].w.end_ns - wk[i].w.end_ns) / 1e9;
-                v[k++] = wk[j].w.rss_bytes;
-            }
-            j++;
-        }
-        check_growth(&g, t, v, k, wk[i].w.pid, "rss");
-        i = j;
+    /* Each worker's PSS and RSS series, in one pass over the series. */
+    const tm_run_series **pss_of = calloc(an->nwp ? an->nwp : 1, sizeof *pss_of);
+    const tm_run_series **rss_of = calloc(an->nwp ? an->nwp : 1, sizeof *rss_of);
+    if (!pss_of || !rss_of) {
+        free(pss_of);
+        free(rss_of);
+        free(t);
+        free(v);
+        an->nomem = true;
+        return;
     }
-    /* The sampler's per-worker series, when it recorded them. */
     for (size_t i = 0; i < an->nser; i++) {
         const tm_run_series *s = &an->ser[i];
-        bool pss = strcmp(s->name, "proc.worker_pss_bytes") == 0;
-        if (!pss && strcmp(s->name, "proc.worker_rss_bytes") != 0)
+        ptrdiff_t w = worker_series_index(an, s);
+        if (w < 0)
             continue;
-        char pid[32] = "0";
-        tm_labels_get(s->labels, "pid", pid, sizeof pid);
-        for (size_t k = 0; k < s->n; k++) {
-            t[k] = (double)(s->t_ns[k] - s->t_ns[0]) / 1e9;
-            v[k] = s->v[k];
-        }
-        check_growth(&g, t, v, s->n, (unsigned)strtoul(pid, NULL, 10), pss ? "pss" : "rss");
+        if (strcmp(s->name, "proc.process_pss_bytes") == 0 && !pss_of[w])
+            pss_of[w] = s;
+        else if (strcmp(s->name, "proc.process_rss_bytes") == 0 && !rss_of[w])
+            rss_of[w] = s;
     }
+    struct wgrowth g = {0};
+    /* Per worker: the sampler's PSS when it was read (copy-on-read turns
+     * shared pages private: RSS stays, PSS grows), else its RSS, else the
+     * RSS in the worker's own records. */
+    for (size_t i = 0; i < nwk;) {
+        size_t j = i;
+        while (j < nwk && wk[j].source == wk[i].source && wk[j].w.pid == wk[i].w.pid)
+            j++;
+        uint32_t pid = wk[i].w.pid;
+        const char *host = an->src[wk[i].source].header.host;
+        ptrdiff_t w = worker_index(an, pid, host);
+        const tm_run_series *pss = w >= 0 ? pss_of[w] : NULL;
+        const tm_run_series *rss = w >= 0 ? rss_of[w] : NULL;
+        size_t k = 0;
+        const char *what = "pss";
+        if (pss)
+            k = series_points(pss, true, t, v);
+        if (k < TM_AN_WORKER_GROWTH_MIN_POINTS && rss) {
+            k = series_points(rss, false, t, v);
+            what = "rss";
+        }
+        if (k < TM_AN_WORKER_GROWTH_MIN_POINTS) {
+            k = 0;
+            what = "rss";
+            for (size_t x = i; x < j; x++)
+                if (!isnan(wk[x].w.rss_bytes)) {
+                    t[k] = (double)(wk[x].w.end_ns - wk[i].w.end_ns) / 1e9;
+                    v[k++] = wk[x].w.rss_bytes;
+                }
+        }
+        check_growth(&g, t, v, k, pid, what);
+        i = j;
+    }
+    free(pss_of);
+    free(rss_of);
     free(t);
     free(v);
     if (!g.growing)
@@ -1157,7 +1352,8 @@ int tm_analyze(const tm_run *r, tm_analysis **out)
     struct an an = {.r = r, .a = a};
     an.nsrc = tm_run_sources(r, &an.src);
     an.nser = tm_run_series_list(r, &an.ser);
-    if (summarize_ranks(&an) < 0) {
+    if (summarize_ranks(&an) < 0 || collect_worker_pids(&an) < 0) {
+        free(an.wp);
         tm_analysis_free(&a);
         return tm_seterr(-ENOMEM, "analysis: out of memory");
     }
@@ -1167,6 +1363,7 @@ int tm_analyze(const tm_run *r, tm_analysis **out)
     rule_gpu_mem(&an);
     rule_worker_growth(&an);
     rule_ranks(&an);
+    free(an.wp);
     if (an.nomem) {
         tm_analysis_free(&a);
         return tm_seterr(-ENOMEM, "analysis: out of memory");

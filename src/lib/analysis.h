@@ -16,17 +16,28 @@
 #define TM_AN_DATA_WAIT_FRACTION 0.05
 #define TM_AN_DATA_WAIT_MEDIUM 0.10
 #define TM_AN_DATA_WAIT_HIGH 0.30
-/* Disk signals, each one vote for "the storage is the limit". */
+/* The first step of each training process is warm-up (workers starting,
+ * first batches, lazy initialisation): left out of data_wait_fraction. */
+#define TM_AN_WARMUP_STEPS 1
+/* Storage signals, each one vote for "the storage is the limit".  A
+ * storage verdict needs positive evidence (workers in D state, or the disk
+ * behind the data busy while the workers read from it): workers that are
+ * merely not at 100% CPU may be starved of CPU or sleeping. */
 #define TM_AN_DISK_AWAIT_S 0.010        /* mean read await */
 #define TM_AN_DISK_UTIL 0.80            /* mean %util/100 (with a queue) */
 #define TM_AN_DISK_CEILING_NEAR 0.85    /* a sample within 85% of the max ... */
 #define TM_AN_DISK_CEILING_SHARE 0.50   /* ... in half the samples: a plateau */
 #define TM_AN_DISK_MIN_BPS (1024.0 * 1024.0) /* below 1 MiB/s no plateau counts */
 #define TM_AN_PSI_IO_SOME 0.10          /* mean io "some" avg10 (ratio) */
-#define TM_AN_WORKER_D_SHARE 0.40       /* workers in D state in 40% of samples */
-/* Worker CPU: CPU seconds per second of fetching. */
-#define TM_AN_WORKER_BUSY 0.80          /* CPU-bound fetch */
-#define TM_AN_WORKER_IDLE 0.50          /* below: the fetch waits (on I/O) */
+#define TM_AN_WORKER_D_SHARE 0.25       /* workers in D state in 25% of samples */
+/* Below this block-layer read rate (all workers together) the workers do
+ * not read from a disk: a busy disk is someone else's. */
+#define TM_AN_WORKER_READ_MIN_BPS (256.0 * 1024.0)
+/* CPU signals. */
+#define TM_AN_WORKER_BUSY 0.80          /* CPU s per s of fetching: CPU-bound fetch */
+#define TM_AN_WORKER_IDLE 0.50          /* below: the fetch waits on something */
+#define TM_AN_PSI_CPU_SOME 0.10         /* mean cpu "some" avg10: tasks wait for a core */
+#define TM_AN_WORKER_CPU_MIN 0.20       /* starved: still this much CPU per fetch-second */
 /* gpu.underutilized: the TensorBoard profiler's "GPU util < 50%". */
 #define TM_AN_GPU_UTIL 0.50
 /* gpu_mem.near_capacity: the profiler's "peak > 90% of device memory". */
@@ -41,11 +52,13 @@
 #define TM_AN_FRAG_MIN_BYTES (256.0 * 1024 * 1024)
 /* gpu_mem.alloc_retries: any; high above this many per step. */
 #define TM_AN_RETRIES_PER_STEP_HIGH 0.05
-/* host_mem.worker_growth: a worker's RSS/PSS rising steadily. */
+/* host_mem.worker_growth: a worker's PSS (RSS without PSS) rising
+ * steadily.  Stale repeats (PSS is re-read every 5 s) are one reading. */
 #define TM_AN_WORKER_GROWTH_MIN_BYTES (64.0 * 1024 * 1024)
 #define TM_AN_WORKER_GROWTH_REL 0.10
 #define TM_AN_WORKER_GROWTH_R2 0.80
-#define TM_AN_WORKER_GROWTH_MIN_POINTS 10
+#define TM_AN_WORKER_GROWTH_MIN_POINTS 4
+#define TM_AN_WORKER_GROWTH_MIN_SPAN_S 5.0
 /* ranks.imbalance */
 #define TM_AN_RANK_RATIO 1.20
 #define TM_AN_RANK_MIN_DIFF_S 0.005
@@ -79,6 +92,8 @@ typedef struct tm_an_summary {
     double disk_ceiling_share;
     double psi_io_some;
     double worker_d_share, worker_cpu_sys; /* from per-worker system series */
+    double worker_read_bps;     /* workers' block-layer reads, B/s over the window */
+    double psi_cpu_some;
     double worker_busy;         /* from worker records, all ranks */
     double worker_batch_median_s;
     size_t workers;

@@ -51,7 +51,7 @@ scen_show() {
 r = json.load(open(sys.argv[1]))
 print("summary:", json.dumps(r.get("summary", {})))
 for f in r.get("findings", []):
-    print(" ", f.get("id"), f.get("severity"), json.dumps(f.get("evidence", {}))[:400])' \
+    print(" ", f.get("id"), f.get("severity"), json.dumps(f.get("evidence", {}))[:1500])' \
         "$1/report.json" 2>/dev/null || cat "$1/report.json"
 }
 

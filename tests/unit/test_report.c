@@ -119,6 +119,27 @@ static void put_worker_batches(tm_rec *w, int id, unsigned pid, size_t n, double
     }
 }
 
+/* A worker's own record file (worker-r<rank>-<pid>.tmr), as the
+ * extension writes it in each DataLoader worker. */
+static void put_worker_file(int id, unsigned pid, size_t n, double fetch, double busy,
+                            double rss0, double rss_step)
+{
+    char file[64], role[32];
+    snprintf(file, sizeof file, "worker-r0-%u.tmr", pid);
+    snprintf(role, sizeof role, "worker%d", id);
+    tm_rec *w = open_rec(file, role, 0);
+    put_worker_batches(w, id, pid, n, fetch, busy, rss0, rss_step);
+    tm_rec_close(&w);
+}
+
+/* A per-process series point as trainmon run records it (sysrec_procs.c). */
+static void put_proc(tm_rec *w, double t, const char *name, unsigned pid, double v)
+{
+    char lab[64];
+    snprintf(lab, sizeof lab, "pid=%u,comm=python3", pid);
+    put_value(w, t, name, lab, v);
+}
+
 static tm_analysis *analyze(tm_run **run)
 {
     const char *dirs[] = {dir};
@@ -173,6 +194,8 @@ static void test_throttled_disk_with_high_await_and_workers_in_d_state_is_disk_b
     tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
     put_steps(r0, 100, 0, 0.1, 0.06); /* 60% waiting */
     tm_rec_close(&r0);
+    for (int p = 0; p < 4; p++)
+        put_worker_file(p, 100u + (unsigned)p, 20, 0.5, 0.1, 200 * MiB, 0);
     tm_rec *s = open_rec("system.tmr", "system", -1);
     assert_int_equal(tm_rec_event(s, at(0), "run_target",
                                   "{\"path\":\"/data\",\"kind\":\"block\",\"device\":\"vdb\","
@@ -187,11 +210,10 @@ static void test_throttled_disk_with_high_await_and_workers_in_d_state_is_disk_b
         put_value(s, t, "disk.queue_depth", "device=vdb", 8);
         /* The root disk is busier but is not behind the data. */
         put_value(s, t, "disk.read_bytes_per_second", "device=vda", 90e6);
-        for (int p = 0; p < 4; p++) {
-            char lab[32];
-            snprintf(lab, sizeof lab, "pid=%d", 100 + p);
-            put_value(s, t, "proc.worker_state_d", lab, (i + p) % 5 ? 1 : 0);
-            put_value(s, t, "proc.worker_cpu_utilization", lab, 0.1);
+        for (unsigned p = 0; p < 4; p++) {
+            put_proc(s, t, "proc.process_state_d", 100 + p, (i + (int)p) % 5 ? 1 : 0);
+            put_proc(s, t, "proc.process_cpu_utilization", 100 + p, 0.1);
+            put_proc(s, t, "proc.process_read_bytes_per_second", 100 + p, 12.5e6);
         }
     }
     tm_rec_close(&s);
@@ -220,19 +242,13 @@ static void test_busy_workers_slower_than_compute_are_cpu_bound_with_a_worker_co
     tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
     put_steps(r0, 100, 0, 0.1, 0.06); /* compute 0.04 s per step */
     tm_rec_close(&r0);
-    for (int k = 0; k < 2; k++) {
-        char file[64], role[32];
-        snprintf(file, sizeof file, "worker-r0-%d.tmr", 200 + k);
-        snprintf(role, sizeof role, "worker%d", k);
-        tm_rec *w = open_rec(file, role, 0);
-        put_worker_batches(w, k, 200u + (unsigned)k, 50, 0.2, 0.95, 300 * MiB, 0);
-        tm_rec_close(&w);
-    }
+    for (int k = 0; k < 2; k++)
+        put_worker_file(k, 200u + (unsigned)k, 50, 0.2, 0.95, 300 * MiB, 0);
     tm_rec *s = open_rec("system.tmr", "system", -1);
     for (int i = 0; i <= 100; i++) {
-        put_value(s, i * 0.1, "proc.worker_cpu_utilization", "pid=200", 0.97);
-        put_value(s, i * 0.1, "proc.worker_cpu_utilization", "pid=201", 0.98);
-        put_value(s, i * 0.1, "proc.worker_state_d", "pid=200", 0);
+        put_proc(s, i * 0.1, "proc.process_cpu_utilization", 200, 0.97);
+        put_proc(s, i * 0.1, "proc.process_cpu_utilization", 201, 0.98);
+        put_proc(s, i * 0.1, "proc.process_state_d", 200, 0);
     }
     tm_rec_close(&s);
     tm_run *run;
@@ -266,21 +282,187 @@ static void test_data_wait_without_system_data_is_a_low_confidence_finding(void 
     done(&run, &a);
 }
 
-static void test_workers_waiting_off_cpu_point_at_storage_without_system_data(void **st)
+static void test_workers_off_cpu_without_system_data_are_not_called_disk_bound(void **st)
 {
     (void)st;
     tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
     put_steps(r0, 100, 0, 0.1, 0.05);
     tm_rec_close(&r0);
-    tm_rec *w = open_rec("worker-r0-300.tmr", "worker0", 0);
-    put_worker_batches(w, 0, 300, 40, 0.25, 0.05, 200 * MiB, 0);
-    tm_rec_close(&w);
+    /* Off CPU 95% of the fetch: sleeping, starved or on a disk; nothing says which. */
+    put_worker_file(0, 300, 40, 0.25, 0.05, 200 * MiB, 0);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "input.data_wait");
+    assert_non_null(f);
+    assert_string_equal(f->confidence, "low");
+    assert_null(tm_analysis_find(a, "input.disk_bound"));
+    assert_null(tm_analysis_find(a, "input.cpu_bound"));
+    done(&run, &a);
+}
+
+/* Scenario (b) on a loaded machine: the worker gets a third of a core and
+ * is never in D state; the disk is idle. */
+static void test_cpu_starved_workers_without_d_state_are_cpu_bound_not_disk_bound(void **st)
+{
+    (void)st;
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(r0, 100, 0, 0.1, 0.09);
+    tm_rec_close(&r0);
+    put_worker_file(0, 500, 50, 0.5, 0.35, 300 * MiB, 0);
+    tm_rec *s = open_rec("system.tmr", "system", -1);
+    for (int i = 0; i <= 100; i++) {
+        double t = i * 0.1;
+        put_value(s, t, "disk.read_bytes_per_second", "device=vda", 2e3 * (i % 7));
+        put_value(s, t, "disk.read_await_seconds", "device=vda", 0.0002);
+        put_value(s, t, "psi.cpu.some_avg10", "", 0.6);
+        put_value(s, t, "psi.io.some_avg10", "", 0.0);
+        put_proc(s, t, "proc.process_state_d", 500, 0);
+        put_proc(s, t, "proc.process_cpu_utilization", 500, 0.35);
+        put_proc(s, t, "proc.process_read_bytes_per_second", 500, 0);
+    }
+    tm_rec_close(&s);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "input.cpu_bound");
+    assert_non_null(f);
+    assert_true(ev_num(f, "workers_needed") > 1);
+    assert_true(fabs(ev_num(f, "psi_cpu_some") - 0.6) < 1e-9);
+    assert_non_null(strstr(f->advice, "other processes"));
+    assert_null(tm_analysis_find(a, "input.disk_bound"));
+    done(&run, &a);
+}
+
+/* Workers that sleep (a remote store) on a machine busy with other work. */
+static void test_sleeping_workers_on_a_busy_machine_are_not_cpu_bound(void **st)
+{
+    (void)st;
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(r0, 100, 0, 0.1, 0.09);
+    tm_rec_close(&r0);
+    put_worker_file(0, 550, 50, 0.5, 0.08, 300 * MiB, 0);
+    tm_rec *s = open_rec("system.tmr", "system", -1);
+    for (int i = 0; i <= 100; i++) {
+        put_value(s, i * 0.1, "psi.cpu.some_avg10", "", 0.9);
+        put_proc(s, i * 0.1, "proc.process_state_d", 550, 0);
+    }
+    tm_rec_close(&s);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "input.data_wait");
+    assert_non_null(f);
+    assert_non_null(strstr(f->advice, "something else"));
+    assert_null(tm_analysis_find(a, "input.cpu_bound"));
+    assert_null(tm_analysis_find(a, "input.disk_bound"));
+    done(&run, &a);
+}
+
+static void test_workers_in_d_state_on_a_disk_at_its_ceiling_are_disk_bound_under_cpu_pressure(void **st)
+{
+    (void)st;
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(r0, 100, 0, 0.1, 0.09);
+    tm_rec_close(&r0);
+    put_worker_file(0, 600, 20, 0.5, 0.05, 300 * MiB, 0);
+    put_worker_file(1, 601, 20, 0.5, 0.05, 300 * MiB, 0);
+    tm_rec *s = open_rec("system.tmr", "system", -1);
+    assert_int_equal(tm_rec_event(s, at(0), "run_target",
+                                  "{\"path\":\"/d\",\"disks\":[\"loop0\"]}"), 0);
+    for (int i = 0; i <= 100; i++) {
+        double t = i * 0.1;
+        /* A read throttle above the device: the rate is flat, await is not. */
+        put_value(s, t, "disk.read_bytes_per_second", "device=loop0", 4e6 + 5e4 * (i % 3));
+        put_value(s, t, "disk.read_await_seconds", "device=loop0", 0.0004);
+        put_value(s, t, "psi.cpu.some_avg10", "", 0.5); /* another job is busy too */
+        for (unsigned p = 600; p < 602; p++) {
+            put_proc(s, t, "proc.process_state_d", p, i % 10 ? 1 : 0);
+            put_proc(s, t, "proc.process_read_bytes_per_second", p, 2e6);
+        }
+    }
+    tm_rec_close(&s);
     tm_run *run;
     tm_analysis *a = analyze(&run);
     const tm_finding *f = tm_analysis_find(a, "input.disk_bound");
     assert_non_null(f);
-    assert_string_equal(f->confidence, "low");
+    assert_true(fabs(ev_num(f, "worker_d_state_share") - 0.9) < 0.02);
+    assert_non_null(strstr(f->evidence, "\"disk\":\"loop0\""));
     assert_null(tm_analysis_find(a, "input.cpu_bound"));
+    done(&run, &a);
+}
+
+/* Someone else's copy keeps the root disk at its ceiling; the workers read
+ * nothing from it (their data is in the page cache) and are busy. */
+static void test_a_busy_disk_the_workers_do_not_read_from_is_not_disk_bound(void **st)
+{
+    (void)st;
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(r0, 100, 0, 0.1, 0.08);
+    tm_rec_close(&r0);
+    put_worker_file(0, 700, 50, 0.2, 0.9, 300 * MiB, 0);
+    tm_rec *s = open_rec("system.tmr", "system", -1);
+    for (int i = 0; i <= 100; i++) {
+        double t = i * 0.1;
+        put_value(s, t, "disk.read_bytes_per_second", "device=vda", 200e6);
+        put_value(s, t, "disk.read_await_seconds", "device=vda", 0.030);
+        put_value(s, t, "disk.utilization", "device=vda", 1.0);
+        put_value(s, t, "disk.queue_depth", "device=vda", 6);
+        put_proc(s, t, "proc.process_state_d", 700, 0);
+        put_proc(s, t, "proc.process_read_bytes_per_second", 700, 0);
+    }
+    tm_rec_close(&s);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    assert_non_null(tm_analysis_find(a, "input.cpu_bound"));
+    assert_null(tm_analysis_find(a, "input.disk_bound"));
+    done(&run, &a);
+}
+
+/* Per-process series of processes that are not DataLoader workers (the
+ * training process itself) say nothing about the workers. */
+static void test_the_training_process_in_d_state_is_not_a_worker_in_d_state(void **st)
+{
+    (void)st;
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(r0, 100, 0, 0.1, 0.08);
+    tm_rec_close(&r0);
+    put_worker_file(0, 800, 50, 0.2, 0.9, 300 * MiB, 0);
+    tm_rec *s = open_rec("system.tmr", "system", -1);
+    for (int i = 0; i <= 100; i++) {
+        put_proc(s, i * 0.1, "proc.process_state_d", 799, 1); /* the main process */
+        put_proc(s, i * 0.1, "proc.process_state_d", 800, 0);
+    }
+    tm_rec_close(&s);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "input.cpu_bound");
+    assert_non_null(f);
+    assert_true(ev_num(f, "worker_d_state_share") == 0);
+    assert_null(tm_analysis_find(a, "input.disk_bound"));
+    done(&run, &a);
+}
+
+/* Scenario (c): the first step waits for the workers to start. */
+static void test_the_first_steps_wait_is_warmup_and_not_counted(void **st)
+{
+    (void)st;
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    uint8_t buf[64];
+    for (uint64_t i = 0; i < 20; i++) {
+        /* 0.5 s steps; the first waits 1 s more for the workers. */
+        double start = i == 0 ? 0 : 1.0 + 0.5 * (double)i;
+        double dur = i == 0 ? 1.5 : 0.5;
+        tm_inproc_step k = {.step = i, .start_ns = at(start), .end_ns = at(start + dur),
+                            .data_wait_ns = (int64_t)((i == 0 ? 1.0 : 0.005) * S_NS)};
+        int len = tm_inproc_encode_step(&k, buf, sizeof buf);
+        assert_true(len > 0);
+        assert_int_equal(tm_rec_append(r0, TM_REC_STEP, k.end_ns, buf, (uint32_t)len), 0);
+    }
+    tm_rec_close(&r0);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "input.ok");
+    assert_non_null(f);
+    assert_true(fabs(ev_num(f, "data_wait_fraction") - 0.01) < 1e-6);
+    assert_true(ev_num(f, "steps") == 20);
     done(&run, &a);
 }
 
@@ -521,18 +703,59 @@ static void test_worker_rss_growing_every_batch_is_copy_on_read(void **st)
     done(&run, &a);
 }
 
-static void test_worker_pss_series_from_the_sampler_also_count(void **st)
+/* Copy-on-read turns shared pages private: RSS stays, PSS grows.  PSS is
+ * re-read every 5 s and repeated in the 0.5 s samples between. */
+static void test_worker_pss_rising_while_rss_stays_flat_is_copy_on_read(void **st)
 {
     (void)st;
+    put_worker_file(0, 77, 100, 0.2, 0.5, 900 * MiB, 0);
     tm_rec *s = open_rec("system.tmr", "system", -1);
-    for (int i = 0; i < 60; i++)
-        put_value(s, i, "proc.worker_pss_bytes", "pid=77", 1 * GiB + i * 10 * MiB);
+    for (int i = 0; i < 40; i++) {
+        double t = i * 0.5;
+        put_proc(s, t, "proc.process_rss_bytes", 77, 900 * MiB);
+        put_proc(s, t, "proc.process_pss_bytes", 77, 100 * MiB + (i / 10) * 30 * MiB);
+    }
     tm_rec_close(&s);
     tm_run *run;
     tm_analysis *a = analyze(&run);
     const tm_finding *f = tm_analysis_find(a, "host_mem.worker_growth");
     assert_non_null(f);
     assert_non_null(strstr(f->evidence, "\"measure\":\"pss\""));
+    assert_true(ev_num(f, "worst_pid") == 77);
+    /* Readings at 0, 5, 10, 15 s: 30 MiB every 5 s, 90 MiB in all. */
+    assert_true(fabs(ev_num(f, "worst_rise_bytes") - 90 * MiB) < 1 * MiB);
+    assert_true(fabs(ev_num(f, "worst_bytes_per_hour") - 6 * MiB * 3600) < 1 * MiB);
+    done(&run, &a);
+}
+
+static void test_a_worker_pss_that_jumps_once_then_stays_is_not_growth(void **st)
+{
+    (void)st;
+    put_worker_file(0, 78, 100, 0.2, 0.5, 900 * MiB, 0);
+    tm_rec *s = open_rec("system.tmr", "system", -1);
+    for (int i = 0; i < 60; i++) /* the first batches load a model: +200 MiB, then flat */
+        put_proc(s, i * 0.5, "proc.process_pss_bytes", 78,
+                 (i < 10 ? 100 * MiB : 300 * MiB) + (i % 3) * 64 * 1024);
+    tm_rec_close(&s);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    assert_null(tm_analysis_find(a, "host_mem.worker_growth"));
+    done(&run, &a);
+}
+
+static void test_the_training_process_growing_is_not_worker_growth(void **st)
+{
+    (void)st;
+    put_worker_file(0, 80, 100, 0.2, 0.5, 400 * MiB, 0);
+    tm_rec *s = open_rec("system.tmr", "system", -1);
+    for (int i = 0; i < 60; i++) {
+        put_proc(s, i * 0.5, "proc.process_pss_bytes", 79, 1 * GiB + i * 20 * MiB);
+        put_proc(s, i * 0.5, "proc.process_pss_bytes", 80, 200 * MiB + (i % 2) * MiB);
+    }
+    tm_rec_close(&s);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    assert_null(tm_analysis_find(a, "host_mem.worker_growth"));
     done(&run, &a);
 }
 
@@ -798,7 +1021,13 @@ int main(void)
         T(test_throttled_disk_with_high_await_and_workers_in_d_state_is_disk_bound),
         T(test_busy_workers_slower_than_compute_are_cpu_bound_with_a_worker_count),
         T(test_data_wait_without_system_data_is_a_low_confidence_finding),
-        T(test_workers_waiting_off_cpu_point_at_storage_without_system_data),
+        T(test_workers_off_cpu_without_system_data_are_not_called_disk_bound),
+        T(test_cpu_starved_workers_without_d_state_are_cpu_bound_not_disk_bound),
+        T(test_sleeping_workers_on_a_busy_machine_are_not_cpu_bound),
+        T(test_workers_in_d_state_on_a_disk_at_its_ceiling_are_disk_bound_under_cpu_pressure),
+        T(test_a_busy_disk_the_workers_do_not_read_from_is_not_disk_bound),
+        T(test_the_training_process_in_d_state_is_not_a_worker_in_d_state),
+        T(test_the_first_steps_wait_is_warmup_and_not_counted),
         T(test_low_gpu_utilization_while_input_keeps_up_is_underutilized),
         T(test_idle_gpu_behind_a_waiting_loop_is_left_to_the_input_finding),
         T(test_peak_above_90_percent_of_the_device_is_near_capacity),
@@ -810,7 +1039,9 @@ int main(void)
         T(test_oom_names_step_phase_request_free_and_snapshot_once),
         T(test_oom_with_enough_cached_memory_blames_fragmentation),
         T(test_worker_rss_growing_every_batch_is_copy_on_read),
-        T(test_worker_pss_series_from_the_sampler_also_count),
+        T(test_worker_pss_rising_while_rss_stays_flat_is_copy_on_read),
+        T(test_a_worker_pss_that_jumps_once_then_stays_is_not_growth),
+        T(test_the_training_process_growing_is_not_worker_growth),
         T(test_one_slow_rank_is_imbalance),
         T(test_one_rank_holding_more_memory_is_imbalance),
         T(test_ranks_alike_are_not_imbalance),
