@@ -135,11 +135,16 @@ asan:
 	    CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" \
 	    LDFLAGS="-fsanitize=address,undefined" test-only
 
-# libFuzzer targets: each is linked with the library sources built for it.
-FUZZ_CFLAGS := -g -O1 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc/lib -fsanitize=fuzzer,address,undefined
-$(BUILD)/fuzz/%: tests/fuzz/%.c $(LIB_SRC)
+# libFuzzer targets: the library is built once with coverage and
+# sanitizers (fuzzer-no-link), each target links against those objects.
+FUZZ_CFLAGS := -g -O1 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc/lib
+FUZZ_OBJ := $(LIB_SRC:%.c=$(BUILD)/fuzzobj/%.o)
+$(BUILD)/fuzzobj/%.o: %.c $(wildcard include/*.h src/lib/*.h)
 	@mkdir -p $(dir $@)
-	clang $(FUZZ_CFLAGS) -o $@ $< $(LIB_SRC) -ldl -lpthread -lm
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined -c -o $@ $<
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_OBJ)
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined -o $@ $< $(FUZZ_OBJ) -ldl -lpthread -lm
 
 fuzz: $(FUZZ_BIN)
 
