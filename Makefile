@@ -22,12 +22,11 @@ LDLIBS  += -ldl -lpthread -lm
 
 # Optional parts are compiled out, not failed on, where their development
 # files are missing (a GPU machine with only a driver and CUDA torch, say):
-# `trainmon serve` needs libmicrohttpd, the Python extension needs Python.h.
+# `trainmon serve` needs libmicrohttpd's header (the library itself is
+# loaded at run time, see serve.c), the Python extension needs Python.h.
 # make deps installs both.
 HAVE_MHD   := $(shell printf '\043include <microhttpd.h>\n' | $(CC) -E -x c - >/dev/null 2>&1 && echo 1)
-ifeq ($(HAVE_MHD),1)
-LDLIBS  := -lmicrohttpd $(LDLIBS)
-else
+ifneq ($(HAVE_MHD),1)
 override CFLAGS += -DTM_NO_HTTP
 endif
 

@@ -41,7 +41,62 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <dlfcn.h>
 #include <microhttpd.h>
+
+/* libmicrohttpd is loaded when `serve` starts, not linked: it pulls in
+ * GnuTLS and p11-kit, about 4 MB of resident mappings that `watch` and
+ * `run` (the same binary, with an RSS target of 4 MB) have no use for.
+ * The calls below go through these pointers; their types come from the
+ * header, so a prototype can never drift from the library's. */
+static struct {
+    __typeof__(MHD_start_daemon) *start_daemon;
+    __typeof__(MHD_stop_daemon) *stop_daemon;
+    __typeof__(MHD_get_daemon_info) *get_daemon_info;
+    __typeof__(MHD_create_response_from_buffer) *create_response_from_buffer;
+    __typeof__(MHD_add_response_header) *add_response_header;
+    __typeof__(MHD_queue_response) *queue_response;
+    __typeof__(MHD_destroy_response) *destroy_response;
+} mhd;
+#define MHD_start_daemon (*mhd.start_daemon)
+#define MHD_stop_daemon (*mhd.stop_daemon)
+#define MHD_get_daemon_info (*mhd.get_daemon_info)
+#define MHD_create_response_from_buffer (*mhd.create_response_from_buffer)
+#define MHD_add_response_header (*mhd.add_response_header)
+#define MHD_queue_response (*mhd.queue_response)
+#define MHD_destroy_response (*mhd.destroy_response)
+
+/* 0, or -1 with the reason in *why. */
+static int serve_load_mhd(const char **why)
+{
+    static const char *const names[] = {"libmicrohttpd.so.12", "libmicrohttpd.so"};
+    void *h = NULL;
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !h; i++)
+        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        *why = dlerror();
+        return -1;
+    }
+    /* POSIX allows the object-to-function pointer conversion dlsym needs. */
+#define SERVE_SYM(field, name)                                                                     \
+    do {                                                                                           \
+        void *p_ = dlsym(h, name);                                                                 \
+        if (!p_) {                                                                                 \
+            *why = "libmicrohttpd lacks " name;                                                    \
+            return -1;                                                                             \
+        }                                                                                          \
+        memcpy(&mhd.field, &p_, sizeof p_);                                                        \
+    } while (0)
+    SERVE_SYM(start_daemon, "MHD_start_daemon");
+    SERVE_SYM(stop_daemon, "MHD_stop_daemon");
+    SERVE_SYM(get_daemon_info, "MHD_get_daemon_info");
+    SERVE_SYM(create_response_from_buffer, "MHD_create_response_from_buffer");
+    SERVE_SYM(add_response_header, "MHD_add_response_header");
+    SERVE_SYM(queue_response, "MHD_queue_response");
+    SERVE_SYM(destroy_response, "MHD_destroy_response");
+#undef SERVE_SYM
+    return 0; /* the library stays loaded until the process ends */
+}
 
 #include "cli.h"
 #include "trainmon.h"
@@ -830,6 +885,11 @@ int cmd_serve(int argc, char **argv)
         }
         snprintf(s.runs->dir, sizeof s.runs->dir, "%s", runs_dir);
         s.on[COL_RUNS] = true;
+    }
+    const char *why = NULL;
+    if (serve_load_mhd(&why) < 0) {
+        cli_err("serve: cannot load libmicrohttpd: %s (make deps installs it)", why);
+        goto out;
     }
     s.alerts = al;
     if (cli_alerts_open(&s.alerts))
