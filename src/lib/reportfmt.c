@@ -284,8 +284,11 @@ static void write_text(tm_text *t, const tm_run *r, const tm_analysis *a)
 
     const tm_an_summary *S = &a->sum;
     tm_text_puts(t, "\nSummary\n");
-    tm_text_printf(t, "  steps              %zu (most of one process), %zu over %zu process(es)\n",
-                   S->steps, S->steps_total, a->nranks);
+    if (a->nranks <= 1)
+        tm_text_printf(t, "  steps              %zu\n", S->steps_total);
+    else
+        tm_text_printf(t, "  steps              %zu per process (the most), %zu over %zu processes\n",
+                       S->steps, S->steps_total, a->nranks);
     fmt_num(x, sizeof x, S->step_median_s, 4, " s");
     fmt_num(y, sizeof y, S->compute_median_s, 4, " s");
     tm_text_printf(t, "  step time          median %s (compute %s)\n", x, y);
