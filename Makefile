@@ -105,7 +105,7 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libtrainmon.a
 DEPS := build-essential clang libclang-rt-14-dev clang-format libcmocka-dev sysstat fio \
         python3 python3-dev python3-pytest python3-setuptools python3-pip python3-torch \
         python3-psutil util-linux e2fsprogs procps libmicrohttpd-dev prometheus \
-        prometheus-node-exporter wrk curl
+        prometheus-node-exporter wrk curl chromium
 deps:
 	@missing=$$(for p in $(DEPS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | \
 	    grep -q '^install ok installed' || echo $$p; done); \

@@ -752,6 +752,12 @@ void tm_analysis_free(tm_analysis **a);
  * object {"run","summary","findings","damage"} (docs/DIAGNOSIS.md).  a ==
  * NULL analyses the run first.  0, or the tm_text's error. */
 int tm_report_write(const tm_run *r, const tm_analysis *a, tm_text *out, bool json);
+/* The report as one self-contained HTML page (`trainmon report --html`):
+ * the run, the summary, the findings with their evidence as tables, and
+ * inline SVG charts on one time axis, each line downsampled to at most
+ * about 1,000 points.  No scripts, fonts or links to fetch.  a == NULL
+ * analyses the run first.  0, or the tm_text's error. */
+int tm_report_html(const tm_run *r, const tm_analysis *a, tm_text *out);
 
 /* ------------------------------------------------- Prometheus exposition */
 

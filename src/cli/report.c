@@ -1,8 +1,9 @@
 /*
- * report.c - `trainmon report RUN... [--json] [-o FILE]`: every record file
+ * report.c - `trainmon report RUN... [--json] [--html FILE] [-o FILE]`: every record file
  * of the run directories on one timeline, a summary and the findings
  * (docs/DIAGNOSIS.md).  Damaged files are reported from what is intact,
- * one line per damaged place on stderr.
+ * one line per damaged place on stderr.  --html also writes the report as
+ * one self-contained HTML page with charts.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -13,15 +14,18 @@
 #include "cli.h"
 #include "trainmon.h"
 
-/* A report is a few KB; the cap only guards against a runaway. */
+/* A text report is a few KB, an HTML one under 2 MB even for a day-long
+ * run (charts are downsampled); the cap only guards against a runaway. */
 #define REPORT_TEXT_CAP (64u << 20)
 
 static void report_usage(FILE *f)
 {
-    fputs("usage: trainmon report RUN... [--json] [-o FILE]\n"
+    fputs("usage: trainmon report RUN... [--json] [--html FILE] [-o FILE]\n"
           "  merge the record files of run directories (several hosts' directories\n"
           "  merge by wall-clock time) and print a summary and findings with advice\n"
           "  --json     one JSON object (docs/DIAGNOSIS.md)\n"
+          "  --html FILE  also write the report as one self-contained HTML page with\n"
+          "             charts (no scripts, fonts or links to fetch)\n"
           "  -o FILE    write the report to FILE instead of stdout\n",
           f);
 }
@@ -49,18 +53,20 @@ int cmd_report(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"json", no_argument, NULL, 'j'},
+        {"html", required_argument, NULL, 'H'},
         {"output", required_argument, NULL, 'o'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     bool json = false;
-    const char *out = NULL;
+    const char *out = NULL, *html = NULL;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
         switch (c) {
         case 'j': json = true; break;
         case 'o': out = optarg; break;
+        case 'H': html = optarg; break;
         case 'h': report_usage(stdout); return 0;
         default: report_usage(stderr); return 2;
         }
@@ -96,6 +102,20 @@ int cmd_report(int argc, char **argv)
     size_t len;
     const char *text = tm_text_data(t, &len);
     ret = report_output(out, text, len);
+    if (ret == 0 && html) {
+        tm_text_reset(t);
+        rc = tm_report_html(run, an, t);
+        if (rc < 0) {
+            if (rc == -E2BIG)
+                cli_err("report: the HTML report does not fit in %u MiB", REPORT_TEXT_CAP >> 20);
+            else
+                cli_err("report: %s", strerror(-rc));
+            ret = 1;
+            goto out;
+        }
+        text = tm_text_data(t, &len);
+        ret = report_output(html, text, len);
+    }
 out:
     tm_text_free(&t);
     tm_analysis_free(&an);

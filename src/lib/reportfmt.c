@@ -14,9 +14,10 @@
 
 #include "analysis.h"
 #include "prom.h"
+#include "reportfmt.h"
 #include "util.h"
 
-static void iso_time(char *buf, size_t cap, int64_t ns)
+void tm_rpt_iso_time(char *buf, size_t cap, int64_t ns)
 {
     time_t s = (time_t)(ns / 1000000000);
     struct tm tm;
@@ -62,7 +63,7 @@ static void j_ks(tm_text *t, const char *k, const char *s, bool comma)
 /* The raw text of a JSON array of strings under top-level key "key" in
  * meta.json, checked to be exactly that (so that it can be copied into
  * the report), or NULL with *len 0. */
-static const char *meta_str_array(const char *meta, const char *key, size_t *len)
+const char *tm_rpt_meta_str_array(const char *meta, const char *key, size_t *len)
 {
     *len = 0;
     if (!meta)
@@ -130,8 +131,8 @@ static void write_run_json(tm_text *t, const tm_run *r)
     int64_t s0, s1;
     tm_run_span(r, &s0, &s1);
     char a[48], b[48];
-    iso_time(a, sizeof a, s0);
-    iso_time(b, sizeof b, s1);
+    tm_rpt_iso_time(a, sizeof a, s0);
+    tm_rpt_iso_time(b, sizeof b, s1);
     tm_text_puts(t, "\"run\":{\"dirs\":[");
     for (size_t i = 0; i < nd; i++) {
         if (i)
@@ -153,7 +154,7 @@ static void write_run_json(tm_text *t, const tm_run *r)
     size_t len = 0;
     const char *cmd = NULL;
     for (size_t i = 0; i < nd && !cmd; i++)
-        cmd = meta_str_array(tm_run_meta(r, i), "command", &len);
+        cmd = tm_rpt_meta_str_array(tm_run_meta(r, i), "command", &len);
     if (cmd)
         tm_text_add(t, cmd, len);
     else
@@ -248,7 +249,7 @@ static void write_findings_json(tm_text *t, const tm_analysis *a)
 }
 
 /* v with prec decimals and a suffix, or "n/a". */
-static void fmt_num(char *buf, size_t cap, double v, int prec, const char *suffix)
+void tm_rpt_fmt_num(char *buf, size_t cap, double v, int prec, const char *suffix)
 {
     if (isfinite(v))
         snprintf(buf, cap, "%.*f%s", prec, v, suffix);
@@ -265,8 +266,8 @@ static void write_text(tm_text *t, const tm_run *r, const tm_analysis *a)
     int64_t s0, s1;
     tm_run_span(r, &s0, &s1);
     char x[48], y[48], z[48];
-    iso_time(x, sizeof x, s0);
-    iso_time(y, sizeof y, s1);
+    tm_rpt_iso_time(x, sizeof x, s0);
+    tm_rpt_iso_time(y, sizeof y, s1);
     tm_text_puts(t, "trainmon report:");
     for (size_t i = 0; i < nd; i++) {
         tm_text_puts(t, " ");
@@ -278,7 +279,7 @@ static void write_text(tm_text *t, const tm_run *r, const tm_analysis *a)
     size_t len = 0;
     const char *cmd = NULL;
     for (size_t i = 0; i < nd && !cmd; i++)
-        cmd = meta_str_array(tm_run_meta(r, i), "command", &len);
+        cmd = tm_rpt_meta_str_array(tm_run_meta(r, i), "command", &len);
     if (cmd)
         tx_line(t, "  command: ", cmd, len);
 
@@ -289,26 +290,26 @@ static void write_text(tm_text *t, const tm_run *r, const tm_analysis *a)
     else
         tm_text_printf(t, "  steps              %zu per process (the most), %zu over %zu processes\n",
                        S->steps, S->steps_total, a->nranks);
-    fmt_num(x, sizeof x, S->step_median_s, 4, " s");
-    fmt_num(y, sizeof y, S->compute_median_s, 4, " s");
+    tm_rpt_fmt_num(x, sizeof x, S->step_median_s, 4, " s");
+    tm_rpt_fmt_num(y, sizeof y, S->compute_median_s, 4, " s");
     tm_text_printf(t, "  step time          median %s (compute %s)\n", x, y);
-    fmt_num(x, sizeof x, 100 * S->data_wait_fraction, 1, "%");
+    tm_rpt_fmt_num(x, sizeof x, 100 * S->data_wait_fraction, 1, "%");
     tm_text_printf(t, "  waiting for data   %s of step time\n", x);
     if (!isnan(S->gpu_util_mean))
         tm_text_printf(t, "  GPU utilization    %.0f%% (mean of %zu GPU(s))\n",
                        100 * S->gpu_util_mean, S->ngpus);
     if (S->disk[0]) {
-        fmt_num(x, sizeof x, S->disk_await_s * 1e3, 1, " ms");
-        fmt_num(y, sizeof y, 100 * S->disk_util, 0, "%");
-        fmt_num(z, sizeof z, S->disk_read_bps_max / 1e6, 1, " MB/s");
+        tm_rpt_fmt_num(x, sizeof x, S->disk_await_s * 1e3, 1, " ms");
+        tm_rpt_fmt_num(y, sizeof y, 100 * S->disk_util, 0, "%");
+        tm_rpt_fmt_num(z, sizeof z, S->disk_read_bps_max / 1e6, 1, " MB/s");
         tm_text_printf(t, "  disk /dev/%-8s read %.1f MB/s mean (max %s), await %s, util %s\n",
                        S->disk, S->disk_read_bps / 1e6, z, x, y);
     }
     if (!isnan(S->psi_io_some))
         tm_text_printf(t, "  I/O pressure       some %.0f%%\n", 100 * S->psi_io_some);
     if (S->workers) {
-        fmt_num(x, sizeof x, S->worker_batch_median_s, 4, " s");
-        fmt_num(y, sizeof y, S->worker_busy, 2, "");
+        tm_rpt_fmt_num(x, sizeof x, S->worker_batch_median_s, 4, " s");
+        tm_rpt_fmt_num(y, sizeof y, S->worker_busy, 2, "");
         tm_text_printf(t, "  workers            %zu, %s per batch, %s CPU s per s of fetching\n",
                        S->workers, x, y);
     }
@@ -318,11 +319,11 @@ static void write_text(tm_text *t, const tm_run *r, const tm_analysis *a)
         for (size_t i = 0; i < a->nranks; i++) {
             const tm_an_rank *R = &a->ranks[i];
             char c1[24], c2[24], c3[24], c4[24], c5[24];
-            fmt_num(c1, sizeof c1, R->step_median_s, 4, "");
-            fmt_num(c2, sizeof c2, 100 * R->data_wait_fraction, 1, "");
-            fmt_num(c3, sizeof c3, R->peak_allocated / (1 << 30), 2, "G");
-            fmt_num(c4, sizeof c4, R->peak_reserved / (1 << 30), 2, "G");
-            fmt_num(c5, sizeof c5, R->total_device / (1 << 30), 2, "G");
+            tm_rpt_fmt_num(c1, sizeof c1, R->step_median_s, 4, "");
+            tm_rpt_fmt_num(c2, sizeof c2, 100 * R->data_wait_fraction, 1, "");
+            tm_rpt_fmt_num(c3, sizeof c3, R->peak_allocated / (1 << 30), 2, "G");
+            tm_rpt_fmt_num(c4, sizeof c4, R->peak_reserved / (1 << 30), 2, "G");
+            tm_rpt_fmt_num(c5, sizeof c5, R->total_device / (1 << 30), 2, "G");
             tm_text_printf(t, "  %-8s %8zu %10s %6s %11s %11s %11s %5zu\n", R->label, R->steps, c1,
                            c2, c3, c4, c5, R->ooms);
         }

@@ -1013,11 +1013,72 @@ static void test_json_report_has_run_summary_findings_and_damage(void **st)
     done(&run, &a);
 }
 
+/* --- HTML */
+
+static char *html_of(const char *run_dir)
+{
+    const char *dirs[] = {run_dir};
+    tm_run *run = NULL;
+    assert_int_equal(tm_run_load(&run, dirs, 1), 0);
+    tm_text *t = tm_text_new(64u << 20);
+    assert_non_null(t);
+    assert_int_equal(tm_report_html(run, NULL, t), 0);
+    char *page = strdup(tm_text_data(t, NULL));
+    tm_text_free(&t);
+    tm_run_free(&run);
+    return page;
+}
+
+static void test_html_report_escapes_the_run_name_and_draws_svg_charts(void **st)
+{
+    (void)st;
+    char sub[512], path[600];
+    snprintf(sub, sizeof sub, "%s/r&<x>", dir);
+    assert_int_equal(mkdir(sub, 0755), 0);
+    snprintf(path, sizeof path, "%s/rank0.tmr", sub);
+    tm_rec_opts o = {.role = "rank0", .rank = 0};
+    tm_rec *w = NULL;
+    assert_int_equal(tm_rec_open(&w, path, &o), 0);
+    put_steps(w, 100, 0, 0.1, 0.02);
+    tm_rec_close(&w);
+    char *page = html_of(sub);
+    assert_non_null(strstr(page, "r&amp;&lt;x&gt;"));
+    assert_null(strstr(page, "r&<x>"));
+    assert_non_null(strstr(page, "<svg"));
+    assert_non_null(strstr(page, "<path"));
+    assert_non_null(strstr(page, "input.data_wait"));
+    assert_null(strstr(page, "<script"));
+    assert_null(strstr(page, "http"));
+    free(page);
+}
+
+static void test_html_chart_lines_of_a_long_run_keep_at_most_1000_points(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(w, 50000, 0, 0.1, 0.01);
+    tm_rec_close(&w);
+    char *page = html_of(dir);
+    size_t paths = 0;
+    for (const char *p = strstr(page, " d=\""); p; p = strstr(p, " d=\"")) {
+        size_t points = 0;
+        for (p += 4; *p && *p != '"'; p++)
+            points += *p == 'M' || *p == 'L';
+        assert_true(points > 0);
+        assert_true(points <= 1000);
+        paths++;
+    }
+    assert_int_equal(paths, 2); /* step time and data wait of rank 0 */
+    free(page);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
         T(test_data_wait_of_one_percent_is_input_ok),
+        T(test_html_report_escapes_the_run_name_and_draws_svg_charts),
+        T(test_html_chart_lines_of_a_long_run_keep_at_most_1000_points),
         T(test_throttled_disk_with_high_await_and_workers_in_d_state_is_disk_bound),
         T(test_busy_workers_slower_than_compute_are_cpu_bound_with_a_worker_count),
         T(test_data_wait_without_system_data_is_a_low_confidence_finding),

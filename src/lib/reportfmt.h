@@ -1,0 +1,22 @@
+/*
+ * reportfmt.h - helpers shared by the report writers: reportfmt.c (text
+ * and JSON) and reporthtml.c (HTML).  Internal.
+ */
+#ifndef TM_REPORTFMT_H
+#define TM_REPORTFMT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ns since the epoch as "2026-01-02T03:04:05.678Z", or "n/a" for ns <= 0. */
+void tm_rpt_iso_time(char *buf, size_t cap, int64_t ns);
+
+/* The raw text of a JSON array of strings under top-level key "key" in
+ * meta.json, checked to be exactly that (so that it can be copied into
+ * the report), or NULL with *len 0. */
+const char *tm_rpt_meta_str_array(const char *meta, const char *key, size_t *len);
+
+/* v with prec decimals and a suffix, or "n/a". */
+void tm_rpt_fmt_num(char *buf, size_t cap, double v, int prec, const char *suffix);
+
+#endif
