@@ -14,7 +14,8 @@ fail() { echo "FAIL: $*"; exit 1; }
 git -C "$root" rev-parse HEAD > /dev/null 2>&1 || { echo "skipped: not a git checkout"; exit 77; }
 mkdir "$scratch/src"
 git -C "$root" archive --format=tar HEAD | tar -x -C "$scratch/src" || fail "git archive"
-(cd "$scratch/src" && "$py" -m pip install -q --no-build-isolation --no-index --no-deps \
+# Python's own compiler flags: the sanitizer build exports CC and CFLAGS.
+(cd "$scratch/src" && env -u CC -u CFLAGS -u LDFLAGS -u LDLIBS "$py" -m pip install -q --no-build-isolation --no-index --no-deps \
     --target "$scratch/site" . > "$scratch/pip.log" 2>&1) || { tail -n 20 "$scratch/pip.log"; fail "pip install"; }
 ls "$scratch"/site/trainmon/_trainmon*.so > /dev/null || fail "no extension installed"
 
