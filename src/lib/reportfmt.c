@@ -17,6 +17,14 @@
 #include "reportfmt.h"
 #include "util.h"
 
+bool tm_rpt_first_of_host(const tm_run_source *src, size_t i)
+{
+    for (size_t j = 0; j < i; j++)
+        if (strcmp(src[j].header.host, src[i].header.host) == 0)
+            return false;
+    return true;
+}
+
 void tm_rpt_iso_time(char *buf, size_t cap, int64_t ns)
 {
     time_t s = (time_t)(ns / 1000000000);
@@ -141,10 +149,7 @@ static void write_run_json(tm_text *t, const tm_run *r)
     }
     tm_text_puts(t, "],\"hosts\":[");
     for (size_t i = 0, k = 0; i < ns; i++) {
-        bool seen = false;
-        for (size_t j = 0; j < i; j++)
-            seen |= strcmp(src[j].header.host, src[i].header.host) == 0;
-        if (seen)
+        if (!tm_rpt_first_of_host(src, i))
             continue;
         if (k++)
             tm_text_puts(t, ",");

@@ -6,7 +6,10 @@
 #define TM_REPORTFMT_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
+
+#include "trainmon.h"
 
 /* ns since the epoch as "2026-01-02T03:04:05.678Z", or "n/a" for ns <= 0. */
 void tm_rpt_iso_time(char *buf, size_t cap, int64_t ns);
@@ -18,5 +21,9 @@ const char *tm_rpt_meta_str_array(const char *meta, const char *key, size_t *len
 
 /* v with prec decimals and a suffix, or "n/a". */
 void tm_rpt_fmt_num(char *buf, size_t cap, double v, int prec, const char *suffix);
+
+/* Whether src[i] is the first of src[0..i] from its host (to list each
+ * host of a run once). */
+bool tm_rpt_first_of_host(const tm_run_source *src, size_t i);
 
 #endif

@@ -735,10 +735,7 @@ static void write_header(tm_text *t, const tm_run *r)
     }
     tm_text_puts(t, "<tr><th>host</th><td>");
     for (size_t i = 0, k = 0; i < ns; i++) {
-        bool seen = false;
-        for (size_t j = 0; j < i; j++)
-            seen |= strcmp(src[j].header.host, src[i].header.host) == 0;
-        if (seen)
+        if (!tm_rpt_first_of_host(src, i))
             continue;
         if (k++)
             tm_text_puts(t, ", ");
