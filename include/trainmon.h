@@ -612,6 +612,56 @@ bool tm_inproc_is(uint16_t type);
 #define TM_INPROC_FORMAT_MAX 16384
 int tm_inproc_format(const tm_record *rec, bool json, char *buf, size_t cap);
 
+/* --- one step accounting (steps.c)
+ *
+ * What a step's duration and data wait are, for every consumer: the report,
+ * /metrics, the run.* alert inputs, the status line and on_threshold.  A
+ * step counts when it is complete (not TM_STEP_ENDED_AT_EXIT, positive
+ * duration); its wait is capped at its duration; the first TM_STEP_WARMUP
+ * complete steps of a process are warm-up, counted as steps but left out of
+ * the data-wait fraction unless they are all there is. */
+#define TM_STEP_WARMUP 1
+
+/* The duration and the capped data wait of s, in seconds; false (outputs
+ * untouched) when s is not a complete step. */
+bool tm_step_times(const tm_inproc_step *s, double *dur_s, double *wait_s);
+
+/* Running totals of one process's steps (plain struct: copy, zero, merge). */
+typedef struct tm_steptally {
+    uint64_t steps;               /* complete steps, warm-up included */
+    uint64_t warmup;              /* of which warm-up */
+    uint64_t next_step;           /* highest step number seen + 1 */
+    double step_s, wait_s;        /* after warm-up: durations, capped waits */
+    double warm_step_s, warm_wait_s;
+} tm_steptally;
+
+void tm_steptally_init(tm_steptally *t);
+/* Adds one step record; true when it counted as a complete step. */
+bool tm_steptally_add(tm_steptally *t, const tm_inproc_step *s);
+/* Share of step time spent waiting for data over the judged steps; NAN
+ * when no complete step has been seen. */
+double tm_steptally_wait_fraction(const tm_steptally *t);
+/* Mean step time and mean data wait per judged step (s); NAN when none. */
+double tm_steptally_step_mean(const tm_steptally *t);
+double tm_steptally_wait_mean(const tm_steptally *t);
+/* The process's step total: with ring (the file may have dropped its
+ * oldest records) the highest step number + 1 when that is larger. */
+uint64_t tm_steptally_total(const tm_steptally *t, bool ring);
+/* Adds from's totals to into's (ranks of one job, all together). */
+void tm_steptally_merge(tm_steptally *into, const tm_steptally *from);
+
+/* The last steps, for windowed values (on_threshold's window, alerts). */
+#define TM_STEPWIN_MAX 256
+typedef struct tm_stepwin {
+    uint64_t n; /* steps added so far */
+    double dur[TM_STEPWIN_MAX], wait[TM_STEPWIN_MAX];
+} tm_stepwin;
+/* Adds one complete step (from tm_step_times); the wait is capped again. */
+void tm_stepwin_add(tm_stepwin *w, double dur_s, double wait_s);
+/* Sums over the last min(last, TM_STEPWIN_MAX, added) steps; returns how
+ * many were summed. */
+size_t tm_stepwin_sum(const tm_stepwin *w, size_t last, double *dur_s, double *wait_s);
+
 /* --- runs: record files on one timeline, and what they mean
  *
  * A run is one or more run directories (several hosts' directories given

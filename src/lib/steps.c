@@ -1,0 +1,144 @@
+/*
+ * steps.c - the one step accounting.
+ *
+ * Every place that speaks of steps and data wait (the report, /metrics of
+ * `trainmon serve`, the run.* alert inputs, the status line of `trainmon
+ * run` and on_threshold inside the job) takes a step's numbers from here,
+ * so that they cannot disagree about the same run:
+ *
+ *   - A step counts when it is complete: it was closed by the loop itself
+ *     (the next step began, or the loader was exhausted), not by the
+ *     process stopping (TM_STEP_ENDED_AT_EXIT), and it lasted a positive
+ *     time.  Its data wait is capped at its duration (a wait can never be
+ *     more than the step it is part of; clocks of a crashed writer can make
+ *     it look so).
+ *   - The first TM_STEP_WARMUP complete steps of a process are warm-up
+ *     (workers starting, first batches, lazy initialisation).  They are
+ *     counted as steps but stay out of the data-wait fraction, unless they
+ *     are all there is.
+ *   - The step total of a process is the highest step number seen plus one
+ *     where records may have been dropped (a flight-recorder ring keeps only
+ *     its newest blocks), and the number of complete steps otherwise.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "trainmon.h"
+
+bool tm_step_times(const tm_inproc_step *s, double *dur_s, double *wait_s)
+{
+    if (!s || (s->flags & TM_STEP_ENDED_AT_EXIT) || s->end_ns <= s->start_ns)
+        return false;
+    /* The difference of two int64 clocks can overflow for crafted
+     * records; take it in unsigned arithmetic, where it is defined. */
+    double d = (double)((uint64_t)s->end_ns - (uint64_t)s->start_ns) / 1e9;
+    double w = s->data_wait_ns > 0 ? (double)s->data_wait_ns / 1e9 : 0.0;
+    if (dur_s)
+        *dur_s = d;
+    if (wait_s)
+        *wait_s = w < d ? w : d;
+    return true;
+}
+
+void tm_steptally_init(tm_steptally *t) { memset(t, 0, sizeof *t); }
+
+bool tm_steptally_add(tm_steptally *t, const tm_inproc_step *s)
+{
+    if (s && s->step != UINT64_MAX && s->step + 1 > t->next_step)
+        t->next_step = s->step + 1;
+    double d, w;
+    if (!tm_step_times(s, &d, &w))
+        return false;
+    t->steps++;
+    if (t->warmup < TM_STEP_WARMUP) {
+        t->warmup++;
+        t->warm_step_s += d;
+        t->warm_wait_s += w;
+    } else {
+        t->step_s += d;
+        t->wait_s += w;
+    }
+    return true;
+}
+
+/* The judged steps: those after warm-up, or the warm-up when nothing
+ * else is there. */
+static bool steptally_judged(const tm_steptally *t, double *dur, double *wait, uint64_t *n)
+{
+    if (t->steps > t->warmup) {
+        *dur = t->step_s;
+        *wait = t->wait_s;
+        *n = t->steps - t->warmup;
+    } else {
+        *dur = t->warm_step_s;
+        *wait = t->warm_wait_s;
+        *n = t->warmup;
+    }
+    return *n > 0;
+}
+
+double tm_steptally_wait_fraction(const tm_steptally *t)
+{
+    double d, w;
+    uint64_t n;
+    if (!steptally_judged(t, &d, &w, &n) || !(d > 0))
+        return NAN;
+    return w / d;
+}
+
+double tm_steptally_step_mean(const tm_steptally *t)
+{
+    double d, w;
+    uint64_t n;
+    return steptally_judged(t, &d, &w, &n) ? d / (double)n : NAN;
+}
+
+double tm_steptally_wait_mean(const tm_steptally *t)
+{
+    double d, w;
+    uint64_t n;
+    return steptally_judged(t, &d, &w, &n) ? w / (double)n : NAN;
+}
+
+uint64_t tm_steptally_total(const tm_steptally *t, bool ring)
+{
+    return ring && t->next_step > t->steps ? t->next_step : t->steps;
+}
+
+void tm_steptally_merge(tm_steptally *into, const tm_steptally *from)
+{
+    into->steps += from->steps;
+    into->warmup += from->warmup;
+    if (from->next_step > into->next_step)
+        into->next_step = from->next_step;
+    into->step_s += from->step_s;
+    into->wait_s += from->wait_s;
+    into->warm_step_s += from->warm_step_s;
+    into->warm_wait_s += from->warm_wait_s;
+}
+
+void tm_stepwin_add(tm_stepwin *w, double dur_s, double wait_s)
+{
+    size_t k = (size_t)(w->n % TM_STEPWIN_MAX);
+    w->dur[k] = dur_s;
+    w->wait[k] = wait_s < dur_s ? wait_s : dur_s;
+    w->n++;
+}
+
+size_t tm_stepwin_sum(const tm_stepwin *w, size_t last, double *dur_s, double *wait_s)
+{
+    size_t n = last < TM_STEPWIN_MAX ? last : TM_STEPWIN_MAX;
+    if (w->n < n)
+        n = (size_t)w->n;
+    double d = 0, q = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t k = (size_t)((w->n - 1 - i) % TM_STEPWIN_MAX);
+        d += w->dur[k];
+        q += w->wait[k];
+    }
+    if (dur_s)
+        *dur_s = d;
+    if (wait_s)
+        *wait_s = q;
+    return n;
+}

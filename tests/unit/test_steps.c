@@ -1,0 +1,153 @@
+/*
+ * test_steps.c - the one step accounting (src/lib/steps.c): which step
+ * records count, the wait cap, warm-up, ring totals and windows.  Times are
+ * in ns in the records and s in the results; every expected number is
+ * worked out in the comment beside it.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "trainmon.h"
+
+#define MS 1000000LL
+
+static tm_inproc_step step(uint64_t n, int64_t start_ms, int64_t dur_ms, int64_t wait_ms)
+{
+    return (tm_inproc_step){.step = n, .start_ns = start_ms * MS,
+                            .end_ns = (start_ms + dur_ms) * MS, .data_wait_ns = wait_ms * MS};
+}
+
+static void test_step_at_exit_or_without_duration_does_not_count(void **st)
+{
+    (void)st;
+    double d = -1, w = -1;
+    tm_inproc_step s = step(0, 0, 100, 10);
+    s.flags = TM_STEP_ENDED_AT_EXIT;
+    assert_false(tm_step_times(&s, &d, &w));
+    assert_true(d == -1 && w == -1); /* outputs untouched */
+    s = step(0, 50, 0, 0);
+    assert_false(tm_step_times(&s, &d, &w));
+    s = step(0, 0, 100, 10);
+    s.flags = TM_STEP_ENDED_BY_STOP; /* end of an epoch is a complete step */
+    assert_true(tm_step_times(&s, &d, &w));
+    assert_true(fabs(d - 0.100) < 1e-12 && fabs(w - 0.010) < 1e-12);
+}
+
+static void test_wait_is_capped_at_the_step(void **st)
+{
+    (void)st;
+    double d, w;
+    tm_inproc_step s = step(3, 0, 100, 250); /* 250 ms of wait in a 100 ms step */
+    assert_true(tm_step_times(&s, &d, &w));
+    assert_true(fabs(w - 0.100) < 1e-12);
+}
+
+static void test_crafted_clocks_do_not_overflow(void **st)
+{
+    (void)st;
+    double d, w;
+    tm_inproc_step s = {.step = 0, .start_ns = INT64_MIN, .end_ns = INT64_MAX, .data_wait_ns = -5};
+    assert_true(tm_step_times(&s, &d, &w));
+    assert_true(d > 1.8e10 && w == 0); /* 2^64 ns = 1.8e10 s, a negative wait is none */
+}
+
+static void test_first_step_is_warmup_and_left_out_of_the_fraction(void **st)
+{
+    (void)st;
+    tm_steptally t;
+    tm_steptally_init(&t);
+    /* warm-up: 1000 ms, 900 waiting; then 3 steps of 100 ms with 20 ms wait */
+    assert_true(tm_steptally_add(&t, &(tm_inproc_step){0}) == false); /* no duration */
+    tm_inproc_step a = step(0, 0, 1000, 900);
+    assert_true(tm_steptally_add(&t, &a));
+    assert_true(fabs(tm_steptally_wait_fraction(&t) - 0.9) < 1e-12); /* warm-up is all there is */
+    for (int i = 1; i <= 3; i++) {
+        tm_inproc_step s = step((uint64_t)i, 1000 + 100 * i, 100, 20);
+        assert_true(tm_steptally_add(&t, &s));
+    }
+    assert_int_equal(t.steps, 4);
+    assert_int_equal(t.warmup, 1);
+    /* 60 ms of 300 ms */
+    assert_true(fabs(tm_steptally_wait_fraction(&t) - 0.2) < 1e-12);
+    assert_true(fabs(tm_steptally_step_mean(&t) - 0.1) < 1e-12);
+    assert_true(fabs(tm_steptally_wait_mean(&t) - 0.02) < 1e-12);
+}
+
+static void test_empty_tally_is_unknown_not_zero(void **st)
+{
+    (void)st;
+    tm_steptally t;
+    tm_steptally_init(&t);
+    assert_true(isnan(tm_steptally_wait_fraction(&t)));
+    assert_true(isnan(tm_steptally_step_mean(&t)));
+    assert_int_equal(tm_steptally_total(&t, true), 0);
+}
+
+static void test_ring_total_is_the_highest_step_number(void **st)
+{
+    (void)st;
+    tm_steptally t;
+    tm_steptally_init(&t);
+    /* a ring kept only steps 470..479 of 480 */
+    for (uint64_t i = 470; i < 480; i++) {
+        tm_inproc_step s = step(i, (int64_t)i * 10, 10, 1);
+        tm_steptally_add(&t, &s);
+    }
+    assert_int_equal(tm_steptally_total(&t, false), 10);
+    assert_int_equal(tm_steptally_total(&t, true), 480);
+}
+
+static void test_merge_adds_ranks(void **st)
+{
+    (void)st;
+    tm_steptally a, b, all;
+    tm_steptally_init(&a);
+    tm_steptally_init(&b);
+    tm_steptally_init(&all);
+    for (int i = 0; i < 3; i++) {
+        tm_inproc_step s = step((uint64_t)i, i * 100, 100, 50); /* rank a: half waiting */
+        tm_steptally_add(&a, &s);
+        s = step((uint64_t)i, i * 100, 100, 0); /* rank b: none */
+        tm_steptally_add(&b, &s);
+    }
+    tm_steptally_merge(&all, &a);
+    tm_steptally_merge(&all, &b);
+    assert_int_equal(all.steps, 6);
+    /* after warm-up: 2 x 50 ms of 4 x 100 ms */
+    assert_true(fabs(tm_steptally_wait_fraction(&all) - 0.25) < 1e-12);
+}
+
+static void test_window_sums_the_last_steps(void **st)
+{
+    (void)st;
+    static tm_stepwin w; /* 4 KiB: keep it off the test's stack */
+    memset(&w, 0, sizeof w);
+    double d, q;
+    assert_int_equal(tm_stepwin_sum(&w, 10, &d, &q), 0);
+    for (int i = 0; i < 300; i++)
+        tm_stepwin_add(&w, 0.1, i < 290 ? 0.0 : 0.2); /* last 10 wait more than they last */
+    assert_int_equal(tm_stepwin_sum(&w, 10, &d, &q), 10);
+    assert_true(fabs(d - 1.0) < 1e-9 && fabs(q - 1.0) < 1e-9); /* capped: 10 x 0.1 */
+    assert_int_equal(tm_stepwin_sum(&w, 1000, &d, &q), TM_STEPWIN_MAX);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_step_at_exit_or_without_duration_does_not_count),
+        cmocka_unit_test(test_wait_is_capped_at_the_step),
+        cmocka_unit_test(test_crafted_clocks_do_not_overflow),
+        cmocka_unit_test(test_first_step_is_warmup_and_left_out_of_the_fraction),
+        cmocka_unit_test(test_empty_tally_is_unknown_not_zero),
+        cmocka_unit_test(test_ring_total_is_the_highest_step_number),
+        cmocka_unit_test(test_merge_adds_ranks),
+        cmocka_unit_test(test_window_sums_the_last_steps),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
