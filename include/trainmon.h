@@ -622,6 +622,11 @@ int tm_inproc_format(const tm_record *rec, bool json, char *buf, size_t cap);
  * the data-wait fraction unless they are all there is. */
 #define TM_STEP_WARMUP 1
 
+/* Whether a record file was written by a training process (a rank or a
+ * plain Python process), not by the sampler or a DataLoader worker: the one
+ * test the report, the live follower and the status line use. */
+bool tm_rec_is_training(const tm_rec_header *h);
+
 /* The duration and the capped data wait of s, in seconds; false (outputs
  * untouched) when s is not a complete step. */
 bool tm_step_times(const tm_inproc_step *s, double *dur_s, double *wait_s);

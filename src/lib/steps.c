@@ -25,6 +25,11 @@
 
 #include "trainmon.h"
 
+bool tm_rec_is_training(const tm_rec_header *h)
+{
+    return h && strncmp(h->role, "worker", 6) != 0 && strncmp(h->role, "system", 6) != 0;
+}
+
 bool tm_step_times(const tm_inproc_step *s, double *dur_s, double *wait_s)
 {
     if (!s || (s->flags & TM_STEP_ENDED_AT_EXIT) || s->end_ns <= s->start_ns)

@@ -65,4 +65,24 @@ int tm_buf_json_str(tm_buf *b, const char *s, size_t len);
 void tm_buf_reset(tm_buf *b);
 void tm_buf_free(tm_buf *b);
 
+/* Saturating int64 arithmetic for clocks read from record files: a crafted
+ * or corrupted timestamp must give a wrong-but-bounded number, never signed
+ * overflow (undefined behaviour, and a UBSan abort in the fuzzers). */
+static inline int64_t tm_sat_add64(int64_t a, int64_t b)
+{
+    int64_t r;
+    if (__builtin_add_overflow(a, b, &r))
+        return b > 0 ? INT64_MAX : INT64_MIN;
+    return r;
+}
+static inline int64_t tm_sat_sub64(int64_t a, int64_t b)
+{
+    int64_t r;
+    if (__builtin_sub_overflow(a, b, &r))
+        return b < 0 ? INT64_MAX : INT64_MIN;
+    return r;
+}
+/* (a - b) in seconds, saturated. */
+static inline double tm_ns_diff_s(int64_t a, int64_t b) { return (double)tm_sat_sub64(a, b) / 1e9; }
+
 #endif /* TM_UTIL_H */
