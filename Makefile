@@ -54,7 +54,7 @@ FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 # interpreter.
 PYEXT := python/trainmon/_trainmon$(shell $(PYTHON) -c 'import sysconfig;print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null || echo .so)
 
-.PHONY: all lib deps test test-only demo-only unit e2e asan fuzz fuzz-run bench format demo clean install
+.PHONY: all lib deps venv test test-only demo-only unit e2e asan fuzz fuzz-run bench format demo clean install
 
 HAVE_PYDEV := $(shell $(PYTHON) -c 'import os,sysconfig; print(int(os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))))' 2>/dev/null)
 ifeq ($(HAVE_PYDEV),1)
@@ -115,6 +115,25 @@ deps:
 	    $$SUDO apt-get update -qq && \
 	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
 	else echo "deps: all installed"; fi
+	@$(MAKE) --no-print-directory venv
+
+# The torch 2.x half of the test matrix: a virtualenv made from the python3
+# first on PATH (users run torch 2.x from pip, not Debian's 1.13), with the
+# CPU build of torch pinned (a plain `pip install torch` would fetch the
+# multi-GB CUDA build).  Without a reachable package index it is skipped
+# with one line, and the tests then run on Debian's torch alone.
+VENV       ?= .venv
+VENV_TORCH ?= torch==2.13.0
+VENV_PY    := $(VENV)/bin/python
+venv:
+	@if [ -x $(VENV_PY) ] && $(VENV_PY) -c 'import torch, pytest, setuptools' 2>/dev/null; then \
+	    echo "venv: $(VENV) has torch $$($(VENV_PY) -c 'import torch; print(torch.__version__)')"; \
+	else \
+	    echo "venv: creating $(VENV) with $(VENV_TORCH) (CPU) and pytest"; \
+	    python3 -m venv $(VENV) && \
+	    $(VENV_PY) -m pip install -q --disable-pip-version-check $(VENV_TORCH) pytest setuptools numpy \
+	    || echo "venv: could not install $(VENV_TORCH) (package index unreachable?): the torch 2.x tests will be skipped"; \
+	fi
 
 unit: $(UNIT_BIN) $(FAKE_LIB)
 	@tests/run_unit.sh $(UNIT_BIN)
@@ -127,7 +146,7 @@ test: deps
 	@$(MAKE) --no-print-directory test-only
 
 test-only: all $(UNIT_BIN) $(HELPER_BIN) $(FAKE_LIB)
-	@BUILD=$(BUILD) PYTHON=$(PYTHON) tests/run_all.sh $(UNIT_BIN)
+	@BUILD=$(BUILD) PYTHON=$(PYTHON) VENV_PY=$(VENV_PY) tests/run_all.sh $(UNIT_BIN)
 
 asan:
 	SKIP_PYTHON="the extension is not built with sanitizers" $(MAKE) BUILD=build-asan CC=clang \
