@@ -179,8 +179,8 @@ static int gpu_open_backends(tm_gpu *g, const struct tm_gpu_backend *const *list
             list[i]->close(ctx);
             continue;
         }
-        g->be[g->nbe++] = (struct gpu_backend_open){
-            .b = list[i], .ctx = ctx, .first = *total, .count = count};
+        g->be[g->nbe++] =
+            (struct gpu_backend_open){.b = list[i], .ctx = ctx, .first = *total, .count = count};
         *total += count;
     }
     if (g->nbe == 0)

@@ -78,14 +78,10 @@ static const struct {
     unsigned long long nv;
     uint64_t tm;
 } nv_throttle_map[] = {
-    {0x1ull, TM_GPU_THROTTLE_GPU_IDLE},
-    {0x2ull, TM_GPU_THROTTLE_APPLICATIONS_CLOCKS},
-    {0x4ull, TM_GPU_THROTTLE_SW_POWER_CAP},
-    {0x8ull, TM_GPU_THROTTLE_HW_SLOWDOWN},
-    {0x10ull, TM_GPU_THROTTLE_SYNC_BOOST},
-    {0x20ull, TM_GPU_THROTTLE_SW_THERMAL},
-    {0x40ull, TM_GPU_THROTTLE_HW_THERMAL},
-    {0x80ull, TM_GPU_THROTTLE_HW_POWER_BRAKE},
+    {0x1ull, TM_GPU_THROTTLE_GPU_IDLE},         {0x2ull, TM_GPU_THROTTLE_APPLICATIONS_CLOCKS},
+    {0x4ull, TM_GPU_THROTTLE_SW_POWER_CAP},     {0x8ull, TM_GPU_THROTTLE_HW_SLOWDOWN},
+    {0x10ull, TM_GPU_THROTTLE_SYNC_BOOST},      {0x20ull, TM_GPU_THROTTLE_SW_THERMAL},
+    {0x40ull, TM_GPU_THROTTLE_HW_THERMAL},      {0x80ull, TM_GPU_THROTTLE_HW_POWER_BRAKE},
     {0x100ull, TM_GPU_THROTTLE_DISPLAY_CLOCKS},
 };
 
@@ -202,8 +198,7 @@ static void nv_resolve(struct nvml *nv)
     NV_SYM(shutdown, nv_void_fn, "nvmlShutdown");
     NV_SYM(error_string, nv_errstr_fn, "nvmlErrorString");
     NV_SYM(get_count, nv_count_fn, "nvmlDeviceGetCount_v2", "nvmlDeviceGetCount");
-    NV_SYM(get_handle, nv_handle_fn, "nvmlDeviceGetHandleByIndex_v2",
-           "nvmlDeviceGetHandleByIndex");
+    NV_SYM(get_handle, nv_handle_fn, "nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex");
     NV_SYM(get_name, nv_str_fn, "nvmlDeviceGetName");
     NV_SYM(get_uuid, nv_str_fn, "nvmlDeviceGetUUID");
     NV_SYM(mem_v2, nv_mem2_fn, "nvmlDeviceGetMemoryInfo_v2");

@@ -1002,13 +1002,13 @@ static void test_seam_other_backend_attributed_warned_and_recorded(void **state)
     add_proc(4242, "4242", 500);
     add_proc(999, "999", 600);
     add_proc(31337, "31337\t7", 700);
-    tb.dev[0].procs[0] = (tm_gpu_proc){.pid = 4242, .mem_valid = true, .used_bytes = 8 * GiB,
-                                       .sm_util = NAN, .mem_util = NAN};
-    tb.dev[0].procs[1] = (tm_gpu_proc){.pid = 999, .mem_valid = true, .used_bytes = GiB,
-                                       .sm_util = NAN, .mem_util = NAN};
+    tb.dev[0].procs[0] = (tm_gpu_proc){
+        .pid = 4242, .mem_valid = true, .used_bytes = 8 * GiB, .sm_util = NAN, .mem_util = NAN};
+    tb.dev[0].procs[1] = (tm_gpu_proc){
+        .pid = 999, .mem_valid = true, .used_bytes = GiB, .sm_util = NAN, .mem_util = NAN};
     tb.dev[0].nprocs = 2;
-    tb.dev[1].procs[0] = (tm_gpu_proc){.pid = 31337, .mem_valid = true, .used_bytes = 3 * GiB,
-                                       .sm_util = 40, .mem_util = NAN};
+    tb.dev[1].procs[0] = (tm_gpu_proc){
+        .pid = 31337, .mem_valid = true, .used_bytes = 3 * GiB, .sm_util = 40, .mem_util = NAN};
     tb.dev[1].nprocs = 1;
     tb.warnings_per_sample = 1;
     const struct tm_gpu_backend *const list[] = {&test_backend};
@@ -1087,7 +1087,8 @@ static void test_seam_lost_gpu_said_once_and_not_sampled_again(void **state)
         assert_true(s[0].valid & TM_GPU_HAVE_MEM);
         assert_int_equal(drain_warnings(open_g, last, sizeof last), i == 0 ? 1 : 0);
         if (i == 0)
-            assert_string_equal(last, "GPU 1 (TEST-1) is lost (fallen off the bus): its metrics stop");
+            assert_string_equal(last,
+                                "GPU 1 (TEST-1) is lost (fallen off the bus): its metrics stop");
     }
     assert_int_equal(tb.dev[1].samples, 2);
     assert_int_equal(tb.dev[0].samples, 4);
@@ -1209,8 +1210,8 @@ static void test_nvml_throttle_bits_mapped_unknown_ones_left_out(void **state)
     size_t n;
     const tm_gpu_stats *s = sample(g, &n);
     assert_int_equal(s[0].throttle_reasons, TM_GPU_THROTTLE_HW_SLOWDOWN |
-                                                 TM_GPU_THROTTLE_HW_POWER_BRAKE |
-                                                 TM_GPU_THROTTLE_DISPLAY_CLOCKS);
+                                                TM_GPU_THROTTLE_HW_POWER_BRAKE |
+                                                TM_GPU_THROTTLE_DISPLAY_CLOCKS);
     close_gpu(&g);
 }
 
