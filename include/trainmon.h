@@ -247,13 +247,14 @@ void tm_pressure_close(tm_pressure **p);
 
 /* ------------------------------------------------------------------ GPUs */
 
-/* NVIDIA GPUs through NVML, loaded at run time with dlopen (never linked):
- * "libnvidia-ml.so.1", or the path in TRAINMON_NVML_LIB.  docs/GPU.md says
- * what is read, which NVML versions are tried and how errors are handled. */
+/* GPUs through their vendors' libraries, loaded at run time (never
+ * linked), one backend per vendor.  docs/GPU.md says which backends there
+ * are, what is read, which library versions are tried and how errors are
+ * handled.  Every field below means the same whatever the vendor. */
 
 enum {
     TM_GPU_HAVE_MEM = 1u << 0,          /* mem_total, mem_used, mem_free */
-    TM_GPU_HAVE_MEM_RESERVED = 1u << 1, /* mem_reserved (nvmlDeviceGetMemoryInfo_v2) */
+    TM_GPU_HAVE_MEM_RESERVED = 1u << 1, /* mem_reserved: not every driver tells it */
     TM_GPU_HAVE_UTIL = 1u << 2,         /* util_gpu, util_mem */
     TM_GPU_HAVE_TEMP = 1u << 3,
     TM_GPU_HAVE_POWER = 1u << 4,
@@ -264,7 +265,10 @@ enum {
     TM_GPU_HAVE_PROC_UTIL = 1u << 9,    /* per-process sm_util/mem_util were asked */
 };
 
-/* NVML's clock-throttle ("clocks event") reason bits, as in nvml.h. */
+/* Why a GPU's clocks are held down: trainmon's own bits, which each
+ * backend maps its vendor's reasons onto (a reason the vendor cannot tell
+ * is never set).  The values are fixed: recorded files
+ * (gpu.throttle_reasons) and /metrics carry the mask as a number. */
 enum {
     TM_GPU_THROTTLE_GPU_IDLE = 0x1,
     TM_GPU_THROTTLE_APPLICATIONS_CLOCKS = 0x2,
@@ -277,8 +281,8 @@ enum {
     TM_GPU_THROTTLE_DISPLAY_CLOCKS = 0x100,
 };
 
-/* A process with a compute context on a GPU.  pid is the host's pid (NVML
- * does not know pid namespaces). */
+/* A process with a compute context on a GPU.  pid is the host's pid (GPU
+ * drivers do not know pid namespaces). */
 typedef struct tm_gpu_proc {
     pid_t pid;
     bool mem_valid;      /* false: the driver does not report it (used_bytes 0) */
@@ -287,10 +291,10 @@ typedef struct tm_gpu_proc {
 } tm_gpu_proc;
 
 typedef struct tm_gpu_stats {
-    unsigned index;           /* NVML index */
+    unsigned index;           /* trainmon's index of the GPU (docs/GPU.md, "Backends") */
     char name[96], uuid[96];
     unsigned valid;           /* TM_GPU_HAVE_* for this sample */
-    bool lost;                /* fell off the bus (GPU_IS_LOST): valid == 0 from then on */
+    bool lost;                /* fell off the bus: valid == 0 from then on */
     uint64_t mem_total, mem_used, mem_free, mem_reserved; /* bytes */
     double util_gpu, util_mem; /* percent of time a kernel / memory was busy; NAN unavailable */
     double temp_c, power_w;
@@ -303,23 +307,24 @@ typedef struct tm_gpu_stats {
 
 typedef struct tm_gpu tm_gpu;
 
-/* Loads NVML and opens the GPUs with the given NVML indices (indices ==
- * NULL or n == 0: all of them).  Fails, with one message for the user in
- * tm_last_error(), when GPU metrics cannot be had:
- *   -ENOENT  no NVML library or no driver ("no NVIDIA driver found: GPU
+/* Loads the vendors' libraries and opens the GPUs with the given indices
+ * (indices == NULL or n == 0: all of them).  Fails, with one message for
+ * the user in tm_last_error(), when GPU metrics cannot be had:
+ *   -ENOENT  no vendor library or no driver ("no ... driver found: GPU
  *            metrics off"),
  *   -ENODEV  no GPU, or an index that does not exist,
- *   -EACCES / -EIO  NVML's initialisation failed (its message is given),
- *   -ENOSYS  the library lacks nvmlInit / nvmlDeviceGetCount / a handle call.
+ *   -EACCES / -EIO  the library's initialisation failed (its message is
+ *            given),
+ *   -ENOSYS  the library lacks a call that is needed.
  * The caller says that once and goes on without GPU metrics. */
 int tm_gpu_open(tm_gpu **out, const unsigned *indices, size_t n);
 
 /* Samples every opened GPU.  *gpus points to *n entries owned by the
  * collector, valid until the next call or close.  Returns 0 even when some
- * fields or GPUs fail: a field NVML does not support (or may not read) has
- * its bit clear and is not asked again; a GPU that fell off the bus has
- * lost == true and valid == 0 and is not asked again, while the others are
- * still sampled.  Each new problem is queued once as a warning. */
+ * fields or GPUs fail: a field the driver does not support (or may not
+ * read) has its bit clear and is not asked again; a GPU that fell off the
+ * bus has lost == true and valid == 0 and is not asked again, while the
+ * others are still sampled.  Each new problem is queued once as a warning. */
 int tm_gpu_sample(tm_gpu *g, const tm_gpu_stats **gpus, size_t *n);
 
 /* The next queued warning ("GPU 1 (GPU-...) is lost (fallen off the bus):
@@ -327,7 +332,7 @@ int tm_gpu_sample(tm_gpu *g, const tm_gpu_stats **gpus, size_t *n);
  * until the next call of tm_gpu_next_warning, tm_gpu_sample or close. */
 const char *tm_gpu_next_warning(tm_gpu *g);
 
-/* Shuts NVML down (it is reference-counted) and unloads it. */
+/* Shuts the vendors' libraries down and unloads them. */
 void tm_gpu_close(tm_gpu **g);
 
 /* Names of the set bits of a throttle mask, in bit order: "gpu_idle",
@@ -339,16 +344,17 @@ size_t tm_gpu_throttle_names(uint64_t reasons, const char **names, size_t cap);
 
 /* Attribution of GPU processes to a process tree (docs/GPU.md).  A GPU pid
  * belongs to the tree when it is the pid of one of the tree's processes
- * (NVML's host pids and the tree read from the host's /proc), or when the
- * NSpid line of <proc root>/PID/status maps it, in an inner (container) pid
- * namespace, to a pid of the tree (whose starttime must agree when known). */
+ * (the driver's host pids and the tree read from the host's /proc), or
+ * when the NSpid line of <proc root>/PID/status maps it, in an inner
+ * (container) pid namespace, to a pid of the tree (whose starttime must
+ * agree when known). */
 bool tm_gpu_pid_in_tree(pid_t gpu_pid, const tm_ptree_stats *tree);
 
 /* GPU memory, in bytes, used by the tree's processes on the given GPUs.
  * NAN when it cannot be told: no GPU reports its processes, the matching
  * processes' memory is not reported, or no process matched while some GPU
  * pids are not visible under the proc root (trainmon inside a container
- * with its own pid namespace sees none of NVML's host pids). */
+ * with its own pid namespace sees none of the driver's host pids). */
 double tm_gpu_tree_memory(const tm_gpu_stats *gpus, size_t n, const tm_ptree_stats *tree);
 
 /* (tm_rec is defined with the record files below; C11 allows the repeat.) */

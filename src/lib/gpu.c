@@ -1,25 +1,18 @@
 /*
- * gpu.c - NVIDIA GPUs through NVML, loaded at run time.
+ * gpu.c - the vendor-neutral part of the GPU collector: the list of GPUs
+ * over the backends, lost GPUs, the warnings queue, throttle-reason names,
+ * attribution of GPU processes to a process tree, and recording.
  *
- * NVML is dlopen()ed, never linked, so that trainmon builds and runs where
- * no GPU stack is installed; the few types needed are declared here from
- * NVML's documented ABI (REFERENCE.md s.5).  Each call is looked up once,
- * newest version first (nvmlDeviceGetMemoryInfo_v2 before the unversioned
- * call), and device handles are kept, so a sample costs only the NVML calls
- * themselves.
- *
- * Failures are kept apart by what they mean (docs/GPU.md):
- *   - NOT_SUPPORTED, FUNCTION_NOT_FOUND, a missing symbol: the field's bit
- *     stays clear and the field is not asked again on that GPU.
- *   - NO_PERMISSION: the same, with one warning.
- *   - GPU_IS_LOST: the GPU fell off the bus; one warning, the GPU is not
- *     asked again, the others are still sampled.
- *   - anything else: the bit is clear for this sample, one warning per
- *     field and GPU, and the field is asked again next time.
- * Warnings go to a small queue that the caller drains, so that a library
- * never prints.
+ * Each vendor's library is read by a backend (struct tm_gpu_backend,
+ * gpu.h) in a file of its own: gpu_nvml.c for NVIDIA.  tm_gpu_open opens
+ * every backend of the table below; the GPUs are numbered over them in
+ * table order, so with NVML alone trainmon's index is NVML's (as
+ * nvidia-smi's).  A backend that finds no library or no GPU is left out;
+ * only when none opens does tm_gpu_open fail, with the message of the
+ * first that found something (else the first's: "no NVIDIA driver
+ * found").  Warnings go to a small queue that the caller drains, so that
+ * a library never prints.
  */
-#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -30,130 +23,36 @@
 
 #include "gpu.h"
 #include "ptree.h"
+#include "series.h"
 #include "sysrec.h"
 #include "util.h"
 
-/* ------------------------------------------------------------ NVML's ABI */
-
-typedef int nvmlReturn_t;
-typedef struct nvmlDevice_st *nvmlDevice_t;
-
-enum {
-    NVML_SUCCESS = 0,
-    NVML_ERROR_NOT_SUPPORTED = 3,
-    NVML_ERROR_NO_PERMISSION = 4,
-    NVML_ERROR_NOT_FOUND = 6,
-    NVML_ERROR_INSUFFICIENT_SIZE = 7,
-    NVML_ERROR_DRIVER_NOT_LOADED = 9,
-    NVML_ERROR_LIBRARY_NOT_FOUND = 12,
-    NVML_ERROR_FUNCTION_NOT_FOUND = 13,
-    NVML_ERROR_GPU_IS_LOST = 15,
-    NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
+/* The backends tm_gpu_open tries, in this order.  A new vendor is one line
+ * here and its file (docs/GPU.md, "Backends"). */
+static const struct tm_gpu_backend *const backends[] = {
+    &tm_gpu_nvml,
 };
 
-struct nv_mem_v1 {
-    unsigned long long total, free, used;
-};
-struct nv_mem_v2 {
-    unsigned version;
-    unsigned long long total, reserved, free, used;
-};
-/* The version word NVML checks: the struct size and the version number in
- * the top byte, not a bare 2. */
-#define NV_MEM_V2_VERSION ((unsigned)sizeof(struct nv_mem_v2) | 2u << 24)
-
-struct nv_util {
-    unsigned gpu, memory;
-};
-struct nv_putil {
-    unsigned pid;
-    unsigned long long ts; /* microseconds */
-    unsigned sm, mem, enc, dec;
-};
-
-typedef nvmlReturn_t (*nv_void_fn)(void);
-typedef const char *(*nv_errstr_fn)(nvmlReturn_t);
-typedef nvmlReturn_t (*nv_count_fn)(unsigned *);
-typedef nvmlReturn_t (*nv_handle_fn)(unsigned, nvmlDevice_t *);
-typedef nvmlReturn_t (*nv_str_fn)(nvmlDevice_t, char *, unsigned);
-typedef nvmlReturn_t (*nv_mem1_fn)(nvmlDevice_t, struct nv_mem_v1 *);
-typedef nvmlReturn_t (*nv_mem2_fn)(nvmlDevice_t, struct nv_mem_v2 *);
-typedef nvmlReturn_t (*nv_util_fn)(nvmlDevice_t, struct nv_util *);
-typedef nvmlReturn_t (*nv_uint_fn)(nvmlDevice_t, unsigned *);
-typedef nvmlReturn_t (*nv_int_uint_fn)(nvmlDevice_t, int, unsigned *);
-typedef nvmlReturn_t (*nv_ull_fn)(nvmlDevice_t, unsigned long long *);
-typedef nvmlReturn_t (*nv_procs_fn)(nvmlDevice_t, unsigned *, void *);
-typedef nvmlReturn_t (*nv_putil_fn)(nvmlDevice_t, struct nv_putil *, unsigned *,
-                                    unsigned long long);
-
-struct nvml {
-    void *dl;
-    nv_void_fn init, shutdown;
-    nv_errstr_fn error_string;
-    nv_count_fn get_count;
-    nv_handle_fn get_handle;
-    nv_str_fn get_name, get_uuid;
-    nv_mem2_fn mem_v2;
-    nv_mem1_fn mem_v1;
-    nv_util_fn util;
-    nv_int_uint_fn temp, pcie, clock;
-    nv_uint_fn power;
-    nv_ull_fn throttle;
-    nv_procs_fn procs;
-    int procs_version; /* 3, 2 or 1: the entry layout differs (see gpu_read_procs) */
-    nv_putil_fn putil;
-};
-
-/* ---------------------------------------------------------- the collector */
-
-enum gpu_field {
-    F_MEM,
-    F_UTIL,
-    F_TEMP,
-    F_POWER,
-    F_PCIE,
-    F_CLOCK,
-    F_THROTTLE,
-    F_PROCS,
-    F_PUTIL,
-    F_N
-};
-static const char *const field_names[F_N] = {
-    [F_MEM] = "memory",
-    [F_UTIL] = "utilization",
-    [F_TEMP] = "temperature",
-    [F_POWER] = "power",
-    [F_PCIE] = "PCIe throughput",
-    [F_CLOCK] = "SM clock",
-    [F_THROTTLE] = "throttle reasons",
-    [F_PROCS] = "processes",
-    [F_PUTIL] = "process utilization",
-};
-
-/* Process entries are at most 32 bytes (the 535.43-535.86 layout). */
-#define GPU_PROC_ENTRY_MAX 32
-#define GPU_PUTIL_MAX 4096
 #define GPU_WARN_MAX 16
 #define GPU_WARN_LEN 256
 
+struct gpu_backend_open {
+    const struct tm_gpu_backend *b;
+    void *ctx;      /* NULL: not open (failed, or closed for want of GPUs) */
+    unsigned first; /* trainmon's index of the backend's GPU 0 */
+    unsigned count;
+    size_t ndev; /* GPUs added */
+};
+
 struct gpu_dev {
-    unsigned index;
-    nvmlDevice_t h;
+    struct gpu_backend_open *be;
+    int slot;
     bool lost;
-    bool mem_v1_only; /* _v2 refused (old driver in a new library): use the plain call */
-    unsigned off;     /* fields not asked again: 1u << F_* */
-    unsigned warned;  /* fields already warned about */
-    unsigned long long putil_seen; /* lastSeenTimeStamp carried between samples */
-    unsigned char *pbuf;           /* raw process entries, pcap * GPU_PROC_ENTRY_MAX bytes */
-    unsigned pcap;
-    tm_gpu_proc *procs;      /* pcap entries */
-    unsigned long long *pts; /* pcap entries: time of the utilization sample used */
-    struct nv_putil *ubuf;
-    unsigned ucap;
 };
 
 struct tm_gpu {
-    struct nvml nv;
+    struct gpu_backend_open *be;
+    size_t nbe;
     size_t n;
     struct gpu_dev *devs;
     tm_gpu_stats *stats;
@@ -162,8 +61,9 @@ struct tm_gpu {
     char wcur[GPU_WARN_LEN];
 };
 
-static void gpu_warn(tm_gpu *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void gpu_warn(tm_gpu *g, const char *fmt, ...)
+/* ---------------------------------------------------------------- warnings */
+
+void tm_gpu_warn(tm_gpu *g, const char *fmt, ...)
 {
     if (g->wcount == GPU_WARN_MAX) {
         g->wdropped++;
@@ -194,290 +94,19 @@ const char *tm_gpu_next_warning(tm_gpu *g)
     return NULL;
 }
 
-static const char *gpu_errstr(const tm_gpu *g, nvmlReturn_t rc)
+/* ---------------------------------------------------------------- sampling */
+
+static void gpu_set_lost(tm_gpu_stats *s)
 {
-    const char *s = g->nv.error_string ? g->nv.error_string(rc) : NULL;
-    return s ? s : "unknown NVML error";
+    s->lost = true;
+    s->valid = 0;
+    s->nprocs = 0;
+    s->procs = NULL;
 }
 
-/* The first of the names that the library exports. */
-static void *gpu_sym(void *dl, const char *const *names)
+/* Everything unavailable until the backend says otherwise. */
+static void gpu_reset(tm_gpu_stats *s)
 {
-    for (; *names; names++) {
-        void *p = dlsym(dl, *names);
-        if (p)
-            return p;
-    }
-    return NULL;
-}
-
-#define GPU_SYM(field, type, ...)                                                                  \
-    (nv->field = (type)gpu_sym(nv->dl, (const char *const[]){__VA_ARGS__, NULL}))
-
-static void gpu_resolve(struct nvml *nv)
-{
-    GPU_SYM(init, nv_void_fn, "nvmlInit_v2", "nvmlInit");
-    GPU_SYM(shutdown, nv_void_fn, "nvmlShutdown");
-    GPU_SYM(error_string, nv_errstr_fn, "nvmlErrorString");
-    GPU_SYM(get_count, nv_count_fn, "nvmlDeviceGetCount_v2", "nvmlDeviceGetCount");
-    GPU_SYM(get_handle, nv_handle_fn, "nvmlDeviceGetHandleByIndex_v2",
-            "nvmlDeviceGetHandleByIndex");
-    GPU_SYM(get_name, nv_str_fn, "nvmlDeviceGetName");
-    GPU_SYM(get_uuid, nv_str_fn, "nvmlDeviceGetUUID");
-    GPU_SYM(mem_v2, nv_mem2_fn, "nvmlDeviceGetMemoryInfo_v2");
-    GPU_SYM(mem_v1, nv_mem1_fn, "nvmlDeviceGetMemoryInfo");
-    GPU_SYM(util, nv_util_fn, "nvmlDeviceGetUtilizationRates");
-    GPU_SYM(temp, nv_int_uint_fn, "nvmlDeviceGetTemperature");
-    GPU_SYM(power, nv_uint_fn, "nvmlDeviceGetPowerUsage");
-    GPU_SYM(pcie, nv_int_uint_fn, "nvmlDeviceGetPcieThroughput");
-    GPU_SYM(clock, nv_int_uint_fn, "nvmlDeviceGetClockInfo");
-    /* Renamed in CUDA 12.2's NVML ("clocks event reasons"); same ABI. */
-    GPU_SYM(throttle, nv_ull_fn, "nvmlDeviceGetCurrentClocksEventReasons",
-            "nvmlDeviceGetCurrentClocksThrottleReasons");
-    GPU_SYM(putil, nv_putil_fn, "nvmlDeviceGetProcessUtilization");
-    static const char *const procs[] = {"nvmlDeviceGetComputeRunningProcesses_v3",
-                                        "nvmlDeviceGetComputeRunningProcesses_v2",
-                                        "nvmlDeviceGetComputeRunningProcesses"};
-    for (int i = 0; i < 3 && !nv->procs; i++) {
-        nv->procs = (nv_procs_fn)dlsym(nv->dl, procs[i]);
-        nv->procs_version = 3 - i;
-    }
-}
-
-/* Handles a return code of a per-field call; true when the value was read. */
-static bool gpu_ok(tm_gpu *g, struct gpu_dev *d, const tm_gpu_stats *s, enum gpu_field f,
-                   nvmlReturn_t rc)
-{
-    unsigned bit = 1u << f;
-    switch (rc) {
-    case NVML_SUCCESS:
-        return true;
-    case NVML_ERROR_GPU_IS_LOST:
-        d->lost = true;
-        gpu_warn(g, "GPU %u (%s) is lost (fallen off the bus): its metrics stop", d->index,
-                 s->uuid);
-        return false;
-    case NVML_ERROR_NOT_SUPPORTED:
-    case NVML_ERROR_FUNCTION_NOT_FOUND:
-        d->off |= bit;
-        return false;
-    case NVML_ERROR_NO_PERMISSION:
-        d->off |= bit;
-        gpu_warn(g, "GPU %u (%s): %s: no permission to read it (NVML): left out", d->index, s->uuid,
-                 field_names[f]);
-        return false;
-    default:
-        if (!(d->warned & bit)) {
-            d->warned |= bit;
-            gpu_warn(g, "GPU %u (%s): %s: %s", d->index, s->uuid, field_names[f],
-                     gpu_errstr(g, rc));
-        }
-        return false;
-    }
-}
-
-/* Whether a field is to be asked: its function exists, the GPU is there
- * and the field has not been turned off. */
-static bool gpu_ask(const struct gpu_dev *d, enum gpu_field f, const void *fn)
-{
-    return fn && !d->lost && !(d->off & (1u << f));
-}
-
-static void gpu_read_mem(tm_gpu *g, struct gpu_dev *d, tm_gpu_stats *s)
-{
-    const struct nvml *nv = &g->nv;
-    if (nv->mem_v2 && !d->mem_v1_only) {
-        struct nv_mem_v2 m = {.version = NV_MEM_V2_VERSION};
-        nvmlReturn_t rc = nv->mem_v2(d->h, &m);
-        if (rc == NVML_SUCCESS) {
-            s->mem_total = m.total;
-            s->mem_used = m.used;
-            s->mem_free = m.free;
-            s->mem_reserved = m.reserved;
-            s->valid |= TM_GPU_HAVE_MEM | TM_GPU_HAVE_MEM_RESERVED;
-            return;
-        }
-        /* A library newer than the driver may export _v2 and refuse it:
-         * fall back to the plain call for good. */
-        if (!(rc == NVML_ERROR_NOT_SUPPORTED || rc == NVML_ERROR_FUNCTION_NOT_FOUND ||
-              rc == NVML_ERROR_ARGUMENT_VERSION_MISMATCH) ||
-            !nv->mem_v1) {
-            gpu_ok(g, d, s, F_MEM, rc);
-            return;
-        }
-        d->mem_v1_only = true;
-    }
-    if (!nv->mem_v1) {
-        d->off |= 1u << F_MEM;
-        return;
-    }
-    struct nv_mem_v1 m;
-    if (gpu_ok(g, d, s, F_MEM, nv->mem_v1(d->h, &m))) {
-        s->mem_total = m.total;
-        s->mem_used = m.used;
-        s->mem_free = m.free;
-        s->valid |= TM_GPU_HAVE_MEM;
-    }
-}
-
-static int gpu_grow_procs(struct gpu_dev *d, unsigned need)
-{
-    if (need > TM_GPU_MAX_PROCS)
-        return -E2BIG;
-    unsigned cap = need + need / 2 + 4;
-    if (cap > TM_GPU_MAX_PROCS)
-        cap = TM_GPU_MAX_PROCS;
-    unsigned char *pb = realloc(d->pbuf, (size_t)cap * GPU_PROC_ENTRY_MAX);
-    if (!pb)
-        return -ENOMEM;
-    d->pbuf = pb;
-    tm_gpu_proc *pr = realloc(d->procs, (size_t)cap * sizeof *pr);
-    if (!pr)
-        return -ENOMEM;
-    d->procs = pr;
-    unsigned long long *ts = realloc(d->pts, (size_t)cap * sizeof *ts);
-    if (!ts)
-        return -ENOMEM;
-    d->pts = ts;
-    d->pcap = cap;
-    return 0;
-}
-
-/* The size of the process entries the library wrote.  _v2/_v3 entries are
- * 24 bytes, but the _v3 call of drivers 535.43-535.86 wrote 32 (with
- * usedGpuCcProtectedMemory at the end), so it is measured, not assumed: the
- * buffer is filled with a pattern before the call and holds 32 bytes per
- * entry; with 24-byte entries the bytes [24n, 32n) stay untouched, with
- * 32-byte ones they hold the last entry's final field. */
-#define GPU_FILL 0xA5
-static size_t gpu_entry_size(const struct gpu_dev *d, int version, unsigned n)
-{
-    if (version == 1)
-        return 16; /* nvmlProcessInfo_v1_t: pid, usedGpuMemory */
-    if (n == 0)
-        return 24;
-    for (size_t i = (size_t)24 * n; i < (size_t)32 * n; i++)
-        if (d->pbuf[i] != GPU_FILL)
-            return 32;
-    return 24;
-}
-
-static void gpu_read_procs(tm_gpu *g, struct gpu_dev *d, tm_gpu_stats *s)
-{
-    const struct nvml *nv = &g->nv;
-    /* The buffer of the previous sample is offered first; a count of 0 and
-     * no buffer asks for the size.  Processes may start between the calls,
-     * so INSUFFICIENT_SIZE grows the buffer and retries, a bounded number of
-     * times. */
-    for (int attempt = 0; attempt < 5; attempt++) {
-        unsigned n = d->pcap;
-        if (d->pbuf)
-            memset(d->pbuf, GPU_FILL, (size_t)d->pcap * GPU_PROC_ENTRY_MAX);
-        nvmlReturn_t rc = nv->procs(d->h, &n, d->pcap ? d->pbuf : NULL);
-        if (rc == NVML_ERROR_INSUFFICIENT_SIZE || (rc == NVML_SUCCESS && d->pcap == 0 && n > 0)) {
-            int err = gpu_grow_procs(d, n > d->pcap ? n : d->pcap + 1);
-            if (err < 0) {
-                if (!(d->warned & (1u << F_PROCS))) {
-                    d->warned |= 1u << F_PROCS;
-                    gpu_warn(g, "GPU %u (%s): processes: %s", d->index, s->uuid,
-                             err == -E2BIG ? "more than the collector's cap" : strerror(-err));
-                }
-                return;
-            }
-            continue;
-        }
-        if (!gpu_ok(g, d, s, F_PROCS, rc))
-            return;
-        if (n > d->pcap) /* a library that says SUCCESS with more than it could write */
-            n = d->pcap;
-        size_t esz = gpu_entry_size(d, nv->procs_version, n);
-        for (unsigned i = 0; i < n; i++) {
-            const unsigned char *e = d->pbuf + (size_t)i * esz;
-            unsigned pid;
-            unsigned long long used;
-            memcpy(&pid, e, sizeof pid);
-            memcpy(&used, e + 8, sizeof used);
-            tm_gpu_proc *p = &d->procs[i];
-            p->pid = (pid_t)pid;
-            /* ULLONG_MAX: NVML_VALUE_NOT_AVAILABLE (e.g. under WDDM, some vGPUs). */
-            p->mem_valid = used != ULLONG_MAX;
-            p->used_bytes = p->mem_valid ? (uint64_t)used : 0;
-            p->sm_util = NAN;
-            p->mem_util = NAN;
-        }
-        s->nprocs = n;
-        s->procs = d->procs;
-        s->valid |= TM_GPU_HAVE_PROCS;
-        return;
-    }
-    if (!(d->warned & (1u << F_PROCS))) {
-        d->warned |= 1u << F_PROCS;
-        gpu_warn(g, "GPU %u (%s): processes: the list kept growing while it was read", d->index,
-                 s->uuid);
-    }
-}
-
-/* Per-process utilization: the driver keeps a history of samples and
- * returns those newer than lastSeenTimeStamp, which is carried between
- * samples so that each is seen once; the newest sample of a pid wins. */
-static void gpu_read_putil(tm_gpu *g, struct gpu_dev *d, tm_gpu_stats *s)
-{
-    const struct nvml *nv = &g->nv;
-    for (int attempt = 0; attempt < 5; attempt++) {
-        unsigned n = d->ucap;
-        nvmlReturn_t rc = nv->putil(d->h, d->ucap ? d->ubuf : NULL, &n, d->putil_seen);
-        if (rc == NVML_ERROR_NOT_FOUND) { /* no sample since the last one */
-            s->valid |= TM_GPU_HAVE_PROC_UTIL;
-            return;
-        }
-        if (rc == NVML_ERROR_INSUFFICIENT_SIZE || (rc == NVML_SUCCESS && d->ucap == 0)) {
-            if (n == 0) {
-                s->valid |= TM_GPU_HAVE_PROC_UTIL;
-                return;
-            }
-            unsigned cap = n <= d->ucap ? d->ucap + 16 : n + n / 2 + 4;
-            if (cap > GPU_PUTIL_MAX)
-                cap = GPU_PUTIL_MAX;
-            if (cap <= d->ucap)
-                return;
-            struct nv_putil *b = realloc(d->ubuf, (size_t)cap * sizeof *b);
-            if (!b)
-                return;
-            d->ubuf = b;
-            d->ucap = cap;
-            continue;
-        }
-        if (!gpu_ok(g, d, s, F_PUTIL, rc))
-            return;
-        if (n > d->ucap)
-            n = d->ucap;
-        unsigned long long seen = d->putil_seen;
-        for (size_t k = 0; k < s->nprocs; k++)
-            d->pts[k] = 0;
-        for (unsigned i = 0; i < n; i++) {
-            const struct nv_putil *u = &d->ubuf[i];
-            if (u->ts > seen)
-                seen = u->ts;
-            if (u->sm > 100 || u->mem > 100) /* garbage seen on some drivers */
-                continue;
-            for (size_t k = 0; k < s->nprocs; k++) {
-                tm_gpu_proc *p = &d->procs[k];
-                if ((unsigned)p->pid != u->pid || u->ts < d->pts[k])
-                    continue;
-                d->pts[k] = u->ts;
-                p->sm_util = u->sm;
-                p->mem_util = u->mem;
-            }
-        }
-        d->putil_seen = seen;
-        s->valid |= TM_GPU_HAVE_PROC_UTIL;
-        return;
-    }
-}
-
-static void gpu_sample_dev(tm_gpu *g, struct gpu_dev *d, tm_gpu_stats *s)
-{
-    const struct nvml *nv = &g->nv;
     s->valid = 0;
     s->mem_total = s->mem_used = s->mem_free = s->mem_reserved = 0;
     s->util_gpu = s->util_mem = s->temp_c = s->power_w = NAN;
@@ -485,58 +114,6 @@ static void gpu_sample_dev(tm_gpu *g, struct gpu_dev *d, tm_gpu_stats *s)
     s->throttle_reasons = 0;
     s->nprocs = 0;
     s->procs = NULL;
-
-    if (gpu_ask(d, F_MEM, nv->mem_v2 ? (const void *)nv->mem_v2 : (const void *)nv->mem_v1))
-        gpu_read_mem(g, d, s);
-    if (gpu_ask(d, F_UTIL, (const void *)nv->util)) {
-        struct nv_util u;
-        if (gpu_ok(g, d, s, F_UTIL, nv->util(d->h, &u))) {
-            s->util_gpu = u.gpu;
-            s->util_mem = u.memory;
-            s->valid |= TM_GPU_HAVE_UTIL;
-        }
-    }
-    unsigned v, v2;
-    if (gpu_ask(d, F_TEMP, (const void *)nv->temp) &&
-        gpu_ok(g, d, s, F_TEMP, nv->temp(d->h, 0 /* NVML_TEMPERATURE_GPU */, &v))) {
-        s->temp_c = v;
-        s->valid |= TM_GPU_HAVE_TEMP;
-    }
-    if (gpu_ask(d, F_POWER, (const void *)nv->power) &&
-        gpu_ok(g, d, s, F_POWER, nv->power(d->h, &v))) {
-        s->power_w = v / 1000.0; /* milliwatts */
-        s->valid |= TM_GPU_HAVE_POWER;
-    }
-    /* Counters 0 = TX, 1 = RX, in KB/s (1024 bytes). */
-    if (gpu_ask(d, F_PCIE, (const void *)nv->pcie) &&
-        gpu_ok(g, d, s, F_PCIE, nv->pcie(d->h, 0, &v)) &&
-        gpu_ok(g, d, s, F_PCIE, nv->pcie(d->h, 1, &v2))) {
-        s->pcie_tx_bytes_s = v * 1024.0;
-        s->pcie_rx_bytes_s = v2 * 1024.0;
-        s->valid |= TM_GPU_HAVE_PCIE;
-    }
-    if (gpu_ask(d, F_CLOCK, (const void *)nv->clock) &&
-        gpu_ok(g, d, s, F_CLOCK, nv->clock(d->h, 1 /* NVML_CLOCK_SM */, &v))) {
-        s->sm_clock_mhz = v;
-        s->valid |= TM_GPU_HAVE_CLOCK;
-    }
-    unsigned long long mask;
-    if (gpu_ask(d, F_THROTTLE, (const void *)nv->throttle) &&
-        gpu_ok(g, d, s, F_THROTTLE, nv->throttle(d->h, &mask))) {
-        s->throttle_reasons = mask;
-        s->valid |= TM_GPU_HAVE_THROTTLE;
-    }
-    if (gpu_ask(d, F_PROCS, (const void *)nv->procs))
-        gpu_read_procs(g, d, s);
-    if (s->nprocs > 0 && gpu_ask(d, F_PUTIL, (const void *)nv->putil))
-        gpu_read_putil(g, d, s);
-
-    if (d->lost) {
-        s->lost = true;
-        s->valid = 0;
-        s->nprocs = 0;
-        s->procs = NULL;
-    }
 }
 
 int tm_gpu_sample(tm_gpu *g, const tm_gpu_stats **gpus, size_t *n)
@@ -547,13 +124,17 @@ int tm_gpu_sample(tm_gpu *g, const tm_gpu_stats **gpus, size_t *n)
         struct gpu_dev *d = &g->devs[i];
         tm_gpu_stats *s = &g->stats[i];
         if (d->lost) {
-            s->lost = true;
-            s->valid = 0;
-            s->nprocs = 0;
-            s->procs = NULL;
+            gpu_set_lost(s);
             continue;
         }
-        gpu_sample_dev(g, d, s);
+        gpu_reset(s);
+        d->be->b->sample(d->be->ctx, d->slot, s);
+        if (s->lost) {
+            d->lost = true;
+            gpu_set_lost(s);
+            tm_gpu_warn(g, "GPU %u (%s) is lost (fallen off the bus): its metrics stop", s->index,
+                        s->uuid);
+        }
     }
     *gpus = g->stats;
     *n = g->n;
@@ -564,108 +145,107 @@ int tm_gpu_sample(tm_gpu *g, const tm_gpu_stats **gpus, size_t *n)
 
 static void gpu_free(tm_gpu *g)
 {
-    if (!g)
-        return;
-    for (size_t i = 0; g->devs && i < g->n; i++) {
-        free(g->devs[i].pbuf);
-        free(g->devs[i].procs);
-        free(g->devs[i].pts);
-        free(g->devs[i].ubuf);
-    }
+    for (size_t i = 0; i < g->nbe; i++)
+        if (g->be[i].ctx)
+            g->be[i].b->close(g->be[i].ctx);
+    free(g->be);
     free(g->devs);
     free(g->stats);
     free(g);
 }
 
-static int gpu_add_dev(tm_gpu *g, unsigned idx, bool all)
+/* Opens every backend; fails when none opens. */
+static int gpu_open_backends(tm_gpu *g, const struct tm_gpu_backend *const *list, size_t nlist,
+                             unsigned *total)
 {
-    const struct nvml *nv = &g->nv;
-    struct gpu_dev *d = &g->devs[g->n];
+    /* The error to give when no backend opens: the first that is more than
+     * "no library here" (a driver that fails says more than an absent
+     * vendor), else the first.  Its message is kept over later calls. */
+    int err = 0;
+    char msg[512] = "no GPU backend: GPU metrics off";
+    *total = 0;
+    for (size_t i = 0; i < nlist; i++) {
+        void *ctx = NULL;
+        int rc = list[i]->open(g, &ctx);
+        if (rc < 0) {
+            if (err == 0 || (err == -ENOENT && rc != -ENOENT)) {
+                err = rc;
+                tm_strlcpy(msg, tm_last_error(), sizeof msg);
+            }
+            continue;
+        }
+        unsigned count = list[i]->count(ctx);
+        if (count > UINT_MAX - *total) { /* cannot happen with real hardware */
+            list[i]->close(ctx);
+            continue;
+        }
+        g->be[g->nbe++] =
+            (struct gpu_backend_open){.b = list[i], .ctx = ctx, .first = *total, .count = count};
+        *total += count;
+    }
+    if (g->nbe == 0)
+        return tm_seterr(err ? err : -ENODEV, "%s", msg);
+    return 0;
+}
+
+static struct gpu_backend_open *gpu_backend_of(tm_gpu *g, unsigned idx)
+{
+    for (size_t i = 0; i < g->nbe; i++)
+        if (idx >= g->be[i].first && idx - g->be[i].first < g->be[i].count)
+            return &g->be[i];
+    return NULL;
+}
+
+/* Adds trainmon's GPU idx.  Enumerating (all), a GPU this process may not
+ * use (a container's device cgroup) is left out with a warning and the
+ * others are kept; asked for by index, it fails the open. */
+static int gpu_add(tm_gpu *g, unsigned idx, bool all)
+{
+    struct gpu_backend_open *be = gpu_backend_of(g, idx);
     tm_gpu_stats *s = &g->stats[g->n];
-    memset(d, 0, sizeof *d);
     memset(s, 0, sizeof *s);
-    d->index = s->index = idx;
+    s->index = idx;
     snprintf(s->name, sizeof s->name, "GPU %u", idx);
-    nvmlReturn_t rc = nv->get_handle(idx, &d->h);
-    if (rc == NVML_ERROR_GPU_IS_LOST) {
-        d->lost = s->lost = true;
-        gpu_warn(g, "GPU %u is lost (fallen off the bus): its metrics stop", idx);
-        g->n++;
-        return 0;
-    }
-    if (rc != NVML_SUCCESS) {
+    int slot = be->b->add(be->ctx, idx - be->first, s);
+    if (slot < 0) {
         if (!all)
-            return tm_seterr(rc == NVML_ERROR_NO_PERMISSION ? -EACCES : -EIO, "GPU %u: %s", idx,
-                             gpu_errstr(g, rc));
-        /* Enumerating: a GPU this process may not use (a container's
-         * device cgroup) is skipped, the others are kept. */
-        gpu_warn(g, "GPU %u: %s: left out", idx, gpu_errstr(g, rc));
+            return slot;
+        tm_gpu_warn(g, "%s: left out", tm_last_error());
         return 0;
     }
-    /* NVML's buffers for these are 96 bytes (NVML_DEVICE_NAME_V2_BUFFER_SIZE,
-     * NVML_DEVICE_UUID_V2_BUFFER_SIZE). */
-    if (nv->get_name) {
-        char buf[96];
-        if (nv->get_name(d->h, buf, sizeof buf) == NVML_SUCCESS)
-            tm_strlcpy(s->name, buf, sizeof s->name);
+    g->devs[g->n] = (struct gpu_dev){.be = be, .slot = slot, .lost = s->lost};
+    if (s->lost) {
+        gpu_set_lost(s);
+        tm_gpu_warn(g, "GPU %u is lost (fallen off the bus): its metrics stop", idx);
     }
-    if (nv->get_uuid) {
-        char buf[96];
-        if (nv->get_uuid(d->h, buf, sizeof buf) == NVML_SUCCESS)
-            tm_strlcpy(s->uuid, buf, sizeof s->uuid);
-    }
+    be->ndev++;
     g->n++;
     return 0;
 }
 
-int tm_gpu_open(tm_gpu **out, const unsigned *indices, size_t n)
+int tm_gpu_open_with(tm_gpu **out, const struct tm_gpu_backend *const *list, size_t nlist,
+                     const unsigned *indices, size_t n)
 {
-    if (!out)
+    if (!out || (!list && nlist))
         return tm_seterr(-EINVAL, "tm_gpu_open: NULL argument");
     *out = NULL;
     tm_gpu *g = calloc(1, sizeof *g);
-    if (!g)
+    if (g && nlist)
+        g->be = calloc(nlist, sizeof *g->be);
+    if (!g || (nlist && !g->be)) {
+        free(g);
         return tm_seterr(-ENOMEM, "GPU collector: %s", strerror(ENOMEM));
-    int rc = 0;
-    bool inited = false;
-    const char *lib = getenv("TRAINMON_NVML_LIB");
-    if (!lib || !*lib)
-        lib = "libnvidia-ml.so.1";
-    g->nv.dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-    if (!g->nv.dl) {
-        rc = tm_seterr(-ENOENT, "no NVIDIA driver found: GPU metrics off");
-        goto out;
     }
-    gpu_resolve(&g->nv);
-    if (!g->nv.init || !g->nv.get_count || !g->nv.get_handle) {
-        rc = tm_seterr(-ENOSYS,
-                       "%s: not a usable NVML library (nvmlInit, nvmlDeviceGetCount "
-                       "or nvmlDeviceGetHandleByIndex missing): GPU metrics off",
-                       lib);
+    unsigned total;
+    int rc = gpu_open_backends(g, list, nlist, &total);
+    if (rc < 0)
         goto out;
-    }
-    nvmlReturn_t nrc = g->nv.init();
-    if (nrc != NVML_SUCCESS) {
-        if (nrc == NVML_ERROR_DRIVER_NOT_LOADED || nrc == NVML_ERROR_LIBRARY_NOT_FOUND)
-            rc = tm_seterr(-ENOENT, "no NVIDIA driver found: GPU metrics off");
-        else
-            rc = tm_seterr(nrc == NVML_ERROR_NO_PERMISSION ? -EACCES : -EIO,
-                           "NVML: %s: GPU metrics off", gpu_errstr(g, nrc));
-        goto out;
-    }
-    inited = true;
-    unsigned count = 0;
-    nrc = g->nv.get_count(&count);
-    if (nrc != NVML_SUCCESS) {
-        rc = tm_seterr(-EIO, "NVML: %s: GPU metrics off", gpu_errstr(g, nrc));
-        goto out;
-    }
-    if (count == 0) {
-        rc = tm_seterr(-ENODEV, "no NVIDIA GPU found: GPU metrics off");
-        goto out;
-    }
     bool all = indices == NULL || n == 0;
-    size_t want = all ? count : n;
+    size_t want = all ? total : n;
+    if (want == 0) { /* backends that opened with no GPU */
+        rc = tm_seterr(-ENODEV, "no GPU found: GPU metrics off");
+        goto out;
+    }
     g->devs = calloc(want, sizeof *g->devs);
     g->stats = calloc(want, sizeof *g->stats);
     if (!g->devs || !g->stats) {
@@ -674,38 +254,43 @@ int tm_gpu_open(tm_gpu **out, const unsigned *indices, size_t n)
     }
     for (size_t i = 0; i < want; i++) {
         unsigned idx = all ? (unsigned)i : indices[i];
-        if (idx >= count) {
-            rc = tm_seterr(-ENODEV, "GPU %u: no such GPU (%u found)", idx, count);
+        if (idx >= total) {
+            rc = tm_seterr(-ENODEV, "GPU %u: no such GPU (%u found)", idx, total);
             goto out;
         }
-        rc = gpu_add_dev(g, idx, all);
+        rc = gpu_add(g, idx, all);
         if (rc < 0)
             goto out;
     }
     if (g->n == 0) {
-        rc = tm_seterr(-ENODEV, "no usable NVIDIA GPU: GPU metrics off");
+        rc = tm_seterr(-ENODEV, "no usable %s%sGPU: GPU metrics off",
+                       g->nbe == 1 ? g->be[0].b->vendor : "", g->nbe == 1 ? " " : "");
         goto out;
+    }
+    /* A backend none of whose GPUs is watched keeps nothing loaded. */
+    for (size_t i = 0; i < g->nbe; i++) {
+        if (g->be[i].ndev == 0) {
+            g->be[i].b->close(g->be[i].ctx);
+            g->be[i].ctx = NULL;
+        }
     }
     *out = g;
     return 0;
 out:
-    if (inited && g->nv.shutdown)
-        g->nv.shutdown();
-    if (g->nv.dl)
-        dlclose(g->nv.dl);
     gpu_free(g);
     return rc;
+}
+
+int tm_gpu_open(tm_gpu **out, const unsigned *indices, size_t n)
+{
+    return tm_gpu_open_with(out, backends, TM_ARRAY_LEN(backends), indices, n);
 }
 
 void tm_gpu_close(tm_gpu **gp)
 {
     if (!gp || !*gp)
         return;
-    tm_gpu *g = *gp;
-    if (g->nv.shutdown)
-        g->nv.shutdown();
-    dlclose(g->nv.dl);
-    gpu_free(g);
+    gpu_free(*gp);
     *gp = NULL;
 }
 
@@ -713,21 +298,26 @@ void tm_gpu_close(tm_gpu **gp)
 
 size_t tm_gpu_throttle_names(uint64_t reasons, const char **names, size_t cap)
 {
-    static const char *const bits[] = {"gpu_idle",
-                                       "applications_clocks_setting",
-                                       "sw_power_cap",
-                                       "hw_slowdown",
-                                       "sync_boost",
-                                       "sw_thermal_slowdown",
-                                       "hw_thermal_slowdown",
-                                       "hw_power_brake",
-                                       "display_clocks_setting"};
+    static const struct {
+        uint64_t bit;
+        const char *name;
+    } bits[] = {
+        {TM_GPU_THROTTLE_GPU_IDLE, "gpu_idle"},
+        {TM_GPU_THROTTLE_APPLICATIONS_CLOCKS, "applications_clocks_setting"},
+        {TM_GPU_THROTTLE_SW_POWER_CAP, "sw_power_cap"},
+        {TM_GPU_THROTTLE_HW_SLOWDOWN, "hw_slowdown"},
+        {TM_GPU_THROTTLE_SYNC_BOOST, "sync_boost"},
+        {TM_GPU_THROTTLE_SW_THERMAL, "sw_thermal_slowdown"},
+        {TM_GPU_THROTTLE_HW_THERMAL, "hw_thermal_slowdown"},
+        {TM_GPU_THROTTLE_HW_POWER_BRAKE, "hw_power_brake"},
+        {TM_GPU_THROTTLE_DISPLAY_CLOCKS, "display_clocks_setting"},
+    };
     size_t k = 0;
     for (size_t i = 0; i < TM_ARRAY_LEN(bits); i++) {
-        if (!(reasons & (1ull << i)))
+        if (!(reasons & bits[i].bit))
             continue;
         if (names && k < cap)
-            names[k] = bits[i];
+            names[k] = bits[i].name;
         k++;
     }
     return k;
@@ -864,23 +454,24 @@ int tm_sysrec_gpu(tm_rec *w, int64_t t_ns, const tm_gpu_stats *g, size_t n)
         snprintf(labels, sizeof labels, "gpu=%u,uuid=%s", s->index, s->uuid);
         bool mem = s->valid & TM_GPU_HAVE_MEM;
         const struct tm_sysrec_val vals[] = {
-            {"gpu.memory_used_bytes", "B", mem ? (double)s->mem_used : NAN},
-            {"gpu.memory_total_bytes", "B", mem ? (double)s->mem_total : NAN},
-            {"gpu.memory_free_bytes", "B", mem ? (double)s->mem_free : NAN},
-            {"gpu.memory_reserved_bytes", "B",
+            {TM_SER_GPU_MEMORY_USED_BYTES, "B", mem ? (double)s->mem_used : NAN},
+            {TM_SER_GPU_MEMORY_TOTAL_BYTES, "B", mem ? (double)s->mem_total : NAN},
+            {TM_SER_GPU_MEMORY_FREE_BYTES, "B", mem ? (double)s->mem_free : NAN},
+            {TM_SER_GPU_MEMORY_RESERVED_BYTES, "B",
              s->valid & TM_GPU_HAVE_MEM_RESERVED ? (double)s->mem_reserved : NAN},
-            {"gpu.utilization", "ratio", s->valid & TM_GPU_HAVE_UTIL ? s->util_gpu / 100.0 : NAN},
-            {"gpu.memory_utilization", "ratio",
+            {TM_SER_GPU_UTILIZATION, "ratio",
+             s->valid & TM_GPU_HAVE_UTIL ? s->util_gpu / 100.0 : NAN},
+            {TM_SER_GPU_MEMORY_UTILIZATION, "ratio",
              s->valid & TM_GPU_HAVE_UTIL ? s->util_mem / 100.0 : NAN},
-            {"gpu.temperature_celsius", "C", s->valid & TM_GPU_HAVE_TEMP ? s->temp_c : NAN},
-            {"gpu.power_watts", "W", s->valid & TM_GPU_HAVE_POWER ? s->power_w : NAN},
-            {"gpu.pcie_rx_bytes_per_second", "B/s",
+            {TM_SER_GPU_TEMPERATURE_CELSIUS, "C", s->valid & TM_GPU_HAVE_TEMP ? s->temp_c : NAN},
+            {TM_SER_GPU_POWER_WATTS, "W", s->valid & TM_GPU_HAVE_POWER ? s->power_w : NAN},
+            {TM_SER_GPU_PCIE_RX_BYTES_PER_SECOND, "B/s",
              s->valid & TM_GPU_HAVE_PCIE ? s->pcie_rx_bytes_s : NAN},
-            {"gpu.pcie_tx_bytes_per_second", "B/s",
+            {TM_SER_GPU_PCIE_TX_BYTES_PER_SECOND, "B/s",
              s->valid & TM_GPU_HAVE_PCIE ? s->pcie_tx_bytes_s : NAN},
-            {"gpu.sm_clock_hertz", "Hz",
+            {TM_SER_GPU_SM_CLOCK_HERTZ, "Hz",
              s->valid & TM_GPU_HAVE_CLOCK ? s->sm_clock_mhz * 1e6 : NAN},
-            {"gpu.throttle_reasons", "",
+            {TM_SER_GPU_THROTTLE_REASONS, "",
              s->valid & TM_GPU_HAVE_THROTTLE ? (double)s->throttle_reasons : NAN},
         };
         int rc = tm_sysrec_put(w, t_ns, labels, vals, TM_ARRAY_LEN(vals));
@@ -890,8 +481,8 @@ int tm_sysrec_gpu(tm_rec *w, int64_t t_ns, const tm_gpu_stats *g, size_t n)
             const tm_gpu_proc *p = &s->procs[j];
             snprintf(labels, sizeof labels, "gpu=%u,pid=%d", s->index, (int)p->pid);
             const struct tm_sysrec_val pv[] = {
-                {"gpu.process_memory_bytes", "B", p->mem_valid ? (double)p->used_bytes : NAN},
-                {"gpu.process_sm_utilization", "ratio", p->sm_util / 100.0},
+                {TM_SER_GPU_PROCESS_MEMORY_BYTES, "B", p->mem_valid ? (double)p->used_bytes : NAN},
+                {TM_SER_GPU_PROCESS_SM_UTILIZATION, "ratio", p->sm_util / 100.0},
             };
             rc = tm_sysrec_put(w, t_ns, labels, pv, TM_ARRAY_LEN(pv));
             if (rc < 0)

@@ -3,6 +3,9 @@
  * the fake NVML libraries built from tests/fakes/fake_nvml*.c (scripted
  * through the FAKE_NVML environment variable, read at nvmlInit), and the
  * attribution of GPU processes to a process tree on a temporary /proc tree.
+ * The backend seam: a test backend of no vendor, given to tm_gpu_open_with
+ * alone or beside NVML, shows that the vendor-neutral part (numbering,
+ * lost GPUs, warnings, attribution, recording) does not depend on NVML.
  *
  * The fakes are found beside this binary: <dir of the test>/fakes/NAME.so,
  * i.e. build/tests/fakes/ (or build-asan/tests/fakes/).
@@ -25,6 +28,7 @@
 
 #include "gpu.h"
 #include "trainmon.h"
+#include "util.h"
 
 #define GiB (1ull << 30)
 #define MiB (1ull << 20)
@@ -848,6 +852,369 @@ static void test_sysrec_gpu_writes_base_units_and_leaves_out_unavailable(void **
     }
 }
 
+/* ------------------------------------------------------------ the backend seam */
+
+/* A backend of no vendor, driven through tm_gpu_open_with: what gpu.c does
+ * (numbering, lost GPUs, the warnings queue, resetting a sample,
+ * attribution, recording) must hold for it as for NVML. */
+#define TB_DEVS 4
+struct tb_dev {
+    char uuid[32];
+    tm_gpu_proc procs[2];
+    size_t nprocs;
+    unsigned lost_at; /* the sample (1, 2, ...) at which it falls off the bus; 0 never */
+    int add_err;      /* add fails with this */
+    unsigned samples;
+};
+static struct tb_state {
+    int open_err;
+    unsigned count;
+    unsigned warnings_per_sample;
+    struct tb_dev dev[TB_DEVS];
+    unsigned opens, closes;
+    tm_gpu *g;
+} tb;
+
+static int tb_open(tm_gpu *g, void **ctx)
+{
+    if (tb.open_err)
+        return tm_seterr(tb.open_err, "no test driver found: GPU metrics off");
+    tb.g = g;
+    tb.opens++;
+    *ctx = &tb;
+    return 0;
+}
+
+static unsigned tb_count(void *ctx)
+{
+    return ((struct tb_state *)ctx)->count;
+}
+
+static int tb_add(void *ctx, unsigned idx, tm_gpu_stats *s)
+{
+    struct tb_state *t = ctx;
+    if (t->dev[idx].add_err)
+        return tm_seterr(t->dev[idx].add_err, "GPU %u: busy", s->index);
+    snprintf(s->name, sizeof s->name, "Test GPU %u", idx);
+    snprintf(s->uuid, sizeof s->uuid, "%s", t->dev[idx].uuid);
+    return (int)idx;
+}
+
+static void tb_sample(void *ctx, int slot, tm_gpu_stats *s)
+{
+    struct tb_state *t = ctx;
+    struct tb_dev *d = &t->dev[slot];
+    d->samples++;
+    s->mem_total = 1000;
+    s->mem_used = 250 * d->samples;
+    s->mem_free = s->mem_total - s->mem_used;
+    s->valid |= TM_GPU_HAVE_MEM;
+    if (d->lost_at && d->samples >= d->lost_at) {
+        s->lost = true; /* with a valid bit set before: gpu.c must clear it */
+        return;
+    }
+    if (d->samples % 2 == 1) { /* every other sample only */
+        s->temp_c = 70;
+        s->valid |= TM_GPU_HAVE_TEMP;
+    }
+    s->throttle_reasons = TM_GPU_THROTTLE_HW_THERMAL;
+    s->valid |= TM_GPU_HAVE_THROTTLE;
+    s->nprocs = d->nprocs;
+    s->procs = d->procs;
+    s->valid |= TM_GPU_HAVE_PROCS;
+    for (unsigned i = 0; i < t->warnings_per_sample; i++)
+        tm_gpu_warn(t->g, "GPU %u (%s): test warning %u", s->index, s->uuid, i);
+}
+
+static void tb_close(void *ctx)
+{
+    ((struct tb_state *)ctx)->closes++;
+}
+
+static const struct tm_gpu_backend test_backend = {
+    .name = "test",
+    .vendor = "Test",
+    .open = tb_open,
+    .count = tb_count,
+    .add = tb_add,
+    .sample = tb_sample,
+    .close = tb_close,
+};
+
+static void tb_reset(unsigned count)
+{
+    memset(&tb, 0, sizeof tb);
+    tb.count = count;
+    for (unsigned i = 0; i < TB_DEVS; i++)
+        snprintf(tb.dev[i].uuid, sizeof tb.dev[i].uuid, "TEST-%u", i);
+}
+
+static int seam_setup(void **state)
+{
+    tb_reset(2);
+    return attr_setup(state);
+}
+
+static int seam_teardown(void **state)
+{
+    tm_gpu_close(&open_g);
+    return attr_teardown(state);
+}
+
+/* The value of one series ("name{labels}") in a record file; false when
+ * the series was not recorded. */
+static bool rec_value(const char *path, const char *series, double *v)
+{
+    tm_reader *r = NULL;
+    assert_int_equal(tm_reader_open(&r, path), 0);
+    bool found = false;
+    uint32_t want_id = 0;
+    tm_record rec;
+    while (tm_reader_next(r, &rec) == 1) {
+        if (rec.type == TM_REC_SERIES) {
+            tm_rec_series_def d;
+            assert_int_equal(tm_rec_decode_series(&rec, &d), 0);
+            char name[256];
+            snprintf(name, sizeof name, "%.*s{%.*s}", (int)d.name_len, d.name, (int)d.labels_len,
+                     d.labels);
+            if (strcmp(name, series) == 0) {
+                want_id = d.id;
+                found = true;
+            }
+        } else if (rec.type == TM_REC_SAMPLE && found) {
+            uint32_t ids[64];
+            double vals[64];
+            int k = tm_rec_decode_sample(&rec, ids, vals, 64);
+            for (int i = 0; i < k; i++)
+                if (ids[i] == want_id)
+                    *v = vals[i];
+        }
+    }
+    tm_reader_close(&r);
+    return found;
+}
+
+static void test_seam_other_backend_attributed_warned_and_recorded(void **state)
+{
+    (void)state;
+    /* GPU 0 runs the tree's process 4242 and a stranger 999; GPU 1 runs
+     * the tree's container pid 7 (host pid 31337). */
+    add_proc(4242, "4242", 500);
+    add_proc(999, "999", 600);
+    add_proc(31337, "31337\t7", 700);
+    tb.dev[0].procs[0] = (tm_gpu_proc){
+        .pid = 4242, .mem_valid = true, .used_bytes = 8 * GiB, .sm_util = NAN, .mem_util = NAN};
+    tb.dev[0].procs[1] = (tm_gpu_proc){
+        .pid = 999, .mem_valid = true, .used_bytes = GiB, .sm_util = NAN, .mem_util = NAN};
+    tb.dev[0].nprocs = 2;
+    tb.dev[1].procs[0] = (tm_gpu_proc){
+        .pid = 31337, .mem_valid = true, .used_bytes = 3 * GiB, .sm_util = 40, .mem_util = NAN};
+    tb.dev[1].nprocs = 1;
+    tb.warnings_per_sample = 1;
+    const struct tm_gpu_backend *const list[] = {&test_backend};
+    assert_int_equal(tm_gpu_open_with(&open_g, list, 1, NULL, 0), 0);
+    assert_int_equal(tb.opens, 1);
+    size_t n;
+    const tm_gpu_stats *s = sample(open_g, &n);
+    assert_int_equal(n, 2);
+    assert_int_equal(s[1].index, 1);
+    assert_string_equal(s[1].name, "Test GPU 1");
+    assert_string_equal(s[1].uuid, "TEST-1");
+    assert_true(s[0].valid & TM_GPU_HAVE_TEMP);
+    const char *names[4];
+    assert_int_equal(tm_gpu_throttle_names(s[0].throttle_reasons, names, 4), 1);
+    assert_string_equal(names[0], "hw_thermal_slowdown");
+
+    tm_procinfo procs[] = {tree_proc(4242, 500), tree_proc(7, 700)};
+    tm_ptree_stats tree = {.root = 4242, .root_alive = true, .nproc = 2, .procs = procs};
+    assert_true(tm_gpu_tree_memory(s, n, &tree) == (double)(8 * GiB + 3 * GiB));
+    assert_true(tm_gpu_pid_in_tree(s[1].procs[0].pid, &tree));
+    assert_false(tm_gpu_pid_in_tree(s[0].procs[1].pid, &tree));
+
+    char last[256];
+    assert_int_equal(drain_warnings(open_g, last, sizeof last), 2);
+    assert_string_equal(last, "GPU 1 (TEST-1): test warning 0");
+
+    /* The second sample: what the backend leaves out is unavailable again,
+     * not the last value. */
+    s = sample(open_g, &n);
+    assert_false(s[0].valid & TM_GPU_HAVE_TEMP);
+    assert_true(isnan(s[0].temp_c));
+    assert_int_equal(s[0].mem_used, 500);
+
+    char path[] = "/tmp/test_gpu_seam.XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    tm_rec *w = NULL;
+    tm_rec_opts o = {.role = "system", .rank = -1};
+    assert_int_equal(tm_rec_open(&w, path, &o), 0);
+    assert_int_equal(tm_sysrec_gpu(w, 0, s, n), 0);
+    tm_rec_close(&w);
+    double v = -1;
+    assert_true(rec_value(path, "gpu.memory_used_bytes{gpu=1,uuid=TEST-1}", &v));
+    assert_true(v == 500);
+    assert_true(rec_value(path, "gpu.throttle_reasons{gpu=0,uuid=TEST-0}", &v));
+    assert_true(v == (double)TM_GPU_THROTTLE_HW_THERMAL);
+    assert_true(rec_value(path, "gpu.process_memory_bytes{gpu=0,pid=4242}", &v));
+    assert_true(v == (double)(8 * GiB));
+    assert_true(rec_value(path, "gpu.process_sm_utilization{gpu=1,pid=31337}", &v));
+    assert_true(v == 0.4);
+    assert_false(rec_value(path, "gpu.temperature_celsius{gpu=0,uuid=TEST-0}", &v));
+    unlink(path);
+
+    tm_gpu_close(&open_g);
+    assert_null(open_g);
+    assert_int_equal(tb.closes, 1);
+}
+
+static void test_seam_lost_gpu_said_once_and_not_sampled_again(void **state)
+{
+    (void)state;
+    tb.dev[1].lost_at = 2;
+    const struct tm_gpu_backend *const list[] = {&test_backend};
+    assert_int_equal(tm_gpu_open_with(&open_g, list, 1, NULL, 0), 0);
+    size_t n;
+    const tm_gpu_stats *s = sample(open_g, &n);
+    assert_false(s[1].lost);
+    assert_int_equal(drain_warnings(open_g, NULL, 0), 0);
+    char last[256];
+    for (int i = 0; i < 3; i++) {
+        s = sample(open_g, &n);
+        assert_true(s[1].lost);
+        assert_int_equal(s[1].valid, 0); /* the bit the backend set is cleared */
+        assert_int_equal(s[1].nprocs, 0);
+        assert_true(s[0].valid & TM_GPU_HAVE_MEM);
+        assert_int_equal(drain_warnings(open_g, last, sizeof last), i == 0 ? 1 : 0);
+        if (i == 0)
+            assert_string_equal(last,
+                                "GPU 1 (TEST-1) is lost (fallen off the bus): its metrics stop");
+    }
+    assert_int_equal(tb.dev[1].samples, 2);
+    assert_int_equal(tb.dev[0].samples, 4);
+}
+
+static void test_seam_warnings_bounded_with_count_of_dropped(void **state)
+{
+    (void)state;
+    tb.count = 1;
+    tb.warnings_per_sample = 20;
+    const struct tm_gpu_backend *const list[] = {&test_backend};
+    assert_int_equal(tm_gpu_open_with(&open_g, list, 1, NULL, 0), 0);
+    size_t n;
+    sample(open_g, &n);
+    char last[256];
+    assert_int_equal(drain_warnings(open_g, last, sizeof last), 17);
+    assert_string_equal(last, "4 more GPU warnings were dropped");
+}
+
+static void test_seam_gpus_numbered_over_backends_in_table_order(void **state)
+{
+    (void)state;
+    use_fake("fake_nvml", "devices=2;d0.uuid=GPU-n0;d1.uuid=GPU-n1;d0.mem=1000,300,700,50");
+    tb.warnings_per_sample = 1;
+    const struct tm_gpu_backend *const list[] = {&tm_gpu_nvml, &test_backend};
+    assert_int_equal(tm_gpu_open_with(&open_g, list, 2, NULL, 0), 0);
+    size_t n;
+    const tm_gpu_stats *s = sample(open_g, &n);
+    assert_int_equal(n, 4);
+    const char *uuids[] = {"GPU-n0", "GPU-n1", "TEST-0", "TEST-1"};
+    for (unsigned i = 0; i < 4; i++) {
+        assert_int_equal(s[i].index, i);
+        assert_string_equal(s[i].uuid, uuids[i]);
+    }
+    assert_int_equal(s[0].mem_used, 300);
+    char last[256];
+    assert_int_equal(drain_warnings(open_g, last, sizeof last), 2);
+    assert_string_equal(last, "GPU 3 (TEST-1): test warning 0");
+    tm_gpu_close(&open_g);
+
+    /* Selected by trainmon's index, in the order asked. */
+    const unsigned idx[] = {3, 0};
+    assert_int_equal(tm_gpu_open_with(&open_g, list, 2, idx, 2), 0);
+    s = sample(open_g, &n);
+    assert_int_equal(n, 2);
+    assert_int_equal(s[0].index, 3);
+    assert_string_equal(s[0].uuid, "TEST-1");
+    assert_int_equal(s[1].index, 0);
+    assert_string_equal(s[1].uuid, "GPU-n0");
+    tm_gpu_close(&open_g);
+
+    /* A backend none of whose GPUs is asked for is closed at once. */
+    unsigned closes = tb.closes;
+    const unsigned nv_only[] = {1};
+    assert_int_equal(tm_gpu_open_with(&open_g, list, 2, nv_only, 1), 0);
+    assert_int_equal(tb.closes, closes + 1);
+    tm_gpu_close(&open_g);
+    const unsigned none[] = {4};
+    assert_int_equal(tm_gpu_open_with(&open_g, list, 2, none, 1), -ENODEV);
+    assert_string_equal(tm_last_error(), "GPU 4: no such GPU (4 found)");
+}
+
+static void test_seam_absent_backend_left_out_failing_one_reported(void **state)
+{
+    (void)state;
+    const struct tm_gpu_backend *const list[] = {&tm_gpu_nvml, &test_backend};
+    /* No NVIDIA library: the other vendor's GPUs alone, renumbered from 0. */
+    setenv("TRAINMON_NVML_LIB", "/nonexistent/libnvidia-ml.so.1", 1);
+    assert_int_equal(tm_gpu_open_with(&open_g, list, 2, NULL, 0), 0);
+    size_t n;
+    const tm_gpu_stats *s = sample(open_g, &n);
+    assert_int_equal(n, 2);
+    assert_int_equal(s[0].index, 0);
+    assert_string_equal(s[0].uuid, "TEST-0");
+    tm_gpu_close(&open_g);
+
+    /* Neither there: the first backend's message. */
+    tb.open_err = -ENOENT;
+    assert_int_equal(tm_gpu_open_with(&open_g, list, 2, NULL, 0), -ENOENT);
+    assert_null(open_g);
+    assert_string_equal(tm_last_error(), "no NVIDIA driver found: GPU metrics off");
+
+    /* A driver that is there but fails says more than an absent one. */
+    use_fake("fake_nvml", "init_err=4");
+    const struct tm_gpu_backend *const rev[] = {&test_backend, &tm_gpu_nvml};
+    assert_int_equal(tm_gpu_open_with(&open_g, rev, 2, NULL, 0), -EACCES);
+    assert_string_equal(tm_last_error(), "NVML: Insufficient Permissions: GPU metrics off");
+}
+
+static void test_seam_unusable_gpu_left_out_when_enumerating_fatal_when_asked(void **state)
+{
+    (void)state;
+    tb.dev[0].add_err = -EACCES;
+    const struct tm_gpu_backend *const list[] = {&test_backend};
+    assert_int_equal(tm_gpu_open_with(&open_g, list, 1, NULL, 0), 0);
+    size_t n;
+    const tm_gpu_stats *s = sample(open_g, &n);
+    assert_int_equal(n, 1);
+    assert_int_equal(s[0].index, 1);
+    char last[256];
+    assert_int_equal(drain_warnings(open_g, last, sizeof last), 1);
+    assert_string_equal(last, "GPU 0: busy: left out");
+    tm_gpu_close(&open_g);
+
+    const unsigned idx[] = {0};
+    assert_int_equal(tm_gpu_open_with(&open_g, list, 1, idx, 1), -EACCES);
+    assert_string_equal(tm_last_error(), "GPU 0: busy");
+    tb.dev[1].add_err = -EIO;
+    assert_int_equal(tm_gpu_open_with(&open_g, list, 1, NULL, 0), -ENODEV);
+    assert_string_equal(tm_last_error(), "no usable Test GPU: GPU metrics off");
+    assert_int_equal(tb.closes, tb.opens); /* every failed open closed the backend */
+}
+
+static void test_nvml_throttle_bits_mapped_unknown_ones_left_out(void **state)
+{
+    (void)state;
+    use_fake("fake_nvml", "d0.throttle=0x10000000188");
+    tm_gpu *g = open_all();
+    size_t n;
+    const tm_gpu_stats *s = sample(g, &n);
+    assert_int_equal(s[0].throttle_reasons, TM_GPU_THROTTLE_HW_SLOWDOWN |
+                                                TM_GPU_THROTTLE_HW_POWER_BRAKE |
+                                                TM_GPU_THROTTLE_DISPLAY_CLOCKS);
+    close_gpu(&g);
+}
+
 int main(void)
 {
     char exe[PATH_MAX];
@@ -902,6 +1269,21 @@ int main(void)
         cmocka_unit_test_teardown(test_nspid_line_parsed, close_teardown),
         cmocka_unit_test_teardown(test_sysrec_gpu_writes_base_units_and_leaves_out_unavailable,
                                   close_teardown),
+        cmocka_unit_test_teardown(test_nvml_throttle_bits_mapped_unknown_ones_left_out,
+                                  close_teardown),
+        cmocka_unit_test_setup_teardown(test_seam_other_backend_attributed_warned_and_recorded,
+                                        seam_setup, seam_teardown),
+        cmocka_unit_test_setup_teardown(test_seam_lost_gpu_said_once_and_not_sampled_again,
+                                        seam_setup, seam_teardown),
+        cmocka_unit_test_setup_teardown(test_seam_warnings_bounded_with_count_of_dropped,
+                                        seam_setup, seam_teardown),
+        cmocka_unit_test_setup_teardown(test_seam_gpus_numbered_over_backends_in_table_order,
+                                        seam_setup, seam_teardown),
+        cmocka_unit_test_setup_teardown(test_seam_absent_backend_left_out_failing_one_reported,
+                                        seam_setup, seam_teardown),
+        cmocka_unit_test_setup_teardown(
+            test_seam_unusable_gpu_left_out_when_enumerating_fatal_when_asked, seam_setup,
+            seam_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
