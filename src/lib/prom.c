@@ -77,14 +77,8 @@ void tm_text_printf(tm_text *t, const char *fmt, ...)
         return;
     va_list ap;
     va_start(ap, fmt);
-    char buf[256];
-    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    t->rc = tm_buf_vprintf(&t->b, fmt, ap);
     va_end(ap);
-    if (n < 0 || (size_t)n >= sizeof buf) {
-        t->rc = -E2BIG; /* callers only format numbers and short names */
-        return;
-    }
-    tm_text_add(t, buf, (size_t)n);
 }
 
 void tm_text_json_str(tm_text *t, const char *s)

@@ -252,25 +252,39 @@ int tm_buf_add(tm_buf *b, const void *data, size_t len)
     return 0;
 }
 
+int tm_buf_vprintf(tm_buf *b, const char *fmt, va_list ap)
+{
+    /* Most pieces are short: format on the stack, and only a longer one
+     * (a long tag, a path) costs a second pass into the heap. */
+    char small[512];
+    va_list again;
+    va_copy(again, ap);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    int rc;
+    if (n < 0) {
+        rc = -EINVAL;
+    } else if ((size_t)n < sizeof small) {
+        rc = tm_buf_add(b, small, (size_t)n);
+    } else {
+        char *big = malloc((size_t)n + 1);
+        if (!big) {
+            rc = -ENOMEM;
+        } else {
+            vsnprintf(big, (size_t)n + 1, fmt, again);
+            rc = tm_buf_add(b, big, (size_t)n);
+            free(big);
+        }
+    }
+    va_end(again);
+    return rc;
+}
+
 int tm_buf_printf(tm_buf *b, const char *fmt, ...)
 {
-    char small[512];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(small, sizeof small, fmt, ap);
+    int rc = tm_buf_vprintf(b, fmt, ap);
     va_end(ap);
-    if (n < 0)
-        return -EINVAL;
-    if ((size_t)n < sizeof small)
-        return tm_buf_add(b, small, (size_t)n);
-    char *big = malloc((size_t)n + 1);
-    if (!big)
-        return -ENOMEM;
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    int rc = tm_buf_add(b, big, (size_t)n);
-    free(big);
     return rc;
 }
 

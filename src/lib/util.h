@@ -60,6 +60,8 @@ typedef struct tm_buf {
 void tm_buf_init(tm_buf *b, size_t cap);
 int tm_buf_add(tm_buf *b, const void *data, size_t len);
 int tm_buf_printf(tm_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The same with a va_list: a piece of any length (up to the buffer's cap). */
+int tm_buf_vprintf(tm_buf *b, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 /* Appends s as the contents of a JSON string (no quotes added). */
 int tm_buf_json_str(tm_buf *b, const char *s, size_t len);
 void tm_buf_reset(tm_buf *b);
