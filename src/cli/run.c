@@ -4,10 +4,15 @@
  * the inside, and prints the report when the job ends.
  *
  * What it does, in order:
- *   1. Creates the run directory (-o DIR, else ./trainmon-runs/<date>-<cmd>)
- *      and writes meta.json (through a temporary name and rename).
+ *   1. Creates the run directory (-o DIR, else ./trainmon-runs/<date>-<cmd>;
+ *      0700, 0750 with --group-readable; an existing DIR must be the
+ *      caller's and closed to others) and writes meta.json (a new temporary
+ *      name and renameat; secret-looking arguments redacted unless
+ *      --keep-args).  Files are created through safefile.c
+ *      (docs/SECURITY.md).
  *   2. Starts CMD with the in-process recorder injected into its Python
- *      processes: DIR/.python/sitecustomize.py is first on PYTHONPATH,
+ *      processes: DIR/.python-XXXXXX/sitecustomize.py (a directory made new
+ *      for the run) is first on PYTHONPATH,
  *      followed by the directory that holds the trainmon package; it chains
  *      to the sitecustomize it hides and imports trainmon, which attaches
  *      when torch is imported (TRAINMON_ATTACH=1, TRAINMON_RUN_DIR=DIR).
@@ -38,7 +43,8 @@
  * Exit status of trainmon itself when the job did not run: 2 for a usage
  * error (no command, an unknown option, a -d path that does not exist), 127
  * when CMD is not found, 126 when it cannot be executed, 1 when the run
- * directory cannot be made.
+ * directory cannot be made or is refused (not a directory, another user's,
+ * writable by others, a symlink).
  */
 #include <dirent.h>
 #include <errno.h>
