@@ -85,6 +85,9 @@ static int safe_open_err(int rc, int dirfd, const char *name, const char *shown)
         if (rc == -EEXIST)
             return tm_seterr(rc, "%s: exists already (%s); not overwritten", shown,
                              S_ISREG(st.st_mode) ? "a regular file" : safe_kind(st.st_mode));
+        if (rc == -ENOTDIR)
+            return tm_seterr(rc, "%s: not a directory (%s)", shown,
+                             S_ISREG(st.st_mode) ? "a regular file" : safe_kind(st.st_mode));
         if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
             return tm_seterr(-EINVAL, "%s: not a regular file (%s)", shown,
                              safe_kind(st.st_mode));
@@ -92,8 +95,11 @@ static int safe_open_err(int rc, int dirfd, const char *name, const char *shown)
     return tm_seterr(rc, "%s: %s", shown, strerror(-rc));
 }
 
-/* Checks an open file: regular, one link, owned by the caller. */
-static int safe_check_file(int fd, const char *shown)
+/* Checks an open file: regular, one link, and (when it existed before:
+ * owner) the caller's.  A file this process just created O_EXCL is not
+ * checked for its owner: on an NFS export with root_squash root's new
+ * files belong to nobody, and they are still the ones it made. */
+static int safe_check_file(int fd, const char *shown, bool owner)
 {
     struct stat st;
     if (fstat(fd, &st) != 0)
@@ -103,7 +109,7 @@ static int safe_check_file(int fd, const char *shown)
     if (st.st_nlink != 1)
         return tm_seterr(-EMLINK, "%s: has %lu hard links; not overwritten", shown,
                          (unsigned long)st.st_nlink);
-    if (st.st_uid != geteuid())
+    if (owner && st.st_uid != geteuid())
         return tm_seterr(-EPERM, "%s: owned by uid %lu; not overwritten", shown,
                          (unsigned long)st.st_uid);
     return 0;
@@ -324,7 +330,7 @@ int tm_file_create_at(int dirfd, const char *name, mode_t mode)
             rc = -errno;
         else if (!S_ISREG(st.st_mode) || st.st_nlink != 1) {
             safe_at_path(dirfd, name, shown, sizeof shown);
-            rc = safe_check_file(fd, shown);
+            rc = safe_check_file(fd, shown, false);
         }
     } else {
         safe_at_path(dirfd, name, shown, sizeof shown);
@@ -380,7 +386,7 @@ static int safe_reuse_at(int dirfd, const char *name, int accmode, const char *s
     while (fd < 0 && errno == EINTR);
     if (fd < 0)
         return safe_open_err(-errno, dirfd, name, shown);
-    int rc = safe_check_file(fd, shown);
+    int rc = safe_check_file(fd, shown, true);
     if (rc == 0 && ftruncate(fd, 0) != 0)
         rc = tm_seterr(-errno, "%s: %s", shown, strerror(errno));
     int fl = fcntl(fd, F_GETFL);
@@ -419,7 +425,7 @@ int tm_file_create(const char *path, mode_t mode, unsigned flags)
         fd = safe_reuse_at(dfd, base, O_RDWR, path);
     } else if (fd < 0) {
         fd = safe_open_err(-errno, dfd, base, path);
-    } else if (fchmod(fd, mode & 0777) != 0 || (rc = safe_check_file(fd, path)) < 0) {
+    } else if (fchmod(fd, mode & 0777) != 0 || (rc = safe_check_file(fd, path, false)) < 0) {
         if (rc == 0)
             rc = tm_seterr(-errno, "%s: chmod: %s", path, strerror(errno));
         close(fd);
