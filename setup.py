@@ -11,6 +11,7 @@ LIB_SOURCES = [
     "src/lib/rec.c",
     "src/lib/recread.c",
     "src/lib/inproc.c",
+    "src/lib/safefile.c",
 ]
 
 ext = Extension(

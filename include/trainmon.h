@@ -385,7 +385,9 @@ typedef struct tm_rec_opts {
 
 typedef struct tm_rec tm_rec;
 
-/* Creates (truncates) the record file at path.  Appends are memory copies
+/* Creates the record file at path (tm_file_create: O_EXCL|O_NOFOLLOW, mode
+ * from the directory's read bits); an existing regular file of the
+ * caller's is truncated, a symlink, FIFO or hard-linked file refused.  Appends are memory copies
  * into a shared mapping of the file, so a record is in the page cache (and
  * survives the writer's death) as soon as the call returns.  Space is
  * reserved with fallocate ahead of use, so a full disk fails an append with
@@ -1120,6 +1122,86 @@ int tm_export_chrome(const tm_run *r, const char *path, size_t *clipped);
  * every system series as "<series>/<labels>" scalars (step = point
  * index).  One event file per record file. */
 int tm_export_tensorboard(const tm_run *r, const char *out);
+
+/* -------------------------------------------------------------- safe files */
+
+/* trainmon runs as root beside other users' files: nothing it creates or
+ * overwrites may be steered by an entry someone else planted (a symlink, a
+ * FIFO, a hard link, a directory of theirs).  Every file trainmon writes is
+ * opened through these helpers (docs/SECURITY.md):
+ *   - no symlink is followed at the last component of a path (O_NOFOLLOW);
+ *     the directories above it are the caller's to trust;
+ *   - new files are created O_EXCL, under a directory fd where there is one;
+ *   - an existing file is used only when fstat says it is a regular file
+ *     with one link, owned by the caller; it is truncated only after that;
+ *   - a directory is used only when it is owned by the caller and not
+ *     writable by group or others (unless TM_SAFE_WRITABLE_OK);
+ *   - meta.json-like files are replaced through a temporary name + renameat.
+ * Each returns a file descriptor (O_CLOEXEC) or 0, or a negative errno with
+ * a one-line tm_last_error() naming the path and the reason: "DIR: owned by
+ * uid 65534", "DIR: writable by others (mode 0777)", "PATH: is a symbolic
+ * link; not followed", "PATH: not a regular file", "PATH: has 2 hard links;
+ * not overwritten". */
+enum {
+    TM_SAFE_WRITABLE_OK = 1u << 0, /* accept a directory group/others may write
+                                      (ownership is still checked) */
+    TM_SAFE_PARENTS = 1u << 1,     /* tm_dir_make_private: make missing parents (0755) */
+    TM_SAFE_REUSE = 1u << 2,       /* tm_file_create: reuse (truncate) an existing
+                                      regular file of the caller's */
+};
+
+/* Opens the directory at path (O_DIRECTORY|O_NOFOLLOW, trailing slashes
+ * ignored) after checking it is owned by geteuid() and, unless
+ * TM_SAFE_WRITABLE_OK, not writable by group or others.  -ELOOP symlink,
+ * -ENOTDIR not a directory, -EPERM wrong owner or mode. */
+int tm_dir_open_checked(const char *path, unsigned flags);
+
+/* Makes the directory at path with exactly mode (0700, 0750), or accepts an
+ * existing one that passes tm_dir_open_checked.  Only the last component is
+ * made unless TM_SAFE_PARENTS.  Returns the checked directory fd; *created
+ * (if not NULL) says whether it is new. */
+int tm_dir_make_private(const char *path, mode_t mode, unsigned flags, bool *created);
+
+/* Makes a new directory prefix + 6 random characters under dirfd
+ * (mkdtemp-style: never an existing one), with exactly mode.  Returns its
+ * fd and writes the name into name (cap bytes). */
+int tm_dir_make_temp(int dirfd, const char *prefix, mode_t mode, char *name, size_t cap);
+
+/* Creates a new file name under dirfd: openat(O_WRONLY|O_CREAT|O_EXCL|
+ * O_NOFOLLOW|O_CLOEXEC) with exactly mode, then fstat: a regular file with
+ * one link.  -EEXIST (anything already there, a symlink included). */
+int tm_file_create_at(int dirfd, const char *name, mode_t mode);
+
+/* Replaces name under dirfd with len bytes of data, atomically: written to
+ * a new temporary ".name.XXXXXX" in the same directory (O_EXCL), fsynced,
+ * then renameat() over name.  A reader sees the old content or the new,
+ * never a mix; an entry planted at name (a symlink) is replaced, not
+ * followed.  0 or a negative errno (the temporary is removed). */
+int tm_file_replace_at(int dirfd, const char *name, const void *data, size_t len, mode_t mode);
+
+/* Creates the file at path (O_RDWR|O_CREAT|O_EXCL|O_NOFOLLOW) in the
+ * directory path names (followed as given).  With TM_SAFE_REUSE an existing
+ * regular file of the caller's with one link is opened without following a
+ * link and truncated; without it -EEXIST.  mode 0: 0600 plus the group and
+ * other read bits of the directory (a 0750 run directory gets 0640 files,
+ * a 0700 one 0600).  For record files. */
+int tm_file_create(const char *path, mode_t mode, unsigned flags);
+
+/* Opens an output file the user named (-o FILE, --html FILE) for writing:
+ * created (mode) when missing; an existing one must be a regular file with
+ * one link owned by the caller, and is truncated only then.  A symlink at
+ * the last component is refused; the directories above may be symlinks.
+ * Never blocks on a FIFO (refused as not a regular file). */
+int tm_file_open_output(const char *path, mode_t mode);
+
+/* Secrets on a command line, for what is stored (meta.json): argv[i] as it
+ * should be written down.  Redacted, case-insensitively, when a name holds
+ * token, key, password, passwd, secret or credential: "--api-key=VALUE"
+ * gives "--api-key=<redacted>", the word after "--password" (unless it
+ * starts with "--") gives "<redacted>", and an environment-like word
+ * "HF_TOKEN=VALUE" gives "HF_TOKEN=<redacted>".  Returns argv[i] itself or
+ * buf (cap bytes, which the redacted text is written into). */
+const char *tm_arg_redact(const char *const *argv, int argc, int i, char *buf, size_t cap);
 
 #ifdef __cplusplus
 }

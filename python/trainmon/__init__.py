@@ -129,9 +129,14 @@ def _ensure_recorder(run_dir=None):
             if _state["pid"] == pid:
                 return
             _state["pid"] = pid
-            d = run_dir or os.environ.get("TRAINMON_RUN_DIR") or _default_run_dir()
+            d = run_dir or os.environ.get("TRAINMON_RUN_DIR")
+            if not d:
+                d = _default_run_dir()
+                # Only ./trainmon-runs is made here: the run directory itself
+                # (its last component, 0700, refused when another user's) is
+                # made by _c.open, as is a TRAINMON_RUN_DIR that is missing.
+                os.makedirs(os.path.dirname(os.path.abspath(d)), exist_ok=True)
             d = os.path.abspath(d)
-            os.makedirs(d, exist_ok=True)
             # Children (spawned workers, helper scripts) write to the same run.
             os.environ.setdefault("TRAINMON_RUN_DIR", d)
             rank = _rank()

@@ -389,6 +389,18 @@ static PyObject *py_open(PyObject *self, PyObject *args)
         return NULL;
     if (g_rec && g_rec_pid == getpid())
         Py_RETURN_TRUE;
+    /* The run directory: only its last component is made (0700); an
+     * existing one must be this user's, or another user could read the
+     * recording or swap files in it.  (A directory others may write is
+     * accepted: a sticky tmpfs root, a shared scratch; the record file is
+     * still created O_EXCL|O_NOFOLLOW there by tm_rec_open.) */
+    int dfd = tm_dir_make_private(run_dir, 0700, TM_SAFE_WRITABLE_OK, NULL);
+    if (dfd < 0) {
+        report_once(R_OPEN, "cannot record (%s); the job goes on without a record file",
+                    tm_last_error());
+        Py_RETURN_FALSE;
+    }
+    close(dfd);
     tm_rec_opts o = {.role = role, .rank = rank, .max_size = max_size};
     tm_rec *w = NULL;
     int rc = tm_rec_open(&w, path, &o);

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "trainmon.h"
@@ -393,9 +394,16 @@ int cmd_export(int argc, char **argv)
     size_t nn = tm_run_notes(run, &notes);
     for (size_t i = 0; i < nn; i++)
         cli_err("%s", notes[i]);
-    FILE *f = ef->to_path ? NULL : out ? fopen(out, "w") : stdout;
+    /* -o FILE: no symlink followed, no FIFO, no other user's file. */
+    int ofd = !ef->to_path && out ? tm_file_open_output(out, 0666) : -1;
+    FILE *f = ef->to_path ? NULL : out ? (ofd >= 0 ? fdopen(ofd, "w") : NULL) : stdout;
     if (!ef->to_path && !f) {
-        cli_err("%s: %s", out, strerror(errno));
+        if (ofd >= 0) {
+            cli_err("%s: %s", out, strerror(errno));
+            close(ofd);
+        } else {
+            cli_err("%s", tm_last_error());
+        }
         tm_run_free(&run);
         return 1;
     }

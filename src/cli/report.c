@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "trainmon.h"
@@ -33,9 +34,16 @@ static void report_usage(FILE *f)
 /* Writes text to path (or stdout when NULL).  0, or 1 with a message. */
 static int report_output(const char *path, const char *text, size_t len)
 {
-    FILE *f = path ? fopen(path, "w") : stdout;
+    /* A named output: no symlink followed, no FIFO, no other user's file. */
+    int fd = path ? tm_file_open_output(path, 0666) : -1;
+    FILE *f = path ? (fd >= 0 ? fdopen(fd, "w") : NULL) : stdout;
     if (!f) {
-        cli_err("%s: %s", path, strerror(errno));
+        if (fd >= 0) {
+            cli_err("%s: %s", path, strerror(errno));
+            close(fd);
+        } else {
+            cli_err("%s", tm_last_error());
+        }
         return 1;
     }
     size_t w = fwrite(text, 1, len, f);

@@ -4,10 +4,15 @@
  * the inside, and prints the report when the job ends.
  *
  * What it does, in order:
- *   1. Creates the run directory (-o DIR, else ./trainmon-runs/<date>-<cmd>)
- *      and writes meta.json (through a temporary name and rename).
+ *   1. Creates the run directory (-o DIR, else ./trainmon-runs/<date>-<cmd>;
+ *      0700, 0750 with --group-readable; an existing DIR must be the
+ *      caller's and closed to others) and writes meta.json (a new temporary
+ *      name and renameat; secret-looking arguments redacted unless
+ *      --keep-args).  Files are created through safefile.c
+ *      (docs/SECURITY.md).
  *   2. Starts CMD with the in-process recorder injected into its Python
- *      processes: DIR/.python/sitecustomize.py is first on PYTHONPATH,
+ *      processes: DIR/.python-XXXXXX/sitecustomize.py (a directory made new
+ *      for the run) is first on PYTHONPATH,
  *      followed by the directory that holds the trainmon package; it chains
  *      to the sitecustomize it hides and imports trainmon, which attaches
  *      when torch is imported (TRAINMON_ATTACH=1, TRAINMON_RUN_DIR=DIR).
@@ -38,7 +43,8 @@
  * Exit status of trainmon itself when the job did not run: 2 for a usage
  * error (no command, an unknown option, a -d path that does not exist), 127
  * when CMD is not found, 126 when it cannot be executed, 1 when the run
- * directory cannot be made.
+ * directory cannot be made or is refused (not a directory, another user's,
+ * writable by others, a symlink).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -93,6 +99,7 @@ static void run_on_signal(int sig, siginfo_t *si, void *uctx)
 static void run_usage(FILE *f)
 {
     fputs("usage: trainmon run [-o DIR] [-d PATH]... [-i SEC] [--max-size SIZE] [--no-python]\n"
+          "                    [--group-readable] [--keep-args]\n"
           "                    [--serve ADDR] [--alert RULE [--on-alert CMD]]... [--] CMD [ARG...]\n"
           "\n"
           "Runs CMD, records the system and its Python processes into a run directory,\n"
@@ -105,6 +112,12 @@ static void run_usage(FILE *f)
           "  -i SEC          sampling interval (default 1; accepts 500ms, 2s)\n"
           "  --max-size SIZE bound each record file (flight-recorder ring, e.g. 64M)\n"
           "  --no-python     do not inject the in-process recorder into Python\n"
+          "  --group-readable  make the run directory 0750 and its files 0640 (default\n"
+          "                  0700 and 0600: only the owner reads the recording)\n"
+          "  --keep-args     store the command line in meta.json as given (default: the\n"
+          "                  values of arguments named like token, key, password, passwd,\n"
+          "                  secret or credential, and of NAME_TOKEN=VALUE words, are\n"
+          "                  stored as <redacted>)\n"
           "  --serve ADDR    also run the Prometheus exporter (trainmon serve) on ADDR\n"
           "                  (e.g. 127.0.0.1:10436) for the run's directory\n"
           "  --alert RULE    e.g. 'disk.r_await_ms > 50 for 3m', 'run.data_wait_fraction >\n"
@@ -115,7 +128,8 @@ static void run_usage(FILE *f)
           "Environment: TRAINMON_PYTHONPATH names the directory holding the trainmon\n"
           "Python package when it is neither beside the binary nor installed.\n"
           "Exit status without a job: 2 usage (also a -d PATH that does not exist),\n"
-          "127 command not found, 126 not executable, 1 run directory not made.\n",
+          "127 command not found, 126 not executable, 1 run directory not made (also an\n"
+          "existing DIR that is not a directory, not the caller's or writable by others).\n",
           f);
 }
 
@@ -176,6 +190,8 @@ struct run {
     double interval;
     unsigned long long max_size;
     bool inject;
+    bool group_readable; /* --group-readable: 0750 directory, 0640 files */
+    bool keep_args;      /* --keep-args: meta.json keeps secret-looking arguments */
     struct run_target targets[RUN_MAX_TARGETS];
     size_t ntargets;
     char tops[RUN_MAX_DEVS][TM_DISK_NAME_MAX]; /* the devices the data paths sit on */
@@ -223,13 +239,28 @@ static void run_event(struct run *r, const char *name, const char *json)
         run_rec_check(r, tm_rec_event(r->w, 0, name, json));
 }
 
-/* Writes meta.json through a temporary name; ended adds the end fields. */
+/* Writes one argument list as JSON strings, each redacted unless
+ * --keep-args (tm_arg_redact: the values of secret-looking options). */
+static void run_json_args(FILE *f, const struct run *r, char *const *argv, int argc)
+{
+    for (int i = 0; i < argc; i++) {
+        char buf[512];
+        if (i)
+            fputs(", ", f);
+        cli_json_str(f, r->keep_args ? argv[i]
+                                     : tm_arg_redact((const char *const *)argv, argc, i, buf,
+                                                     sizeof buf));
+    }
+}
+
+/* Writes meta.json, replaced atomically (a temporary name made with O_EXCL
+ * in the checked run directory, then renameat: a planted symlink is never
+ * written through); ended adds the end fields. */
 static int run_write_meta(const struct run *r, bool ended, int status, int sig)
 {
-    char meta[PATH_MAX + 16], tmp[PATH_MAX + 32];
-    snprintf(meta, sizeof meta, "%s/meta.json", r->dir);
-    snprintf(tmp, sizeof tmp, "%s/.meta.json.tmp", r->dir);
-    FILE *f = fopen(tmp, "w");
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
     if (!f)
         return -errno;
     char host[256] = "", cwd[PATH_MAX] = "";
@@ -237,16 +268,11 @@ static int run_write_meta(const struct run *r, bool ended, int status, int sig)
     if (!getcwd(cwd, sizeof cwd))
         cwd[0] = '\0';
     fputs("{\"trainmon_version\": \"" TM_VERSION "\", \"command\": [", f);
-    for (int i = 0; i < r->argc; i++) {
-        if (i)
-            fputs(", ", f);
-        cli_json_str(f, r->argv[i]);
-    }
+    run_json_args(f, r, r->argv, r->argc);
     fputs("], \"trainmon_argv\": [\"trainmon\"", f);
-    for (int i = 0; i < r->targc; i++) {
+    if (r->targc > 0)
         fputs(", ", f);
-        cli_json_str(f, r->targv[i]);
-    }
+    run_json_args(f, r, r->targv, r->targc);
     fputs("], \"host\": ", f);
     cli_json_str(f, host);
     fputs(", \"cwd\": ", f);
@@ -271,34 +297,46 @@ static int run_write_meta(const struct run *r, bool ended, int status, int sig)
             fputs(", \"signal\": null", f);
     }
     fputs("}\n", f);
-    if (ferror(f) | (fclose(f) != 0)) {
-        int e = errno ? errno : EIO;
-        unlink(tmp);
-        return -e;
+    if (fclose(f) != 0) {
+        free(buf);
+        return -ENOMEM;
     }
-    if (rename(tmp, meta) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return -e;
+    /* The directory is checked again: it is the one run_make_dir made or
+     * accepted, still the caller's and closed to others. */
+    int dfd = tm_dir_open_checked(r->dir, 0);
+    int rc = dfd;
+    if (dfd >= 0) {
+        rc = tm_file_replace_at(dfd, "meta.json", buf, len, r->group_readable ? 0640 : 0600);
+        close(dfd);
     }
-    return 0;
+    free(buf);
+    return rc;
 }
 
 /* Makes the run directory: DIR as given, or a new one under
- * ./trainmon-runs named after the time and the command. */
+ * ./trainmon-runs named after the time and the command; 0700 (0750 with
+ * --group-readable).  An existing DIR is accepted only when it is a
+ * directory of the caller's that others cannot write and that holds no
+ * meta.json; anything else is one line and no job. */
 static int run_make_dir(struct run *r, const char *outdir)
 {
     char want[PATH_MAX];
+    mode_t mode = r->group_readable ? 0750 : 0700;
     if (outdir) {
-        snprintf(want, sizeof want, "%s", outdir);
-        int rc = cli_mkdirs(want);
-        if (rc < 0) {
-            cli_err("%s: %s", outdir, strerror(-rc));
-            return rc;
+        if (snprintf(want, sizeof want, "%s", outdir) >= (int)sizeof want) {
+            cli_err("%s: path too long", outdir);
+            return -ENAMETOOLONG;
         }
-        char probe[PATH_MAX + 16];
-        snprintf(probe, sizeof probe, "%s/meta.json", want);
-        if (access(probe, F_OK) == 0) {
+        bool created = false;
+        int fd = tm_dir_make_private(want, mode, TM_SAFE_PARENTS, &created);
+        if (fd < 0) {
+            cli_err("%s", tm_last_error());
+            return fd;
+        }
+        struct stat st;
+        bool held = !created && fstatat(fd, "meta.json", &st, AT_SYMLINK_NOFOLLOW) == 0;
+        close(fd);
+        if (held) {
             cli_err("%s: already holds a run (meta.json); choose another -o", outdir);
             return -EEXIST;
         }
@@ -325,12 +363,25 @@ static int run_make_dir(struct run *r, const char *outdir)
                 snprintf(want, sizeof want, "trainmon-runs/%s-%.64s", stamp, base);
             else
                 snprintf(want, sizeof want, "trainmon-runs/%s-%.64s-%d", stamp, base, i);
-            if (mkdir(want, 0755) == 0)
+            if (mkdir(want, 0700) == 0)
                 break;
             if (errno != EEXIST || i > 1000) {
                 cli_err("%s: %s", want, strerror(errno));
                 return -errno;
             }
+        }
+        /* New, but checked (a writable trainmon-runs lets someone swap it)
+         * and given its exact mode (mkdir's went through the umask). */
+        int fd = tm_dir_open_checked(want, 0);
+        if (fd < 0) {
+            cli_err("%s", tm_last_error());
+            return fd;
+        }
+        rc = fchmod(fd, mode) == 0 ? 0 : -errno;
+        close(fd);
+        if (rc < 0) {
+            cli_err("%s: chmod: %s", want, strerror(-rc));
+            return rc;
         }
     }
     if (!realpath(want, r->dir)) {
@@ -341,14 +392,45 @@ static int run_make_dir(struct run *r, const char *outdir)
     return 0;
 }
 
+/* Whether a directory may go on the PYTHONPATH of a job that may run as
+ * root: owned by root or the caller and writable by nobody else, itself
+ * and its trainmon/ package (another user's json.py or trainmon/ there
+ * would run as the job).  Says why not, once. */
+static bool run_pkg_trusted(const char *dir)
+{
+    char sub[PATH_MAX + 16];
+    snprintf(sub, sizeof sub, "%s/trainmon", dir);
+    const char *paths[] = {dir, sub};
+    for (size_t i = 0; i < 2; i++) {
+        struct stat st;
+        if (stat(paths[i], &st) != 0)
+            continue; /* a missing package is Python's to report */
+        const char *why = NULL;
+        char owner[64];
+        if (st.st_uid != 0 && st.st_uid != geteuid()) {
+            snprintf(owner, sizeof owner, "owned by uid %lu", (unsigned long)st.st_uid);
+            why = owner;
+        } else if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+            why = "writable by others";
+        }
+        if (why) {
+            cli_warn("%s: %s: not put on the job's PYTHONPATH", paths[i], why);
+            return false;
+        }
+    }
+    return true;
+}
+
 /* The directory holding the trainmon package (trainmon/__init__.py), or
- * "" when the installed one is to be used. */
+ * "" when the installed one is to be used (also when the one found is not
+ * safe to run: run_pkg_trusted). */
 static void run_find_pkg(char *out, size_t cap)
 {
     out[0] = '\0';
     const char *env = getenv("TRAINMON_PYTHONPATH");
     if (env && *env) {
-        snprintf(out, cap, "%s", env);
+        if (run_pkg_trusted(env))
+            snprintf(out, cap, "%s", env);
         return;
     }
     char exe[PATH_MAX];
@@ -365,7 +447,7 @@ static void run_find_pkg(char *out, size_t cap)
         if (access(probe, R_OK) == 0) {
             char dir[PATH_MAX * 2], real[PATH_MAX];
             snprintf(dir, sizeof dir, "%s/%s", exe, rel[i]);
-            if (realpath(dir, real))
+            if (realpath(dir, real) && run_pkg_trusted(real))
                 snprintf(out, cap, "%s", real);
             return;
         }
@@ -405,22 +487,42 @@ static const char run_sitecustomize[] =
     "    pass\n"
     "del _trainmon_boot\n";
 
-/* Writes DIR/.python/sitecustomize.py and sets the environment the job
- * inherits.  A failure leaves the job uninstrumented, never unrun. */
+/* Writes DIR/.python-XXXXXX/sitecustomize.py and sets the environment the
+ * job inherits.  The directory goes first on the job's PYTHONPATH, so it is
+ * made new every run (mkdtemp-style, never an existing one: a .python that
+ * someone else made, with their json.py in it, would run as the job) and
+ * the file is created O_EXCL in it.  A failure leaves the job
+ * uninstrumented, never unrun. */
 static void run_setup_python(const struct run *r)
 {
-    char pydir[PATH_MAX + 16], site[PATH_MAX + 48];
-    snprintf(pydir, sizeof pydir, "%s/.python", r->dir);
-    snprintf(site, sizeof site, "%s/sitecustomize.py", pydir);
-    if (mkdir(pydir, 0755) != 0 && errno != EEXIST) {
-        cli_warn("%s: %s: Python processes are not instrumented", pydir, strerror(errno));
+    char name[32], pydir[PATH_MAX + 40];
+    int dfd = tm_dir_open_checked(r->dir, 0);
+    int pfd = dfd < 0 ? dfd
+                      : tm_dir_make_temp(dfd, ".python-", r->group_readable ? 0750 : 0700, name,
+                                         sizeof name);
+    int sfd = pfd < 0 ? pfd
+                      : tm_file_create_at(pfd, "sitecustomize.py",
+                                          r->group_readable ? 0640 : 0600);
+    int rc = sfd;
+    if (sfd >= 0) {
+        FILE *f = fdopen(sfd, "w");
+        rc = f && fputs(run_sitecustomize, f) >= 0 ? 0 : -(errno ? errno : EIO);
+        if (f ? fclose(f) != 0 && rc == 0 : close(sfd) != 0)
+            rc = rc ? rc : -errno;
+    }
+    if (pfd >= 0)
+        close(pfd);
+    if (dfd >= 0)
+        close(dfd);
+    if (rc < 0) {
+        if (sfd >= 0) /* a write error: the open ones set their message */
+            cli_warn("%s/%s/sitecustomize.py: %s: Python processes are not instrumented",
+                     r->dir, name, strerror(-rc));
+        else
+            cli_warn("%s: Python processes are not instrumented", tm_last_error());
         return;
     }
-    FILE *f = fopen(site, "w");
-    if (!f || fputs(run_sitecustomize, f) < 0 || fclose(f) != 0) {
-        cli_warn("%s: %s: Python processes are not instrumented", site, strerror(errno));
-        return;
-    }
+    snprintf(pydir, sizeof pydir, "%s/%s", r->dir, name);
     char pkg[PATH_MAX];
     run_find_pkg(pkg, sizeof pkg);
     const char *old = getenv("PYTHONPATH");
@@ -704,7 +806,7 @@ static void run_wait(int64_t deadline_ns)
 static int run_parse(struct run *r, int argc, char **argv, const char **outdir,
                      const char **paths, size_t *npaths)
 {
-    enum { OPT_MAXSIZE = 1000, OPT_NOPY, OPT_ALERT, OPT_ON_ALERT, OPT_SERVE };
+    enum { OPT_MAXSIZE = 1000, OPT_NOPY, OPT_ALERT, OPT_ON_ALERT, OPT_SERVE, OPT_GROUP, OPT_KEEP };
     static const struct option opts[] = {
         {"output", required_argument, NULL, 'o'},
         {"data", required_argument, NULL, 'd'},
@@ -714,6 +816,8 @@ static int run_parse(struct run *r, int argc, char **argv, const char **outdir,
         {"alert", required_argument, NULL, OPT_ALERT},
         {"on-alert", required_argument, NULL, OPT_ON_ALERT},
         {"serve", required_argument, NULL, OPT_SERVE},
+        {"group-readable", no_argument, NULL, OPT_GROUP},
+        {"keep-args", no_argument, NULL, OPT_KEEP},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -753,6 +857,8 @@ static int run_parse(struct run *r, int argc, char **argv, const char **outdir,
                 return 2;
             break;
         case OPT_SERVE: r->serve_addr = optarg; break;
+        case OPT_GROUP: r->group_readable = true; break;
+        case OPT_KEEP: r->keep_args = true; break;
         case 'h': run_usage(stdout); return 0;
         case ':':
             cli_err("%s: needs a value (try 'trainmon run --help')", argv[optind - 1]);

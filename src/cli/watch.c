@@ -409,22 +409,31 @@ static void watch_rec_check(struct watch_rec *wr, int rc)
 static int watch_rec_open(struct watch_rec **out, const char *dir, unsigned long long max_size,
                           int argc, char **argv, const struct watch_target *targets, size_t n)
 {
+    /* The directory: made 0700 when missing (with its parents), else it
+     * must be the caller's and closed to others; a planted entry inside
+     * can then only be the caller's own (docs/SECURITY.md). */
+    int dfd = tm_dir_make_private(dir, 0700, TM_SAFE_PARENTS, NULL);
+    if (dfd < 0)
+        return dfd;
     struct watch_rec *wr = calloc(1, sizeof *wr);
-    if (!wr)
+    if (!wr) {
+        close(dfd);
         return -ENOMEM;
+    }
     snprintf(wr->path, sizeof wr->path, "%s/system.tmr", dir);
     tm_rec_opts o = {.role = "system", .rank = -1, .max_size = max_size};
     int rc = tm_rec_open(&wr->w, wr->path, &o);
     if (rc < 0) {
+        close(dfd);
         free(wr);
         return rc;
     }
-    /* meta.json says what ran; written through a temporary name so that a
-     * reader never sees half of it. */
-    char meta[PATH_MAX], tmp[PATH_MAX];
-    snprintf(meta, sizeof meta, "%s/meta.json", dir);
-    snprintf(tmp, sizeof tmp, "%s/.meta.json.tmp", dir);
-    FILE *f = fopen(tmp, "w");
+    /* meta.json says what ran; replaced atomically (a new temporary name,
+     * then renameat) so that a reader never sees half of it and a symlink
+     * planted at either name is never written through. */
+    char *mbuf = NULL;
+    size_t mlen = 0;
+    FILE *f = open_memstream(&mbuf, &mlen);
     if (f) {
         char host[256] = "";
         gethostname(host, sizeof host - 1);
@@ -443,11 +452,16 @@ static int watch_rec_open(struct watch_rec **out, const char *dir, unsigned long
             cli_target_json(f, targets[i].path, &targets[i].bd);
         }
         fputs("]}\n", f);
-        if (fclose(f) == 0)
-            rename(tmp, meta);
-        else
-            unlink(tmp);
+        /* Readable by whoever may read the directory, as system.tmr is. */
+        struct stat st;
+        mode_t mode = 0600;
+        if (fstat(dfd, &st) == 0)
+            mode |= st.st_mode & (S_IRGRP | S_IROTH);
+        if (fclose(f) == 0 && tm_file_replace_at(dfd, "meta.json", mbuf, mlen, mode) < 0)
+            cli_warn("%s", tm_last_error());
+        free(mbuf);
     }
+    close(dfd);
     for (size_t i = 0; i < n; i++) {
         char *buf = NULL;
         size_t len = 0;

@@ -13,6 +13,7 @@
  * as microseconds with three decimals.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,14 +116,24 @@ int tm_chrome_open(tm_chrome **out, const char *path)
     if (!c)
         return tm_seterr(-ENOMEM, "chrome trace: out of memory");
     tm_strlcpy(c->path, path, sizeof c->path);
-    c->f = fopen(path, "we");
+    /* Standard output (export without -o) is whatever the caller made it;
+     * any other path is a user-named output: no symlink followed at its
+     * last component, no FIFO or device, no other user's file (safefile.c). */
+    bool to_stdout = strcmp(path, "/dev/stdout") == 0 || strcmp(path, "-") == 0;
+    int fd = to_stdout ? fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 0) : tm_file_open_output(path, 0666);
+    if (fd < 0 && to_stdout)
+        fd = tm_seterr(-errno, "%s: %s", path, strerror(errno));
+    c->f = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!c->f) {
-        int rc = -errno;
+        int rc = fd >= 0 ? tm_seterr(-errno, "%s: %s", path, strerror(errno)) : fd;
+        if (fd >= 0)
+            close(fd);
         free(c);
-        return tm_seterr(rc, "%s: %s", path, strerror(-rc));
+        return rc;
     }
-    struct stat st;
-    c->regular = fstat(fileno(c->f), &st) == 0 && S_ISREG(st.st_mode);
+    /* Only a file this call opened by name is removed on an error (never
+     * the file behind /dev/stdout). */
+    c->regular = !to_stdout;
     setvbuf(c->f, NULL, _IOFBF, CHROME_FLUSH_AT);
     tm_buf_init(&c->b, 1u << 20);
     c->first = true;

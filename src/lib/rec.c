@@ -635,9 +635,14 @@ int tm_rec_open(tm_rec **out, const char *path, const tm_rec_opts *opts)
     w->ring = nblocks > 0;
     w->nblocks = nblocks;
     w->bs = bs;
-    w->fd = tm_open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    /* Never O_TRUNC through whatever is at path: a new file is O_EXCL and
+     * O_NOFOLLOW, an existing one is reused only when it is a regular file
+     * of ours with one link (safefile.c); a symlink planted there made root
+     * overwrite its target, and a symlink to a small file SIGBUSed the
+     * mapping.  The mode follows the directory's read bits. */
+    w->fd = tm_file_create(path, 0, TM_SAFE_REUSE);
     if (w->fd < 0) {
-        rc = tm_seterr(w->fd, "%s: %s", path, strerror(-w->fd));
+        rc = w->fd; /* the message is set */
         w->fd = -1;
         goto out;
     }

@@ -201,10 +201,10 @@ int tm_tb_open(tm_tb_writer **out, const char *dir, double wall_time)
         free(w);
         return tm_seterr(-ENAMETOOLONG, "%s: path too long", dir);
     }
-    w->fd = tm_open(w->path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    /* A new file, O_EXCL|O_NOFOLLOW, mode from the directory (safefile.c). */
+    w->fd = tm_file_create(w->path, 0, 0);
     if (w->fd < 0) {
-        int rc = w->fd;
-        tm_seterr(rc, "%s: %s", w->path, strerror(-rc));
+        int rc = w->fd; /* the message is set */
         free(w);
         return rc;
     }
