@@ -199,7 +199,7 @@ static void jhead(struct exp *e, int64_t t, uint32_t source, const char *kind)
 static size_t jrec(struct exp *e, int64_t t, uint32_t source, uint16_t type, const tm_inproc_any *a,
                    char *buf)
 {
-    /* Only a crafted record fails: strings of 64 KiB of control bytes. */
+    /* Only a crafted record fails: strings far longer than trainmon writes. */
     if (tm_inproc_json(type, a, buf, TM_INPROC_FORMAT_MAX) < 0)
         return 1;
     jhead(e, t, source, tm_inproc_type_name(type));
