@@ -620,6 +620,78 @@ bool tm_inproc_is(uint16_t type);
 #define TM_INPROC_FORMAT_MAX 16384
 int tm_inproc_format(const tm_record *rec, bool json, char *buf, size_t cap);
 
+/* The schema: every in-process record layout described once, as a table of
+ * fields (src/lib/inproc_schema.h).  The encoders and decoders above, the
+ * formatter (`trainmon dump`, `dump --json`), `trainmon export --format
+ * jsonl` and Python's read_records and Monitor all walk it, so a field has
+ * one name everywhere.  docs/FORMAT.md "In-process records". */
+typedef enum tm_inproc_ctype {
+    TM_INPROC_U32 = 1,
+    TM_INPROC_I32,
+    TM_INPROC_U64,
+    TM_INPROC_I64,
+    TM_INPROC_F64, /* NAN: unavailable */
+    TM_INPROC_STR, /* u16 length at offset; the bytes follow the fixed part */
+} tm_inproc_ctype;
+
+typedef struct tm_inproc_field {
+    const char *key;           /* its one name: "allocated", "start_ns", ... */
+    tm_inproc_ctype type;
+    uint16_t offset;           /* in the payload (a string: of its u16 length) */
+    const char *unit;          /* "ns", "bytes", "count", "" */
+    const char *const *names;  /* an enum's value names by value, NULL-terminated
+                                  (NULL: not an enum; a value past the end is
+                                  "unknown") */
+    size_t member;             /* offsetof in the tm_inproc_* struct */
+    size_t len_member;         /* a string's uint16_t length member there */
+} tm_inproc_field;
+
+/* Any decoded in-process record; the member is the one of its type. */
+typedef union tm_inproc_any {
+    tm_inproc_step step;
+    tm_inproc_capture capture;
+    tm_inproc_phase phase;
+    tm_inproc_oom oom;
+    tm_inproc_worker worker;
+    tm_inproc_optstep optstep;
+} tm_inproc_any;
+
+/* A field's value; strings point where the decoded record's do. */
+typedef struct tm_inproc_value {
+    tm_inproc_ctype type;
+    uint64_t u;   /* U32, U64 */
+    int64_t i;    /* I32, I64 */
+    double f;     /* F64 */
+    const char *s; /* STR: s[0..len), not NUL-terminated */
+    size_t len;
+} tm_inproc_value;
+
+#define TM_INPROC_FIELDS_MAX 16 /* no type has more stored fields */
+
+/* The stored fields of type in schema order (*out valid for the life of
+ * the program); 0 for a type that is not in-process. */
+size_t tm_inproc_fields(uint16_t type, const tm_inproc_field **out);
+/* The type's name ("step", "capture", "phase", "oom", "worker",
+ * "optimizer_step": `type` in dump --json, `kind` in export jsonl and in
+ * read_records), or NULL. */
+const char *tm_inproc_type_name(uint16_t type);
+/* Generic forms of the encoders and decoders above, by type. */
+int tm_inproc_encode(uint16_t type, const tm_inproc_any *rec, void *buf, size_t cap);
+int tm_inproc_decode(const tm_record *rec, tm_inproc_any *out);
+/* The value of field f of a decoded record of f's type. */
+tm_inproc_value tm_inproc_get(const tm_inproc_field *f, const tm_inproc_any *rec);
+/* Writes a decoded record's fields as JSON object members, each with its
+ * leading comma (",\"step\":12,\"duration_s\":0.1..."), NUL-terminated:
+ * what dump --json prints after "type" and export jsonl after its run-level
+ * keys.  Unavailable values are left out.  Returns the length, -ENOENT for
+ * a type that is not in-process, -ENOSPC when cap is too small
+ * (TM_INPROC_FORMAT_MAX always suffices). */
+int tm_inproc_json(uint16_t type, const tm_inproc_any *rec, char *buf, size_t cap);
+
+/* (a_ns - b_ns) in seconds, saturating: clocks read from a file may be
+ * crafted, and their difference must stay bounded (dump, export). */
+double tm_clock_diff_s(int64_t a_ns, int64_t b_ns);
+
 /* --- one step accounting (steps.c)
  *
  * What a step's duration and data wait are, for every consumer: the report,

@@ -45,7 +45,7 @@ from . import _trainmon as _c
 
 __version__ = _c.VERSION
 __all__ = ["Monitor", "attach", "detach", "phase", "on_threshold", "clear_thresholds",
-           "run_dir", "stats", "read_records", "ThresholdEvent"]
+           "run_dir", "stats", "read_records", "schema", "ThresholdEvent"]
 
 GB = float(1 << 30)
 
@@ -177,8 +177,21 @@ def stats():
 
 def read_records(path):
     """Reads a record file: (header dict, [(kind, t_ns, fields)], number of
-    damaged places, whether the last record was torn).  Raises OSError."""
+    damaged places, whether the last record was torn).  Raises OSError.
+
+    An in-process record's fields are every stored field under the key the
+    library's schema gives it (the keys of `trainmon dump --json` and
+    `trainmon export --format jsonl`), with its stored value: clocks in
+    monotonic ns, enums as numbers, unavailable numbers None.  schema()
+    lists them."""
     return _c.read_records(path)
+
+
+def schema():
+    """The in-process record fields: {kind: ((key, type, unit), ...)}, kind
+    as in read_records ("step", "capture", ...), type "u32", "i64", "f64",
+    "str", ..., unit "ns", "bytes", "count", "s" or ""."""
+    return _c.schema()
 
 
 def _bind_torch():
@@ -204,17 +217,30 @@ def _bind_torch():
 
 # ---------------------------------------------------------------- Monitor
 
-_FIELDS = ("time", "tag", "allocated_gb", "reserved_gb", "peak_gb", "free_mem_gb", "num_retries",
-           "active_gb", "inactive_split_gb", "requested_gb", "num_ooms", "host_rss_gb",
-           "total_mem_gb")
-
-
 def _gb(v):
     return None if v is None else v / GB
 
 
 def _count(v):
     return None if v is None else int(v)
+
+
+def _same(v):
+    return v
+
+
+# The Monitor's columns: their historic, user-facing names, each showing one
+# field of the capture record by its schema key; the unit the schema gives
+# that field says how it is shown (bytes as GB, counts as int).
+_COLUMNS = (("allocated_gb", "allocated"), ("reserved_gb", "reserved"),
+            ("peak_gb", "peak_allocated"), ("free_mem_gb", "free_device"),
+            ("num_retries", "num_alloc_retries"), ("active_gb", "active"),
+            ("inactive_split_gb", "inactive_split"), ("requested_gb", "requested"),
+            ("num_ooms", "num_ooms"), ("host_rss_gb", "host_rss"),
+            ("total_mem_gb", "total_device"))
+_CONVERT = {"bytes": _gb, "count": _count}
+_CAPTURE_UNITS = {key: unit for key, _, unit in _c.schema().get("capture", ())}
+_FIELDS = ("time", "tag") + tuple(col for col, _ in _COLUMNS)
 
 
 class Monitor(_c.MonitorCore):
@@ -250,21 +276,13 @@ class Monitor(_c.MonitorCore):
         num_retries, active_gb, inactive_split_gb, requested_gb, num_ooms,
         host_rss_gb, total_mem_gb."""
         h = {k: [] for k in _FIELDS}
-        for (t, tag, alloc, res, peak, free, retries, active, inact, req, ooms, rss,
-             total) in self._rows():
+        convert = [(col, key, _CONVERT.get(_CAPTURE_UNITS.get(key), _same))
+                   for col, key in _COLUMNS]
+        for t, fields in self._rows():
             h["time"].append(t)
-            h["tag"].append(tag)
-            h["allocated_gb"].append(_gb(alloc))
-            h["reserved_gb"].append(_gb(res))
-            h["peak_gb"].append(_gb(peak))
-            h["free_mem_gb"].append(_gb(free))
-            h["num_retries"].append(_count(retries))
-            h["active_gb"].append(_gb(active))
-            h["inactive_split_gb"].append(_gb(inact))
-            h["requested_gb"].append(_gb(req))
-            h["num_ooms"].append(_count(ooms))
-            h["host_rss_gb"].append(_gb(rss))
-            h["total_mem_gb"].append(_gb(total))
+            h["tag"].append(fields.get("tag"))
+            for col, key, conv in convert:
+                h[col].append(conv(fields.get(key)))
         return h
 
     def summary(self, file=None):

@@ -338,10 +338,11 @@ static int read_alloc(int dev, int with_free, double *f)
     return dev;
 }
 
-static void put_capture(uint32_t source, int dev, const double *f, const char *tag,
-                        Py_ssize_t tlen, int64_t t)
+/* The capture record of an allocator sample f[] (the Monitor keeps these
+ * in its history too). */
+static tm_inproc_capture capture_of(uint32_t source, int dev, const double *f, const char *tag,
+                                    Py_ssize_t tlen)
 {
-    char buf[256 + TM_INPROC_NAME_MAX];
     tm_inproc_capture c = {
         .source = source, .device = dev, .step = g_steps,
         .allocated = f[F_ALLOC], .reserved = f[F_RESERVED], .peak_allocated = f[F_PEAK],
@@ -350,6 +351,14 @@ static void put_capture(uint32_t source, int dev, const double *f, const char *t
         .num_alloc_retries = f[F_RETRIES], .num_ooms = f[F_OOMS], .host_rss = f[F_RSS],
         .tag = tag, .tag_len = (uint16_t)(tlen > TM_INPROC_NAME_MAX ? TM_INPROC_NAME_MAX : tlen),
     };
+    return c;
+}
+
+static void put_capture(uint32_t source, int dev, const double *f, const char *tag,
+                        Py_ssize_t tlen, int64_t t)
+{
+    char buf[256 + TM_INPROC_NAME_MAX];
+    tm_inproc_capture c = capture_of(source, dev, f, tag, tlen);
     rec_put(TM_REC_CAPTURE, t, buf, tm_inproc_encode_capture(&c, buf, sizeof buf));
 }
 
@@ -871,10 +880,12 @@ static PyObject *py_oom(PyObject *self, PyObject *args)
 
 /* ------------------------------------------------------------- Monitor */
 
+/* One capture of the history: its record as written (tag unset: the tag
+ * object is kept whole) and its wall-clock time. */
 typedef struct row {
     double t_real;
     PyObject *tag;
-    double f[F_N];
+    tm_inproc_capture c;
 } row;
 
 typedef struct {
@@ -962,7 +973,7 @@ static PyObject *Monitor_capture(Monitor *m, PyObject *const *args, Py_ssize_t n
         r->t_real = (double)tm_now_real_ns() / 1e9;
         Py_INCREF(tag);
         r->tag = tag;
-        memcpy(r->f, f, sizeof r->f);
+        r->c = capture_of(TM_CAPTURE_USER, dev, f, NULL, 0);
     }
     Py_XDECREF(owned);
     Py_RETURN_NONE;
@@ -975,9 +986,46 @@ static PyObject *num_or_none(double v)
     return PyFloat_FromDouble(v);
 }
 
-/* _rows(): [(time, tag, allocated, reserved, peak, free, retries, active,
- * inactive_split, requested, ooms, host_rss, total)], bytes, None when
- * unavailable. */
+/* A schema value as Python: int, float (None when unavailable) or str
+ * (bytes that are not UTF-8, a tag cut mid-character, are replaced). */
+static PyObject *value_to_py(tm_inproc_value v)
+{
+    switch (v.type) {
+    case TM_INPROC_U32:
+    case TM_INPROC_U64: return PyLong_FromUnsignedLongLong(v.u);
+    case TM_INPROC_I32:
+    case TM_INPROC_I64: return PyLong_FromLongLong(v.i);
+    case TM_INPROC_F64: return num_or_none(v.f);
+    case TM_INPROC_STR: return PyUnicode_DecodeUTF8(v.s, (Py_ssize_t)v.len, "replace");
+    }
+    Py_RETURN_NONE;
+}
+
+/* {key: value} of a decoded in-process record, every stored field under
+ * its schema key (docs/FORMAT.md "In-process records"); with str_override,
+ * string fields are that object instead (the Monitor's whole tag). */
+static PyObject *fields_dict(uint16_t type, const tm_inproc_any *a, PyObject *str_override)
+{
+    const tm_inproc_field *f;
+    size_t n = tm_inproc_fields(type, &f);
+    PyObject *d = PyDict_New();
+    for (size_t i = 0; d && i < n; i++) {
+        PyObject *v;
+        if (str_override && f[i].type == TM_INPROC_STR) {
+            Py_INCREF(str_override);
+            v = str_override;
+        } else {
+            v = value_to_py(tm_inproc_get(&f[i], a));
+        }
+        if (!v || PyDict_SetItemString(d, f[i].key, v) < 0)
+            Py_CLEAR(d);
+        Py_XDECREF(v);
+    }
+    return d;
+}
+
+/* _rows(): [(time, {capture field: value})], the fields keyed as the
+ * capture record's schema names them (bytes; None when unavailable). */
 static PyObject *Monitor_rows(Monitor *m, PyObject *noargs)
 {
     (void)noargs;
@@ -986,12 +1034,8 @@ static PyObject *Monitor_rows(Monitor *m, PyObject *noargs)
         return NULL;
     for (size_t i = 0; i < m->n; i++) {
         const row *r = &m->rows[i];
-        PyObject *t = Py_BuildValue(
-            "(dONNNNNNNNNNN)", r->t_real, r->tag, num_or_none(r->f[F_ALLOC]),
-            num_or_none(r->f[F_RESERVED]), num_or_none(r->f[F_PEAK]), num_or_none(r->f[F_FREE]),
-            num_or_none(r->f[F_RETRIES]), num_or_none(r->f[F_ACTIVE]),
-            num_or_none(r->f[F_INACTIVE]), num_or_none(r->f[F_REQUESTED]),
-            num_or_none(r->f[F_OOMS]), num_or_none(r->f[F_RSS]), num_or_none(r->f[F_TOTAL]));
+        tm_inproc_any a = {.capture = r->c};
+        PyObject *t = Py_BuildValue("(dN)", r->t_real, fields_dict(TM_REC_CAPTURE, &a, r->tag));
         if (!t) {
             Py_DECREF(l);
             return NULL;
@@ -1050,96 +1094,22 @@ static PyTypeObject MonitorType = {
 
 /* -------------------------------------------------------------- reading */
 
-static PyObject *nan_none(double v) { return num_or_none(v); }
-
 static PyObject *rec_to_tuple(const tm_record *rec)
 {
     PyObject *d = NULL;
     const char *kind = NULL;
-    switch (rec->type) {
-    case TM_REC_STEP: {
-        tm_inproc_step s;
-        if (tm_inproc_decode_step(rec, &s))
-            break;
-        kind = "step";
-        d = Py_BuildValue("{s:K,s:L,s:L,s:L,s:I}", "step", (unsigned long long)s.step,
-                          "start_ns", (long long)s.start_ns, "end_ns", (long long)s.end_ns,
-                          "data_wait_ns", (long long)s.data_wait_ns, "flags", s.flags);
-        break;
-    }
-    case TM_REC_CAPTURE: {
-        tm_inproc_capture c;
-        if (tm_inproc_decode_capture(rec, &c))
-            break;
-        kind = "capture";
-        d = Py_BuildValue("{s:I,s:i,s:K,s:s#,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N}",
-                          "source", c.source, "device", c.device, "step",
-                          (unsigned long long)c.step, "tag", c.tag, (Py_ssize_t)c.tag_len,
-                          "allocated", nan_none(c.allocated), "reserved", nan_none(c.reserved),
-                          "peak_allocated", nan_none(c.peak_allocated), "active",
-                          nan_none(c.active), "inactive_split", nan_none(c.inactive_split),
-                          "requested", nan_none(c.requested), "free_device",
-                          nan_none(c.free_device), "total_device", nan_none(c.total_device),
-                          "num_alloc_retries", nan_none(c.num_alloc_retries), "num_ooms",
-                          nan_none(c.num_ooms), "host_rss", nan_none(c.host_rss));
-        break;
-    }
-    case TM_REC_PHASE: {
-        tm_inproc_phase p;
-        if (tm_inproc_decode_phase(rec, &p))
-            break;
-        kind = "phase";
-        d = Py_BuildValue("{s:s,s:I,s:K,s:s#}", "kind", p.kind == TM_PHASE_ENTER ? "enter" : "exit",
-                          "depth", p.depth, "step", (unsigned long long)p.step, "name", p.name,
-                          (Py_ssize_t)p.name_len);
-        break;
-    }
-    case TM_REC_OOM: {
-        tm_inproc_oom o;
-        if (tm_inproc_decode_oom(rec, &o))
-            break;
-        kind = "oom";
-        d = Py_BuildValue("{s:i,s:I,s:K,s:I,s:N,s:N,s:N,s:N,s:N,s:s#,s:s#}", "device", o.device,
-                          "seq", o.seq, "step", (unsigned long long)o.step, "source", o.source,
-                          "requested", nan_none(o.requested), "free_device",
-                          nan_none(o.free_device), "total_device", nan_none(o.total_device),
-                          "allocated", nan_none(o.allocated), "reserved", nan_none(o.reserved),
-                          "phase", o.phase, (Py_ssize_t)o.phase_len, "snapshot", o.snapshot,
-                          (Py_ssize_t)o.snapshot_len);
-        break;
-    }
-    case TM_REC_WORKER: {
-        tm_inproc_worker w;
-        if (tm_inproc_decode_worker(rec, &w))
-            break;
-        kind = "worker";
-        d = Py_BuildValue("{s:i,s:I,s:K,s:L,s:L,s:N,s:N}", "worker_id", w.worker_id, "pid",
-                          w.pid, "batch", (unsigned long long)w.batch, "start_ns",
-                          (long long)w.start_ns, "end_ns", (long long)w.end_ns, "cpu_s",
-                          nan_none(w.cpu_s), "rss_bytes", nan_none(w.rss_bytes));
-        break;
-    }
-    case TM_REC_OPTSTEP: {
-        tm_inproc_optstep o;
-        if (tm_inproc_decode_optstep(rec, &o))
-            break;
-        kind = "optimizer_step";
-        d = Py_BuildValue("{s:K,s:L,s:L,s:I}", "step", (unsigned long long)o.step, "start_ns",
-                          (long long)o.start_ns, "end_ns", (long long)o.end_ns, "optimizer",
-                          o.optimizer);
-        break;
-    }
-    case TM_REC_EVENT: {
-        tm_rec_event_def ev;
-        if (tm_rec_decode_event(rec, &ev))
-            break;
+    tm_inproc_any a;
+    tm_rec_event_def ev;
+    if (tm_inproc_is(rec->type)) {
+        /* every in-process type, its fields by the schema's keys */
+        if (tm_inproc_decode(rec, &a) == 0) {
+            kind = tm_inproc_type_name(rec->type);
+            d = fields_dict(rec->type, &a, NULL);
+        }
+    } else if (rec->type == TM_REC_EVENT && tm_rec_decode_event(rec, &ev) == 0) {
         kind = "event";
         d = Py_BuildValue("{s:s#,s:s#}", "name", ev.name, (Py_ssize_t)ev.name_len, "json",
                           ev.json ? ev.json : "", (Py_ssize_t)(ev.json ? ev.json_len : 0));
-        break;
-    }
-    default:
-        break;
     }
     if (!kind) {
         if (PyErr_Occurred())
@@ -1198,6 +1168,34 @@ out:
     return res;
 }
 
+/* schema() -> {kind: ((key, type, unit), ...)}: the in-process record
+ * fields, as read_records and the Monitor key them. */
+static PyObject *py_schema(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+    static const char *const ctype[] = {"", "u32", "i32", "u64", "i64", "f64", "str"};
+    PyObject *res = PyDict_New();
+    for (unsigned type = 0; res && type < 64; type++) {
+        const tm_inproc_field *f;
+        size_t n = tm_inproc_fields((uint16_t)type, &f);
+        if (!n)
+            continue;
+        PyObject *t = PyTuple_New((Py_ssize_t)n);
+        for (size_t i = 0; t && i < n; i++) {
+            PyObject *e = Py_BuildValue("(sss)", f[i].key, ctype[f[i].type], f[i].unit);
+            if (!e)
+                Py_CLEAR(t);
+            else
+                PyTuple_SET_ITEM(t, (Py_ssize_t)i, e);
+        }
+        if (!t || PyDict_SetItemString(res, tm_inproc_type_name((uint16_t)type), t) < 0)
+            Py_CLEAR(res);
+        Py_XDECREF(t);
+    }
+    return res;
+}
+
 /* format_record: not needed in Python; the dump formatter is tested in C. */
 
 /* --------------------------------------------------------------- module */
@@ -1224,6 +1222,7 @@ static PyMethodDef methods[] = {
     {"worker_batch", py_worker_batch, METH_VARARGS, "worker_batch(worker_id, t0_ns)"},
     {"oom", py_oom, METH_VARARGS, "oom(source, device, requested, free, total, snapshot)"},
     {"read_records", py_read_records, METH_VARARGS, "read_records(path)"},
+    {"schema", py_schema, METH_NOARGS, "the in-process record fields: {kind: ((key, type, unit))}"},
     {NULL, NULL, 0, NULL},
 };
 

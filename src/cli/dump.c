@@ -119,7 +119,7 @@ static void put_series_key(const dump *d, uint32_t id, bool json)
 
 static void put_time(const dump *d, const tm_record *rec)
 {
-    double t = (double)(rec->t_ns - d->start_mono_ns) / 1e9;
+    double t = tm_clock_diff_s(rec->t_ns, d->start_mono_ns); /* saturating: t_ns may be crafted */
     if (d->json)
         printf("{\"t\":%.9f,\"t_ns\":%" PRId64 ",", t, rec->t_ns);
     else
@@ -277,7 +277,9 @@ static void dump_other_rec(dump *d, const tm_record *rec, bool undecodable)
                undecodable ? " (undecodable)" : "");
 }
 
-/* The in-process records (steps, captures, OOM, ...) format themselves. */
+/* The in-process records (steps, captures, OOM, ...) format themselves:
+ * their keys come from the library's one schema, the same that export
+ * jsonl and Python's read_records use. */
 static void dump_inproc_rec(dump *d, const tm_record *rec, char *fmt)
 {
     if (tm_inproc_format(rec, d->json, fmt, TM_INPROC_FORMAT_MAX) < 0) {

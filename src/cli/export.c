@@ -7,7 +7,8 @@
  *   csv    long format, one header row: time_s,wall_time,source,rank,series,
  *          labels,value -- one row per series point and per number of an
  *          in-process record (pandas: pd.read_csv, then pivot on series)
- *   jsonl  one JSON object per line: every point, record and event
+ *   jsonl  one JSON object per line: every point, record and event; an
+ *          in-process record's fields are those of `dump --json` (one schema)
  */
 #include <errno.h>
 #include <getopt.h>
@@ -180,17 +181,32 @@ static void jnum(FILE *f, const char *key, double v)
         fputs("null", f);
 }
 
-/* The common start of a line: time, source, rank, kind. */
+/* The common start of a line, the run-level keys: time, record file
+ * ("file": "source" is a field of captures and OOMs), rank, kind. */
 static void jhead(struct exp *e, int64_t t, uint32_t source, const char *kind)
 {
     const tm_run_source *s = &e->src[source];
-    fprintf(e->f, "{\"t\":%.6f,\"wall_ns\":%" PRId64 ",\"source\":", (double)(t - e->t0) / 1e9, t);
+    fprintf(e->f, "{\"t\":%.6f,\"wall_ns\":%" PRId64 ",\"file\":", tm_clock_diff_s(t, e->t0), t);
     jstr(e->f, s->path);
     if (s->header.rank >= 0)
         fprintf(e->f, ",\"rank\":%d", (int)s->header.rank);
     else
         fputs(",\"rank\":null", e->f);
     fprintf(e->f, ",\"kind\":\"%s\"", kind);
+}
+
+/* An in-process record: the run-level keys, then the record's own fields
+ * as the library's schema names them (the members `dump --json` prints). */
+static size_t jrec(struct exp *e, int64_t t, uint32_t source, uint16_t type, const tm_inproc_any *a,
+                   char *buf)
+{
+    /* Only a crafted record fails: strings far longer than trainmon writes. */
+    if (tm_inproc_json(type, a, buf, TM_INPROC_FORMAT_MAX) < 0)
+        return 1;
+    jhead(e, t, source, tm_inproc_type_name(type));
+    fputs(buf, e->f);
+    fputs("}\n", e->f);
+    return 0;
 }
 
 static int export_jsonl(struct exp *e)
@@ -223,84 +239,51 @@ static int export_jsonl(struct exp *e)
         jstr(f, ev[i].json);
         fputs("}\n", f);
     }
+    size_t skipped = 0;
+    char *buf = malloc(TM_INPROC_FORMAT_MAX);
+    if (!buf) {
+        cli_err("export: out of memory");
+        return -ENOMEM;
+    }
     const tm_run_step *st;
     n = tm_run_steps(e->r, &st);
     for (size_t i = 0; i < n; i++) {
-        const tm_inproc_step *s = &st[i].s;
-        jhead(e, s->end_ns, st[i].source, "step");
-        fprintf(f, ",\"step\":%" PRIu64 ",\"start_ns\":%" PRId64, s->step, s->start_ns);
-        jnum(f, "duration_s", (double)(s->end_ns - s->start_ns) / 1e9);
-        jnum(f, "data_wait_s", (double)s->data_wait_ns / 1e9);
-        fprintf(f, ",\"flags\":%u}\n", s->flags);
+        tm_inproc_any a = {.step = st[i].s};
+        skipped += jrec(e, st[i].s.end_ns, st[i].source, TM_REC_STEP, &a, buf);
     }
     const tm_run_capture *cp;
     n = tm_run_captures(e->r, &cp);
     for (size_t i = 0; i < n; i++) {
-        const tm_inproc_capture *c = &cp[i].c;
-        jhead(e, cp[i].t_ns, cp[i].source, "capture");
-        fputs(",\"tag\":", f);
-        jstr(f, c->tag);
-        fprintf(f, ",\"source_kind\":%u,\"device\":%d,\"step\":%" PRIu64, c->source, (int)c->device,
-                c->step);
-        jnum(f, "allocated", c->allocated);
-        jnum(f, "reserved", c->reserved);
-        jnum(f, "peak_allocated", c->peak_allocated);
-        jnum(f, "active", c->active);
-        jnum(f, "inactive_split", c->inactive_split);
-        jnum(f, "requested", c->requested);
-        jnum(f, "free_device", c->free_device);
-        jnum(f, "total_device", c->total_device);
-        jnum(f, "num_alloc_retries", c->num_alloc_retries);
-        jnum(f, "num_ooms", c->num_ooms);
-        jnum(f, "host_rss", c->host_rss);
-        fputs("}\n", f);
+        tm_inproc_any a = {.capture = cp[i].c};
+        skipped += jrec(e, cp[i].t_ns, cp[i].source, TM_REC_CAPTURE, &a, buf);
     }
     const tm_run_phase *ph;
     n = tm_run_phases(e->r, &ph);
     for (size_t i = 0; i < n; i++) {
-        jhead(e, ph[i].t_ns, ph[i].source, "phase");
-        fputs(",\"name\":", f);
-        jstr(f, ph[i].p.name);
-        fprintf(f, ",\"enter\":%s,\"depth\":%u,\"step\":%" PRIu64 "}\n",
-                ph[i].p.kind == TM_PHASE_ENTER ? "true" : "false", ph[i].p.depth, ph[i].p.step);
+        tm_inproc_any a = {.phase = ph[i].p};
+        skipped += jrec(e, ph[i].t_ns, ph[i].source, TM_REC_PHASE, &a, buf);
     }
     const tm_run_oom *om;
     n = tm_run_ooms(e->r, &om);
     for (size_t i = 0; i < n; i++) {
-        const tm_inproc_oom *o = &om[i].o;
-        jhead(e, om[i].t_ns, om[i].source, "oom");
-        fprintf(f, ",\"seq\":%u,\"device\":%d,\"step\":%" PRIu64 ",\"phase\":", o->seq,
-                (int)o->device, o->step);
-        jstr(f, o->phase);
-        fputs(",\"snapshot\":", f);
-        jstr(f, o->snapshot);
-        jnum(f, "requested", o->requested);
-        jnum(f, "free_device", o->free_device);
-        jnum(f, "total_device", o->total_device);
-        jnum(f, "allocated", o->allocated);
-        jnum(f, "reserved", o->reserved);
-        fputs("}\n", f);
+        tm_inproc_any a = {.oom = om[i].o};
+        skipped += jrec(e, om[i].t_ns, om[i].source, TM_REC_OOM, &a, buf);
     }
     const tm_run_worker *wk;
     n = tm_run_workers(e->r, &wk);
     for (size_t i = 0; i < n; i++) {
-        const tm_inproc_worker *w = &wk[i].w;
-        jhead(e, w->end_ns, wk[i].source, "worker");
-        fprintf(f, ",\"worker\":%d,\"pid\":%u,\"batch\":%" PRIu64, (int)w->worker_id, w->pid,
-                w->batch);
-        jnum(f, "batch_time_s", (double)(w->end_ns - w->start_ns) / 1e9);
-        jnum(f, "cpu_s", w->cpu_s);
-        jnum(f, "rss_bytes", w->rss_bytes);
-        fputs("}\n", f);
+        tm_inproc_any a = {.worker = wk[i].w};
+        skipped += jrec(e, wk[i].w.end_ns, wk[i].source, TM_REC_WORKER, &a, buf);
     }
     const tm_run_optstep *os;
     n = tm_run_optsteps(e->r, &os);
     for (size_t i = 0; i < n; i++) {
-        jhead(e, os[i].o.end_ns, os[i].source, "optimizer_step");
-        fprintf(f, ",\"optimizer\":%u,\"step\":%" PRIu64, os[i].o.optimizer, os[i].o.step);
-        jnum(f, "duration_s", (double)(os[i].o.end_ns - os[i].o.start_ns) / 1e9);
-        fputs("}\n", f);
+        tm_inproc_any a = {.optstep = os[i].o};
+        skipped += jrec(e, os[i].o.end_ns, os[i].source, TM_REC_OPTSTEP, &a, buf);
     }
+    free(buf);
+    if (skipped)
+        cli_warn("%zu in-process records too long to write were left out", skipped);
     return 0;
 }
 

@@ -1,14 +1,20 @@
 /*
  * inproc.c - the payloads of the in-process records (python/trainmon):
- * encoders used by the CPython extension, decoders and the `trainmon dump`
- * formatter.  The byte layouts are in docs/FORMAT.md ("In-process
- * records"); this file is the only place that knows the offsets.
+ * encoders used by the CPython extension, decoders, and the one formatter
+ * behind `trainmon dump`, `dump --json` and `export --format jsonl`.
+ *
+ * Every layout is described once, in inproc_schema.h (fields: key, type,
+ * payload offset, unit, struct member; views: how dump and jsonl show
+ * them).  The functions here walk those tables and know no offset
+ * themselves, so the encoder, the decoder, the JSON/text lines and
+ * Python's read_records cannot drift apart.  docs/FORMAT.md ("In-process
+ * records") shows the layouts for people.
  *
  * Fields are stored at fixed little-endian offsets through memcpy (the
  * build refuses big-endian hosts in rec.h), so a payload never depends on
  * the compiler's struct padding.  Decoders accept a payload longer than
- * they need for the fixed-size types, so that a later version may append
- * fields without breaking older readers.
+ * they need, so that a later version may append fields without breaking
+ * older readers.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -16,295 +22,389 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "inproc_schema.h"
 #include "rec.h"
 #include "util.h"
 
-#define STEP_LEN 40u
-#define CAPTURE_HDR 108u
-#define CAPTURE_NF 11
-#define PHASE_HDR 20u
-#define OOM_HDR 68u
-#define WORKER_LEN 48u
-#define OPTSTEP_LEN 32u
+/* ---------------------------------------------------------------- views */
 
-static void put_u16(uint8_t *p, size_t off, uint16_t v) { memcpy(p + off, &v, 2); }
-static void put_u32(uint8_t *p, size_t off, uint32_t v) { memcpy(p + off, &v, 4); }
-static void put_u64(uint8_t *p, size_t off, uint64_t v) { memcpy(p + off, &v, 8); }
-static void put_i64(uint8_t *p, size_t off, int64_t v) { memcpy(p + off, &v, 8); }
-static void put_f64(uint8_t *p, size_t off, double v) { memcpy(p + off, &v, 8); }
+/* How dump and jsonl show a type: entries in order.  V_VALUE shows field a
+ * under its own key (an enum by its value's name; an f64 NAN is left out);
+ * V_SECS shows the ns field a as seconds, V_SPAN the ns difference a - b
+ * (saturating), V_FLAG a boolean true when bit is set in field a (left out
+ * when not).  text is the key in text lines: NULL the same as JSON's, ""
+ * positional (the value alone, printed before the keyed ones). */
+enum { V_VALUE, V_SECS, V_SPAN, V_FLAG };
+enum { OMIT_NEG = 1, OMIT_EMPTY = 2 };
 
-static uint16_t get_u16(const uint8_t *p, size_t off)
-{
-    uint16_t v;
-    memcpy(&v, p + off, 2);
-    return v;
-}
-static uint32_t get_u32(const uint8_t *p, size_t off)
-{
-    uint32_t v;
-    memcpy(&v, p + off, 4);
-    return v;
-}
-static uint64_t get_u64(const uint8_t *p, size_t off)
-{
-    uint64_t v;
-    memcpy(&v, p + off, 8);
-    return v;
-}
-static int64_t get_i64(const uint8_t *p, size_t off)
-{
-    int64_t v;
-    memcpy(&v, p + off, 8);
-    return v;
-}
-static double get_f64(const uint8_t *p, size_t off)
-{
-    double v;
-    memcpy(&v, p + off, 8);
-    return v;
-}
+typedef struct view {
+    const char *key; /* NULL: field a's key */
+    const char *text;
+    uint8_t op, omit;
+    uint8_t a, b;
+    uint32_t bit;
+} view;
 
-static uint16_t name_len(const char *s, uint16_t n)
-{
-    if (!s)
-        return 0;
-    return n > TM_INPROC_NAME_MAX ? TM_INPROC_NAME_MAX : n;
-}
+#define POS ""
+
+static const view step_view[] = {
+    {.text = POS, .a = F_STEP_step},
+    {"duration_s", "dur", V_SPAN, 0, F_STEP_end_ns, F_STEP_start_ns, 0},
+    {"data_wait_s", "wait", V_SECS, 0, F_STEP_data_wait_ns, 0, 0},
+    {.a = F_STEP_start_ns},
+    {"end_of_epoch", NULL, V_FLAG, 0, F_STEP_flags, 0, TM_STEP_ENDED_BY_STOP},
+    {"at_exit", NULL, V_FLAG, 0, F_STEP_flags, 0, TM_STEP_ENDED_AT_EXIT},
+};
+
+static const view capture_view[] = {
+    {.a = F_CAPTURE_source},
+    {.text = POS, .a = F_CAPTURE_tag},
+    {.a = F_CAPTURE_step},
+    {.omit = OMIT_NEG, .a = F_CAPTURE_device},
+    {.a = F_CAPTURE_allocated},
+    {.a = F_CAPTURE_reserved},
+    {.a = F_CAPTURE_peak_allocated},
+    {.a = F_CAPTURE_active},
+    {.a = F_CAPTURE_inactive_split},
+    {.a = F_CAPTURE_requested},
+    {.a = F_CAPTURE_free_device},
+    {.a = F_CAPTURE_total_device},
+    {.a = F_CAPTURE_num_alloc_retries},
+    {.a = F_CAPTURE_num_ooms},
+    {.a = F_CAPTURE_host_rss},
+};
+
+static const view phase_view[] = {
+    {.text = POS, .a = F_PHASE_kind},
+    {.text = POS, .a = F_PHASE_name},
+    {.a = F_PHASE_depth},
+    {.a = F_PHASE_step},
+};
+
+static const view oom_view[] = {
+    {.a = F_OOM_seq},          {.a = F_OOM_device},       {.a = F_OOM_step},
+    {.a = F_OOM_phase},        {.a = F_OOM_requested},    {.a = F_OOM_free_device},
+    {.a = F_OOM_total_device}, {.a = F_OOM_allocated},    {.a = F_OOM_reserved},
+    {.a = F_OOM_source},       {.omit = OMIT_EMPTY, .a = F_OOM_snapshot},
+};
+
+static const view worker_view[] = {
+    {.a = F_WORKER_worker_id},
+    {.a = F_WORKER_pid},
+    {.a = F_WORKER_batch},
+    {"batch_time_s", "time", V_SPAN, 0, F_WORKER_end_ns, F_WORKER_start_ns, 0},
+    {.a = F_WORKER_start_ns},
+    {.a = F_WORKER_cpu_s},
+    {.a = F_WORKER_rss_bytes},
+};
+
+static const view optstep_view[] = {
+    {.a = F_OPTSTEP_optimizer},
+    {.a = F_OPTSTEP_step},
+    {"duration_s", "dur", V_SPAN, 0, F_OPTSTEP_end_ns, F_OPTSTEP_start_ns, 0},
+    {.a = F_OPTSTEP_start_ns},
+};
+
+/* --------------------------------------------------------------- tables */
+
+#define ROW_STEP(k, m, t, o, u, n) TM_ROW(tm_inproc_step, k, m, t, o, u, n)
+#define ROW_CAPTURE(k, m, t, o, u, n) TM_ROW(tm_inproc_capture, k, m, t, o, u, n)
+#define ROW_PHASE(k, m, t, o, u, n) TM_ROW(tm_inproc_phase, k, m, t, o, u, n)
+#define ROW_OOM(k, m, t, o, u, n) TM_ROW(tm_inproc_oom, k, m, t, o, u, n)
+#define ROW_WORKER(k, m, t, o, u, n) TM_ROW(tm_inproc_worker, k, m, t, o, u, n)
+#define ROW_OPTSTEP(k, m, t, o, u, n) TM_ROW(tm_inproc_optstep, k, m, t, o, u, n)
+
+static const tm_inproc_field step_fields[] = {TM_SCHEMA_STEP(ROW_STEP)};
+static const tm_inproc_field capture_fields[] = {TM_SCHEMA_CAPTURE(ROW_CAPTURE)};
+static const tm_inproc_field phase_fields[] = {TM_SCHEMA_PHASE(ROW_PHASE)};
+static const tm_inproc_field oom_fields[] = {TM_SCHEMA_OOM(ROW_OOM)};
+static const tm_inproc_field worker_fields[] = {TM_SCHEMA_WORKER(ROW_WORKER)};
+static const tm_inproc_field optstep_fields[] = {TM_SCHEMA_OPTSTEP(ROW_OPTSTEP)};
+
+typedef struct schema {
+    const char *name;
+    size_t hdr; /* the fixed part; strings follow */
+    const tm_inproc_field *fields;
+    size_t nfields;
+    const view *views;
+    size_t nviews;
+} schema;
+
+#define N(a) (sizeof(a) / sizeof((a)[0]))
+#define SCHEMA(nm, hdr, f, v) {nm, hdr, f, N(f), v, N(v)}
+
+/* Indexed by type - TM_REC_STEP. */
+static const schema schemas[] = {
+    SCHEMA("step", TM_STEP_LEN, step_fields, step_view),
+    SCHEMA("capture", TM_CAPTURE_HDR, capture_fields, capture_view),
+    SCHEMA("phase", TM_PHASE_HDR, phase_fields, phase_view),
+    SCHEMA("oom", TM_OOM_HDR, oom_fields, oom_view),
+    SCHEMA("worker", TM_WORKER_LEN, worker_fields, worker_view),
+    SCHEMA("optimizer_step", TM_OPTSTEP_LEN, optstep_fields, optstep_view),
+};
+
+_Static_assert(N(schemas) == TM_REC_OPTSTEP - TM_REC_STEP + 1, "one schema per in-process type");
+#define FITS(f) _Static_assert(N(f) <= TM_INPROC_FIELDS_MAX, "TM_INPROC_FIELDS_MAX: " #f)
+FITS(step_fields);
+FITS(capture_fields);
+FITS(phase_fields);
+FITS(oom_fields);
+FITS(worker_fields);
+FITS(optstep_fields);
 
 bool tm_inproc_is(uint16_t type) { return type >= TM_REC_STEP && type <= TM_REC_OPTSTEP; }
 
+static const schema *schema_of(uint16_t type)
+{
+    return tm_inproc_is(type) ? &schemas[type - TM_REC_STEP] : NULL;
+}
+
+size_t tm_inproc_fields(uint16_t type, const tm_inproc_field **out)
+{
+    const schema *sc = schema_of(type);
+    if (out)
+        *out = sc ? sc->fields : NULL;
+    return sc ? sc->nfields : 0;
+}
+
+const char *tm_inproc_type_name(uint16_t type)
+{
+    const schema *sc = schema_of(type);
+    return sc ? sc->name : NULL;
+}
+
+double tm_clock_diff_s(int64_t a_ns, int64_t b_ns) { return tm_ns_diff_s(a_ns, b_ns); }
+
+/* ----------------------------------------------------- values in structs */
+
+static size_t ctype_size(tm_inproc_ctype t)
+{
+    switch (t) {
+    case TM_INPROC_U32:
+    case TM_INPROC_I32: return 4;
+    case TM_INPROC_U64:
+    case TM_INPROC_I64:
+    case TM_INPROC_F64: return 8;
+    case TM_INPROC_STR: return 2; /* its length */
+    }
+    return 0;
+}
+
+tm_inproc_value tm_inproc_get(const tm_inproc_field *f, const tm_inproc_any *rec)
+{
+    const char *base = (const char *)rec;
+    tm_inproc_value v = {.type = f->type, .f = NAN};
+    switch (f->type) {
+    case TM_INPROC_U32: {
+        uint32_t x;
+        memcpy(&x, base + f->member, 4);
+        v.u = x;
+        break;
+    }
+    case TM_INPROC_I32: {
+        int32_t x;
+        memcpy(&x, base + f->member, 4);
+        v.i = x;
+        break;
+    }
+    case TM_INPROC_U64: memcpy(&v.u, base + f->member, 8); break;
+    case TM_INPROC_I64: memcpy(&v.i, base + f->member, 8); break;
+    case TM_INPROC_F64: memcpy(&v.f, base + f->member, 8); break;
+    case TM_INPROC_STR: {
+        uint16_t n;
+        memcpy(&v.s, base + f->member, sizeof v.s);
+        memcpy(&n, base + f->len_member, 2);
+        v.len = v.s ? n : 0;
+        if (!v.s)
+            v.s = "";
+        break;
+    }
+    }
+    return v;
+}
+
+static void put_member(const tm_inproc_field *f, tm_inproc_any *rec, const void *src)
+{
+    memcpy((char *)rec + f->member, src, f->type == TM_INPROC_STR ? sizeof(char *) : ctype_size(f->type));
+}
+
+/* A string's stored length: cut at TM_INPROC_NAME_MAX, 0 for NULL. */
+static uint16_t name_len(const char *s, size_t n)
+{
+    if (!s)
+        return 0;
+    return (uint16_t)(n > TM_INPROC_NAME_MAX ? TM_INPROC_NAME_MAX : n);
+}
+
 /* ------------------------------------------------------------- encoders */
+
+int tm_inproc_encode(uint16_t type, const tm_inproc_any *rec, void *buf, size_t cap)
+{
+    const schema *sc = schema_of(type);
+    if (!sc || !rec || (!buf && cap))
+        return tm_seterr(-EINVAL, "tm_inproc_encode: type %u is not in-process", type);
+    size_t need = sc->hdr;
+    for (size_t i = 0; i < sc->nfields; i++)
+        if (sc->fields[i].type == TM_INPROC_STR) {
+            tm_inproc_value v = tm_inproc_get(&sc->fields[i], rec);
+            need += name_len(v.s, v.len);
+        }
+    if (cap < need)
+        return -ENOSPC;
+    uint8_t *p = buf;
+    memset(p, 0, sc->hdr); /* padding is 0 */
+    size_t at = sc->hdr;
+    for (size_t i = 0; i < sc->nfields; i++) {
+        const tm_inproc_field *f = &sc->fields[i];
+        tm_inproc_value v = tm_inproc_get(f, rec);
+        switch (f->type) {
+        case TM_INPROC_U32: {
+            uint32_t x = (uint32_t)v.u;
+            memcpy(p + f->offset, &x, 4);
+            break;
+        }
+        case TM_INPROC_I32: {
+            int32_t x = (int32_t)v.i;
+            memcpy(p + f->offset, &x, 4);
+            break;
+        }
+        case TM_INPROC_U64: memcpy(p + f->offset, &v.u, 8); break;
+        case TM_INPROC_I64: memcpy(p + f->offset, &v.i, 8); break;
+        case TM_INPROC_F64: memcpy(p + f->offset, &v.f, 8); break;
+        case TM_INPROC_STR: {
+            uint16_t n = name_len(v.s, v.len);
+            memcpy(p + f->offset, &n, 2);
+            if (n)
+                memcpy(p + at, v.s, n);
+            at += n;
+            break;
+        }
+        }
+    }
+    return (int)need;
+}
 
 int tm_inproc_encode_step(const tm_inproc_step *s, void *buf, size_t cap)
 {
-    if (cap < STEP_LEN)
-        return -ENOSPC;
-    uint8_t *p = buf;
-    put_u64(p, 0, s->step);
-    put_i64(p, 8, s->start_ns);
-    put_i64(p, 16, s->end_ns);
-    put_i64(p, 24, s->data_wait_ns);
-    put_u32(p, 32, s->flags);
-    put_u32(p, 36, 0);
-    return (int)STEP_LEN;
+    tm_inproc_any a = {.step = *s};
+    return tm_inproc_encode(TM_REC_STEP, &a, buf, cap);
 }
 
 int tm_inproc_encode_capture(const tm_inproc_capture *c, void *buf, size_t cap)
 {
-    uint16_t tl = name_len(c->tag, c->tag_len);
-    if (cap < CAPTURE_HDR + tl)
-        return -ENOSPC;
-    uint8_t *p = buf;
-    const double f[CAPTURE_NF] = {c->allocated,   c->reserved,          c->peak_allocated,
-                                  c->active,      c->inactive_split,    c->requested,
-                                  c->free_device, c->total_device,      c->num_alloc_retries,
-                                  c->num_ooms,    c->host_rss};
-    put_u32(p, 0, c->source);
-    put_u32(p, 4, (uint32_t)c->device);
-    put_u64(p, 8, c->step);
-    for (size_t i = 0; i < CAPTURE_NF; i++)
-        put_f64(p, 16 + 8 * i, f[i]);
-    put_u16(p, 104, tl);
-    put_u16(p, 106, 0);
-    if (tl)
-        memcpy(p + CAPTURE_HDR, c->tag, tl);
-    return (int)(CAPTURE_HDR + tl);
+    tm_inproc_any a = {.capture = *c};
+    return tm_inproc_encode(TM_REC_CAPTURE, &a, buf, cap);
 }
 
 int tm_inproc_encode_phase(const tm_inproc_phase *ph, void *buf, size_t cap)
 {
-    uint16_t nl = name_len(ph->name, ph->name_len);
-    if (cap < PHASE_HDR + nl)
-        return -ENOSPC;
-    uint8_t *p = buf;
-    put_u32(p, 0, ph->kind);
-    put_u32(p, 4, ph->depth);
-    put_u64(p, 8, ph->step);
-    put_u16(p, 16, nl);
-    put_u16(p, 18, 0);
-    if (nl)
-        memcpy(p + PHASE_HDR, ph->name, nl);
-    return (int)(PHASE_HDR + nl);
+    tm_inproc_any a = {.phase = *ph};
+    return tm_inproc_encode(TM_REC_PHASE, &a, buf, cap);
 }
 
 int tm_inproc_encode_oom(const tm_inproc_oom *o, void *buf, size_t cap)
 {
-    uint16_t pl = name_len(o->phase, o->phase_len);
-    uint16_t sl = name_len(o->snapshot, o->snapshot_len);
-    if (cap < OOM_HDR + (size_t)pl + sl)
-        return -ENOSPC;
-    uint8_t *p = buf;
-    put_u32(p, 0, (uint32_t)o->device);
-    put_u32(p, 4, o->seq);
-    put_u64(p, 8, o->step);
-    put_u32(p, 16, o->source);
-    put_u32(p, 20, 0);
-    put_f64(p, 24, o->requested);
-    put_f64(p, 32, o->free_device);
-    put_f64(p, 40, o->total_device);
-    put_f64(p, 48, o->allocated);
-    put_f64(p, 56, o->reserved);
-    put_u16(p, 64, pl);
-    put_u16(p, 66, sl);
-    if (pl)
-        memcpy(p + OOM_HDR, o->phase, pl);
-    if (sl)
-        memcpy(p + OOM_HDR + pl, o->snapshot, sl);
-    return (int)(OOM_HDR + pl + sl);
+    tm_inproc_any a = {.oom = *o};
+    return tm_inproc_encode(TM_REC_OOM, &a, buf, cap);
 }
 
 int tm_inproc_encode_worker(const tm_inproc_worker *w, void *buf, size_t cap)
 {
-    if (cap < WORKER_LEN)
-        return -ENOSPC;
-    uint8_t *p = buf;
-    put_u32(p, 0, (uint32_t)w->worker_id);
-    put_u32(p, 4, w->pid);
-    put_u64(p, 8, w->batch);
-    put_i64(p, 16, w->start_ns);
-    put_i64(p, 24, w->end_ns);
-    put_f64(p, 32, w->cpu_s);
-    put_f64(p, 40, w->rss_bytes);
-    return (int)WORKER_LEN;
+    tm_inproc_any a = {.worker = *w};
+    return tm_inproc_encode(TM_REC_WORKER, &a, buf, cap);
 }
 
 int tm_inproc_encode_optstep(const tm_inproc_optstep *o, void *buf, size_t cap)
 {
-    if (cap < OPTSTEP_LEN)
-        return -ENOSPC;
-    uint8_t *p = buf;
-    put_u64(p, 0, o->step);
-    put_i64(p, 8, o->start_ns);
-    put_i64(p, 16, o->end_ns);
-    put_u32(p, 24, o->optimizer);
-    put_u32(p, 28, 0);
-    return (int)OPTSTEP_LEN;
+    tm_inproc_any a = {.optstep = *o};
+    return tm_inproc_encode(TM_REC_OPTSTEP, &a, buf, cap);
 }
 
 /* ------------------------------------------------------------- decoders */
 
-static int check(const tm_record *rec, uint16_t type, size_t need)
+static int bad(const tm_record *rec, uint16_t type)
 {
-    if (!rec || rec->type != type || rec->len < need || (need && !rec->payload))
-        return tm_seterr(-EINVAL, "record type %u: payload of %" PRIu32 " bytes is not a valid %u",
-                         rec ? rec->type : 0, rec ? rec->len : 0, type);
+    return tm_seterr(-EINVAL, "record type %u: payload of %" PRIu32 " bytes is not a valid %u",
+                     rec ? rec->type : 0, rec ? rec->len : 0, type);
+}
+
+static int decode_as(const tm_record *rec, uint16_t type, tm_inproc_any *out)
+{
+    const schema *sc = schema_of(type);
+    if (!sc || !rec || rec->type != type || rec->len < sc->hdr || !rec->payload || !out)
+        return bad(rec, type);
+    const uint8_t *p = rec->payload;
+    /* The strings must lie inside the payload before anything is kept. */
+    size_t need = sc->hdr;
+    for (size_t i = 0; i < sc->nfields; i++)
+        if (sc->fields[i].type == TM_INPROC_STR) {
+            uint16_t n;
+            memcpy(&n, p + sc->fields[i].offset, 2);
+            need += n;
+        }
+    if (rec->len < need)
+        return bad(rec, type);
+    memset(out, 0, sizeof *out);
+    size_t at = sc->hdr;
+    for (size_t i = 0; i < sc->nfields; i++) {
+        const tm_inproc_field *f = &sc->fields[i];
+        if (f->type == TM_INPROC_STR) {
+            uint16_t n;
+            memcpy(&n, p + f->offset, 2);
+            const char *s = (const char *)p + at;
+            put_member(f, out, &s);
+            memcpy((char *)out + f->len_member, &n, 2);
+            at += n;
+        } else {
+            put_member(f, out, p + f->offset);
+        }
+    }
     return 0;
 }
 
+int tm_inproc_decode(const tm_record *rec, tm_inproc_any *out)
+{
+    return decode_as(rec, rec ? rec->type : 0, out);
+}
+
+/* The typed decoders write only their own struct, never a whole union. */
+#define DECODE_AS(type, member)                                                                   \
+    do {                                                                                          \
+        tm_inproc_any a;                                                                          \
+        int rc = decode_as(rec, type, &a);                                                        \
+        if (rc == 0)                                                                              \
+            *out = a.member;                                                                      \
+        return rc;                                                                                \
+    } while (0)
+
 int tm_inproc_decode_step(const tm_record *rec, tm_inproc_step *out)
 {
-    int rc = check(rec, TM_REC_STEP, STEP_LEN);
-    if (rc)
-        return rc;
-    const uint8_t *p = rec->payload;
-    out->step = get_u64(p, 0);
-    out->start_ns = get_i64(p, 8);
-    out->end_ns = get_i64(p, 16);
-    out->data_wait_ns = get_i64(p, 24);
-    out->flags = get_u32(p, 32);
-    return 0;
+    DECODE_AS(TM_REC_STEP, step);
 }
 
 int tm_inproc_decode_capture(const tm_record *rec, tm_inproc_capture *out)
 {
-    int rc = check(rec, TM_REC_CAPTURE, CAPTURE_HDR);
-    if (rc)
-        return rc;
-    const uint8_t *p = rec->payload;
-    uint16_t tl = get_u16(p, 104);
-    if (rec->len < CAPTURE_HDR + (size_t)tl)
-        return check(rec, TM_REC_CAPTURE, CAPTURE_HDR + (size_t)tl);
-    double f[CAPTURE_NF];
-    for (size_t i = 0; i < CAPTURE_NF; i++)
-        f[i] = get_f64(p, 16 + 8 * i);
-    out->source = get_u32(p, 0);
-    out->device = (int32_t)get_u32(p, 4);
-    out->step = get_u64(p, 8);
-    out->allocated = f[0];
-    out->reserved = f[1];
-    out->peak_allocated = f[2];
-    out->active = f[3];
-    out->inactive_split = f[4];
-    out->requested = f[5];
-    out->free_device = f[6];
-    out->total_device = f[7];
-    out->num_alloc_retries = f[8];
-    out->num_ooms = f[9];
-    out->host_rss = f[10];
-    out->tag = (const char *)p + CAPTURE_HDR;
-    out->tag_len = tl;
-    return 0;
+    DECODE_AS(TM_REC_CAPTURE, capture);
 }
 
 int tm_inproc_decode_phase(const tm_record *rec, tm_inproc_phase *out)
 {
-    int rc = check(rec, TM_REC_PHASE, PHASE_HDR);
-    if (rc)
-        return rc;
-    const uint8_t *p = rec->payload;
-    uint16_t nl = get_u16(p, 16);
-    if (rec->len < PHASE_HDR + (size_t)nl)
-        return check(rec, TM_REC_PHASE, PHASE_HDR + (size_t)nl);
-    out->kind = get_u32(p, 0);
-    out->depth = get_u32(p, 4);
-    out->step = get_u64(p, 8);
-    out->name = (const char *)p + PHASE_HDR;
-    out->name_len = nl;
-    return 0;
+    DECODE_AS(TM_REC_PHASE, phase);
 }
 
 int tm_inproc_decode_oom(const tm_record *rec, tm_inproc_oom *out)
 {
-    int rc = check(rec, TM_REC_OOM, OOM_HDR);
-    if (rc)
-        return rc;
-    const uint8_t *p = rec->payload;
-    uint16_t pl = get_u16(p, 64), sl = get_u16(p, 66);
-    if (rec->len < OOM_HDR + (size_t)pl + sl)
-        return check(rec, TM_REC_OOM, OOM_HDR + (size_t)pl + sl);
-    out->device = (int32_t)get_u32(p, 0);
-    out->seq = get_u32(p, 4);
-    out->step = get_u64(p, 8);
-    out->source = get_u32(p, 16);
-    out->requested = get_f64(p, 24);
-    out->free_device = get_f64(p, 32);
-    out->total_device = get_f64(p, 40);
-    out->allocated = get_f64(p, 48);
-    out->reserved = get_f64(p, 56);
-    out->phase = (const char *)p + OOM_HDR;
-    out->phase_len = pl;
-    out->snapshot = (const char *)p + OOM_HDR + pl;
-    out->snapshot_len = sl;
-    return 0;
+    DECODE_AS(TM_REC_OOM, oom);
 }
 
 int tm_inproc_decode_worker(const tm_record *rec, tm_inproc_worker *out)
 {
-    int rc = check(rec, TM_REC_WORKER, WORKER_LEN);
-    if (rc)
-        return rc;
-    const uint8_t *p = rec->payload;
-    out->worker_id = (int32_t)get_u32(p, 0);
-    out->pid = get_u32(p, 4);
-    out->batch = get_u64(p, 8);
-    out->start_ns = get_i64(p, 16);
-    out->end_ns = get_i64(p, 24);
-    out->cpu_s = get_f64(p, 32);
-    out->rss_bytes = get_f64(p, 40);
-    return 0;
+    DECODE_AS(TM_REC_WORKER, worker);
 }
 
 int tm_inproc_decode_optstep(const tm_record *rec, tm_inproc_optstep *out)
 {
-    int rc = check(rec, TM_REC_OPTSTEP, OPTSTEP_LEN);
-    if (rc)
-        return rc;
-    const uint8_t *p = rec->payload;
-    out->step = get_u64(p, 0);
-    out->start_ns = get_i64(p, 8);
-    out->end_ns = get_i64(p, 16);
-    out->optimizer = get_u32(p, 24);
-    return 0;
+    DECODE_AS(TM_REC_OPTSTEP, optstep);
 }
 
 /* ------------------------------------------------------------ formatter */
@@ -323,42 +423,21 @@ static void f_raw(fmt *f, const char *s)
         f->rc = tm_buf_add(&f->b, s, strlen(s));
 }
 
+/* The key: ",\"k\":" in JSON, " k=" in text, " " for a positional value. */
 static void f_key(fmt *f, const char *k)
 {
     if (f->rc)
         return;
-    f->rc = f->json ? tm_buf_printf(&f->b, ",\"%s\":", k) : tm_buf_printf(&f->b, " %s=", k);
-}
-
-static void f_num(fmt *f, const char *k, double v)
-{
-    if (isnan(v))
-        return;
-    f_key(f, k);
-    if (!f->rc)
-        f->rc = tm_buf_printf(&f->b, "%.17g", v);
-}
-
-static void f_int(fmt *f, const char *k, int64_t v)
-{
-    f_key(f, k);
-    if (!f->rc)
-        f->rc = tm_buf_printf(&f->b, "%" PRId64, v);
-}
-
-static void f_secs(fmt *f, const char *k, int64_t ns)
-{
-    f_key(f, k);
-    if (!f->rc)
-        f->rc = tm_buf_printf(&f->b, f->json ? "%.9f" : "%.6fs", (double)ns / 1e9);
+    if (f->json)
+        f->rc = tm_buf_printf(&f->b, ",\"%s\":", k);
+    else
+        f->rc = *k ? tm_buf_printf(&f->b, " %s=", k) : tm_buf_add(&f->b, " ", 1);
 }
 
 /* A string value: quoted and escaped in JSON, quoted with control bytes as
  * '?' in text (one line per record). */
-static void f_str(fmt *f, const char *k, const char *s, size_t n)
+static void f_str(fmt *f, const char *s, size_t n)
 {
-    if (k)
-        f_key(f, k);
     if (f->rc)
         return;
     f->rc = tm_buf_add(&f->b, "\"", 1);
@@ -378,194 +457,151 @@ static void f_str(fmt *f, const char *k, const char *s, size_t n)
         f->rc = tm_buf_add(&f->b, "\"", 1);
 }
 
-/* Starts the line with the record's kind: "step" / "\"type\":\"step\"". */
-static void f_begin(fmt *f, const char *type)
+static void f_secs(fmt *f, double s)
 {
-    if (f->json)
-        f->rc = tm_buf_printf(&f->b, "\"type\":\"%s\"", type);
-    else
-        f->rc = tm_buf_printf(&f->b, "%s", type);
+    if (!f->rc)
+        f->rc = tm_buf_printf(&f->b, f->json ? "%.9f" : "%.6fs", s);
 }
 
-static const char *capture_source(uint32_t s)
+static const char *enum_name(const tm_inproc_field *fd, uint64_t v)
 {
-    switch (s) {
-    case TM_CAPTURE_USER: return "user";
-    case TM_CAPTURE_STEP: return "step";
-    case TM_CAPTURE_PHASE: return "phase";
-    case TM_CAPTURE_OOM: return "oom";
-    default: return "unknown";
+    for (uint64_t i = 0; fd->names[i]; i++)
+        if (i == v)
+            return fd->names[i];
+    return "unknown";
+}
+
+/* One view entry of rec: its key and value, or nothing when left out. */
+static void f_view(fmt *f, const schema *sc, const view *vw, const tm_inproc_any *rec)
+{
+    const tm_inproc_field *fa = &sc->fields[vw->a];
+    tm_inproc_value a = tm_inproc_get(fa, rec);
+    const char *key = vw->key ? vw->key : fa->key;
+    const char *text = vw->text ? vw->text : key;
+    const char *k = f->json ? key : text;
+    switch (vw->op) {
+    case V_SECS:
+        f_key(f, k);
+        f_secs(f, (double)a.i / 1e9);
+        return;
+    case V_SPAN:
+        f_key(f, k);
+        f_secs(f, tm_ns_diff_s(a.i, tm_inproc_get(&sc->fields[vw->b], rec).i));
+        return;
+    case V_FLAG:
+        if (a.u & vw->bit) {
+            f_raw(f, f->json ? ",\"" : " ");
+            f_raw(f, key);
+            f_raw(f, f->json ? "\":true" : "");
+        }
+        return;
+    }
+    switch (a.type) {
+    case TM_INPROC_U32:
+    case TM_INPROC_U64:
+        if (fa->names) {
+            const char *nm = enum_name(fa, a.u);
+            f_key(f, k);
+            if (f->json)
+                f_str(f, nm, strlen(nm));
+            else
+                f_raw(f, nm);
+            return;
+        }
+        f_key(f, k);
+        if (!f->rc)
+            f->rc = tm_buf_printf(&f->b, "%" PRIu64, a.u);
+        return;
+    case TM_INPROC_I32:
+    case TM_INPROC_I64:
+        if ((vw->omit & OMIT_NEG) && a.i < 0)
+            return;
+        f_key(f, k);
+        if (!f->rc)
+            f->rc = tm_buf_printf(&f->b, "%" PRId64, a.i);
+        return;
+    case TM_INPROC_F64:
+        if (isnan(a.f))
+            return;
+        f_key(f, k);
+        if (!f->rc)
+            f->rc = tm_buf_printf(&f->b, "%.17g", a.f);
+        return;
+    case TM_INPROC_STR:
+        if ((vw->omit & OMIT_EMPTY) && a.len == 0)
+            return;
+        f_key(f, k);
+        f_str(f, a.s, a.len);
+        return;
     }
 }
 
-static void fmt_step(fmt *f, const tm_inproc_step *s)
+/* The fields of rec, after whatever the caller wrote.  JSON: every entry in
+ * view order; text: positional values first, then "key=value" ones. */
+static void f_fields(fmt *f, const schema *sc, const tm_inproc_any *rec)
 {
-    f_begin(f, "step");
-    if (!f->json && !f->rc)
-        f->rc = tm_buf_printf(&f->b, " %" PRIu64, s->step);
-    else
-        f_int(f, "step", (int64_t)s->step);
-    f_secs(f, f->json ? "duration_s" : "dur", s->end_ns - s->start_ns);
-    f_secs(f, f->json ? "data_wait_s" : "wait", s->data_wait_ns);
-    f_int(f, "start_ns", s->start_ns);
-    if (s->flags & TM_STEP_ENDED_BY_STOP)
-        f_raw(f, f->json ? ",\"end_of_epoch\":true" : " end_of_epoch");
-    if (s->flags & TM_STEP_ENDED_AT_EXIT)
-        f_raw(f, f->json ? ",\"at_exit\":true" : " at_exit");
-}
-
-static void fmt_capture(fmt *f, const tm_inproc_capture *c)
-{
-    f_begin(f, "capture");
     if (f->json) {
-        f_key(f, "source");
-        f_str(f, NULL, capture_source(c->source), strlen(capture_source(c->source)));
-        f_str(f, "tag", c->tag, c->tag_len);
-    } else {
-        f_raw(f, " ");
-        f_str(f, NULL, c->tag, c->tag_len);
-        f_raw(f, " source=");
-        f_raw(f, capture_source(c->source));
+        for (size_t i = 0; i < sc->nviews; i++)
+            f_view(f, sc, &sc->views[i], rec);
+        return;
     }
-    f_int(f, "step", (int64_t)c->step);
-    if (c->device >= 0)
-        f_int(f, "device", c->device);
-    f_num(f, "allocated", c->allocated);
-    f_num(f, "reserved", c->reserved);
-    f_num(f, "peak_allocated", c->peak_allocated);
-    f_num(f, "active", c->active);
-    f_num(f, "inactive_split", c->inactive_split);
-    f_num(f, "requested", c->requested);
-    f_num(f, "free_device", c->free_device);
-    f_num(f, "total_device", c->total_device);
-    f_num(f, "num_alloc_retries", c->num_alloc_retries);
-    f_num(f, "num_ooms", c->num_ooms);
-    f_num(f, "host_rss", c->host_rss);
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < sc->nviews; i++) {
+            const view *vw = &sc->views[i];
+            bool pos = vw->text && !*vw->text;
+            if (pos == (pass == 0))
+                f_view(f, sc, vw, rec);
+        }
 }
 
-static void fmt_phase(fmt *f, const tm_inproc_phase *p)
+/* Copies the finished line into buf; the length, or a negative errno. */
+static int f_finish(fmt *f, char *buf, size_t cap)
 {
-    const char *kind = p->kind == TM_PHASE_ENTER ? "enter" : p->kind == TM_PHASE_EXIT ? "exit"
-                                                                                       : "unknown";
-    f_begin(f, "phase");
-    if (f->json) {
-        f_key(f, "kind");
-        f_str(f, NULL, kind, strlen(kind));
-        f_str(f, "name", p->name, p->name_len);
-    } else {
-        f_raw(f, " ");
-        f_raw(f, kind);
-        f_raw(f, " ");
-        f_str(f, NULL, p->name, p->name_len);
+    int rc;
+    if (f->rc)
+        rc = f->rc == -E2BIG ? -ENOSPC : f->rc;
+    else if (f->b.len + 1 > cap)
+        rc = -ENOSPC;
+    else {
+        memcpy(buf, f->b.len ? f->b.data : "", f->b.len);
+        buf[f->b.len] = '\0';
+        rc = (int)f->b.len;
     }
-    f_int(f, "depth", p->depth);
-    f_int(f, "step", (int64_t)p->step);
+    tm_buf_free(&f->b);
+    return rc;
 }
 
-static void fmt_oom(fmt *f, const tm_inproc_oom *o)
+int tm_inproc_json(uint16_t type, const tm_inproc_any *rec, char *buf, size_t cap)
 {
-    const char *src = o->source == TM_OOM_OBSERVER    ? "observer"
-                      : o->source == TM_OOM_EXCEPTION ? "exception"
-                                                      : "unknown";
-    f_begin(f, "oom");
-    f_int(f, "seq", o->seq);
-    f_int(f, "device", o->device);
-    f_int(f, "step", (int64_t)o->step);
-    f_str(f, "phase", o->phase, o->phase_len);
-    f_num(f, "requested", o->requested);
-    f_num(f, "free_device", o->free_device);
-    f_num(f, "total_device", o->total_device);
-    f_num(f, "allocated", o->allocated);
-    f_num(f, "reserved", o->reserved);
-    f_key(f, "source");
-    f_str(f, NULL, src, strlen(src));
-    if (o->snapshot_len)
-        f_str(f, "snapshot", o->snapshot, o->snapshot_len);
-}
-
-static void fmt_worker(fmt *f, const tm_inproc_worker *w)
-{
-    f_begin(f, "worker");
-    f_int(f, "worker", w->worker_id);
-    f_int(f, "pid", w->pid);
-    f_int(f, "batch", (int64_t)w->batch);
-    f_secs(f, f->json ? "batch_time_s" : "time", w->end_ns - w->start_ns);
-    f_int(f, "start_ns", w->start_ns);
-    f_num(f, "cpu_s", w->cpu_s);
-    f_num(f, "rss_bytes", w->rss_bytes);
-}
-
-static void fmt_optstep(fmt *f, const tm_inproc_optstep *o)
-{
-    f_begin(f, "optimizer_step");
-    f_int(f, "optimizer", o->optimizer);
-    f_int(f, "step", (int64_t)o->step);
-    f_secs(f, f->json ? "duration_s" : "dur", o->end_ns - o->start_ns);
-    f_int(f, "start_ns", o->start_ns);
+    if (!rec || !buf || cap == 0)
+        return tm_seterr(-EINVAL, "tm_inproc_json: NULL argument");
+    const schema *sc = schema_of(type);
+    if (!sc)
+        return -ENOENT;
+    fmt f = {.json = true};
+    tm_buf_init(&f.b, TM_INPROC_FORMAT_MAX);
+    f_fields(&f, sc, rec);
+    return f_finish(&f, buf, cap);
 }
 
 int tm_inproc_format(const tm_record *rec, bool json, char *buf, size_t cap)
 {
     if (!rec || !buf || cap == 0)
         return tm_seterr(-EINVAL, "tm_inproc_format: NULL argument");
-    if (!tm_inproc_is(rec->type))
+    const schema *sc = schema_of(rec->type);
+    if (!sc)
         return -ENOENT;
+    tm_inproc_any a;
+    int rc = tm_inproc_decode(rec, &a);
+    if (rc)
+        return rc;
     fmt f = {.json = json};
     tm_buf_init(&f.b, TM_INPROC_FORMAT_MAX);
-    int rc = -EINVAL;
-    switch (rec->type) {
-    case TM_REC_STEP: {
-        tm_inproc_step s;
-        if ((rc = tm_inproc_decode_step(rec, &s)) == 0)
-            fmt_step(&f, &s);
-        break;
-    }
-    case TM_REC_CAPTURE: {
-        tm_inproc_capture c;
-        if ((rc = tm_inproc_decode_capture(rec, &c)) == 0)
-            fmt_capture(&f, &c);
-        break;
-    }
-    case TM_REC_PHASE: {
-        tm_inproc_phase p;
-        if ((rc = tm_inproc_decode_phase(rec, &p)) == 0)
-            fmt_phase(&f, &p);
-        break;
-    }
-    case TM_REC_OOM: {
-        tm_inproc_oom o;
-        if ((rc = tm_inproc_decode_oom(rec, &o)) == 0)
-            fmt_oom(&f, &o);
-        break;
-    }
-    case TM_REC_WORKER: {
-        tm_inproc_worker w;
-        if ((rc = tm_inproc_decode_worker(rec, &w)) == 0)
-            fmt_worker(&f, &w);
-        break;
-    }
-    case TM_REC_OPTSTEP: {
-        tm_inproc_optstep o;
-        if ((rc = tm_inproc_decode_optstep(rec, &o)) == 0)
-            fmt_optstep(&f, &o);
-        break;
-    }
-    }
-    if (rc)
-        goto out;
+    /* The record's kind: "step" / "\"type\":\"step\"". */
+    f.rc = json ? tm_buf_printf(&f.b, "\"type\":\"%s\"", sc->name)
+                : tm_buf_printf(&f.b, "%s", sc->name);
+    f_fields(&f, sc, &a);
     if (json)
         f_raw(&f, "}");
-    if (f.rc) {
-        rc = f.rc == -E2BIG ? -ENOSPC : f.rc;
-        goto out;
-    }
-    if (f.b.len + 1 > cap) {
-        rc = -ENOSPC;
-        goto out;
-    }
-    memcpy(buf, f.b.data, f.b.len + 1);
-    rc = (int)f.b.len;
-out:
-    tm_buf_free(&f.b);
-    return rc;
+    return f_finish(&f, buf, cap);
 }

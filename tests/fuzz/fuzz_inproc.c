@@ -1,6 +1,7 @@
 /*
- * fuzz_inproc.c - libFuzzer target: the in-process record decoders and the
- * dump formatter (tm_inproc_decode_*, tm_inproc_format) on arbitrary
+ * fuzz_inproc.c - libFuzzer target: the in-process record decoders, the
+ * dump formatter and the schema's generic path (tm_inproc_decode_*,
+ * tm_inproc_format, tm_inproc_decode/get/json/encode) on arbitrary
  * payloads of every in-process type, as a damaged or hostile rank file
  * would hand them over.
  */
@@ -47,6 +48,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (n >= 0 && (size_t)n != strlen(line))
             abort();
     }
+    /* The generic path export jsonl and Python take: decode, every field's
+     * value (strings inside the payload), the JSON members. */
+    tm_inproc_any a;
+    if (tm_inproc_decode(&rec, &a) == 0) {
+        const tm_inproc_field *f;
+        size_t nf = tm_inproc_fields(rec.type, &f);
+        for (size_t i = 0; i < nf; i++) {
+            tm_inproc_value v = tm_inproc_get(&f[i], &a);
+            uintptr_t lo = (uintptr_t)payload, s = (uintptr_t)v.s;
+            if (v.type == TM_INPROC_STR && v.len && (s < lo || s + v.len > lo + rec.len))
+                abort();
+        }
+        int n = tm_inproc_json(rec.type, &a, line, sizeof line);
+        if (n >= 0 && (size_t)n != strlen(line))
+            abort();
+    }
+    /* The encoder takes back what the decoder gave (strings are cut at
+     * TM_INPROC_NAME_MAX, so only the length can shrink). */
+    static uint8_t enc[256 + 2 * 65536];
+    if (tm_inproc_decode(&rec, &a) == 0 && tm_inproc_encode(rec.type, &a, enc, sizeof enc) < 0)
+        abort();
     free(payload);
     return 0;
 }

@@ -1,7 +1,8 @@
 /*
  * test_inproc.c - the in-process record payloads (src/lib/inproc.c):
- * encode/decode round trips, refusal of short payloads, and the lines
- * `trainmon dump` prints for them.
+ * encode/decode round trips, refusal of short payloads, the byte layout of
+ * docs/FORMAT.md, the schema table, and the lines `trainmon dump` (and,
+ * through tm_inproc_json, export jsonl) prints for them.
  */
 #include <errno.h>
 #include <math.h>
@@ -9,6 +10,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -138,6 +140,191 @@ static void test_format_says_which_records_are_not_its_own(void **st)
     assert_int_equal(tm_inproc_format(&r, false, line, 8), -ENOSPC);
 }
 
+/* The byte layout of docs/FORMAT.md, read back at its offsets: the schema
+ * table must not move a field. */
+static uint64_t at_u64(const uint8_t *b, size_t off)
+{
+    uint64_t v;
+    memcpy(&v, b + off, 8);
+    return v;
+}
+static uint32_t at_u32(const uint8_t *b, size_t off)
+{
+    uint32_t v;
+    memcpy(&v, b + off, 4);
+    return v;
+}
+static uint16_t at_u16(const uint8_t *b, size_t off)
+{
+    uint16_t v;
+    memcpy(&v, b + off, 2);
+    return v;
+}
+static double at_f64(const uint8_t *b, size_t off)
+{
+    double v;
+    memcpy(&v, b + off, 8);
+    return v;
+}
+
+static void test_layouts_stay_at_the_documented_offsets(void **st)
+{
+    (void)st;
+    uint8_t b[512];
+    memset(b, 0xee, sizeof b);
+    tm_inproc_step s = {.step = 1, .start_ns = 2, .end_ns = 3, .data_wait_ns = 4, .flags = 5};
+    assert_int_equal(tm_inproc_encode_step(&s, b, sizeof b), 40);
+    assert_true(at_u64(b, 0) == 1 && at_u64(b, 8) == 2 && at_u64(b, 16) == 3 && at_u64(b, 24) == 4);
+    assert_true(at_u32(b, 32) == 5 && at_u32(b, 36) == 0);
+
+    memset(b, 0xee, sizeof b);
+    tm_inproc_capture c = {.source = 4, .device = -1, .step = 9, .allocated = 16, .reserved = 24,
+                           .peak_allocated = 32, .active = 40, .inactive_split = 48,
+                           .requested = 56, .free_device = 64, .total_device = 72,
+                           .num_alloc_retries = 80, .num_ooms = 88, .host_rss = 96,
+                           .tag = "xy", .tag_len = 2};
+    assert_int_equal(tm_inproc_encode_capture(&c, b, sizeof b), 110);
+    assert_true(at_u32(b, 0) == 4 && at_u32(b, 4) == 0xffffffffu && at_u64(b, 8) == 9);
+    for (size_t off = 16; off <= 96; off += 8)
+        assert_true(at_f64(b, off) == (double)off);
+    assert_true(at_u16(b, 104) == 2 && at_u16(b, 106) == 0 && memcmp(b + 108, "xy", 2) == 0);
+
+    memset(b, 0xee, sizeof b);
+    tm_inproc_phase ph = {.kind = TM_PHASE_EXIT, .depth = 2, .step = 7, .name = "n", .name_len = 1};
+    assert_int_equal(tm_inproc_encode_phase(&ph, b, sizeof b), 21);
+    assert_true(at_u32(b, 0) == 2 && at_u32(b, 4) == 2 && at_u64(b, 8) == 7);
+    assert_true(at_u16(b, 16) == 1 && at_u16(b, 18) == 0 && b[20] == 'n');
+
+    memset(b, 0xee, sizeof b);
+    tm_inproc_oom o = {.device = 1, .seq = 2, .step = 3, .source = 2, .requested = 24,
+                       .free_device = 32, .total_device = 40, .allocated = 48, .reserved = 56,
+                       .phase = "p", .phase_len = 1, .snapshot = "sn", .snapshot_len = 2};
+    assert_int_equal(tm_inproc_encode_oom(&o, b, sizeof b), 71);
+    assert_true(at_u32(b, 0) == 1 && at_u32(b, 4) == 2 && at_u64(b, 8) == 3);
+    assert_true(at_u32(b, 16) == 2 && at_u32(b, 20) == 0);
+    for (size_t off = 24; off <= 56; off += 8)
+        assert_true(at_f64(b, off) == (double)off);
+    assert_true(at_u16(b, 64) == 1 && at_u16(b, 66) == 2 && memcmp(b + 68, "psn", 3) == 0);
+
+    memset(b, 0xee, sizeof b);
+    tm_inproc_worker w = {.worker_id = -2, .pid = 3, .batch = 4, .start_ns = 5, .end_ns = 6,
+                          .cpu_s = 7, .rss_bytes = 8};
+    assert_int_equal(tm_inproc_encode_worker(&w, b, sizeof b), 48);
+    assert_true(at_u32(b, 0) == (uint32_t)-2 && at_u32(b, 4) == 3 && at_u64(b, 8) == 4);
+    assert_true(at_u64(b, 16) == 5 && at_u64(b, 24) == 6 && at_f64(b, 32) == 7 &&
+                at_f64(b, 40) == 8);
+
+    memset(b, 0xee, sizeof b);
+    tm_inproc_optstep op = {.step = 1, .start_ns = 2, .end_ns = 3, .optimizer = 4};
+    assert_int_equal(tm_inproc_encode_optstep(&op, b, sizeof b), 32);
+    assert_true(at_u64(b, 0) == 1 && at_u64(b, 8) == 2 && at_u64(b, 16) == 3);
+    assert_true(at_u32(b, 24) == 4 && at_u32(b, 28) == 0);
+}
+
+static size_t ctype_bytes(tm_inproc_ctype t)
+{
+    return t == TM_INPROC_U32 || t == TM_INPROC_I32 ? 4 : t == TM_INPROC_STR ? 2 : 8;
+}
+
+static void test_schema_fields_have_unique_keys_and_do_not_overlap(void **st)
+{
+    (void)st;
+    size_t types = 0;
+    for (unsigned t = 0; t < 64; t++) {
+        const tm_inproc_field *f;
+        size_t n = tm_inproc_fields((uint16_t)t, &f);
+        assert_int_equal(n > 0, tm_inproc_is((uint16_t)t));
+        assert_int_equal(tm_inproc_type_name((uint16_t)t) != NULL, n > 0);
+        if (!n)
+            continue;
+        types++;
+        assert_true(n <= TM_INPROC_FIELDS_MAX);
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = i + 1; j < n; j++) {
+                assert_string_not_equal(f[i].key, f[j].key);
+                bool apart = f[i].offset + ctype_bytes(f[i].type) <= f[j].offset ||
+                             f[j].offset + ctype_bytes(f[j].type) <= f[i].offset;
+                assert_true(apart);
+            }
+    }
+    assert_int_equal(types, 6);
+}
+
+static void test_json_members_are_the_dump_line_after_its_type(void **st)
+{
+    (void)st;
+    uint8_t buf[256];
+    char line[TM_INPROC_FORMAT_MAX], members[TM_INPROC_FORMAT_MAX];
+    tm_inproc_oom o = {.device = 0, .seq = 1, .step = 40, .source = TM_OOM_OBSERVER,
+                       .requested = 2e9, .free_device = NAN, .total_device = 8e9,
+                       .allocated = NAN, .reserved = NAN, .phase = "fwd", .phase_len = 3,
+                       .snapshot = "", .snapshot_len = 0};
+    tm_record r = rec_of(TM_REC_OOM, buf, tm_inproc_encode_oom(&o, buf, sizeof buf));
+    tm_inproc_any a;
+    assert_int_equal(tm_inproc_decode(&r, &a), 0);
+    int n = tm_inproc_json(TM_REC_OOM, &a, members, sizeof members);
+    assert_int_equal(n, (int)strlen(members));
+    assert_string_equal(members, ",\"seq\":1,\"device\":0,\"step\":40,\"phase\":\"fwd\","
+                                 "\"requested\":2000000000,\"total_device\":8000000000,"
+                                 "\"source\":\"observer\"");
+    assert_true(tm_inproc_format(&r, true, line, sizeof line) > 0);
+    char want[TM_INPROC_FORMAT_MAX];
+    snprintf(want, sizeof want, "\"type\":\"oom\"%s}", members);
+    assert_string_equal(line, want);
+    assert_int_equal(tm_inproc_json(TM_REC_EVENT, &a, members, sizeof members), -ENOENT);
+}
+
+static void test_phase_prints_its_action_and_an_unknown_enum_as_unknown(void **st)
+{
+    (void)st;
+    uint8_t buf[64];
+    char line[TM_INPROC_FORMAT_MAX];
+    tm_inproc_phase p = {.kind = TM_PHASE_ENTER, .depth = 1, .step = 3, .name = "eval",
+                         .name_len = 4};
+    tm_record r = rec_of(TM_REC_PHASE, buf, tm_inproc_encode_phase(&p, buf, sizeof buf));
+    assert_true(tm_inproc_format(&r, false, line, sizeof line) > 0);
+    assert_string_equal(line, "phase enter \"eval\" depth=1 step=3");
+    assert_true(tm_inproc_format(&r, true, line, sizeof line) > 0);
+    assert_string_equal(line, "\"type\":\"phase\",\"action\":\"enter\",\"name\":\"eval\","
+                              "\"depth\":1,\"step\":3}");
+    p.kind = 77;
+    r = rec_of(TM_REC_PHASE, buf, tm_inproc_encode_phase(&p, buf, sizeof buf));
+    assert_true(tm_inproc_format(&r, true, line, sizeof line) > 0);
+    assert_non_null(strstr(line, "\"action\":\"unknown\""));
+}
+
+static void test_crafted_clocks_give_a_bounded_duration(void **st)
+{
+    (void)st;
+    uint8_t buf[64];
+    char line[TM_INPROC_FORMAT_MAX];
+    /* end - start overflows int64: the span saturates instead (UBSan would
+     * abort on the plain subtraction) */
+    tm_inproc_step s = {.step = 1, .start_ns = INT64_MIN, .end_ns = INT64_MAX};
+    tm_record r = rec_of(TM_REC_STEP, buf, tm_inproc_encode_step(&s, buf, sizeof buf));
+    assert_true(tm_inproc_format(&r, true, line, sizeof line) > 0);
+    assert_non_null(strstr(line, "\"duration_s\":9223372036.85"));
+    tm_inproc_worker w = {.start_ns = INT64_MAX, .end_ns = INT64_MIN};
+    r = rec_of(TM_REC_WORKER, buf, tm_inproc_encode_worker(&w, buf, sizeof buf));
+    assert_true(tm_inproc_format(&r, true, line, sizeof line) > 0);
+    assert_non_null(strstr(line, "\"batch_time_s\":-9223372036.85"));
+    assert_true(tm_clock_diff_s(INT64_MIN, 1) < -9.2e9);
+}
+
+static void test_step_flags_show_as_booleans_in_both_forms(void **st)
+{
+    (void)st;
+    uint8_t buf[64];
+    char line[TM_INPROC_FORMAT_MAX];
+    tm_inproc_step s = {.step = 2, .start_ns = 0, .end_ns = 1000000000,
+                        .flags = TM_STEP_ENDED_BY_STOP | TM_STEP_ENDED_AT_EXIT};
+    tm_record r = rec_of(TM_REC_STEP, buf, tm_inproc_encode_step(&s, buf, sizeof buf));
+    assert_true(tm_inproc_format(&r, false, line, sizeof line) > 0);
+    assert_string_equal(line, "step 2 dur=1.000000s wait=0.000000s start_ns=0 end_of_epoch at_exit");
+    assert_true(tm_inproc_format(&r, true, line, sizeof line) > 0);
+    assert_non_null(strstr(line, ",\"end_of_epoch\":true,\"at_exit\":true}"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -149,6 +336,12 @@ int main(void)
         cmocka_unit_test(test_format_prints_step_as_text_and_json),
         cmocka_unit_test(test_format_leaves_unavailable_fields_out_and_escapes_tags),
         cmocka_unit_test(test_format_says_which_records_are_not_its_own),
+        cmocka_unit_test(test_layouts_stay_at_the_documented_offsets),
+        cmocka_unit_test(test_schema_fields_have_unique_keys_and_do_not_overlap),
+        cmocka_unit_test(test_json_members_are_the_dump_line_after_its_type),
+        cmocka_unit_test(test_phase_prints_its_action_and_an_unknown_enum_as_unknown),
+        cmocka_unit_test(test_crafted_clocks_give_a_bounded_duration),
+        cmocka_unit_test(test_step_flags_show_as_booleans_in_both_forms),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,138 @@
+/*
+ * inproc_schema.h - the in-process record layouts (types 16-21), described
+ * once.  Included by inproc.c only: the encoders, the decoders, the
+ * formatter behind `trainmon dump` / `dump --json` / `export --format
+ * jsonl` and, through tm_inproc_fields() and tm_inproc_get(), Python's
+ * read_records and Monitor all walk these tables.  docs/FORMAT.md
+ * ("In-process records") shows the same offsets for people; the unit test
+ * (tests/unit/test_inproc.c) checks the two agree byte for byte.
+ *
+ * Each type is two lists:
+ *
+ *  - its FIELDS, in the X-macro TM_SCHEMA_<TYPE>(X):
+ *      X(key, member, ctype, offset, unit, names)
+ *    key is the field's one name (read_records, dump --json, jsonl),
+ *    member the tm_inproc_* struct member (a string's length is member_len),
+ *    offset its place in the payload (a string's: of its u16 length; the
+ *    bytes follow the fixed part, strings in field order), names an enum's
+ *    value names (or NULL).  Bytes of the fixed part no field covers are
+ *    padding, written as 0.
+ *
+ *  - its VIEW: how dump and jsonl show it, in order.  A stored field is
+ *    shown under its own key or hidden (then shown through a derived value:
+ *    end_ns - start_ns as duration_s, a flag bit as a boolean).  Derived
+ *    keys are named here and nowhere else.
+ */
+#ifndef TM_INPROC_SCHEMA_H
+#define TM_INPROC_SCHEMA_H
+
+#include <stddef.h>
+
+#include "trainmon.h"
+
+/* Fixed part of each payload (strings follow it). */
+#define TM_STEP_LEN 40u
+#define TM_CAPTURE_HDR 108u
+#define TM_PHASE_HDR 20u
+#define TM_OOM_HDR 68u
+#define TM_WORKER_LEN 48u
+#define TM_OPTSTEP_LEN 32u
+
+/* Enum value names by value, NULL-terminated; 0 is no valid value. */
+static const char *const tm_capture_sources[] = {"unknown", "user", "step", "phase", "oom", NULL};
+static const char *const tm_phase_actions[] = {"unknown", "enter", "exit", NULL};
+static const char *const tm_oom_sources[] = {"unknown", "observer", "exception", NULL};
+
+/* clang-format off */
+#define TM_SCHEMA_STEP(X)                                          \
+    X("step",         step,         U64, 0,  "",   NULL)           \
+    X("start_ns",     start_ns,     I64, 8,  "ns", NULL)           \
+    X("end_ns",       end_ns,       I64, 16, "ns", NULL)           \
+    X("data_wait_ns", data_wait_ns, I64, 24, "ns", NULL)           \
+    X("flags",        flags,        U32, 32, "",   NULL)
+
+#define TM_SCHEMA_CAPTURE(X)                                                 \
+    X("source",            source,            U32, 0,   "",      tm_capture_sources) \
+    X("device",            device,            I32, 4,   "",      NULL)       \
+    X("step",              step,              U64, 8,   "",      NULL)       \
+    X("allocated",         allocated,         F64, 16,  "bytes", NULL)       \
+    X("reserved",          reserved,          F64, 24,  "bytes", NULL)       \
+    X("peak_allocated",    peak_allocated,    F64, 32,  "bytes", NULL)       \
+    X("active",            active,            F64, 40,  "bytes", NULL)       \
+    X("inactive_split",    inactive_split,    F64, 48,  "bytes", NULL)       \
+    X("requested",         requested,         F64, 56,  "bytes", NULL)       \
+    X("free_device",       free_device,       F64, 64,  "bytes", NULL)       \
+    X("total_device",      total_device,      F64, 72,  "bytes", NULL)       \
+    X("num_alloc_retries", num_alloc_retries, F64, 80,  "count", NULL)       \
+    X("num_ooms",          num_ooms,          F64, 88,  "count", NULL)       \
+    X("host_rss",          host_rss,          F64, 96,  "bytes", NULL)       \
+    X("tag",               tag,               STR, 104, "",      NULL)
+
+#define TM_SCHEMA_PHASE(X)                                         \
+    X("action", kind,  U32, 0,  "", tm_phase_actions)              \
+    X("depth",  depth, U32, 4,  "", NULL)                          \
+    X("step",   step,  U64, 8,  "", NULL)                          \
+    X("name",   name,  STR, 16, "", NULL)
+
+#define TM_SCHEMA_OOM(X)                                           \
+    X("device",       device,       I32, 0,  "",      NULL)        \
+    X("seq",          seq,          U32, 4,  "",      NULL)        \
+    X("step",         step,         U64, 8,  "",      NULL)        \
+    X("source",       source,       U32, 16, "",      tm_oom_sources) \
+    X("requested",    requested,    F64, 24, "bytes", NULL)        \
+    X("free_device",  free_device,  F64, 32, "bytes", NULL)        \
+    X("total_device", total_device, F64, 40, "bytes", NULL)        \
+    X("allocated",    allocated,    F64, 48, "bytes", NULL)        \
+    X("reserved",     reserved,     F64, 56, "bytes", NULL)        \
+    X("phase",        phase,        STR, 64, "",      NULL)        \
+    X("snapshot",     snapshot,     STR, 66, "",      NULL)
+
+#define TM_SCHEMA_WORKER(X)                                        \
+    X("worker",    worker_id, I32, 0,  "",      NULL)              \
+    X("pid",       pid,       U32, 4,  "",      NULL)              \
+    X("batch",     batch,     U64, 8,  "",      NULL)              \
+    X("start_ns",  start_ns,  I64, 16, "ns",    NULL)              \
+    X("end_ns",    end_ns,    I64, 24, "ns",    NULL)              \
+    X("cpu_s",     cpu_s,     F64, 32, "s",     NULL)              \
+    X("rss_bytes", rss_bytes, F64, 40, "bytes", NULL)
+
+#define TM_SCHEMA_OPTSTEP(X)                                       \
+    X("step",      step,      U64, 0,  "",   NULL)                 \
+    X("start_ns",  start_ns,  I64, 8,  "ns", NULL)                 \
+    X("end_ns",    end_ns,    I64, 16, "ns", NULL)                 \
+    X("optimizer", optimizer, U32, 24, "",   NULL)
+/* clang-format on */
+
+/* Field indices, for the views: F_<TYPE>_<member>. */
+#define TM_SCHEMA_IDX(P, member) F_##P##_##member,
+#define TM_IDX_STEP(k, m, t, o, u, n) TM_SCHEMA_IDX(STEP, m)
+#define TM_IDX_CAPTURE(k, m, t, o, u, n) TM_SCHEMA_IDX(CAPTURE, m)
+#define TM_IDX_PHASE(k, m, t, o, u, n) TM_SCHEMA_IDX(PHASE, m)
+#define TM_IDX_OOM(k, m, t, o, u, n) TM_SCHEMA_IDX(OOM, m)
+#define TM_IDX_WORKER(k, m, t, o, u, n) TM_SCHEMA_IDX(WORKER, m)
+#define TM_IDX_OPTSTEP(k, m, t, o, u, n) TM_SCHEMA_IDX(OPTSTEP, m)
+enum { TM_SCHEMA_STEP(TM_IDX_STEP) F_STEP_N };
+enum { TM_SCHEMA_CAPTURE(TM_IDX_CAPTURE) F_CAPTURE_N };
+enum { TM_SCHEMA_PHASE(TM_IDX_PHASE) F_PHASE_N };
+enum { TM_SCHEMA_OOM(TM_IDX_OOM) F_OOM_N };
+enum { TM_SCHEMA_WORKER(TM_IDX_WORKER) F_WORKER_N };
+enum { TM_SCHEMA_OPTSTEP(TM_IDX_OPTSTEP) F_OPTSTEP_N };
+
+/* The table rows.  A string's length member is found by name (member_len);
+ * other types have none. */
+#define TM_LEN_U32(S, m) 0
+#define TM_LEN_I32(S, m) 0
+#define TM_LEN_U64(S, m) 0
+#define TM_LEN_I64(S, m) 0
+#define TM_LEN_F64(S, m) 0
+#define TM_LEN_STR(S, m) offsetof(S, m##_len)
+#define TM_ROW(S, k, m, t, o, u, n)                                                               \
+    {.key = k,                                                                                    \
+     .type = TM_INPROC_##t,                                                                       \
+     .offset = o,                                                                                 \
+     .unit = u,                                                                                   \
+     .names = n,                                                                                  \
+     .member = offsetof(S, m),                                                                    \
+     .len_member = TM_LEN_##t(S, m)},
+
+#endif /* TM_INPROC_SCHEMA_H */
