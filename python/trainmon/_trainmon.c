@@ -990,6 +990,8 @@ static PyObject *num_or_none(double v)
  * (bytes that are not UTF-8, a tag cut mid-character, are replaced). */
 static PyObject *value_to_py(tm_inproc_value v)
 {
+    if (v.absent)
+        Py_RETURN_NONE; /* a newer field in a record of an older layout */
     switch (v.type) {
     case TM_INPROC_U32:
     case TM_INPROC_U64: return PyLong_FromUnsignedLongLong(v.u);
