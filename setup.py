@@ -12,6 +12,7 @@ LIB_SOURCES = [
     "src/lib/recread.c",
     "src/lib/inproc.c",
     "src/lib/safefile.c",
+    "src/lib/steps.c",
 ]
 
 ext = Extension(

@@ -28,6 +28,13 @@ Hooks installed by attach() (DESIGN.md, "In-process instrumentation"):
     get it only when TRAINMON_ATTACH=1 makes them import trainmon.
   - optimizer steps: global step hooks on torch >= 2.0, a wrapped step on
     older torch.
+  - torch.autograd.backward (Tensor.backward calls it): backward passes.
+  - the first module forward after a step boundary, in loops without a
+    DataLoader: a forward pre-hook in torch's global hook dict, put there
+    at the boundary and taken out by its first call.
+  The step model (docs/DIAGNOSIS.md) is the C core's: a step ends at the
+  lead optimizer's step, else at the end of a backward pass (no optimizer),
+  else at the next DataLoader batch; eval batches are recorded apart.
   - OOM: the allocator's OOM observer (torch >= 2.0, attached once CUDA is
     up, as it is per device); sys.excepthook for an OutOfMemoryError that
     ends the job (any torch).
@@ -492,9 +499,37 @@ def _opt_pre_hook(opt, args, kwargs):
 
 def _opt_post_hook(opt, args, kwargs):
     try:
-        _c.opt_post(_opt_no(opt))
-    except Exception:
-        pass
+        flags = _c.opt_post(_opt_no(opt))
+        if flags:
+            _on_boundary(flags)
+    except Exception as e:
+        _report_exc("step boundary", e)
+
+
+def _make_backward(orig):
+    """torch.autograd.backward (Tensor.backward calls it): a backward pass,
+    a micro-batch of the step model, and the step's end where the job
+    steps no torch.optim optimizer (manual SGD)."""
+    import functools
+    enter, leave = _c.backward_enter, _c.backward_exit
+
+    @functools.wraps(orig)
+    def backward(*args, **kwargs):
+        try:
+            enter()
+        except Exception as e:
+            _report_exc("backward timing", e)
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            try:
+                flags = leave()
+                if flags:
+                    _on_boundary(flags)
+            except Exception as e:
+                _report_exc("step boundary", e)
+    backward._trainmon = True
+    return backward
 
 
 def _wrap_step(step):
@@ -508,9 +543,11 @@ def _wrap_step(step):
             return step(self, *args, **kwargs)
         finally:
             try:
-                post(_opt_no(self))
-            except Exception:
-                pass
+                flags = post(_opt_no(self))
+                if flags:
+                    _on_boundary(flags)
+            except Exception as e:
+                _report_exc("step boundary", e)
     wrapper._trainmon = True
     return wrapper
 
@@ -711,6 +748,18 @@ def attach(run_dir=None, memory_history=None):
             _install_optimizer(torch)
         except Exception as e:
             _report_exc("optimizer step timing", e)
+        try:
+            ag = torch.autograd
+            if not getattr(ag.__dict__.get("backward"), "_trainmon", False):
+                _patch(ag, "backward", _make_backward(ag.__dict__["backward"]))
+        except Exception as e:
+            _report_exc("backward timing", e)
+        try:
+            import torch.nn.modules.module as nnm
+            _c.bind_steps(getattr(nnm, "_global_forward_pre_hooks", None),
+                          getattr(torch, "is_grad_enabled", None))
+        except Exception as e:
+            _report_exc("batch preparation timing", e)
         if sys.excepthook is not _excepthook:
             _orig_excepthook = sys.excepthook
             sys.excepthook = _excepthook
