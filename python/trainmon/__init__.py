@@ -748,14 +748,16 @@ def attach(run_dir=None, memory_history=None):
             _install_optimizer(torch)
         except Exception as e:
             _report_exc("optimizer step timing", e)
+        # (a torch without autograd or nn, a stand-in in tests: nothing to hook)
         try:
-            ag = torch.autograd
-            if not getattr(ag.__dict__.get("backward"), "_trainmon", False):
-                _patch(ag, "backward", _make_backward(ag.__dict__["backward"]))
+            ag = getattr(torch, "autograd", None)
+            bw = getattr(ag, "__dict__", {}).get("backward")
+            if bw is not None and not getattr(bw, "_trainmon", False):
+                _patch(ag, "backward", _make_backward(bw))
         except Exception as e:
             _report_exc("backward timing", e)
         try:
-            import torch.nn.modules.module as nnm
+            nnm = sys.modules.get("torch.nn.modules.module")
             _c.bind_steps(getattr(nnm, "_global_forward_pre_hooks", None),
                           getattr(torch, "is_grad_enabled", None))
         except Exception as e:
