@@ -917,8 +917,19 @@ int tm_run_load(tm_run **out, const char *const *dirs, size_t n)
     if (r->nsources == 0) {
         /* Name the first directory, and why when its files were refused. */
         const char *why = "no trainmon record files";
-        rc = tm_seterr(-ENOENT, "%s: %s", r->dirs[0],
-                       r->nparts ? "no readable trainmon record files" : why);
+        /* The caller gets this one line and not the notes: say why the
+         * first file was refused (a FIFO, a symlink, not a record file). */
+        const char *first = NULL;
+        size_t plen = r->nparts ? strlen(r->parts[0].path) : 0;
+        for (size_t i = 0; plen && i < r->nnotes && !first; i++)
+            if (strncmp(r->notes[i], r->parts[0].path, plen) == 0 && r->notes[i][plen] == ':')
+                first = r->notes[i];
+        if (first)
+            rc = tm_seterr(-ENOENT, "%s: no readable trainmon record files (%s)", r->dirs[0],
+                           first);
+        else
+            rc = tm_seterr(-ENOENT, "%s: %s", r->dirs[0],
+                           r->nparts ? "no readable trainmon record files" : why);
         goto out;
     }
     *out = r;
