@@ -3,7 +3,7 @@
 #  - the resynchronisation worst case: 16 MiB whose every 8 bytes is a
 #    plausible record header reaching to the end of its block with a bad
 #    checksum (64 KiB blocks, and one 16 MiB block).  The old reader took
-#    about 23 s and about a day on them; dump, report and export must take
+#    about 23 s and 1.7 h on them; dump, report and export must take
 #    well under a second (the figure is 0.5 s; the limit here is 2 s,
 #    for a loaded test machine), read every intact record and report the
 #    damage;
