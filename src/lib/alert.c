@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "collect.h"
 #include "util.h"
 
 extern char **environ;
@@ -68,17 +69,27 @@ static const struct alert_metric alert_metrics[] = {
     {"run.gpu_memory_reserved_fraction", "allocator bytes reserved / device memory; labels rank"},
 };
 
+/* The table above, then the inputs a collector declares in its own ops
+ * table (collect.h), so that a new collector's alert inputs are its file's
+ * business. */
 const char *tm_alert_metric_help(const char *name)
 {
     for (size_t i = 0; i < TM_ARRAY_LEN(alert_metrics); i++)
         if (strcmp(alert_metrics[i].name, name) == 0)
             return alert_metrics[i].help;
+    const struct tm_coll_metric *m;
+    for (size_t i = 0; (m = tm_collectors_alert_metric(i)); i++)
+        if (strcmp(m->name, name) == 0)
+            return m->help;
     return NULL;
 }
 
 const char *tm_alert_metric_name(size_t i)
 {
-    return i < TM_ARRAY_LEN(alert_metrics) ? alert_metrics[i].name : NULL;
+    if (i < TM_ARRAY_LEN(alert_metrics))
+        return alert_metrics[i].name;
+    const struct tm_coll_metric *m = tm_collectors_alert_metric(i - TM_ARRAY_LEN(alert_metrics));
+    return m ? m->name : NULL;
 }
 
 /* -------------------------------------------------------------- rules */
