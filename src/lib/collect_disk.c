@@ -62,6 +62,17 @@ static int disk_record(struct tm_coll *c, tm_rec *w, int64_t t_ns)
     return d->nrates ? tm_sysrec_disk(w, t_ns, d->rates, d->nrates) : 0;
 }
 
+/* The alert inputs fed below (docs/ALERTS.md). */
+static const struct tm_coll_metric disk_alert_metrics[] = {
+    {"disk.r_await_ms", "average read latency, ms (iostat r_await); labels device"},
+    {"disk.w_await_ms", "average write latency, ms (iostat w_await); labels device"},
+    {"disk.util_pct", "share of time the device was busy, percent (iostat %util); labels device"},
+    {"disk.r_mb_s", "read throughput, MiB/s (iostat rMB/s); labels device"},
+    {"disk.w_mb_s", "write throughput, MiB/s (iostat wMB/s); labels device"},
+    {"disk.aqu_sz", "average queue size (iostat aqu-sz); labels device"},
+    {NULL, NULL},
+};
+
 static void disk_alert(struct tm_coll *c, tm_alert_engine *e, int64_t t_ns)
 {
     const struct coll_disk *d = c->p;
@@ -87,6 +98,7 @@ static void disk_close(struct tm_coll *c)
 
 const struct tm_collector_ops tm_coll_disk = {
     .name = "disk",
+    .alert_metrics = disk_alert_metrics,
     .open = disk_open,
     .sample = disk_sample,
     .record = disk_record,

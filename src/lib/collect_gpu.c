@@ -52,6 +52,16 @@ static int gpu_record(struct tm_coll *c, tm_rec *w, int64_t t_ns)
     return d->n ? tm_sysrec_gpu(w, t_ns, d->g, d->n) : 0;
 }
 
+/* The alert inputs fed below (docs/ALERTS.md). */
+static const struct tm_coll_metric gpu_alert_metrics[] = {
+    {"gpu.util_pct", "share of time a kernel ran, percent; labels gpu, uuid"},
+    {"gpu.mem_used_pct", "device memory used, percent of total; labels gpu, uuid"},
+    {"gpu.mem_used_bytes", "device memory used, bytes; labels gpu, uuid"},
+    {"gpu.temp_c", "temperature, degrees Celsius; labels gpu, uuid"},
+    {"gpu.power_w", "power draw, watts; labels gpu, uuid"},
+    {NULL, NULL},
+};
+
 static void gpu_alert(struct tm_coll *c, tm_alert_engine *e, int64_t t_ns)
 {
     const struct coll_gpu *d = c->p;
@@ -80,6 +90,7 @@ static void gpu_close(struct tm_coll *c)
 
 const struct tm_collector_ops tm_coll_gpu = {
     .name = "gpu",
+    .alert_metrics = gpu_alert_metrics,
     .optional = true,
     .open = gpu_open,
     .sample = gpu_sample,

@@ -50,6 +50,16 @@ static int pressure_record(struct tm_coll *c, tm_rec *w, int64_t t_ns)
     return tm_sysrec_pressure(w, t_ns, &d->ps);
 }
 
+/* The alert inputs fed below (docs/ALERTS.md). */
+static const struct tm_coll_metric pressure_alert_metrics[] = {
+    {"psi.io_some_pct", "share of time some task stalled on I/O, avg10, percent"},
+    {"psi.io_full_pct", "share of time all tasks stalled on I/O, avg10, percent"},
+    {"psi.cpu_some_pct", "share of time some task waited for a CPU, avg10, percent"},
+    {"psi.mem_some_pct", "share of time some task stalled on memory, avg10, percent"},
+    {"psi.mem_full_pct", "share of time all tasks stalled on memory, avg10, percent"},
+    {NULL, NULL},
+};
+
 static void pressure_alert(struct tm_coll *c, tm_alert_engine *e, int64_t t_ns)
 {
     const struct coll_pressure *d = c->p;
@@ -72,6 +82,7 @@ static void pressure_close(struct tm_coll *c)
 
 const struct tm_collector_ops tm_coll_pressure = {
     .name = "pressure",
+    .alert_metrics = pressure_alert_metrics,
     .uses_root = true,
     .open = pressure_open,
     .sample = pressure_sample,

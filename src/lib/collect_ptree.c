@@ -59,6 +59,15 @@ static int ptree_record(struct tm_coll *c, tm_rec *w, int64_t t_ns)
     return rc;
 }
 
+/* The alert inputs fed below (docs/ALERTS.md). */
+static const struct tm_coll_metric ptree_alert_metrics[] = {
+    {"proc.cpu_pct", "CPU of the watched process tree, percent of one core; labels pid"},
+    {"proc.d_state", "processes of the tree in D state (uninterruptible); labels pid"},
+    {"proc.read_mb_s", "block-layer read rate of the tree, MiB/s; labels pid"},
+    {"proc.rss_bytes", "resident memory of the tree, bytes; labels pid"},
+    {NULL, NULL},
+};
+
 static void ptree_alert(struct tm_coll *c, tm_alert_engine *e, int64_t t_ns)
 {
     const struct coll_ptree *d = c->p;
@@ -75,6 +84,7 @@ static void ptree_close(struct tm_coll *c)
 
 const struct tm_collector_ops tm_coll_ptree = {
     .name = "ptree",
+    .alert_metrics = ptree_alert_metrics,
     .uses_root = true,
     .open = ptree_open,
     .sample = ptree_sample,
