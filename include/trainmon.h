@@ -1275,6 +1275,97 @@ int tm_file_open_output(const char *path, mode_t mode);
  * buf (cap bytes, which the redacted text is written into). */
 const char *tm_arg_redact(const char *const *argv, int argc, int i, char *buf, size_t cap);
 
+/* ------------------------------------------------------------- the sampler */
+
+/* One sampler drives every collector (disks, pressure, the process tree
+ * with its per-process series, GPUs, page cache and faults): `watch`, `run`
+ * and `serve` each call tm_sampler_tick once per interval and only print.
+ * docs/FORMAT.md lists the series it records, docs/ALERTS.md the alert
+ * inputs it feeds, docs/METRICS.md the Prometheus lines it writes. */
+
+typedef struct tm_sampler tm_sampler;
+typedef struct tm_alert_engine tm_alert_engine;
+
+typedef struct tm_sampler_opts {
+    bool disks_off;            /* no disk collector (paths with no block device) */
+    const char *const *disks;  /* device names; NULL or ndisks 0: every physical disk */
+    size_t ndisks;
+    pid_t root_pid;            /* process tree rooted here; 0: none */
+    pid_t pressure_pid;        /* also this process's cgroup (falling back to
+                                  system-wide when it cannot be read); 0: system-wide */
+    bool gpu_off;              /* no GPU collector (--gpu none) */
+    const unsigned *gpus;      /* NVML indices; NULL or ngpus 0: all */
+    size_t ngpus;
+    bool per_process;          /* also the tree's per-process series (tm_procrec) */
+    bool prom;                 /* keep the counters tm_sampler_prom writes */
+    tm_rec *rec;               /* series go here; NULL: nothing is recorded */
+    tm_alert_engine *alerts;   /* inputs fed here; NULL: none */
+} tm_sampler_opts;
+
+/* Opens every collector the options ask for.  A collector that cannot be
+ * opened is off, with its message in tm_sampler_open_error (the front-ends
+ * say it in their own words); the sampler itself fails only for bad
+ * arguments or memory.  The options' arrays are copied; rec and alerts are
+ * borrowed and must outlive the sampler. */
+int tm_sampler_new(tm_sampler **out, const tm_sampler_opts *opts);
+/* Sets the process-tree root and the pressure cgroup's process (`run`
+ * knows its job's pid only after the fork) and re-opens those collectors. */
+int tm_sampler_set_root(tm_sampler *s, pid_t pid);
+/* Records into w from the next tick on (NULL: stops recording); `watch`
+ * opens its recording only once it knows something can be measured. */
+void tm_sampler_set_rec(tm_sampler *s, tm_rec *w);
+/* Samples every open collector, then records the valid samples and feeds
+ * them to the alert engine, at monotonic time t_ns (0 = now).  Failures are
+ * queued as warnings; returns 0, or -EINVAL for a NULL sampler. */
+int tm_sampler_tick(tm_sampler *s, int64_t t_ns);
+/* Samples without recording or feeding: the first sample of rates only
+ * primes them, and `watch` prints and records from the second on. */
+int tm_sampler_prime(tm_sampler *s);
+void tm_sampler_free(tm_sampler **s);
+
+/* Whether the named collector ("disk", "pressure", "ptree", "gpu",
+ * "vmstat") is open, and why it is not (NULL when it is, or was not asked
+ * for). */
+bool tm_sampler_on(const tm_sampler *s, const char *name);
+const char *tm_sampler_open_error(const tm_sampler *s, const char *name);
+/* The collectors /metrics reports on (open, or asked for and failed unless
+ * optional hardware), with whether their last sample worked: at most cap,
+ * returns how many.  Names are static strings. */
+size_t tm_sampler_collectors(const tm_sampler *s, const char **names, bool *ok, size_t cap);
+
+/* The last tick's samples, owned by the sampler and valid until the next
+ * tick or free.  false / NULL when the collector is off or its last sample
+ * failed (unavailable is not zero); *n is then 0. */
+bool tm_sampler_disks(const tm_sampler *s, const tm_diskrate **rates, size_t *n);
+bool tm_sampler_disk_raw(const tm_sampler *s, const tm_diskstat **raw, size_t *n);
+const tm_pressure_stats *tm_sampler_pressure(const tm_sampler *s);
+const tm_ptree_stats *tm_sampler_ptree(const tm_sampler *s);
+bool tm_sampler_gpus(const tm_sampler *s, const tm_gpu_stats **gpus, size_t *n);
+
+/* Appends every collector's Prometheus lines (disks, pressure, GPUs, page
+ * cache; opts.prom must be set for the disk counters) to t.  Returns
+ * tm_text_error(t). */
+int tm_sampler_prom(tm_sampler *s, tm_text *t);
+
+/* What went wrong since the last call, oldest first (at most 32 are kept;
+ * later ones are dropped).  kind: a collector's own warning (GPU lost), a
+ * failed sample, or a failed append to the record file (said once per
+ * sampler, err -ENOSPC when the disk is full).  Strings stay valid until
+ * the next call. */
+enum tm_sampler_warn_kind {
+    TM_SAMPLER_WARN_NOTE = 1,
+    TM_SAMPLER_WARN_SAMPLE = 2,
+    TM_SAMPLER_WARN_RECORD = 3,
+};
+typedef struct tm_sampler_warning {
+    enum tm_sampler_warn_kind kind;
+    const char *collector; /* "gpu", "disk", ... */
+    int err;               /* negative errno for SAMPLE and RECORD, else 0 */
+    const char *msg;       /* for NOTE and SAMPLE; "" for RECORD */
+} tm_sampler_warning;
+/* 1 and *out filled, or 0 when none is left. */
+int tm_sampler_next_warning(tm_sampler *s, tm_sampler_warning *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -201,11 +201,7 @@ struct run {
 
     tm_rec *w;
     bool rec_failed;
-    tm_disk *disk;
-    tm_ptree *tree;
-    tm_procrec *procrec;
-    tm_pressure *press;
-    tm_gpu *gpu;
+    tm_sampler *sampler; /* disks, pressure, the job's tree, GPUs, ... */
 
     /* --alert / --on-alert, --serve */
     struct cli_alerts alerts;
@@ -727,49 +723,39 @@ static void run_stop_serve(struct run *r)
 
 /* --- sampling */
 
+/* Says the sampler's warnings: the GPUs' own word for word (above the
+ * status line), a failed recording once; failed samples are left to the
+ * report, which sees the gaps. */
+static void run_sampler_warnings(struct run *r)
+{
+    tm_sampler_warning wn;
+    while (tm_sampler_next_warning(r->sampler, &wn) == 1) {
+        if (wn.kind == TM_SAMPLER_WARN_RECORD) {
+            run_rec_check(r, wn.err);
+        } else if (wn.kind == TM_SAMPLER_WARN_NOTE) {
+            run_status_clear(r);
+            cli_warn("%s", wn.msg);
+        }
+    }
+}
+
 static void run_sample(struct run *r, double dt, bool status)
 {
     int64_t t = tm_now_mono_ns();
+    /* One tick samples every collector, records the system series and
+     * feeds the system alert inputs. */
+    tm_sampler_tick(r->sampler, t);
+    run_sampler_warnings(r);
     const tm_diskrate *rates = NULL;
     size_t nrates = 0;
-    if (r->disk && tm_disk_sample(r->disk, &rates, &nrates) < 0)
-        nrates = 0;
-    if (nrates && r->w)
-        run_rec_check(r, tm_sysrec_disk(r->w, t, rates, nrates));
-    tm_pressure_stats ps;
-    if (r->press && tm_pressure_sample(r->press, &ps) == 0 && r->w)
-        run_rec_check(r, tm_sysrec_pressure(r->w, t, &ps));
-    tm_ptree_stats ts;
-    memset(&ts, 0, sizeof ts);
-    if (r->tree && tm_ptree_sample(r->tree, &ts) == 0 && r->w) {
-        run_rec_check(r, tm_sysrec_ptree(r->w, t, &ts));
-        /* -E2BIG (a ring's series definitions full) loses some processes'
-         * series, not the recording: only a full disk is said. */
-        int rc = tm_procrec_write(r->procrec, r->w, t, &ts);
-        if (rc == -ENOSPC)
-            run_rec_check(r, rc);
-    }
+    tm_sampler_disks(r->sampler, &rates, &nrates);
     const tm_gpu_stats *gpus = NULL;
     size_t ngpus = 0;
-    if (r->gpu) {
-        if (tm_gpu_sample(r->gpu, &gpus, &ngpus) < 0)
-            ngpus = 0;
-        for (const char *m; (m = tm_gpu_next_warning(r->gpu));) {
-            run_status_clear(r);
-            cli_warn("%s", m);
-        }
-        if (ngpus && r->w)
-            run_rec_check(r, tm_sysrec_gpu(r->w, t, gpus, ngpus));
-    }
+    tm_sampler_gpus(r->sampler, &gpus, &ngpus);
+
     if (status || r->alerts.e)
         run_steps_update(r, dt);
     if (r->alerts.e) {
-        tm_alert_feed_disks(r->alerts.e, rates, nrates, t);
-        if (r->press)
-            tm_alert_feed_pressure(r->alerts.e, &ps, t);
-        if (r->tree && ts.t_ns)
-            tm_alert_feed_ptree(r->alerts.e, &ts, t);
-        tm_alert_feed_gpus(r->alerts.e, gpus, ngpus, t);
         uint64_t ws = 0;
         double wd = 0, ww = 0;
         for (size_t i = 0; i < RUN_RATE_WINDOW; i++) {
@@ -784,7 +770,7 @@ static void run_sample(struct run *r, double dt, bool status)
         run_alerts(r);
     }
     if (status)
-        run_status(r, rates, nrates, gpus, ngpus, r->disk != NULL);
+        run_status(r, rates, nrates, gpus, ngpus, tm_sampler_on(r->sampler, "disk"));
 }
 
 /* Waits until deadline (monotonic ns) or a signal's wake-up. */
@@ -885,12 +871,8 @@ static void run_close_all(struct run *r)
     for (size_t i = 0; i < r->nreaders; i++)
         tm_reader_close(&r->readers[i]);
     r->nreaders = 0;
+    tm_sampler_free(&r->sampler); /* before the writer it records into */
     tm_rec_close(&r->w);
-    tm_disk_close(&r->disk);
-    tm_ptree_close(&r->tree);
-    tm_procrec_free(&r->procrec);
-    tm_pressure_close(&r->press);
-    tm_gpu_close(&r->gpu);
     cli_alerts_close(&r->alerts);
 }
 
@@ -962,22 +944,27 @@ int cmd_run(int argc, char **argv)
         cli_warn("%s; the job runs unrecorded", tm_last_error());
         r->w = NULL;
     }
-    if (npaths == 0 || ndevs > 0) {
-        const char *names[RUN_MAX_DEVS];
-        for (size_t i = 0; i < ndevs; i++)
-            names[i] = devs[i];
-        if (tm_disk_open(&r->disk, ndevs ? names : NULL, ndevs) < 0) {
-            cli_warn("disks: %s", tm_last_error());
-            r->disk = NULL;
-        }
+    /* The sampler opens the disks and GPUs now; the job's tree and its
+     * cgroup's pressure once the job has a pid (tm_sampler_set_root). */
+    const char *names[RUN_MAX_DEVS];
+    for (size_t i = 0; i < ndevs; i++)
+        names[i] = devs[i];
+    tm_sampler_opts so = {.disks_off = !(npaths == 0 || ndevs > 0),
+                          .disks = names,
+                          .ndisks = ndevs,
+                          .per_process = true,
+                          .rec = r->w,
+                          .alerts = r->alerts.e};
+    if (tm_sampler_new(&r->sampler, &so) < 0) {
+        cli_err("%s", tm_last_error());
+        run_close_all(r);
+        return 1;
     }
-    if (tm_gpu_open(&r->gpu, NULL, 0) < 0) {
-        /* Said once; without a GPU the rest is still worth recording. */
-        fprintf(stderr, "trainmon: %s\n", tm_last_error());
-        r->gpu = NULL;
-    }
-    if (tm_procrec_new(&r->procrec) < 0)
-        r->procrec = NULL;
+    const char *oerr;
+    if ((oerr = tm_sampler_open_error(r->sampler, "disk")))
+        cli_warn("disks: %s", oerr);
+    if ((oerr = tm_sampler_open_error(r->sampler, "gpu")))
+        fprintf(stderr, "trainmon: %s\n", oerr); /* said once; the rest is still worth recording */
     for (size_t i = 0; i < r->ntargets && r->w; i++) {
         char *buf = NULL;
         size_t len = 0;
@@ -1087,12 +1074,9 @@ int cmd_run(int argc, char **argv)
             free(buf);
         }
     }
-    if (tm_ptree_open(&r->tree, pid) < 0) {
-        cli_warn("process tree: %s", tm_last_error());
-        r->tree = NULL;
-    }
-    if (tm_pressure_open(&r->press, pid) < 0 && tm_pressure_open(&r->press, 0) < 0)
-        r->press = NULL;
+    tm_sampler_set_root(r->sampler, pid);
+    if ((oerr = tm_sampler_open_error(r->sampler, "ptree")))
+        cli_warn("process tree: %s", oerr);
     r->tty = isatty(STDERR_FILENO);
 
     /* The loop: a sample every interval on absolute deadlines (no drift),

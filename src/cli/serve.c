@@ -408,8 +408,8 @@ static size_t serve_runs_export(struct serve_runs *rs, tm_prom_run *out)
 
 /* --- the collectors and the published bodies */
 
-enum { COL_DISK, COL_PRESSURE, COL_GPU, COL_RUNS, COL_N };
-static const char *const serve_col_names[COL_N] = {"disk", "pressure", "gpu", "runs"};
+/* The sampler's collectors report on themselves; the runs are serve's own. */
+#define SERVE_MAX_COLLECTORS 16
 
 /* /health rates over a window: raw disk samples in a ring. */
 struct serve_hslot {
@@ -419,14 +419,11 @@ struct serve_hslot {
 };
 
 struct serve {
-    tm_disk *disk;
-    tm_prom_disks *acc;
-    tm_pressure *psi;
-    tm_gpu *gpu;
+    tm_sampler *sampler; /* disks, pressure, GPUs, ... and their /metrics lines */
     struct serve_runs *runs;
     tm_prom_run *runs_out;
 
-    bool ok[COL_N], on[COL_N];
+    bool runs_ok;
     uint64_t collects;
     double collect_cpu_s;
 
@@ -512,66 +509,45 @@ static void serve_collect(struct serve *s)
     tm_text_reset(s->metrics);
     tm_text_reset(s->health);
 
-    const tm_diskrate *rates;
+    /* One tick samples every collector and feeds the alert inputs; the
+     * sampler writes their lines, serve adds the runs and its own. */
+    tm_sampler_tick(s->sampler, t0);
+    tm_sampler_warning wn;
+    while (tm_sampler_next_warning(s->sampler, &wn) == 1)
+        if (wn.kind == TM_SAMPLER_WARN_NOTE)
+            cli_warn("%s", wn.msg);
     const tm_diskstat *raw = NULL;
-    size_t nrates, nraw = 0, nh = 0;
-    s->ok[COL_DISK] = tm_disk_sample(s->disk, &rates, &nrates) == 0 &&
-                      tm_disk_last_raw(s->disk, &raw, &nraw) == 0 &&
-                      tm_prom_disks_update(s->acc, raw, nraw) == 0;
-    if (s->ok[COL_DISK])
+    size_t nraw = 0, nh = 0;
+    if (tm_sampler_disk_raw(s->sampler, &raw, &nraw))
         nh = serve_health_rates(s, raw, nraw);
-    tm_prom_write_disks(s->metrics, s->acc);
-
-    tm_pressure_stats ps;
-    memset(&ps, 0, sizeof ps);
-    s->ok[COL_PRESSURE] = s->psi && tm_pressure_sample(s->psi, &ps) == 0;
-    if (s->ok[COL_PRESSURE])
-        tm_prom_write_pressure(s->metrics, &ps);
-
-    const tm_gpu_stats *gpus = NULL;
-    size_t ngpus = 0;
-    if (s->gpu) {
-        s->ok[COL_GPU] = tm_gpu_sample(s->gpu, &gpus, &ngpus) == 0;
-        const char *w;
-        while ((w = tm_gpu_next_warning(s->gpu)))
-            cli_warn("%s", w);
-        if (s->ok[COL_GPU])
-            tm_prom_write_gpus(s->metrics, gpus, ngpus);
-        else
-            ngpus = 0;
-    }
+    tm_sampler_prom(s->sampler, s->metrics);
 
     if (s->runs) {
         serve_runs_scan(s->runs);
-        s->ok[COL_RUNS] = true;
+        s->runs_ok = true;
         tm_prom_write_runs(s->metrics, s->runs_out, serve_runs_export(s->runs, s->runs_out));
     }
 
-    if (s->alerts.e) {
-        int64_t now = tm_now_mono_ns();
-        if (s->ok[COL_DISK])
-            tm_alert_feed_disks(s->alerts.e, rates, nrates, now);
-        if (s->ok[COL_PRESSURE])
-            tm_alert_feed_pressure(s->alerts.e, &ps, now);
-        tm_alert_feed_gpus(s->alerts.e, gpus, ngpus, now);
+    if (s->alerts.e)
         cli_alerts_drain(s->alerts.e, s->alerts.r);
-    }
 
-    tm_health_write_json(s->health, &s->limits, s->hrates, nh,
-                         s->ok[COL_PRESSURE] ? &ps : NULL, gpus, ngpus, NULL);
+    const tm_gpu_stats *gpus = NULL;
+    size_t ngpus = 0;
+    tm_sampler_gpus(s->sampler, &gpus, &ngpus);
+    tm_health_write_json(s->health, &s->limits, s->hrates, nh, tm_sampler_pressure(s->sampler),
+                         gpus, ngpus, NULL);
 
     s->collects++;
     double c1 = serve_thread_cpu();
     if (!isnan(c0) && !isnan(c1))
         s->collect_cpu_s += c1 - c0;
-    const char *names[COL_N];
-    bool ok[COL_N];
-    size_t n = 0;
-    for (int i = 0; i < COL_N; i++)
-        if (s->on[i]) {
-            names[n] = serve_col_names[i];
-            ok[n++] = s->ok[i];
-        }
+    const char *names[SERVE_MAX_COLLECTORS + 1];
+    bool ok[SERVE_MAX_COLLECTORS + 1];
+    size_t n = tm_sampler_collectors(s->sampler, names, ok, SERVE_MAX_COLLECTORS);
+    if (s->runs) {
+        names[n] = "runs";
+        ok[n++] = s->runs_ok;
+    }
     tm_prom_self self = {.collect_s = (double)(tm_now_mono_ns() - t0) / 1e9,
                          .collects = s->collects,
                          .collect_cpu_s = s->collect_cpu_s,
@@ -711,10 +687,7 @@ static void serve_sleep_until(int64_t deadline_ns)
 
 static void serve_free(struct serve *s)
 {
-    tm_disk_close(&s->disk);
-    tm_prom_disks_free(&s->acc);
-    tm_pressure_close(&s->psi);
-    tm_gpu_close(&s->gpu);
+    tm_sampler_free(&s->sampler);
     if (s->runs) {
         for (size_t i = 0; i < s->runs->n; i++)
             serve_run_free(&s->runs->run[i]);
@@ -853,29 +826,35 @@ int cmd_serve(int argc, char **argv)
     int rc = 1;
     struct MHD_Daemon *daemon = NULL;
 
+    /* The alert engine first: the sampler feeds it.  A rule's command
+     * runner started here is stopped by serve_free on every failure below. */
+    s.alerts = al;
+    if (cli_alerts_open(&s.alerts))
+        goto out;
     const char *names[SERVE_MAX_DEVS];
     for (size_t i = 0; i < ndevs; i++)
         names[i] = devs[i];
-    s.on[COL_DISK] = true;
-    if (!(npaths > 0 && ndevs == 0) && tm_disk_open(&s.disk, ndevs ? names : NULL, ndevs) < 0) {
+    tm_sampler_opts so = {.disks_off = npaths > 0 && ndevs == 0,
+                          .disks = names,
+                          .ndisks = ndevs,
+                          .gpu_off = !gpu_wanted,
+                          .gpus = gpu_idx,
+                          .ngpus = ngpu_idx,
+                          .prom = true,
+                          .alerts = s.alerts.e};
+    if (tm_sampler_new(&s.sampler, &so) < 0) {
         cli_err("%s", tm_last_error());
         goto out;
     }
-    if (!s.disk)
-        s.on[COL_DISK] = false;
-    if (tm_prom_disks_new(&s.acc) < 0) {
-        cli_err("%s", tm_last_error());
+    const char *oerr;
+    if ((oerr = tm_sampler_open_error(s.sampler, "disk"))) {
+        cli_err("%s", oerr);
         goto out;
     }
-    s.on[COL_PRESSURE] = true;
-    if (tm_pressure_open(&s.psi, 0) < 0)
-        cli_warn("pressure stall information unavailable: %s", tm_last_error());
-    if (gpu_wanted) {
-        if (tm_gpu_open(&s.gpu, ngpu_idx ? gpu_idx : NULL, ngpu_idx) < 0)
-            cli_warn("%s", tm_last_error());
-        else
-            s.on[COL_GPU] = true;
-    }
+    if ((oerr = tm_sampler_open_error(s.sampler, "pressure")))
+        cli_warn("pressure stall information unavailable: %s", oerr);
+    if ((oerr = tm_sampler_open_error(s.sampler, "gpu")))
+        cli_warn("%s", oerr);
     if (runs_dir) {
         s.runs = calloc(1, sizeof *s.runs);
         s.runs_out = calloc(SERVE_MAX_RUNS, sizeof *s.runs_out);
@@ -884,16 +863,12 @@ int cmd_serve(int argc, char **argv)
             goto out;
         }
         snprintf(s.runs->dir, sizeof s.runs->dir, "%s", runs_dir);
-        s.on[COL_RUNS] = true;
     }
     const char *why = NULL;
     if (serve_load_mhd(&why) < 0) {
         cli_err("serve: cannot load libmicrohttpd: %s (make deps installs it)", why);
         goto out;
     }
-    s.alerts = al;
-    if (cli_alerts_open(&s.alerts))
-        goto out;
     s.metrics = tm_text_new(SERVE_TEXT_CAP);
     s.health = tm_text_new(SERVE_TEXT_CAP);
     s.r_index = serve_static(serve_index_html, "text/html; charset=utf-8");

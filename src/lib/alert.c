@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "collect.h"
 #include "util.h"
 
 extern char **environ;
@@ -38,29 +39,12 @@ struct alert_metric {
     const char *name, *help;
 };
 
-/* Names and units are documented in docs/ALERTS.md; the run.* names are
- * those of trainmon.on_threshold in python/trainmon, with the run. prefix. */
+/* The run.* inputs, fed by `trainmon run` from the training processes'
+ * records; the system inputs are declared by the collectors that feed them
+ * (collect_*.c, .alert_metrics).  Names and units are documented in
+ * docs/ALERTS.md; the run.* names are those of trainmon.on_threshold in
+ * python/trainmon, with the run. prefix. */
 static const struct alert_metric alert_metrics[] = {
-    {"disk.r_await_ms", "average read latency, ms (iostat r_await); labels device"},
-    {"disk.w_await_ms", "average write latency, ms (iostat w_await); labels device"},
-    {"disk.util_pct", "share of time the device was busy, percent (iostat %util); labels device"},
-    {"disk.r_mb_s", "read throughput, MiB/s (iostat rMB/s); labels device"},
-    {"disk.w_mb_s", "write throughput, MiB/s (iostat wMB/s); labels device"},
-    {"disk.aqu_sz", "average queue size (iostat aqu-sz); labels device"},
-    {"psi.io_some_pct", "share of time some task stalled on I/O, avg10, percent"},
-    {"psi.io_full_pct", "share of time all tasks stalled on I/O, avg10, percent"},
-    {"psi.cpu_some_pct", "share of time some task waited for a CPU, avg10, percent"},
-    {"psi.mem_some_pct", "share of time some task stalled on memory, avg10, percent"},
-    {"psi.mem_full_pct", "share of time all tasks stalled on memory, avg10, percent"},
-    {"gpu.util_pct", "share of time a kernel ran, percent; labels gpu, uuid"},
-    {"gpu.mem_used_pct", "device memory used, percent of total; labels gpu, uuid"},
-    {"gpu.mem_used_bytes", "device memory used, bytes; labels gpu, uuid"},
-    {"gpu.temp_c", "temperature, degrees Celsius; labels gpu, uuid"},
-    {"gpu.power_w", "power draw, watts; labels gpu, uuid"},
-    {"proc.cpu_pct", "CPU of the watched process tree, percent of one core; labels pid"},
-    {"proc.d_state", "processes of the tree in D state (uninterruptible); labels pid"},
-    {"proc.read_mb_s", "block-layer read rate of the tree, MiB/s; labels pid"},
-    {"proc.rss_bytes", "resident memory of the tree, bytes; labels pid"},
     {"run.data_wait_fraction", "share of step time spent waiting for data; labels rank"},
     {"run.step_time_seconds", "duration of a step, seconds; labels rank"},
     {"run.data_wait_seconds", "time a step waited for data, seconds; labels rank"},
@@ -73,12 +57,19 @@ const char *tm_alert_metric_help(const char *name)
     for (size_t i = 0; i < TM_ARRAY_LEN(alert_metrics); i++)
         if (strcmp(alert_metrics[i].name, name) == 0)
             return alert_metrics[i].help;
+    const struct tm_coll_metric *m;
+    for (size_t i = 0; (m = tm_collectors_alert_metric(i)); i++)
+        if (strcmp(m->name, name) == 0)
+            return m->help;
     return NULL;
 }
 
 const char *tm_alert_metric_name(size_t i)
 {
-    return i < TM_ARRAY_LEN(alert_metrics) ? alert_metrics[i].name : NULL;
+    if (i < TM_ARRAY_LEN(alert_metrics))
+        return alert_metrics[i].name;
+    const struct tm_coll_metric *m = tm_collectors_alert_metric(i - TM_ARRAY_LEN(alert_metrics));
+    return m ? m->name : NULL;
 }
 
 /* -------------------------------------------------------------- rules */
