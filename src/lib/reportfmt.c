@@ -160,8 +160,8 @@ static void write_run_json(tm_text *t, const tm_run *r)
     const char *cmd = NULL;
     for (size_t i = 0; i < nd && !cmd; i++)
         cmd = tm_rpt_meta_str_array(tm_run_meta(r, i), "command", &len);
-    if (cmd)
-        tm_text_add(t, cmd, len);
+    if (cmd) /* checked JSON; its strings may still hold ill-formed UTF-8 */
+        tm_text_esc(t, TM_ESC_UTF8, cmd, len);
     else
         tm_text_puts(t, "null");
     j_ks(t, "start", a, true);
