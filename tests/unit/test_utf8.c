@@ -162,6 +162,17 @@ static void test_each_format_escapes_its_own_characters(void **st)
     assert_string_equal(esc(TM_ESC_HTML, "tab\there\r\n"), "tab\there\r\n");
 }
 
+static void test_prometheus_label_value_is_utf8(void **st)
+{
+    (void)st;
+    /* A comm name with a cut sequence, as a label value of /metrics. */
+    tm_text *t = tm_text_new(1024);
+    assert_non_null(t);
+    assert_int_equal(tm_prom_escape(t, "py\xE2\x82\"x\\\n"), 0);
+    assert_string_equal(tm_text_data(t, NULL), "py" R "\\\"x\\\\\\n");
+    tm_text_free(&t);
+}
+
 static int put_fails(void *ctx, const char *p, size_t n)
 {
     (void)p, (void)n;
@@ -191,6 +202,7 @@ int main(void)
         cmocka_unit_test(test_truncated_sequence_is_one_replacement),
         cmocka_unit_test(test_json_escapes_quote_backslash_and_control_characters),
         cmocka_unit_test(test_each_format_escapes_its_own_characters),
+        cmocka_unit_test(test_prometheus_label_value_is_utf8),
         cmocka_unit_test(test_an_error_from_put_ends_the_call),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
