@@ -827,6 +827,29 @@ size_t tm_run_optsteps(const tm_run *r, const tm_run_optstep **list);
  * bytes).  false when the key is absent. */
 bool tm_labels_get(const char *labels, const char *key, char *buf, size_t cap);
 
+/* What a flight-recorder ring dropped (ringinfo.c).  A ring file
+ * (--max-size; its header's max_size > 0) keeps its newest blocks only.
+ * Steps are numbered from 0 in each process, so a ring whose first kept
+ * step record is number N dropped N steps, and the process's true total is
+ * tm_steptally_total(t, true): its highest step number + 1. */
+typedef struct tm_ringinfo {
+    uint32_t source;        /* index into tm_run_sources (sums: the count of ring files) */
+    bool ring;              /* a ring (sums: any training file is one) */
+    uint64_t steps_kept;    /* complete steps in the file (tm_steptally.steps) */
+    uint64_t steps_total;   /* tm_steptally_total(t, ring) */
+    uint64_t first_step;    /* lowest step number kept; 0 when there is none */
+    uint64_t steps_dropped; /* ring: first_step; else 0 */
+    int64_t kept_from_ns;   /* wall clock of the first record kept; 0 if none.  Sums:
+                             * the latest over files that dropped steps, from which
+                             * on every process's data is there */
+} tm_ringinfo;
+/* One entry per training record file (tm_rec_is_training), in source
+ * order, into out[0..cap); returns how many there are (may exceed cap). */
+size_t tm_run_ringinfo(const tm_run *r, tm_ringinfo *out, size_t cap);
+/* The entries added up over the run's training files (for the report and
+ * /metrics); true when at least one of them is a ring. */
+bool tm_run_ring_summary(const tm_run *r, tm_ringinfo *sum);
+
 /* Findings (docs/DIAGNOSIS.md): stable ids, each with the numbers it was
  * decided on. */
 typedef struct tm_finding {
