@@ -52,6 +52,45 @@ const char *tm_sys_root(void);
 int64_t tm_now_mono_ns(void);
 int64_t tm_now_real_ns(void);
 
+/* ------------------------------------------------- text out: valid UTF-8
+ *
+ * Strings in record files (tags, phase names, host and comm names, event
+ * details, labels) come from other hosts, crafted files and process names,
+ * so they may be any bytes.  Every writer of JSON, CSV, HTML, Prometheus
+ * label values and TensorBoard tags passes them through tm_escape, which
+ * keeps well-formed UTF-8 as it is, replaces each maximal ill-formed
+ * subpart (Unicode 15 s.3.9; what Python's decode(errors="replace") and
+ * the WHATWG decoder do) with U+FFFD, and escapes what the format needs. */
+
+#define TM_UTF8_BAD 0xFFFFFFFFu
+
+/* Decodes the sequence at s[0..len): returns the bytes it takes (1..4)
+ * with *cp the code point, or, for an ill-formed sequence (stray
+ * continuation byte, C0/C1/F5..FF lead, overlong form, surrogate, beyond
+ * U+10FFFF, truncated), the length of its maximal ill-formed subpart (>= 1)
+ * with *cp = TM_UTF8_BAD.  0 when len is 0. */
+size_t tm_utf8_decode(const char *s, size_t len, uint32_t *cp);
+/* Bytes of the longest well-formed UTF-8 prefix of s[0..len) (len when all
+ * of it is well-formed). */
+size_t tm_utf8_valid_prefix(const char *s, size_t len);
+
+typedef enum tm_esc {
+    TM_ESC_UTF8, /* only ill-formed bytes replaced (TensorBoard tags, JSON text) */
+    TM_ESC_JSON, /* a JSON string's contents: \" \\ \n \t \r, \u00XX for other
+                  * control characters and DEL (no quotes added) */
+    TM_ESC_PROM, /* a Prometheus label value: \\ \" \n */
+    TM_ESC_HTML, /* HTML text or attribute: & < > " ' as entities; control
+                  * characters other than tab, newline and CR become U+FFFD */
+    TM_ESC_CSV,  /* a CSV field's contents: " doubled (the caller quotes) */
+    TM_ESC_TEXT, /* one line of text: control characters and DEL become '?' */
+} tm_esc;
+
+/* Writes s[0..len) escaped for how through put(ctx, bytes, n), in as few
+ * calls as it can (runs of plain text go out whole).  Returns 0, or the
+ * first non-zero return of put (which ends the call). */
+typedef int (*tm_esc_put)(void *ctx, const char *p, size_t n);
+int tm_escape(tm_esc how, const char *s, size_t len, tm_esc_put put, void *ctx);
+
 /* ------------------------------------------------------------ disk stats */
 
 #define TM_DISK_NAME_MAX 32
@@ -861,6 +900,29 @@ size_t tm_run_optsteps(const tm_run *r, const tm_run_optstep **list);
 /* Label value of key in a "k=v,k2=v2" label text, copied into buf (cap
  * bytes).  false when the key is absent. */
 bool tm_labels_get(const char *labels, const char *key, char *buf, size_t cap);
+
+/* What a flight-recorder ring dropped (ringinfo.c).  A ring file
+ * (--max-size; its header's max_size > 0) keeps its newest blocks only.
+ * Steps are numbered from 0 in each process, so a ring whose first kept
+ * step record is number N dropped N steps, and the process's true total is
+ * tm_steptally_total(t, true): its highest step number + 1. */
+typedef struct tm_ringinfo {
+    uint32_t source;        /* index into tm_run_sources (sums: the count of ring files) */
+    bool ring;              /* a ring (sums: any training file is one) */
+    uint64_t steps_kept;    /* complete steps in the file (tm_steptally.steps) */
+    uint64_t steps_total;   /* tm_steptally_total(t, ring) */
+    uint64_t first_step;    /* lowest step number kept; 0 when there is none */
+    uint64_t steps_dropped; /* ring: first_step; else 0 */
+    int64_t kept_from_ns;   /* wall clock of the first record kept; 0 if none.  Sums:
+                             * the latest over files that dropped steps, from which
+                             * on every process's data is there */
+} tm_ringinfo;
+/* One entry per training record file (tm_rec_is_training), in source
+ * order, into out[0..cap); returns how many there are (may exceed cap). */
+size_t tm_run_ringinfo(const tm_run *r, tm_ringinfo *out, size_t cap);
+/* The entries added up over the run's training files (for the report and
+ * /metrics); true when at least one of them is a ring. */
+bool tm_run_ring_summary(const tm_run *r, tm_ringinfo *sum);
 
 /* Findings (docs/DIAGNOSIS.md): stable ids, each with the numbers it was
  * decided on. */

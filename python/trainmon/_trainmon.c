@@ -97,6 +97,7 @@ static int g_rank = -1;
 static tm_rec *g_wrec; /* a DataLoader worker's own file */
 static pid_t g_wrec_pid;
 static uint64_t g_wbatch;
+static unsigned long long g_max_size; /* open()'s max_size (--max-size): workers' too */
 
 /* torch callables, bound by __init__.py (NULL: no torch / no CUDA build) */
 static PyObject *g_memstats;   /* torch._C._cuda_memoryStats */
@@ -422,6 +423,7 @@ static PyObject *py_open(PyObject *self, PyObject *args)
     g_rec = w;
     g_rec_pid = getpid();
     g_rank = rank;
+    g_max_size = max_size;
     snprintf(g_run_dir, sizeof g_run_dir, "%s", run_dir);
     if (meta)
         tm_rec_event(g_rec, 0, "inproc.start", meta);
@@ -795,6 +797,9 @@ static PyObject *py_now(PyObject *self, PyObject *noargs)
     return PyLong_FromLongLong(now_ns());
 }
 
+/* The largest ring of a worker's file under --max-size (see below). */
+#define TM_WORKER_RING_MAX (1ull << 20)
+
 /* In a DataLoader worker, after one fetch: worker_batch(worker_id, t0_ns).
  * The worker's own file is opened on its first batch (after the fork, so
  * that it belongs to the worker). */
@@ -819,7 +824,18 @@ static PyObject *py_worker_batch(PyObject *self, PyObject *args)
         snprintf(path, sizeof path, "%s/worker-r%d-%d.tmr", g_run_dir, g_rank < 0 ? 0 : g_rank,
                  (int)me);
         snprintf(role, sizeof role, "worker%d", wid);
+        /* Unbounded: small blocks, as a worker writes little.  With
+         * --max-size the file is a ring like the rank's, sized by the
+         * writer (at least four blocks, so that wrapping drops a quarter at
+         * most; the file within max_size).  A ring is allocated in full at
+         * open and a DataLoader starts new workers every epoch (unless
+         * persistent_workers), so a worker's ring is capped: the cap keeps
+         * about 13,000 batches (80-byte records) of each worker. */
         tm_rec_opts o = {.role = role, .rank = g_rank, .block_size = 16384};
+        if (g_max_size) {
+            o.max_size = g_max_size < TM_WORKER_RING_MAX ? g_max_size : TM_WORKER_RING_MAX;
+            o.block_size = 0;
+        }
         if (tm_rec_open(&g_wrec, path, &o)) {
             report_once(R_WORKER, "worker %d cannot record: %s", wid, tm_last_error());
             g_wrec = NULL;

@@ -55,17 +55,14 @@ static const char *exp_iso(struct exp *e, int64_t ns)
 
 static void csv_field(FILE *f, const char *s)
 {
-    if (!strpbrk(s, ",\"\n\r")) {
-        fputs(s, f);
-        return;
-    }
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"')
-            fputc('"', f);
-        fputc(*s, f);
-    }
-    fputc('"', f);
+    /* Ill-formed UTF-8 becomes U+FFFD (tm_escape): readers decode the file
+     * as UTF-8 and would stop at the first bad byte. */
+    bool quote = strpbrk(s, ",\"\n\r") != NULL;
+    if (quote)
+        fputc('"', f);
+    cli_fput_esc(f, TM_ESC_CSV, s, strlen(s));
+    if (quote)
+        fputc('"', f);
 }
 
 static void csv_row(struct exp *e, int64_t t, uint32_t source, const char *series,
@@ -157,19 +154,7 @@ static int export_csv(struct exp *e)
 
 static void jstr(FILE *f, const char *s)
 {
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c == '\n')
-            fputs("\\n", f);
-        else if (c < 0x20 || c == 0x7f)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
+    cli_json_str(f, s);
 }
 
 static void jnum(FILE *f, const char *key, double v)

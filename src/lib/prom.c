@@ -89,22 +89,22 @@ void tm_text_json_str(tm_text *t, const char *s)
     tm_text_add(t, "\"", 1);
 }
 
+static int text_put(void *ctx, const char *p, size_t n)
+{
+    tm_text_add(ctx, p, n);
+    return 0; /* the error is sticky in the text */
+}
+
+void tm_text_esc(tm_text *t, tm_esc how, const char *s, size_t len)
+{
+    tm_escape(how, s, len, text_put, t);
+}
+
 int tm_prom_escape(tm_text *t, const char *s)
 {
-    size_t start = 0, i = 0;
-    for (; s[i]; i++) {
-        const char *esc = NULL;
-        switch (s[i]) {
-        case '\\': esc = "\\\\"; break;
-        case '"': esc = "\\\""; break;
-        case '\n': esc = "\\n"; break;
-        default: continue;
-        }
-        tm_text_add(t, s + start, i - start);
-        tm_text_puts(t, esc);
-        start = i + 1;
-    }
-    tm_text_add(t, s + start, i - start);
+    /* Label values are UTF-8 in the exposition format; a comm name or a
+     * run directory's name may not be. */
+    tm_text_esc(t, TM_ESC_PROM, s, strlen(s));
     return t->rc;
 }
 

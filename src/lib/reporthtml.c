@@ -86,35 +86,10 @@ static void *page_alloc(struct page *pg, size_t size)
     return m;
 }
 
+/* & < > " ' as entities, ill-formed UTF-8 as U+FFFD (tm_escape). */
 static void html_esc_n(tm_text *t, const char *s, size_t len)
 {
-    size_t from = 0;
-    for (size_t i = 0; i < len; i++) {
-        const char *rep;
-        switch (s[i]) {
-        case '&':
-            rep = "&amp;";
-            break;
-        case '<':
-            rep = "&lt;";
-            break;
-        case '>':
-            rep = "&gt;";
-            break;
-        case '"':
-            rep = "&quot;";
-            break;
-        case '\'':
-            rep = "&#39;";
-            break;
-        default:
-            continue;
-        }
-        tm_text_add(t, s + from, i - from);
-        tm_text_puts(t, rep);
-        from = i + 1;
-    }
-    tm_text_add(t, s + from, len - from);
+    tm_text_esc(t, TM_ESC_HTML, s, len);
 }
 
 static void html_esc(tm_text *t, const char *s)
