@@ -126,11 +126,21 @@ void tm_vmstat_rate(const tm_vmstat *prev, const tm_vmstat *cur, double dt, tm_v
 
 #define VM_BUF 16384 /* /proc/vmstat is about 4 KB on 6.x kernels */
 
+/* /proc/vmstat is re-read at most this often.  Reading it costs about
+ * 30 us of CPU (the kernel sums every per-CPU counter of ~180 lines for
+ * each read: 22 us for vmstat, 7 us for meminfo, measured in make bench),
+ * which would add a third to a whole 1 s sample of disks, pressure and a
+ * 9-process tree; page-cache sizes and fault rates move over seconds, so
+ * rates over 5 s lose nothing a diagnosis needs.  Between reads the last
+ * values stand (alerts and /metrics see them) and nothing new is recorded. */
+#define VM_PERIOD_NS 5000000000LL
+
 struct coll_vmstat {
     int fd_vm, fd_mem; /* fd_mem -1 when meminfo cannot be read */
     tm_vmstat prev, cur;
     int64_t prev_t, cur_t;
     bool have_prev;
+    bool fresh; /* the last tick re-read the files: record it */
     tm_vmrate r;
     char buf[VM_BUF];
 };
@@ -163,6 +173,9 @@ static int vmstat_open(struct tm_coll *c, const tm_sampler_opts *o)
 static int vmstat_sample(struct tm_coll *c, int64_t t_ns)
 {
     struct coll_vmstat *d = c->p;
+    d->fresh = false;
+    if (d->cur.valid && t_ns >= d->cur_t && tm_sat_sub64(t_ns, d->cur_t) < VM_PERIOD_NS)
+        return 0; /* the last reading stands (VM_PERIOD_NS) */
     if (d->cur.valid) {
         d->prev = d->cur;
         d->prev_t = d->cur_t;
@@ -183,12 +196,15 @@ static int vmstat_sample(struct tm_coll *c, int64_t t_ns)
         return tm_seterr(-ENODATA, "/proc/vmstat: none of pgmajfault, pgpgin, workingset_refault");
     tm_vmstat_rate(d->have_prev ? &d->prev : NULL, &d->cur, tm_ns_diff_s(d->cur_t, d->prev_t),
                    &d->r);
+    d->fresh = true;
     return 0;
 }
 
 static int vmstat_record(struct tm_coll *c, tm_rec *w, int64_t t_ns)
 {
     const struct coll_vmstat *d = c->p;
+    if (!d->fresh)
+        return 0; /* recorded when it was read */
     const struct tm_sysrec_val vals[] = {
         {TM_SER_VM_MAJOR_FAULTS_PER_SECOND, "1/s", d->r.majfault_s},
         {TM_SER_VM_PAGEIN_BYTES_PER_SECOND, "B/s", d->r.pagein_bytes_s},

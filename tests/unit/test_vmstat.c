@@ -232,15 +232,41 @@ static void test_collector_records_series_over_two_ticks(void **state)
     tm_sampler *s = open_sampler(w, NULL);
     assert_int_equal(tm_sampler_tick(s, 1000000000), 0);
     put_sample(FIX "/t1");
-    assert_int_equal(tm_sampler_tick(s, 3000000000), 0); /* 2 s later */
+    assert_int_equal(tm_sampler_tick(s, 6000000000), 0); /* 5 s later: re-read */
     tm_sampler_free(&s);
     tm_rec_close(&w);
-    /* The numbers of test_vmstat_rates_by_hand, through the record file. */
-    assert_near(last_value(TM_SER_VM_MAJOR_FAULTS_PER_SECOND), 125.0);
-    assert_near(last_value(TM_SER_VM_PAGEIN_BYTES_PER_SECOND), 209715200.0);
-    assert_near(last_value(TM_SER_VM_PAGE_CACHE_REFAULTS_PER_SECOND), 250.0);
+    /* The differences of test_vmstat_rates_by_hand (250 faults, 400 MiB
+     * paged in, 500 refaults between t0 and t1), over 5 s instead of 2. */
+    assert_near(last_value(TM_SER_VM_MAJOR_FAULTS_PER_SECOND), 50.0);      /* 250 / 5 */
+    assert_near(last_value(TM_SER_VM_PAGEIN_BYTES_PER_SECOND), 83886080.0); /* 400 MiB / 5 */
+    assert_near(last_value(TM_SER_VM_PAGE_CACHE_REFAULTS_PER_SECOND), 100.0); /* 500 / 5 */
     assert_near(last_value(TM_SER_VM_PAGE_CACHE_BYTES), 716800000.0);
     assert_near(last_value(TM_SER_VM_DIRTY_BYTES), 102400.0);
+}
+
+static void test_collector_reads_at_most_every_five_seconds(void **state)
+{
+    (void)state;
+    put_sample(FIX "/t0");
+    tm_rec *w = NULL;
+    tm_rec_opts ro = {.role = "system", .rank = -1};
+    assert_int_equal(tm_rec_open(&w, rec_path, &ro), 0);
+    tm_sampler *s = open_sampler(w, NULL);
+    assert_int_equal(tm_sampler_tick(s, 1000000000), 0);
+    put_sample(FIX "/t1");
+    /* 2 s later the files are not read again: t0's reading stands, so
+     * there is still no rate and Cached is t0's, and nothing new is
+     * recorded. */
+    assert_int_equal(tm_sampler_tick(s, 3000000000), 0);
+    tm_sampler_free(&s);
+    tm_rec_close(&w);
+    assert_true(isnan(last_value(TM_SER_VM_MAJOR_FAULTS_PER_SECOND)));
+    tm_vmstat t0 = {0};
+    char buf[16384];
+    ssize_t n = tm_read_file(FIX "/t0/meminfo", buf, sizeof buf);
+    assert_true(n > 0);
+    tm_meminfo_parse(buf, (size_t)n, &t0);
+    assert_near(last_value(TM_SER_VM_PAGE_CACHE_BYTES), (double)t0.cached_bytes);
 }
 
 static void test_collector_writes_prometheus_counters(void **state)
@@ -280,7 +306,7 @@ static void test_collector_feeds_alert_inputs(void **state)
     assert_non_null(tm_alert_metric_help("vm.refaults_s"));
     tm_alert_engine *e = NULL;
     assert_int_equal(tm_alert_new(&e), 0);
-    assert_true(tm_alert_add_rule(e, "vm.major_faults_s > 100") >= 0);
+    assert_true(tm_alert_add_rule(e, "vm.major_faults_s > 40") >= 0);
     assert_true(tm_alert_add_rule(e, "vm.refaults_s > 300") >= 0);
     put_sample(FIX "/t0");
     tm_sampler *s = open_sampler(NULL, e);
@@ -288,12 +314,12 @@ static void test_collector_feeds_alert_inputs(void **state)
     tm_alert a;
     assert_int_equal(tm_alert_next(e, &a), 0); /* the first sample has no rate */
     put_sample(FIX "/t1");
-    assert_int_equal(tm_sampler_tick(s, 3000000000), 0);
-    /* 125 faults/s > 100 fires; 250 refaults/s is not > 300. */
+    assert_int_equal(tm_sampler_tick(s, 6000000000), 0);
+    /* 250 faults over 5 s = 50/s > 40 fires; 100 refaults/s is not > 300. */
     assert_int_equal(tm_alert_next(e, &a), 1);
     assert_int_equal(a.status, TM_ALERT_FIRING);
     assert_string_equal(a.metric, "vm.major_faults_s");
-    assert_near(a.value, 125.0);
+    assert_near(a.value, 50.0);
     assert_int_equal(tm_alert_next(e, &a), 0);
     tm_sampler_free(&s);
     tm_alert_free(&e);
@@ -323,6 +349,8 @@ int main(void)
         cmocka_unit_test(test_vmstat_rates_first_sample_backwards_and_no_time),
         cmocka_unit_test_setup_teardown(test_collector_without_proc_vmstat_is_said_not_fatal,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_collector_reads_at_most_every_five_seconds, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_collector_records_series_over_two_ticks, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_collector_writes_prometheus_counters, setup,
