@@ -413,7 +413,7 @@ static const struct {
     {"trainmon_gpu_pcie_tx_bytes_per_second", "PCIe transmit throughput in bytes per second.",
      TM_GPU_HAVE_PCIE, GV_PCIE_TX},
     {"trainmon_gpu_sm_clock_hertz", "SM clock in hertz.", TM_GPU_HAVE_CLOCK, GV_CLOCK},
-    {"trainmon_gpu_throttle_reasons", "NVML clock throttle reasons as a bit mask (nvml.h bits).",
+    {"trainmon_gpu_throttle_reasons", "GPU clock throttle reasons as a bit mask: 1 idle, 2 application clocks, 4 software power cap, 8 hardware slowdown, 16 sync boost, 32 software thermal, 64 hardware thermal, 128 power brake, 256 display clocks.",
      TM_GPU_HAVE_THROTTLE, GV_THROTTLE},
 };
 
