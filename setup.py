@@ -11,6 +11,8 @@ LIB_SOURCES = [
     "src/lib/rec.c",
     "src/lib/recread.c",
     "src/lib/inproc.c",
+    "src/lib/steps.c",
+    "src/lib/follow.c",
 ]
 
 ext = Extension(

@@ -165,8 +165,10 @@ def run_dir():
 
 
 def stats():
-    """Step counters seen so far (steps begun, and data wait and step time
-    summed over the last 256 closed steps)."""
+    """Step counters seen so far: steps (begun), steps_closed, steps_counted
+    (complete steps, as the report counts them), data_wait_fraction (the
+    whole run's, warm-up left out, as the report's; None before a complete
+    step), and data wait and step time summed over the last 256 steps."""
     return _c.stats()
 
 
