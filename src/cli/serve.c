@@ -153,8 +153,8 @@ static void serve_usage(FILE *f)
 /* --- live runs under --runs: the library's follower (tm_follow) reads what
  * each training process appended since the last collection */
 
-/* Fills s->runs_out and s->ranks_out for tm_prom_write_runs; the number of
- * runs. */
+/* Fills runs_out (SERVE_MAX_RUNS long) and ranks_out (grown to fit) for
+ * tm_prom_write_runs from the follower's last poll; the number of runs. */
 static size_t serve_runs_export(tm_follow *f, tm_prom_run **runs_out, tm_prom_rank **ranks_out,
                                 size_t *ranks_cap)
 {
@@ -181,7 +181,7 @@ static size_t serve_runs_export(tm_follow *f, tm_prom_run **runs_out, tm_prom_ra
                                        .host = R->host,
                                        .last_record_age_s = age < 0 ? 0 : age,
                                        .nranks = k - first,
-                                       .ranks = *ranks_out + first};
+                                       .ranks = k > first ? *ranks_out + first : NULL};
     }
     return n;
 }
