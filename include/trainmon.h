@@ -707,6 +707,7 @@ typedef struct tm_follow_rank {
     double allocated, reserved, peak_allocated, total_device; /* last capture, bytes */
     uint64_t ooms;       /* OOM records read */
     int64_t last_t_ns;   /* monotonic time of the newest record read (writer's clock); 0 none */
+    int64_t last_real_ns; /* the same in wall-clock ns since the epoch (header clock bases) */
     uint64_t records;    /* records read */
 } tm_follow_rank;
 

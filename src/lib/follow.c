@@ -104,11 +104,13 @@ static void follow_file_reset(struct follow_file *ff)
     ff->at_end = false;
 }
 
-static void follow_record(tm_follow_rank *k, const tm_record *rec)
+static void follow_record(tm_follow_rank *k, int64_t mono_to_wall, const tm_record *rec)
 {
     k->records++;
-    if (rec->t_ns > k->last_t_ns)
+    if (rec->t_ns > k->last_t_ns) {
         k->last_t_ns = rec->t_ns;
+        k->last_real_ns = tm_sat_add64(rec->t_ns, mono_to_wall);
+    }
     switch (rec->type) {
     case TM_REC_STEP: {
         tm_inproc_step s;
@@ -176,6 +178,8 @@ static void follow_read(struct follow_file *ff, size_t max)
     if (ff->at_end && tm_reader_refresh(ff->r) < 0)
         return;
     ff->at_end = false;
+    const tm_rec_header *h = tm_reader_header(ff->r);
+    int64_t mono_to_wall = tm_sat_sub64(h->start_real_ns, h->start_mono_ns);
     tm_record rec;
     for (size_t i = 0; i < max; i++) {
         int rc = tm_reader_next(ff->r, &rec);
@@ -183,7 +187,7 @@ static void follow_read(struct follow_file *ff, size_t max)
             ff->at_end = rc == 0;
             return;
         }
-        follow_record(ff->k, &rec);
+        follow_record(ff->k, mono_to_wall, &rec);
     }
 }
 

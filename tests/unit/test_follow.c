@@ -181,6 +181,14 @@ static void test_each_poll_reads_only_what_was_appended(void **st)
     assert_int_equal(k->tally.steps, 5);
     assert_int_equal(k->records, 5);
     assert_int_equal(k->last_t_ns, 500 * MS); /* the last step ended at 400 + 100 ms */
+    /* In wall-clock time: the header's real - mono start, added. */
+    char p[512];
+    snprintf(p, sizeof p, "%s/rank0.tmr", dir);
+    tm_reader *rd = NULL;
+    assert_int_equal(tm_reader_open(&rd, p), 0);
+    const tm_rec_header *h = tm_reader_header(rd);
+    assert_int_equal(k->last_real_ns, 500 * MS + h->start_real_ns - h->start_mono_ns);
+    tm_reader_close(&rd);
     tm_follow_close(&f);
     tm_rec_close(&w);
 }
