@@ -8,13 +8,16 @@
  * wait differently from each other and from the report; now both poll a
  * tm_follow, and every step goes through tm_follow_step, that is through
  * the one step accounting of steps.c (complete steps, capped waits,
- * warm-up left out of the judged values).
+ * warm-up left out of the judged values).  The in-process thresholds of
+ * the Python extension (on_threshold) keep their window with the same two
+ * functions, tm_follow_step and tm_follow_window.
  *
  * Cost: one readdir and one stat per record file per pass, and for each
  * training process's file only the records appended since the last pass
  * (its reader stays open; tm_reader_refresh picks up what was appended).
- * Memory: about 4.5 KiB per training process (its step window), a few
- * hundred bytes per other record file, bounded by TM_FOLLOW_MAX_RUNS and
+ * Memory: per training process its reader (one block buffer, 64 KiB by
+ * default) and about 4.5 KiB of state (mostly its step window); a few
+ * hundred bytes per other record file; bounded by TM_FOLLOW_MAX_RUNS and
  * TM_FOLLOW_MAX_FILES.
  */
 #include <dirent.h>
