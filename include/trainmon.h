@@ -737,13 +737,11 @@ void tm_follow_close(tm_follow **f);
 
 /* Adds one step record to a process's tally and, when it is a judged
  * complete step (past warm-up), to its window: the one way the follower
- * and the in-process thresholds account a step.  True when it counted. */
+ * and the in-process thresholds account a step.  True when it counted.
+ * Windowed values (tm_stepwin_sum over w) are thus never the warm-up's: a
+ * live alert or threshold must not fire on workers starting; they are
+ * unavailable until the first step after it. */
 bool tm_follow_step(tm_steptally *t, tm_stepwin *w, const tm_inproc_step *s);
-/* Sums of duration and capped wait (s) over the last `last` judged steps;
- * while only warm-up steps exist, over those (as tm_steptally).  Returns
- * how many steps were summed (0: the sums are 0, the values unavailable). */
-size_t tm_follow_window(const tm_steptally *t, const tm_stepwin *w, size_t last, double *dur_s,
-                        double *wait_s);
 
 
 /* --- runs: record files on one timeline, and what they mean
@@ -1103,7 +1101,7 @@ void tm_alert_feed_ptree(tm_alert_engine *e, const tm_ptree_stats *ts, int64_t t
 /* The run.* metrics of every rank of every run a follower sees (labels
  * run, rank): run.steps; run.data_wait_fraction, run.step_time_seconds and
  * run.data_wait_seconds over the last TM_FOLLOW_WINDOW judged steps
- * (tm_follow_window); run.gpu_memory_{allocated,reserved}_{fraction,bytes}
+ * (tm_stepwin_sum of tm_follow_rank.win); run.gpu_memory_{allocated,reserved}_{fraction,bytes}
  * from the last capture. */
 void tm_alert_feed_runs(tm_alert_engine *e, const tm_follow *f, int64_t t_ns);
 

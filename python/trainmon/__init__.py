@@ -353,8 +353,8 @@ def on_threshold(metric, above, callback, window=10):
                            the last `window` steps (alias data_wait_share)
       data_wait_seconds, step_time_seconds   means over the last `window` steps
                            (steps as the report counts them: complete ones,
-                           each wait capped at its step, the first step of
-                           the process, warm-up, left out unless it is all)
+                           each wait capped at its step; the first step of
+                           the process, warm-up, is left out)
       gpu_memory_allocated_fraction, gpu_memory_reserved_fraction
                            of the device's memory (aliases allocated_share,
                            reserved_share)

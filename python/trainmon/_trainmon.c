@@ -453,11 +453,12 @@ static PyObject *py_bind_torch(PyObject *self, PyObject *args)
 /* ------------------------------------------------------ steps, thresholds */
 
 /* Over the last `window` judged steps (warm-up left out, waits capped),
- * as the run.* alert inputs of `trainmon run` are. */
+ * as the run.* alert inputs of `trainmon run` are; NAN before the first
+ * step after warm-up. */
 static double window_value(int metric, int window)
 {
     double dur, wait;
-    size_t n = tm_follow_window(&g_tally, &g_win, (size_t)window, &dur, &wait);
+    size_t n = tm_stepwin_sum(&g_win, (size_t)window, &dur, &wait);
     if (n == 0)
         return NAN;
     switch (metric) {
@@ -612,7 +613,7 @@ static PyObject *py_stats(PyObject *self, PyObject *noargs)
 {
     (void)self, (void)noargs;
     double dur, wait;
-    tm_follow_window(&g_tally, &g_win, WINDOW_MAX, &dur, &wait);
+    tm_stepwin_sum(&g_win, WINDOW_MAX, &dur, &wait);
     double frac = tm_steptally_wait_fraction(&g_tally);
     PyObject *d = Py_BuildValue(
         "{s:K,s:K,s:K,s:d,s:d,s:s}", "steps", (unsigned long long)g_steps, "steps_closed",

@@ -477,7 +477,7 @@ static void run_status(struct run *r, const tm_diskrate *rates, size_t nrates,
     const tm_follow_rank *k;
     for (; r->follow && (k = tm_follow_rank_at(r->follow, 0, nranks)); nranks++) {
         double d, q;
-        if (tm_follow_window(&k->tally, &k->win, TM_FOLLOW_WINDOW, &d, &q)) {
+        if (tm_stepwin_sum(&k->win, TM_FOLLOW_WINDOW, &d, &q)) {
             wd += d;
             ww += q;
         }

@@ -692,7 +692,7 @@ void tm_alert_feed_runs(tm_alert_engine *e, const tm_follow *f, int64_t t_ns)
             double steps =
                 k->step_records ? (double)tm_steptally_total(&k->tally, k->ring) : NAN;
             double d, q;
-            size_t n = tm_follow_window(&k->tally, &k->win, TM_FOLLOW_WINDOW, &d, &q);
+            size_t n = tm_stepwin_sum(&k->win, TM_FOLLOW_WINDOW, &d, &q);
             tm_alert_feed(e, "run.steps", labels, steps, t_ns);
             tm_alert_feed(e, "run.data_wait_fraction", labels, n && d > 0 ? q / d : NAN, t_ns);
             tm_alert_feed(e, "run.step_time_seconds", labels, n ? d / (double)n : NAN, t_ns);

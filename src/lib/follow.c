@@ -10,7 +10,7 @@
  * the one step accounting of steps.c (complete steps, capped waits,
  * warm-up left out of the judged values).  The in-process thresholds of
  * the Python extension (on_threshold) keep their window with the same two
- * functions, tm_follow_step and tm_follow_window.
+ * function, tm_follow_step, and sum it with tm_stepwin_sum.
  *
  * Cost: one readdir and one stat per record file per pass, and for each
  * training process's file only the records appended since the last pass
@@ -77,23 +77,6 @@ bool tm_follow_step(tm_steptally *t, tm_stepwin *w, const tm_inproc_step *s)
     if (w && t->steps > t->warmup && tm_step_times(s, &d, &q))
         tm_stepwin_add(w, d, q);
     return true;
-}
-
-size_t tm_follow_window(const tm_steptally *t, const tm_stepwin *w, size_t last, double *dur_s,
-                        double *wait_s)
-{
-    double d = 0, q = 0;
-    size_t n = w ? tm_stepwin_sum(w, last, &d, &q) : 0;
-    if (n == 0 && last > 0 && t && t->steps > 0 && t->steps == t->warmup) {
-        n = (size_t)t->warmup;
-        d = t->warm_step_s;
-        q = t->warm_wait_s;
-    }
-    if (dur_s)
-        *dur_s = d;
-    if (wait_s)
-        *wait_s = q;
-    return n;
 }
 
 /* ------------------------------------------------------------- one file */

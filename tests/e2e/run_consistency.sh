@@ -9,9 +9,11 @@
 #
 # How the alerts carry the final numbers: an alert says the value it fired
 # with, so the rules are made to fire only once a rank has finished.  Every
-# batch comes at once except the last, which takes 1.5 s to load: until the
-# last step completes a rank's data-wait fraction is low (about 0.1, the
-# steps are 20 ms of compute), and with it the fraction jumps to about 0.6.
+# batch comes at once except the last, which takes 2.5 s to load: until the
+# last step completes a rank's data-wait fraction is low (under 0.1: the
+# steps are 20 ms of compute, the batches are ready), and with it the
+# fraction jumps to about 0.8 (still above 0.4 if a loaded machine made
+# every other step last 100 ms).
 # `run.data_wait_fraction > 0.4` therefore fires at the first sample after
 # the last step, with the final value (no step follows it), and
 # `run.steps >= N` fires at the same sample with the final count.  The
@@ -22,7 +24,7 @@ root=${TM_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
 BUILD=${BUILD:-build}
 tm=${TRAINMON:-$root/$BUILD/trainmon}
 PY=/usr/bin/python3
-N=40 # steps per rank
+N=30 # steps per rank
 [ -x "$tm" ] || { echo "FAIL: $tm not built"; exit 1; }
 command -v curl >/dev/null || { echo "skipped: curl missing (make deps)"; exit 77; }
 "$PY" -c 'import torch' 2>/dev/null || { echo "skipped: torch not importable by $PY (make deps)"; exit 77; }
@@ -57,7 +59,7 @@ class D(Dataset):
     def __len__(self):
         return n
     def __getitem__(self, i):
-        time.sleep(1.5 if i == n - 1 else 0.001)
+        time.sleep(2.5 if i == n - 1 else 0.001)
         return torch.ones(8) * i
 
 model = torch.nn.Linear(8, 8)
