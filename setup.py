@@ -12,6 +12,8 @@ LIB_SOURCES = [
     "src/lib/recread.c",
     "src/lib/inproc.c",
     "src/lib/safefile.c",
+    "src/lib/steps.c",
+    "src/lib/follow.c",
 ]
 
 ext = Extension(

@@ -786,6 +786,83 @@ void tm_stepwin_add(tm_stepwin *w, double dur_s, double wait_s);
  * many were summed. */
 size_t tm_stepwin_sum(const tm_stepwin *w, size_t last, double *dur_s, double *wait_s);
 
+/* --- the live-run follower (follow.c)
+ *
+ * Follows a run directory (or a directory of run directories) while its
+ * processes write: one reader per record file kept open, and each
+ * tm_follow_poll reads only what was appended since the last one.  It is
+ * how `trainmon serve --runs` (/metrics) and `trainmon run` (the status
+ * line and the run.* alert inputs) see live runs, so that they count the
+ * same steps and the same data wait as the report (steps.c).
+ *
+ * Per pass: the directory is listed; a training process's record file
+ * (tm_rec_is_training on its header) is read up to max_records_per_file
+ * records (a long file is caught up over several passes); a file replaced
+ * by another of the same name (another device/inode: a restarted process)
+ * starts again from nothing; a file that went away is dropped with its
+ * state.  Other record files (system.tmr, DataLoader workers') are opened
+ * once for their header (the host) and then only their mtime counts.
+ * With runs_dir, each subdirectory is a run, followed while one of its
+ * *.tmr files changed in the last TM_FOLLOW_LIVE_S seconds (at most
+ * TM_FOLLOW_MAX_RUNS runs); without, dir itself is the one run, always
+ * followed.  At most TM_FOLLOW_MAX_FILES record files per run. */
+#define TM_FOLLOW_LIVE_S 900.0
+#define TM_FOLLOW_MAX_RUNS 64
+#define TM_FOLLOW_MAX_FILES 1024
+/* Steps the windowed values of `trainmon run` (status line, run.* alerts)
+ * are taken over: the last this many judged steps of each process. */
+#define TM_FOLLOW_WINDOW 100
+
+/* What one training process's record file says so far.  NAN: unavailable. */
+typedef struct tm_follow_rank {
+    char label[32];      /* the rank ("0"), or the role outside a distributed job ("pid42") */
+    char file[256];      /* the record file's name in its run directory */
+    char host[64];       /* from the header */
+    int32_t rank;        /* from the header, -1 if none */
+    bool ring;           /* the header has a max_size: oldest records may be gone */
+    uint64_t step_records; /* step records read (complete or not) */
+    tm_steptally tally;  /* every step read (steps.c) */
+    tm_stepwin win;      /* the judged steps (after warm-up), newest last */
+    double allocated, reserved, peak_allocated, total_device; /* last capture, bytes */
+    uint64_t ooms;       /* OOM records read */
+    int64_t last_t_ns;   /* monotonic time of the newest record read (writer's clock); 0 none */
+    int64_t last_real_ns; /* the same in wall-clock ns since the epoch (header clock bases) */
+    uint64_t records;    /* records read */
+} tm_follow_rank;
+
+typedef struct tm_follow_run {
+    const char *name;     /* the run directory's base name */
+    const char *host;     /* from the first header that names one; "" unknown */
+    double newest_mtime_s; /* wall-clock seconds of the newest *.tmr change; 0: none */
+    size_t nranks;        /* training processes whose header was read */
+} tm_follow_run;
+
+typedef struct tm_follow tm_follow;
+
+/* Nothing is read until the first poll.  -ENOMEM. */
+int tm_follow_open(tm_follow **out, const char *dir, bool runs_dir);
+/* One pass (see above).  0, or a negative errno when dir cannot be listed
+ * (the state of the last pass is kept). */
+int tm_follow_poll(tm_follow *f, size_t max_records_per_file);
+/* Runs and their ranks as of the last poll; pointers stay valid until the
+ * next poll or close.  tm_follow_run_at(f, i) is NULL past the end, and so
+ * is tm_follow_rank_at past the run's nranks. */
+size_t tm_follow_nruns(const tm_follow *f);
+const tm_follow_run *tm_follow_run_at(const tm_follow *f, size_t i);
+const tm_follow_rank *tm_follow_rank_at(const tm_follow *f, size_t run, size_t j);
+/* Whether runs or files were left out by the caps (the caller says so once). */
+bool tm_follow_truncated(const tm_follow *f);
+void tm_follow_close(tm_follow **f);
+
+/* Adds one step record to a process's tally and, when it is a judged
+ * complete step (past warm-up), to its window: the one way the follower
+ * and the in-process thresholds account a step.  True when it counted.
+ * Windowed values (tm_stepwin_sum over w) are thus never the warm-up's: a
+ * live alert or threshold must not fire on workers starting; they are
+ * unavailable until the first step after it. */
+bool tm_follow_step(tm_steptally *t, tm_stepwin *w, const tm_inproc_step *s);
+
+
 /* --- runs: record files on one timeline, and what they mean
  *
  * A run is one or more run directories (several hosts' directories given
@@ -1006,13 +1083,18 @@ int tm_prom_write_gpus(tm_text *t, const tm_gpu_stats *g, size_t n);
  * when the file has none of them. */
 typedef struct tm_prom_rank {
     char rank[32];              /* label value: "0", "1", or the role ("pid42") */
-    uint64_t steps;             /* steps begun (highest step number + 1) */
-    double step_seconds;        /* sum of step durations */
-    double data_wait_seconds;   /* sum of the time spent waiting for data */
+    uint64_t steps;             /* tm_steptally_total (ring: highest step number + 1) */
+    double step_seconds;        /* sum of complete steps' durations */
+    double data_wait_seconds;   /* sum of their data waits, each capped at its step */
+    double data_wait_fraction;  /* tm_steptally_wait_fraction; NAN none */
     double allocated_bytes, reserved_bytes, peak_allocated_bytes; /* latest capture */
     uint64_t ooms;              /* out-of-memory events recorded */
     bool steps_valid, memory_valid;
 } tm_prom_rank;
+
+/* Fills *out from what a follower knows of one training process (steps
+ * through the one step accounting). */
+void tm_prom_rank_set(tm_prom_rank *out, const tm_follow_rank *k);
 
 typedef struct tm_prom_run {
     const char *name;        /* the run directory's base name */
@@ -1158,6 +1240,12 @@ void tm_alert_feed_disks(tm_alert_engine *e, const tm_diskrate *rates, size_t n,
 void tm_alert_feed_pressure(tm_alert_engine *e, const tm_pressure_stats *ps, int64_t t_ns);
 void tm_alert_feed_gpus(tm_alert_engine *e, const tm_gpu_stats *g, size_t n, int64_t t_ns);
 void tm_alert_feed_ptree(tm_alert_engine *e, const tm_ptree_stats *ts, int64_t t_ns);
+/* The run.* metrics of every rank of every run a follower sees (labels
+ * run, rank): run.steps; run.data_wait_fraction, run.step_time_seconds and
+ * run.data_wait_seconds over the last TM_FOLLOW_WINDOW judged steps
+ * (tm_stepwin_sum of tm_follow_rank.win); run.gpu_memory_{allocated,reserved}_{fraction,bytes}
+ * from the last capture. */
+void tm_alert_feed_runs(tm_alert_engine *e, const tm_follow *f, int64_t t_ns);
 
 /* The next queued transition: 1 and *out filled, 0 when none is left.  At
  * most 1024 are queued; beyond that the oldest are dropped (counted in

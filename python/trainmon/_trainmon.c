@@ -38,7 +38,7 @@
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 #define RSS_REFRESH_NS 10000000LL /* host RSS is re-read at most every 10 ms */
-#define WINDOW_MAX 256            /* steps kept for threshold windows */
+#define WINDOW_MAX TM_STEPWIN_MAX /* steps kept for threshold windows */
 #define PHASE_MAX 32
 #define THRESH_MAX 32
 
@@ -123,8 +123,10 @@ static int64_t g_step_start, g_step_wait, g_in_t;
 static int g_have_closed; /* a step was closed at enter, written at exit */
 static tm_inproc_step g_closed;
 
-static int64_t w_wait[WINDOW_MAX], w_dur[WINDOW_MAX];
-static uint64_t w_n; /* steps pushed */
+/* The closed steps, through the one step accounting (steps.c, follow.c):
+ * thresholds and stats() see the numbers the report and /metrics see. */
+static tm_steptally g_tally;
+static tm_stepwin g_win;
 
 static double g_last[F_N]; /* the latest allocator sample */
 static double g_total_dev = NAN;
@@ -473,21 +475,19 @@ static PyObject *py_bind_torch(PyObject *self, PyObject *args)
 
 /* ------------------------------------------------------ steps, thresholds */
 
+/* Over the last `window` judged steps (warm-up left out, waits capped),
+ * as the run.* alert inputs of `trainmon run` are; NAN before the first
+ * step after warm-up. */
 static double window_value(int metric, int window)
 {
-    uint64_t n = w_n < (uint64_t)window ? w_n : (uint64_t)window;
+    double dur, wait;
+    size_t n = tm_stepwin_sum(&g_win, (size_t)window, &dur, &wait);
     if (n == 0)
         return NAN;
-    int64_t wait = 0, dur = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        size_t k = (size_t)((w_n - 1 - i) % WINDOW_MAX);
-        wait += w_wait[k];
-        dur += w_dur[k];
-    }
     switch (metric) {
-    case M_DATA_WAIT_FRACTION: return dur > 0 ? (double)wait / (double)dur : NAN;
-    case M_DATA_WAIT_S: return (double)wait / 1e9 / (double)n;
-    case M_STEP_TIME_S: return (double)dur / 1e9 / (double)n;
+    case M_DATA_WAIT_FRACTION: return dur > 0 ? wait / dur : NAN;
+    case M_DATA_WAIT_S: return wait / (double)n;
+    case M_STEP_TIME_S: return dur / (double)n;
     default: return NAN;
     }
 }
@@ -555,10 +555,7 @@ static PyObject *py_next_enter(PyObject *self, PyObject *noargs)
         g_closed = (tm_inproc_step){.step = g_steps - 1, .start_ns = g_step_start, .end_ns = t,
                                     .data_wait_ns = g_step_wait};
         g_have_closed = 1;
-        size_t k = (size_t)(w_n % WINDOW_MAX);
-        w_wait[k] = g_step_wait;
-        w_dur[k] = t - g_step_start;
-        w_n++;
+        tm_follow_step(&g_tally, &g_win, &g_closed);
         auto_sample(TM_CAPTURE_STEP, "step", 4, t);
         if (g_nth)
             pending = check_thresholds(t);
@@ -626,23 +623,33 @@ static PyObject *py_reset_steps(PyObject *self, PyObject *noargs)
     g_depth = 0;
     g_step_open = 0;
     g_have_closed = 0;
-    w_n = 0;
+    tm_steptally_init(&g_tally);
+    g_win.n = 0;
     Py_RETURN_NONE;
 }
 
+/* steps: begun; steps_closed: closed by the loop; steps_counted: complete
+ * steps as the report counts them; data_wait_fraction: the whole run's, as
+ * the report's (None before a complete step); recent_*: sums over the last
+ * WINDOW_MAX judged steps. */
 static PyObject *py_stats(PyObject *self, PyObject *noargs)
 {
     (void)self, (void)noargs;
-    int64_t wait = 0, dur = 0;
-    uint64_t n = w_n < WINDOW_MAX ? w_n : WINDOW_MAX;
-    for (uint64_t i = 0; i < n; i++) {
-        wait += w_wait[i];
-        dur += w_dur[i];
+    double dur, wait;
+    tm_stepwin_sum(&g_win, WINDOW_MAX, &dur, &wait);
+    double frac = tm_steptally_wait_fraction(&g_tally);
+    PyObject *d = Py_BuildValue(
+        "{s:K,s:K,s:K,s:d,s:d,s:s}", "steps", (unsigned long long)g_steps, "steps_closed",
+        (unsigned long long)g_tally.steps, "steps_counted",
+        (unsigned long long)tm_steptally_total(&g_tally, false), "recent_data_wait_s", wait,
+        "recent_step_time_s", dur, "run_dir", g_run_dir);
+    PyObject *f = isnan(frac) ? (Py_INCREF(Py_None), Py_None) : PyFloat_FromDouble(frac);
+    if (!d || !f || PyDict_SetItemString(d, "data_wait_fraction", f) < 0) {
+        Py_XDECREF(d);
+        d = NULL;
     }
-    return Py_BuildValue("{s:K,s:K,s:d,s:d,s:s}", "steps", (unsigned long long)g_steps,
-                         "steps_closed", (unsigned long long)w_n,
-                         "recent_data_wait_s", (double)wait / 1e9, "recent_step_time_s",
-                         (double)dur / 1e9, "run_dir", g_run_dir);
+    Py_XDECREF(f);
+    return d;
 }
 
 static PyObject *py_add_threshold(PyObject *self, PyObject *args)

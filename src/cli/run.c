@@ -46,7 +46,6 @@
  * directory cannot be made or is refused (not a directory, another user's,
  * writable by others, a symlink).
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -67,8 +66,8 @@
 
 #define RUN_MAX_DEVS 256
 #define RUN_MAX_TARGETS 64
-#define RUN_MAX_READERS 64
 #define RUN_RATE_WINDOW 5 /* ticks over which the live steps/s is taken */
+#define RUN_RECORDS_PER_PASS 200000 /* per record file per tick: bounds a catch-up */
 
 extern char **environ;
 
@@ -208,13 +207,13 @@ struct run {
     const char *serve_addr;
     pid_t serve_pid;
 
-    /* live status (TTY only) and the in-process step window (status, alerts) */
+    /* live status (TTY only) and the training processes' steps (status,
+     * run.* alerts), followed in the run directory */
     bool tty, status_shown;
-    tm_reader *readers[RUN_MAX_READERS];
-    char reader_names[RUN_MAX_READERS][64];
-    size_t nreaders;
-    uint64_t win_steps[RUN_RATE_WINDOW];
-    double win_dur[RUN_RATE_WINDOW], win_wait[RUN_RATE_WINDOW], win_dt[RUN_RATE_WINDOW];
+    tm_follow *follow;
+    uint64_t steps_seen;                 /* all ranks' step totals at the last tick */
+    uint64_t win_steps[RUN_RATE_WINDOW]; /* steps added in each of the last ticks */
+    double win_dt[RUN_RATE_WINDOW];
     size_t win_pos;
 };
 
@@ -540,80 +539,52 @@ static void run_setup_python(const struct run *r)
 
 /* --- live status line */
 
-static void run_status_readers(struct run *r)
-{
-    DIR *d = opendir(r->dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d)) && r->nreaders < RUN_MAX_READERS) {
-        const char *n = e->d_name;
-        size_t len = strlen(n);
-        /* The training processes' files: rank<R>.tmr, pid<P>.tmr, ... */
-        if (len < 5 || len >= sizeof r->reader_names[0] || strcmp(n + len - 4, ".tmr") != 0 ||
-            strcmp(n, "system.tmr") == 0 || strncmp(n, "worker-", 7) == 0)
-            continue;
-        bool known = false;
-        for (size_t i = 0; i < r->nreaders && !known; i++)
-            known = strcmp(r->reader_names[i], n) == 0;
-        if (known)
-            continue;
-        char path[PATH_MAX + 72];
-        snprintf(path, sizeof path, "%s/%s", r->dir, n);
-        tm_reader *rd = NULL;
-        if (tm_reader_open(&rd, path) < 0)
-            continue; /* a header not written yet: tried again next tick */
-        r->readers[r->nreaders] = rd;
-        snprintf(r->reader_names[r->nreaders], sizeof r->reader_names[0], "%s", n);
-        r->nreaders++;
-    }
-    closedir(d);
-}
-
-/* Reads the steps the training processes appended since the last call into
- * the rate window (for the status line and the run.* alert metrics). */
+/* Reads what the training processes appended since the last tick (the
+ * follower keeps their files open) and notes how many steps it added, for
+ * the steps/s of the status line. */
 static void run_steps_update(struct run *r, double dt)
 {
-    run_status_readers(r);
-    uint64_t steps = 0;
-    double dur = 0, wait = 0;
-    for (size_t i = 0; i < r->nreaders; i++) {
-        tm_reader_refresh(r->readers[i]);
-        tm_record rec;
-        while (tm_reader_next(r->readers[i], &rec) == 1) {
-            tm_inproc_step s;
-            if (rec.type != TM_REC_STEP || tm_inproc_decode_step(&rec, &s) < 0)
-                continue;
-            steps++;
-            dur += (double)(s.end_ns - s.start_ns) / 1e9;
-            wait += (double)s.data_wait_ns / 1e9;
-        }
-    }
-    size_t k = r->win_pos++ % RUN_RATE_WINDOW;
-    r->win_steps[k] = steps;
-    r->win_dur[k] = dur;
-    r->win_wait[k] = wait;
-    r->win_dt[k] = dt;
+    if (!r->follow && tm_follow_open(&r->follow, r->dir, false) < 0)
+        return;
+    tm_follow_poll(r->follow, RUN_RECORDS_PER_PASS);
+    uint64_t total = 0;
+    const tm_follow_rank *k;
+    for (size_t j = 0; (k = tm_follow_rank_at(r->follow, 0, j)); j++)
+        total += tm_steptally_total(&k->tally, k->ring);
+    size_t slot = r->win_pos++ % RUN_RATE_WINDOW;
+    /* Fewer than before: a file was replaced or went away; no rate then. */
+    r->win_steps[slot] = total >= r->steps_seen ? total - r->steps_seen : 0;
+    r->win_dt[slot] = dt;
+    r->steps_seen = total;
 }
 
 static void run_status(struct run *r, const tm_diskrate *rates, size_t nrates,
                        const tm_gpu_stats *gpus, size_t ngpus, bool have_disks)
 {
     uint64_t ws = 0;
-    double wd = 0, ww = 0, wt = 0;
+    double wt = 0;
     for (size_t i = 0; i < RUN_RATE_WINDOW; i++) {
         ws += r->win_steps[i];
-        wd += r->win_dur[i];
-        ww += r->win_wait[i];
         wt += r->win_dt[i];
     }
+    /* The wait share over each rank's last TM_FOLLOW_WINDOW judged steps
+     * (the run.data_wait_fraction alert input), all ranks together. */
+    double wd = 0, ww = 0;
+    size_t nranks = 0;
+    const tm_follow_rank *k;
+    for (; r->follow && (k = tm_follow_rank_at(r->follow, 0, nranks)); nranks++) {
+        double d, q;
+        if (tm_stepwin_sum(&k->win, TM_FOLLOW_WINDOW, &d, &q)) {
+            wd += d;
+            ww += q;
+        }
+    }
     /* Several ranks: steps/s is per rank (the job's pace), not their sum. */
-    size_t nranks = r->nreaders ? r->nreaders : 1;
     char line[256];
     int len = snprintf(line, sizeof line, "[trainmon] ");
-    if (ws && wt > 0)
+    if (ws && wt > 0 && wd > 0)
         len += snprintf(line + len, sizeof line - (size_t)len, "%.1f steps/s  wait %.0f%%",
-                        (double)ws / (double)nranks / wt, wd > 0 ? 100.0 * ww / wd : 0.0);
+                        (double)ws / (double)(nranks ? nranks : 1) / wt, 100.0 * ww / wd);
     else
         len += snprintf(line + len, sizeof line - (size_t)len, "- steps/s  wait -");
     if (have_disks) {
@@ -756,17 +727,8 @@ static void run_sample(struct run *r, double dt, bool status)
     if (status || r->alerts.e)
         run_steps_update(r, dt);
     if (r->alerts.e) {
-        uint64_t ws = 0;
-        double wd = 0, ww = 0;
-        for (size_t i = 0; i < RUN_RATE_WINDOW; i++) {
-            ws += r->win_steps[i];
-            wd += r->win_dur[i];
-            ww += r->win_wait[i];
-        }
-        /* Over the last RUN_RATE_WINDOW intervals, all ranks together. */
-        tm_alert_feed(r->alerts.e, "run.data_wait_fraction", "", wd > 0 ? ww / wd : NAN, t);
-        tm_alert_feed(r->alerts.e, "run.step_time_seconds", "", ws ? wd / (double)ws : NAN, t);
-        tm_alert_feed(r->alerts.e, "run.data_wait_seconds", "", ws ? ww / (double)ws : NAN, t);
+        /* Per rank, labels run and rank (docs/ALERTS.md). */
+        tm_alert_feed_runs(r->alerts.e, r->follow, t);
         run_alerts(r);
     }
     if (status)
@@ -868,9 +830,7 @@ static int run_parse(struct run *r, int argc, char **argv, const char **outdir,
 
 static void run_close_all(struct run *r)
 {
-    for (size_t i = 0; i < r->nreaders; i++)
-        tm_reader_close(&r->readers[i]);
-    r->nreaders = 0;
+    tm_follow_close(&r->follow);
     tm_sampler_free(&r->sampler); /* before the writer it records into */
     tm_rec_close(&r->w);
     cli_alerts_close(&r->alerts);
