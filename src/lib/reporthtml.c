@@ -833,15 +833,15 @@ static void write_findings(tm_text *t, const tm_analysis *a)
     for (size_t i = 0; i < a->nf; i++) {
         const tm_finding *f = &a->f[i];
         tm_text_puts(t, "<div class=\"finding sev-");
-        html_esc(t, f->severity);
+        html_esc(t, tm_severity_name(f->severity));
         tm_text_puts(t, "\"><h3><span class=\"sev\">");
-        html_esc(t, f->severity);
+        html_esc(t, tm_severity_name(f->severity));
         tm_text_puts(t, "</span> <code>");
         html_esc(t, f->id);
         tm_text_puts(t, "</code> ");
         html_esc(t, f->title);
         tm_text_puts(t, "</h3>\n<div class=\"u\">confidence ");
-        html_esc(t, f->confidence);
+        html_esc(t, tm_confidence_name(f->confidence));
         if (f->rank >= 0)
             tm_text_printf(t, ", rank %d", (int)f->rank);
         tm_text_puts(t, "</div>\n");

@@ -181,7 +181,7 @@ static void test_data_wait_of_one_percent_is_input_ok(void **st)
     tm_analysis *a = analyze(&run);
     const tm_finding *f = tm_analysis_find(a, "input.ok");
     assert_non_null(f);
-    assert_string_equal(f->severity, "info");
+    assert_string_equal(tm_severity_name(f->severity), "info");
     assert_true(fabs(ev_num(f, "data_wait_fraction") - 0.01) < 1e-6);
     assert_null(tm_analysis_find(a, "input.disk_bound"));
     assert_null(tm_analysis_find(a, "input.cpu_bound"));
@@ -221,8 +221,8 @@ static void test_throttled_disk_with_high_await_and_workers_in_d_state_is_disk_b
     tm_analysis *a = analyze(&run);
     const tm_finding *f = tm_analysis_find(a, "input.disk_bound");
     assert_non_null(f);
-    assert_string_equal(f->severity, "high");
-    assert_string_equal(f->confidence, "high");
+    assert_string_equal(tm_severity_name(f->severity), "high");
+    assert_string_equal(tm_confidence_name(f->confidence), "high");
     assert_non_null(strstr(f->evidence, "\"disk\":\"vdb\""));
     assert_true(fabs(ev_num(f, "data_wait_fraction") - 0.6) < 1e-6);
     assert_true(fabs(ev_num(f, "disk_read_await_s") - 0.025) < 1e-9);
@@ -255,7 +255,7 @@ static void test_busy_workers_slower_than_compute_are_cpu_bound_with_a_worker_co
     tm_analysis *a = analyze(&run);
     const tm_finding *f = tm_analysis_find(a, "input.cpu_bound");
     assert_non_null(f);
-    assert_string_equal(f->confidence, "high");
+    assert_string_equal(tm_confidence_name(f->confidence), "high");
     /* 0.2 s per batch against 0.04 s of compute: 5 workers keep up. */
     assert_true(ev_num(f, "workers_needed") == 5);
     assert_true(ev_num(f, "workers_per_rank") == 2);
@@ -276,8 +276,8 @@ static void test_data_wait_without_system_data_is_a_low_confidence_finding(void 
     tm_analysis *a = analyze(&run);
     const tm_finding *f = tm_analysis_find(a, "input.data_wait");
     assert_non_null(f);
-    assert_string_equal(f->confidence, "low");
-    assert_string_equal(f->severity, "medium");
+    assert_string_equal(tm_confidence_name(f->confidence), "low");
+    assert_string_equal(tm_severity_name(f->severity), "medium");
     assert_null(tm_analysis_find(a, "input.ok"));
     done(&run, &a);
 }
@@ -294,7 +294,7 @@ static void test_workers_off_cpu_without_system_data_are_not_called_disk_bound(v
     tm_analysis *a = analyze(&run);
     const tm_finding *f = tm_analysis_find(a, "input.data_wait");
     assert_non_null(f);
-    assert_string_equal(f->confidence, "low");
+    assert_string_equal(tm_confidence_name(f->confidence), "low");
     assert_null(tm_analysis_find(a, "input.disk_bound"));
     assert_null(tm_analysis_find(a, "input.cpu_bound"));
     done(&run, &a);
@@ -609,7 +609,7 @@ static void test_allocation_retries_are_reported_with_their_rate(void **st)
     assert_non_null(f);
     assert_true(ev_num(f, "alloc_retries") == 10);
     assert_true(ev_num(f, "first_seen_step") == 10);
-    assert_string_equal(f->severity, "high"); /* 0.5 retries per step */
+    assert_string_equal(tm_severity_name(f->severity), "high"); /* 0.5 retries per step */
     done(&run, &a);
 }
 
@@ -650,7 +650,7 @@ static void test_oom_names_step_phase_request_free_and_snapshot_once(void **st)
         nooms += strcmp(list[i].id, "gpu_mem.oom") == 0;
     assert_int_equal(nooms, 1);
     const tm_finding *f = tm_analysis_find(a, "gpu_mem.oom");
-    assert_string_equal(f->severity, "high");
+    assert_string_equal(tm_severity_name(f->severity), "high");
     assert_true(ev_num(f, "step") == 42);
     assert_true(ev_num(f, "requested_bytes") == 4 * GiB);
     assert_true(ev_num(f, "free_device_bytes") == 1 * GiB);
