@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "analysis.h"
+#include "rules.h"
 #include "trainmon.h"
 
 #define S_NS 1000000000LL
@@ -1072,6 +1073,89 @@ static void test_html_chart_lines_of_a_long_run_keep_at_most_1000_points(void **
     free(page);
 }
 
+/* --- workers are counted per (rank, worker id) */
+
+static void test_eight_ranks_of_four_workers_are_32_workers_and_4_per_rank(void **st)
+{
+    (void)st;
+    char file[64], role[32];
+    for (int r = 0; r < 8; r++) {
+        snprintf(file, sizeof file, "rank%d.tmr", r);
+        snprintf(role, sizeof role, "rank%d", r);
+        tm_rec *w = open_rec(file, role, r);
+        put_steps(w, 100, 0, 0.1, 0.06); /* 60% waiting, 0.04 s of compute */
+        tm_rec_close(&w);
+        /* Every rank's DataLoader numbers its workers 0..3 again. */
+        for (int k = 0; k < 4; k++) {
+            unsigned pid = 1000u + 10u * (unsigned)r + (unsigned)k;
+            snprintf(file, sizeof file, "worker-r%d-%u.tmr", r, pid);
+            snprintf(role, sizeof role, "worker%d", k);
+            w = open_rec(file, role, r);
+            put_worker_batches(w, k, pid, 20, 0.2, 0.95, 300 * MiB, 0);
+            tm_rec_close(&w);
+        }
+    }
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    assert_int_equal(a->sum.workers, 32);
+    assert_int_equal(a->nranks, 8);
+    for (size_t i = 0; i < a->nranks; i++)
+        assert_int_equal(a->ranks[i].workers, 4);
+    const tm_finding *f = tm_analysis_find(a, "input.cpu_bound");
+    assert_non_null(f);
+    assert_true(ev_num(f, "workers") == 32);
+    assert_true(ev_num(f, "workers_per_rank") == 4);
+    assert_non_null(strstr(f->advice, "now 4)"));
+    done(&run, &a);
+}
+
+static void test_worker_ids_above_255_are_not_folded_onto_small_ones(void **st)
+{
+    (void)st;
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(r0, 100, 0, 0.1, 0.06);
+    tm_rec_close(&r0);
+    /* Ids 1 and 257 were one worker under an 8-bit mask. */
+    put_worker_file(1, 501, 20, 0.2, 0.95, 300 * MiB, 0);
+    put_worker_file(257, 502, 20, 0.2, 0.95, 300 * MiB, 0);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    assert_int_equal(a->sum.workers, 2);
+    assert_int_equal(a->ranks[0].workers, 2);
+    done(&run, &a);
+}
+
+/* --- the rule table */
+
+static void test_rule_table_has_unique_ids_each_with_one_apply_function(void **st)
+{
+    (void)st;
+    const struct tm_rule *r;
+    size_t n = tm_an_rules(&r);
+    assert_true(n >= 12);
+    for (size_t i = 0; i < n; i++) {
+        assert_non_null(r[i].id);
+        assert_true((r[i].run != NULL) != (r[i].rank != NULL));
+        assert_true(r[i].max <= TM_SEV_HIGH);
+        for (size_t j = 0; j < i; j++)
+            assert_string_not_equal(r[i].id, r[j].id);
+    }
+}
+
+static void test_severity_and_confidence_names_are_the_reports_words(void **st)
+{
+    (void)st;
+    assert_string_equal(tm_severity_name(TM_SEV_INFO), "info");
+    assert_string_equal(tm_severity_name(TM_SEV_LOW), "low");
+    assert_string_equal(tm_severity_name(TM_SEV_MEDIUM), "medium");
+    assert_string_equal(tm_severity_name(TM_SEV_HIGH), "high");
+    assert_string_equal(tm_severity_name((enum tm_severity)42), "?");
+    assert_string_equal(tm_confidence_name(TM_CONF_LOW), "low");
+    assert_string_equal(tm_confidence_name(TM_CONF_MEDIUM), "medium");
+    assert_string_equal(tm_confidence_name(TM_CONF_HIGH), "high");
+    assert_string_equal(tm_confidence_name((enum tm_confidence)42), "?");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1114,6 +1198,10 @@ int main(void)
         T(test_an_empty_directory_fails_saying_it_has_no_record_files),
         T(test_two_hosts_directories_merge_into_one_run),
         T(test_json_report_has_run_summary_findings_and_damage),
+        T(test_eight_ranks_of_four_workers_are_32_workers_and_4_per_rank),
+        T(test_worker_ids_above_255_are_not_folded_onto_small_ones),
+        T(test_rule_table_has_unique_ids_each_with_one_apply_function),
+        T(test_severity_and_confidence_names_are_the_reports_words),
 #undef T
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
