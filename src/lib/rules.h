@@ -22,9 +22,9 @@
 struct an;
 
 /* One rule: the finding id it reports, the most severe it can say (the
- * table documents it; tm_an_add checks it) and the function that applies
- * it.  Exactly one of run (once per analysis) and rank (once per training
- * process) is set. */
+ * table documents it; tm_an_add lowers a higher one to it) and the
+ * function that applies it.  Exactly one of run (once per analysis) and
+ * rank (once per training process) is set. */
 struct tm_rule {
     const char *id;
     enum tm_severity max;

@@ -23,10 +23,9 @@ void tm_rule_gpu_underutilized(struct an *an)
     char buf[256];
     snprintf(buf, sizeof buf, "GPU underutilized: busy %.0f%% of the time while the input keeps up",
              100 * S->gpu_util_mean);
-    tm_an_add(an, TM_SEV_MEDIUM, isnan(S->data_wait_fraction) ? TM_CONF_LOW : TM_CONF_HIGH,
-                -1, &e, buf,
-                "The GPU waits on something other than data: increase the batch size, remove "
-                "synchronisations in the loop (.item(), .cpu(), printing tensors), and look at "
-                "CPU-side overhead (torch.compile, CUDA graphs, AMP).");
+    tm_an_add(an, TM_SEV_MEDIUM, isnan(S->data_wait_fraction) ? TM_CONF_LOW : TM_CONF_HIGH, -1, &e,
+              buf,
+              "The GPU waits on something other than data: increase the batch size, remove "
+              "synchronisations in the loop (.item(), .cpu(), printing tensors), and look at "
+              "CPU-side overhead (torch.compile, CUDA graphs, AMP).");
 }
-

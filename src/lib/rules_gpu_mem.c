@@ -89,9 +89,9 @@ void tm_rule_gpu_mem_near_capacity(struct an *an, const tm_an_rank *R)
         snprintf(buf, sizeof buf, "rank %s: GPU memory near capacity: peak %s of %s (%.0f%%)",
                  R->label, h1, h2, 100 * peak / R->total_device);
         tm_an_add(an, TM_SEV_MEDIUM, TM_CONF_HIGH, R->rank, &ev, buf,
-                    "One larger batch or sequence away from an OOM: use activation "
-                    "(gradient) checkpointing, mixed precision (AMP, bf16), or a smaller "
-                    "batch with gradient accumulation.");
+                  "One larger batch or sequence away from an OOM: use activation "
+                  "(gradient) checkpointing, mixed precision (AMP, bf16), or a smaller "
+                  "batch with gradient accumulation.");
     }
 }
 
@@ -141,9 +141,9 @@ void tm_rule_gpu_mem_growth(struct an *an, const tm_an_rank *R)
                          "Look for tensors kept across steps: a loss accumulated without "
                          ".item() or .detach(), lists of outputs, hooks holding activations.");
             tm_an_add(an,
-                        R->total_device > 0 && rise >= 0.1 * R->total_device ? TM_SEV_HIGH
-                                                                             : TM_SEV_MEDIUM,
-                        r2 >= 0.95 ? TM_CONF_HIGH : TM_CONF_MEDIUM, R->rank, &ev, buf, adv);
+                      R->total_device > 0 && rise >= 0.1 * R->total_device ? TM_SEV_HIGH
+                                                                           : TM_SEV_MEDIUM,
+                      r2 >= 0.95 ? TM_CONF_HIGH : TM_CONF_MEDIUM, R->rank, &ev, buf, adv);
         }
     }
     free(x);
@@ -181,11 +181,11 @@ void tm_rule_gpu_mem_fragmentation(struct an *an, const tm_an_rank *R)
                      "blocks (%.0f%%)",
                      R->label, h1, h2, 100 * ratio);
             bool near = R->total_device > 0 && c->reserved / R->total_device > TM_AN_MEM_NEAR;
-            tm_an_add(an, near || R->ooms ? TM_SEV_HIGH : TM_SEV_MEDIUM,
-                        TM_CONF_HIGH, R->rank, &ev, buf,
-                        "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (torch >= 2.1) "
-                        "or max_split_size_mb:128; keep tensor shapes stable between steps "
-                        "(pad variable-length batches to a few sizes).");
+            tm_an_add(an, near || R->ooms ? TM_SEV_HIGH : TM_SEV_MEDIUM, TM_CONF_HIGH, R->rank, &ev,
+                      buf,
+                      "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (torch >= 2.1) "
+                      "or max_split_size_mb:128; keep tensor shapes stable between steps "
+                      "(pad variable-length batches to a few sizes).");
         }
     }
 }
@@ -220,12 +220,11 @@ void tm_rule_gpu_mem_alloc_retries(struct an *an, const tm_an_rank *R)
                  "rank %s: %.0f allocation retries: the allocator freed its cache and "
                  "retried (a synchronising cudaFree each time)",
                  R->label, R->alloc_retries);
-        tm_an_add(an,
-                    per >= TM_AN_RETRIES_PER_STEP_HIGH ? TM_SEV_HIGH : TM_SEV_MEDIUM, TM_CONF_HIGH, R->rank,
-                    &ev, buf,
-                    "Memory is at its limit and each retry stalls the GPU: lower the peak "
-                    "(smaller batch, checkpointing, AMP) or reduce fragmentation "
-                    "(expandable_segments:True).");
+        tm_an_add(an, per >= TM_AN_RETRIES_PER_STEP_HIGH ? TM_SEV_HIGH : TM_SEV_MEDIUM,
+                  TM_CONF_HIGH, R->rank, &ev, buf,
+                  "Memory is at its limit and each retry stalls the GPU: lower the peak "
+                  "(smaller batch, checkpointing, AMP) or reduce fragmentation "
+                  "(expandable_segments:True).");
     }
 }
 

@@ -156,7 +156,5 @@ void tm_rule_host_mem_worker_growth(struct an *an)
              "arrays, Arrow or a memory-mapped file instead of Python lists of objects. Growing "
              "%s per hour per worker, the host runs out of memory in a long epoch.",
              h2);
-    tm_an_add(an, TM_SEV_MEDIUM, g.checked > 1 ? TM_CONF_HIGH : TM_CONF_MEDIUM, -1, &e,
-                buf, adv);
+    tm_an_add(an, TM_SEV_MEDIUM, g.checked > 1 ? TM_CONF_HIGH : TM_CONF_MEDIUM, -1, &e, buf, adv);
 }
-

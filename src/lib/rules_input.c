@@ -157,8 +157,11 @@ void tm_rule_input_disk_bound(struct an *an)
                  "The workers wait on I/O, not on CPU. Put the data on faster storage, keep "
                  "it in the page cache or read larger sequential shards; record with "
                  "`trainmon run -d DATA` to measure the disk behind it.");
-    tm_an_add(an, sev, disk >= 3 ? TM_CONF_HIGH : disk == 2 ? TM_CONF_MEDIUM : TM_CONF_LOW, -1,
-              &e, buf, adv);
+    tm_an_add(an, sev,
+              disk >= 3   ? TM_CONF_HIGH
+              : disk == 2 ? TM_CONF_MEDIUM
+                          : TM_CONF_LOW,
+              -1, &e, buf, adv);
 }
 
 void tm_rule_input_cpu_bound(struct an *an)

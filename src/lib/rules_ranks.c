@@ -97,19 +97,19 @@ void tm_rule_ranks_imbalance(struct an *an)
         tm_buf_add(&e.b, "}", 1);
         char buf[512];
         if (m[k].mem)
-            snprintf(buf, sizeof buf, "rank %s stands apart: %s %.2f TM_AN_GiB against a median of %.2f TM_AN_GiB",
+            snprintf(buf, sizeof buf,
+                     "rank %s stands apart: %s %.2f TM_AN_GiB against a median of %.2f TM_AN_GiB",
                      R[worst].label, m[k].what, wv / TM_AN_GiB, med / TM_AN_GiB);
         else
-            snprintf(buf, sizeof buf, "rank %s stands apart: %s %.3f s against a median of %.3f s (%.0f%% more)",
+            snprintf(buf, sizeof buf,
+                     "rank %s stands apart: %s %.3f s against a median of %.3f s (%.0f%% more)",
                      R[worst].label, m[k].what, wv, med, 100 * (wv / med - 1));
-        tm_an_add(an, m[k].mem ? TM_SEV_LOW : TM_SEV_MEDIUM, TM_CONF_MEDIUM, R[worst].rank,
-                    &e, buf,
-                    m[k].mem ? "One rank holds more memory: uneven batches (variable lengths), "
-                               "rank-0-only work (logging, evaluation, checkpoints) or a model "
-                               "part placed on one device."
-                             : "All ranks wait for the slowest at every gradient sync: check "
-                               "that rank's host (disk, CPU, thermal throttling), its data "
-                               "shard (sample sizes) and rank-0-only work in the loop.");
+        tm_an_add(an, m[k].mem ? TM_SEV_LOW : TM_SEV_MEDIUM, TM_CONF_MEDIUM, R[worst].rank, &e, buf,
+                  m[k].mem ? "One rank holds more memory: uneven batches (variable lengths), "
+                             "rank-0-only work (logging, evaluation, checkpoints) or a model "
+                             "part placed on one device."
+                           : "All ranks wait for the slowest at every gradient sync: check "
+                             "that rank's host (disk, CPU, thermal throttling), its data "
+                             "shard (sample sizes) and rank-0-only work in the loop.");
     }
 }
-

@@ -109,7 +109,7 @@ double tm_runsum_ser_max(const tm_runview *v, const tm_run_series *s)
 /* The first series named name whose labels contain "key=value" (key may
  * be NULL: any labels). */
 const tm_run_series *tm_runsum_ser_find(const tm_runview *v, const char *name, const char *key,
-                                     const char *value)
+                                        const char *value)
 {
     char buf[128];
     for (size_t i = 0; i < v->nser; i++) {
@@ -144,7 +144,8 @@ double tm_runsum_ser_mean_all(const tm_runview *v, const char *name, size_t *nse
 
 static int cmp_wpid(const void *a, const void *b)
 {
-    uint32_t x = ((const struct tm_runsum_wpid *)a)->pid, y = ((const struct tm_runsum_wpid *)b)->pid;
+    uint32_t x = ((const struct tm_runsum_wpid *)a)->pid,
+             y = ((const struct tm_runsum_wpid *)b)->pid;
     return x < y ? -1 : x > y;
 }
 
@@ -188,7 +189,8 @@ ptrdiff_t tm_runsum_worker_index(const tm_runview *v, uint32_t pid, const char *
 ptrdiff_t tm_runsum_worker_series_index(const tm_runview *v, const tm_run_series *s)
 {
     char buf[32];
-    if (!v->nwp || strncmp(s->name, TM_SER_PROC_PROCESS_PREFIX, strlen(TM_SER_PROC_PROCESS_PREFIX)) != 0 ||
+    if (!v->nwp ||
+        strncmp(s->name, TM_SER_PROC_PROCESS_PREFIX, strlen(TM_SER_PROC_PROCESS_PREFIX)) != 0 ||
         !tm_labels_get(s->labels, "pid", buf, sizeof buf))
         return -1;
     char *end;
@@ -199,7 +201,6 @@ ptrdiff_t tm_runsum_worker_series_index(const tm_runview *v, const tm_run_series
 }
 
 /* --- system signals */
-
 
 /* Whether dev is among the disks behind the data (watch_target/run_target
  * events name them); true for every disk when no event names any. */
@@ -538,8 +539,8 @@ static void summarize_ranks(tm_runview *v, tm_an_rank *ranks, size_t *nranks, st
 /* Whole-run totals: the most steps of one process, all complete steps,
  * the pooled wait fraction, the medians over every step and the workers of
  * every rank together. */
-static void summarize_run(tm_runview *v, tm_an_summary *S, const tm_an_rank *ranks,
-                          size_t nranks, struct scratch *x, const tm_steptally *all)
+static void summarize_run(tm_runview *v, tm_an_summary *S, const tm_an_rank *ranks, size_t nranks,
+                          struct scratch *x, const tm_steptally *all)
 {
     const tm_run_worker *wk;
     size_t nwk = tm_run_workers(v->r, &wk);

@@ -20,7 +20,7 @@ typedef struct tm_an_rank {
     int32_t rank;
     char label[40]; /* "0", "1" or the role ("pid42") */
     const char *host;
-    size_t steps;   /* complete steps (tm_steptally) */
+    size_t steps; /* complete steps (tm_steptally) */
     double step_median_s, compute_median_s, wait_median_s, data_wait_fraction;
     double peak_allocated, peak_reserved, total_device, host_rss_peak;
     double alloc_retries;
@@ -34,18 +34,18 @@ typedef struct tm_an_summary {
     int64_t win_start, win_end; /* the steps' span (else the run's) */
     size_t steps, steps_total;  /* most steps of one process; all processes */
     double step_median_s, compute_median_s, data_wait_fraction;
-    double gpu_util_mean;       /* NAN: no GPU series */
+    double gpu_util_mean; /* NAN: no GPU series */
     size_t ngpus;
-    char disk[40];              /* the disk behind the data ("" if none) */
+    char disk[40]; /* the disk behind the data ("" if none) */
     double disk_read_bps, disk_read_bps_max, disk_await_s, disk_util, disk_queue;
     double disk_ceiling_share;
     double psi_io_some;
     double worker_d_share, worker_cpu_sys; /* from per-worker system series */
-    double worker_read_bps;     /* workers' block-layer reads, B/s over the window */
+    double worker_read_bps;                /* workers' block-layer reads, B/s over the window */
     double psi_cpu_some;
-    double worker_busy;         /* from worker records, all ranks */
+    double worker_busy; /* from worker records, all ranks */
     double worker_batch_median_s;
-    size_t workers;             /* distinct (rank, worker id) pairs */
+    size_t workers; /* distinct (rank, worker id) pairs */
 } tm_an_summary;
 
 /* The run as the summary and the rules read it: its arrays, the analysis
@@ -63,7 +63,7 @@ typedef struct tm_runview {
     struct tm_runsum_wpid {
         uint32_t pid;
         const char *host;
-    } *wp;
+    } * wp;
     size_t nwp;
 } tm_runview;
 
