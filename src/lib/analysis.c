@@ -177,9 +177,9 @@ void tm_an_bytes(char *buf, size_t cap, double v)
     if (!isfinite(v))
         snprintf(buf, cap, "n/a");
     else if (fabs(v) >= TM_AN_GiB)
-        snprintf(buf, cap, "%.2f TM_AN_GiB", v / TM_AN_GiB);
+        snprintf(buf, cap, "%.2f GiB", v / TM_AN_GiB);
     else if (fabs(v) >= TM_AN_MiB)
-        snprintf(buf, cap, "%.1f TM_AN_MiB", v / TM_AN_MiB);
+        snprintf(buf, cap, "%.1f MiB", v / TM_AN_MiB);
     else
         snprintf(buf, cap, "%.0f KiB", v / 1024.0);
 }

@@ -296,7 +296,7 @@ void tm_rule_gpu_mem_oom(struct an *an, const tm_an_rank *R)
                      o->snapshot[0] ? "opens at pytorch.org/memory_viz." : "");
         else if (leak)
             snprintf(adv, sizeof adv,
-                     "Memory grew by %.1f TM_AN_MiB per step before it: a leak (tensors kept "
+                     "Memory grew by %.1f MiB per step before it: a leak (tensors kept "
                      "across steps), not a single large step.%s",
                      slope / TM_AN_MiB,
                      o->snapshot[0] ? " The snapshot (pytorch.org/memory_viz) shows who "

@@ -98,7 +98,7 @@ void tm_rule_ranks_imbalance(struct an *an)
         char buf[512];
         if (m[k].mem)
             snprintf(buf, sizeof buf,
-                     "rank %s stands apart: %s %.2f TM_AN_GiB against a median of %.2f TM_AN_GiB",
+                     "rank %s stands apart: %s %.2f GiB against a median of %.2f GiB",
                      R[worst].label, m[k].what, wv / TM_AN_GiB, med / TM_AN_GiB);
         else
             snprintf(buf, sizeof buf,

@@ -1073,6 +1073,29 @@ static void test_html_chart_lines_of_a_long_run_keep_at_most_1000_points(void **
     free(page);
 }
 
+static void test_titles_give_memory_in_gib_and_mib(void **st)
+{
+    (void)st;
+    put_rank(0, 0.1, 30 * GiB);
+    put_rank(1, 0.1, 20 * GiB);
+    put_rank(2, 0.1, 20 * GiB);
+    tm_rec *w = open_rec("rank3.tmr", "rank3", 3);
+    put_steps(w, 10, 0, 0.1, 0.001);
+    for (int i = 0; i < 10; i++)
+        put_capture(w, i * 0.1, (uint64_t)i,
+                    (struct cap){50 * GiB, 74 * GiB, 73 * GiB, 0, 80 * GiB, 0});
+    tm_rec_close(&w);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "gpu_mem.near_capacity");
+    assert_non_null(f);
+    assert_non_null(strstr(f->title, "peak 74.00 GiB of 80.00 GiB (92%)"));
+    f = tm_analysis_find(a, "ranks.imbalance");
+    assert_non_null(f);
+    assert_non_null(strstr(f->title, "74.00 GiB against a median of 25.00 GiB"));
+    done(&run, &a);
+}
+
 /* --- workers are counted per (rank, worker id) */
 
 static void test_eight_ranks_of_four_workers_are_32_workers_and_4_per_rank(void **st)
@@ -1198,6 +1221,7 @@ int main(void)
         T(test_an_empty_directory_fails_saying_it_has_no_record_files),
         T(test_two_hosts_directories_merge_into_one_run),
         T(test_json_report_has_run_summary_findings_and_damage),
+        T(test_titles_give_memory_in_gib_and_mib),
         T(test_eight_ranks_of_four_workers_are_32_workers_and_4_per_rank),
         T(test_worker_ids_above_255_are_not_folded_onto_small_ones),
         T(test_rule_table_has_unique_ids_each_with_one_apply_function),
