@@ -1,8 +1,9 @@
 /*
  * reportfmt.c - the report of `trainmon report`: the run, a summary and
  * the findings, as text for people or as one JSON object
- * (docs/DIAGNOSIS.md, "JSON").  Numbers come from analysis.c; this file
- * only lays them out.  Unavailable numbers are null in JSON and "n/a" (or
+ * (docs/DIAGNOSIS.md, "JSON").  Numbers come from the analysis (the
+ * summary of runsum.c, the findings of rules_*.c); this file only lays
+ * them out.  Unavailable numbers are null in JSON and "n/a" (or
  * left out) in text, never 0.
  */
 #include <errno.h>

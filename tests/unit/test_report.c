@@ -1,6 +1,7 @@
 /*
- * test_report.c - the run timeline (src/lib/timeline.c) and the findings
- * (src/lib/analysis.c, docs/DIAGNOSIS.md).  Each test writes a run
+ * test_report.c - the run timeline (src/lib/timeline.c), the run summary
+ * (src/lib/runsum.c) and the findings (src/lib/analysis.c and its rule
+ * table, src/lib/rules_*.c, docs/DIAGNOSIS.md).  Each test writes a run
  * directory of record files the way the sampler and the CPython extension
  * do (tm_rec_* and tm_inproc_encode_*), loads it and asserts the finding,
  * its numbers and what must not be found.
