@@ -1002,11 +1002,20 @@ size_t tm_run_ringinfo(const tm_run *r, tm_ringinfo *out, size_t cap);
 bool tm_run_ring_summary(const tm_run *r, tm_ringinfo *sum);
 
 /* Findings (docs/DIAGNOSIS.md): stable ids, each with the numbers it was
- * decided on. */
+ * decided on.  Severity and confidence are ordered enums (a larger value
+ * is more severe, more certain); their names below are the words the text,
+ * JSON and HTML reports print. */
+enum tm_severity { TM_SEV_INFO, TM_SEV_LOW, TM_SEV_MEDIUM, TM_SEV_HIGH };
+enum tm_confidence { TM_CONF_LOW, TM_CONF_MEDIUM, TM_CONF_HIGH };
+/* "info", "low", "medium", "high"; "?" for a value outside the enum. */
+const char *tm_severity_name(enum tm_severity s);
+/* "low", "medium", "high"; "?" for a value outside the enum. */
+const char *tm_confidence_name(enum tm_confidence c);
+
 typedef struct tm_finding {
-    const char *id;         /* "input.disk_bound", "gpu_mem.oom", ... */
-    const char *severity;   /* "high", "medium", "low", "info" */
-    const char *confidence; /* "high", "medium", "low": how much data backs it */
+    const char *id;                /* "input.disk_bound", "gpu_mem.oom", ... */
+    enum tm_severity severity;
+    enum tm_confidence confidence; /* how much data backs it */
     int32_t rank;           /* the rank concerned, -1 for the whole run */
     const char *title;      /* one line */
     const char *evidence;   /* a JSON object text of the numbers */

@@ -1,8 +1,9 @@
 /*
  * reportfmt.c - the report of `trainmon report`: the run, a summary and
  * the findings, as text for people or as one JSON object
- * (docs/DIAGNOSIS.md, "JSON").  Numbers come from analysis.c; this file
- * only lays them out.  Unavailable numbers are null in JSON and "n/a" (or
+ * (docs/DIAGNOSIS.md, "JSON").  Numbers come from the analysis (the
+ * summary of runsum.c, the findings of rules_*.c); this file only lays
+ * them out.  Unavailable numbers are null in JSON and "n/a" (or
  * left out) in text, never 0.
  */
 #include <errno.h>
@@ -263,8 +264,8 @@ static void write_findings_json(tm_text *t, const tm_analysis *a)
         const tm_finding *f = &a->f[i];
         tm_text_puts(t, i ? ",{" : "{");
         j_ks(t, "id", f->id, false);
-        j_ks(t, "severity", f->severity, true);
-        j_ks(t, "confidence", f->confidence, true);
+        j_ks(t, "severity", tm_severity_name(f->severity), true);
+        j_ks(t, "confidence", tm_confidence_name(f->confidence), true);
         j_kn(t, "rank", f->rank >= 0 ? (double)f->rank : NAN, true);
         j_ks(t, "title", f->title, true);
         tm_text_puts(t, ",\"evidence\":");
@@ -371,7 +372,7 @@ static void write_text(tm_text *t, const tm_run *r, const tm_analysis *a)
         tm_text_puts(t, "  none: no steps or memory samples to judge\n");
     for (size_t i = 0; i < a->nf; i++) {
         const tm_finding *f = &a->f[i];
-        tm_text_printf(t, "  [%s] %s: ", f->severity, f->id);
+        tm_text_printf(t, "  [%s] %s: ", tm_severity_name(f->severity), f->id);
         tx_line(t, "", f->title, strlen(f->title));
         tx_line(t, "      evidence: ", f->evidence, strlen(f->evidence));
         tx_line(t, "      advice: ", f->advice, strlen(f->advice));

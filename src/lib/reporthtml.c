@@ -22,6 +22,7 @@
 #include "analysis.h"
 #include "prom.h"
 #include "reportfmt.h"
+#include "series.h"
 #include "util.h"
 
 #define HTML_BUCKETS 500
@@ -529,7 +530,7 @@ static void charts_disk(struct page *pg, struct chart *c, const tm_run *r, const
     aw->scale = 1e3;
     char dev[40];
     for (size_t i = 0; i < n; i++) {
-        if (strcmp(ser[i].name, "disk.read_bytes_per_second") != 0 ||
+        if (strcmp(ser[i].name, TM_SER_DISK_READ_BYTES_PER_SECOND) != 0 ||
             !tm_labels_get(ser[i].labels, "device", dev, sizeof dev))
             continue;
         if (a->sum.disk[0] ? strcmp(dev, a->sum.disk) != 0 : !series_active(&ser[i]))
@@ -539,7 +540,7 @@ static void charts_disk(struct page *pg, struct chart *c, const tm_run *r, const
         for (size_t j = 0; j < n; j++) {
             char d2[40];
             if (ser[j].source == ser[i].source &&
-                strcmp(ser[j].name, "disk.read_await_seconds") == 0 &&
+                strcmp(ser[j].name, TM_SER_DISK_READ_AWAIT_SECONDS) == 0 &&
                 tm_labels_get(ser[j].labels, "device", d2, sizeof d2) && strcmp(d2, dev) == 0) {
                 chart_add(aw, dev, ser[j].n, ser[j].t_ns, ser[j].v, color, false);
                 break;
@@ -577,7 +578,8 @@ static void chart_procmem(struct page *pg, struct chart *c, const tm_run *r)
     size_t n = tm_run_series_list(r, &ser);
     c->unit = "MiB";
     c->scale = 1.0 / (1024.0 * 1024);
-    static const char *const names[] = {"proc.process_pss_bytes", "proc.process_rss_bytes"};
+    static const char *const names[] = {TM_SER_PROC_PROCESS_PSS_BYTES,
+                                        TM_SER_PROC_PROCESS_RSS_BYTES};
     for (size_t w = 0; w < 2 && !c->nl; w++) {
         c->title = w ? "Process memory (RSS)" : "Process memory (PSS)";
         for (size_t i = 0; i < n; i++) {
@@ -645,12 +647,12 @@ static void write_charts(struct page *pg, const tm_run *r, const tm_analysis *a)
     c->title = "GPU utilization";
     c->unit = "%";
     c->scale = 100;
-    chart_series(pg, c, r, "gpu.utilization", "gpu", "gpu ");
+    chart_series(pg, c, r, TM_SER_GPU_UTILIZATION, "gpu", "gpu ");
     memset(c, 0, sizeof *c);
     c->title = "GPU memory used";
     c->unit = "GiB";
     c->scale = 1.0 / (1024.0 * 1024 * 1024);
-    chart_series(pg, c, r, "gpu.memory_used_bytes", "gpu", "gpu ");
+    chart_series(pg, c, r, TM_SER_GPU_MEMORY_USED_BYTES, "gpu", "gpu ");
     memset(c, 0, sizeof *c);
     chart_procmem(pg, c, r);
     free(c);
@@ -806,15 +808,15 @@ static void write_findings(tm_text *t, const tm_analysis *a)
     for (size_t i = 0; i < a->nf; i++) {
         const tm_finding *f = &a->f[i];
         tm_text_puts(t, "<div class=\"finding sev-");
-        html_esc(t, f->severity);
+        html_esc(t, tm_severity_name(f->severity));
         tm_text_puts(t, "\"><h3><span class=\"sev\">");
-        html_esc(t, f->severity);
+        html_esc(t, tm_severity_name(f->severity));
         tm_text_puts(t, "</span> <code>");
         html_esc(t, f->id);
         tm_text_puts(t, "</code> ");
         html_esc(t, f->title);
         tm_text_puts(t, "</h3>\n<div class=\"u\">confidence ");
-        html_esc(t, f->confidence);
+        html_esc(t, tm_confidence_name(f->confidence));
         if (f->rank >= 0)
             tm_text_printf(t, ", rank %d", (int)f->rank);
         tm_text_puts(t, "</div>\n");

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "series.h"
 #include "util.h"
 
 /* System series drawn as Chrome counters: name, counter key, scale. */
@@ -29,10 +30,10 @@ static const struct {
     const char *series, *key;
     double scale;
 } chrome_counters[] = {
-    {"disk.read_bytes_per_second", "read_MB_s", 1.0 / 1048576.0},
-    {"disk.write_bytes_per_second", "write_MB_s", 1.0 / 1048576.0},
-    {"gpu.utilization", "utilization", 1.0},
-    {"gpu.memory_used_bytes", "memory_used_bytes", 1.0},
+    {TM_SER_DISK_READ_BYTES_PER_SECOND, "read_MB_s", 1.0 / 1048576.0},
+    {TM_SER_DISK_WRITE_BYTES_PER_SECOND, "write_MB_s", 1.0 / 1048576.0},
+    {TM_SER_GPU_UTILIZATION, "utilization", 1.0},
+    {TM_SER_GPU_MEMORY_USED_BYTES, "memory_used_bytes", 1.0},
 };
 
 static void source_label(const tm_run_source *s, char *buf, size_t cap)
@@ -163,7 +164,9 @@ int tm_export_chrome(const tm_run *r, const char *path, size_t *clipped)
         char dev[64] = "";
         if (!tm_labels_get(se[i].labels, "device", dev, sizeof dev))
             tm_labels_get(se[i].labels, "gpu", dev, sizeof dev);
-        snprintf(name, sizeof name, "%s %s", strncmp(se[i].name, "gpu.", 4) ? "disk" : "gpu", dev);
+        snprintf(name, sizeof name, "%s %s",
+                 strncmp(se[i].name, TM_SER_GPU_PREFIX, strlen(TM_SER_GPU_PREFIX)) ? "disk" : "gpu",
+                 dev);
         const char *key = chrome_counters[k].key;
         for (size_t j = 0; j < se[i].n && rc >= 0; j++) {
             double v = se[i].v[j] * chrome_counters[k].scale;
