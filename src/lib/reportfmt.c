@@ -168,7 +168,7 @@ static void write_run_json(tm_text *t, const tm_run *r)
     j_ks(t, "start", a, true);
     j_ks(t, "end", b, true);
     tm_text_printf(t, ",\"start_ns\":%" PRId64, s0);
-    j_kn(t, "duration_s", (double)(s1 - s0) / 1e9, true);
+    j_kn(t, "duration_s", tm_ns_diff_s(s1, s0), true);
     tm_text_puts(t, ",\"files\":[");
     for (size_t i = 0; i < ns; i++) {
         tm_text_puts(t, i ? ",{" : "{");
@@ -302,7 +302,7 @@ static void write_text(tm_text *t, const tm_run *r, const tm_analysis *a)
         tm_text_puts(t, dirs[i]);
     }
     tm_text_printf(t, "\n  %s .. %s (%.0f s), %zu record files, host ", x, y,
-                   (double)(s1 - s0) / 1e9, ns);
+                   tm_ns_diff_s(s1, s0), ns);
     tx_line(t, "", ns ? src[0].header.host : "?", ns ? strlen(src[0].header.host) : 1);
     size_t len = 0;
     const char *cmd = NULL;

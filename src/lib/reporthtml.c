@@ -274,7 +274,7 @@ struct bucket {
 
 static double px_x(const struct page *pg, int64_t t)
 {
-    return ML + (double)(t - pg->t0) / (double)(pg->t1 - pg->t0) * (CW - ML - MR);
+    return ML + (double)tm_sat_sub64(t, pg->t0) / (double)tm_sat_sub64(pg->t1, pg->t0) * (CW - ML - MR);
 }
 
 static double px_y(double v, double ymin, double ymax)
@@ -314,11 +314,11 @@ static void draw_line(struct page *pg, const struct chart *c, const struct line 
     struct bucket b = {0};
     long cur = -1;
     bool pen = false;
-    double span = (double)(pg->t1 - pg->t0);
+    double span = (double)tm_sat_sub64(pg->t1, pg->t0);
     for (size_t i = 0; i < l->n; i++) {
         if (l->t[i] < pg->t0 || l->t[i] > pg->t1)
             continue;
-        long k = (long)((double)(l->t[i] - pg->t0) / span * HTML_BUCKETS);
+        long k = (long)((double)tm_sat_sub64(l->t[i], pg->t0) / span * HTML_BUCKETS);
         if (k >= HTML_BUCKETS)
             k = HTML_BUCKETS - 1;
         if (k != cur) {
@@ -391,7 +391,7 @@ static void draw_chart(struct page *pg, const struct chart *c)
                        ML, y, CW - MR, y, ML - 4, y + 4, lab);
     }
     for (int i = 0; i <= 5; i++) {
-        int64_t tt = pg->t0 + (int64_t)((double)(pg->t1 - pg->t0) * i / 5);
+        int64_t tt = pg->t0 + (int64_t)((double)tm_sat_sub64(pg->t1, pg->t0) * i / 5);
         double x = px_x(pg, tt);
         time_t s = (time_t)(tt / 1000000000);
         struct tm tm;
@@ -399,7 +399,7 @@ static void draw_chart(struct page *pg, const struct chart *c)
         if (gmtime_r(&s, &tm))
             strftime(lab, sizeof lab, "%H:%M:%S", &tm);
         /* Ticks less than 10 s apart would repeat a label: tenths too. */
-        if (pg->t1 - pg->t0 < 50 * (int64_t)1000000000 && strlen(lab) == 8)
+        if (tm_sat_sub64(pg->t1, pg->t0) < 50 * (int64_t)1000000000 && strlen(lab) == 8)
             snprintf(lab + 8, sizeof lab - 8, ".%d", (int)(tt / 100000000 % 10));
         tm_text_printf(t,
                        "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" class=\"g\"/>"
@@ -455,7 +455,7 @@ static void charts_steps(struct page *pg, const tm_run *r, const tm_analysis *a)
             if (st[i].source != R->source || s->end_ns <= s->start_ns)
                 continue;
             tt[j] = s->end_ns;
-            vs[j] = (double)(s->end_ns - s->start_ns) / 1e9;
+            vs[j] = tm_ns_diff_s(s->end_ns, s->start_ns);
             vw[j] = s->data_wait_ns >= 0 ? (double)s->data_wait_ns / 1e9 : NAN;
             j++;
         }
@@ -722,7 +722,7 @@ static void write_header(tm_text *t, const tm_run *r)
     tm_rpt_iso_time(a, sizeof a, s0);
     tm_rpt_iso_time(b, sizeof b, s1);
     tm_text_printf(t, "</td></tr>\n<tr><th>span</th><td>%s .. %s (%.0f s)</td></tr>\n", a, b,
-                   (double)(s1 - s0) / 1e9);
+                   tm_ns_diff_s(s1, s0));
     tm_text_printf(t, "<tr><th>record files</th><td>%zu:", ns);
     for (size_t i = 0; i < ns; i++) {
         tm_text_puts(t, " <code>");

@@ -10,6 +10,7 @@
 
 #include "rules.h"
 #include "series.h"
+#include "util.h"
 
 /* One worker's memory: a steadily rising PSS (or RSS) is copy-on-read. */
 struct wgrowth {
@@ -53,7 +54,7 @@ static size_t series_points(const tm_run_series *s, bool stale, double *t, doubl
     for (size_t i = 0; i < s->n; i++) {
         if (!isfinite(s->v[i]) || (stale && k > 0 && s->v[i] == v[k - 1]))
             continue;
-        t[k] = (double)(s->t_ns[i] - s->t_ns[0]) / 1e9;
+        t[k] = tm_ns_diff_s(s->t_ns[i], s->t_ns[0]);
         v[k++] = s->v[i];
     }
     return k;
@@ -121,7 +122,7 @@ void tm_rule_host_mem_worker_growth(struct an *an)
             what = "rss";
             for (size_t x = i; x < j; x++)
                 if (!isnan(wk[x].w.rss_bytes)) {
-                    t[k] = (double)(wk[x].w.end_ns - wk[i].w.end_ns) / 1e9;
+                    t[k] = tm_ns_diff_s(wk[x].w.end_ns, wk[i].w.end_ns);
                     v[k++] = wk[x].w.rss_bytes;
                 }
         }

@@ -81,7 +81,7 @@ int tm_export_chrome(const tm_run *r, const char *path, size_t *clipped)
         snprintf(name, sizeof name, "step %llu", (unsigned long long)s->step);
         snprintf(args, sizeof args, "{\"step\":%llu,\"data_wait_s\":%.9g}",
                  (unsigned long long)s->step, (double)s->data_wait_ns / 1e9);
-        rc = tm_chrome_slice(c, pid, 1, name, s->start_ns, s->end_ns - s->start_ns, args);
+        rc = tm_chrome_slice(c, pid, 1, name, s->start_ns, tm_sat_sub64(s->end_ns, s->start_ns), args);
         if (rc >= 0 && s->data_wait_ns > 0)
             rc = tm_chrome_slice(c, pid, 1, "data wait", s->start_ns, s->data_wait_ns, NULL);
     }
@@ -103,7 +103,7 @@ int tm_export_chrome(const tm_run *r, const char *path, size_t *clipped)
                 depth--;
                 if (end >= stack[depth].t)
                     rc = tm_chrome_slice(c, (int)s + 1, 2, stack[depth].name, stack[depth].t,
-                                         end - stack[depth].t, NULL);
+                                         tm_sat_sub64(end, stack[depth].t), NULL);
             }
         }
         if (i == n)
@@ -125,7 +125,7 @@ int tm_export_chrome(const tm_run *r, const char *path, size_t *clipped)
             depth--;
             if (p->t_ns >= stack[depth].t)
                 rc = tm_chrome_slice(c, (int)p->source + 1, 2, stack[depth].name, stack[depth].t,
-                                     p->t_ns - stack[depth].t, NULL);
+                                     tm_sat_sub64(p->t_ns, stack[depth].t), NULL);
             if (depth == k - 1)
                 break;
         }
@@ -227,7 +227,7 @@ int tm_export_tensorboard(const tm_run *r, const char *out)
         int64_t step = (int64_t)s->step;
         if (rc >= 0 && s->end_ns >= s->start_ns)
             rc = tm_tb_scalar(w[k], "step_time_s", step, wall,
-                              (float)((double)(s->end_ns - s->start_ns) / 1e9));
+                              (float)(tm_ns_diff_s(s->end_ns, s->start_ns)));
         if (rc >= 0 && s->data_wait_ns >= 0)
             rc = tm_tb_scalar(w[k], "data_wait_s", step, wall, (float)((double)s->data_wait_ns / 1e9));
     }

@@ -311,7 +311,7 @@ static void summarize_system(const tm_runview *v, tm_an_summary *S)
             /* Bytes: each rate over the interval that ends at its sample. */
             for (size_t k = 1; k < s->n; k++)
                 if (s->t_ns[k] >= v->w0 && s->t_ns[k] <= v->w1 && isfinite(s->v[k])) {
-                    rd_bytes += s->v[k] * (double)(s->t_ns[k] - s->t_ns[k - 1]) / 1e9;
+                    rd_bytes += s->v[k] * tm_ns_diff_s(s->t_ns[k], s->t_ns[k - 1]);
                     rd_n++;
                 }
         }
@@ -321,7 +321,7 @@ static void summarize_system(const tm_runview *v, tm_an_summary *S)
     if (cpu_n)
         S->worker_cpu_sys = cpu_sum / (double)cpu_n;
     if (rd_n && v->w1 > v->w0)
-        S->worker_read_bps = rd_bytes / ((double)(v->w1 - v->w0) / 1e9);
+        S->worker_read_bps = rd_bytes / (tm_ns_diff_s(v->w1, v->w0));
     if (d_n == 0) {
         /* No per-worker series (trainmon watch): the tree's share of
          * processes in D state, the main process left out. */
@@ -469,7 +469,7 @@ static void workers_of(const tm_run_worker *wk, size_t nwk, bool all, int32_t ra
         if (!all && wk[i].rank != rank)
             continue;
         const tm_inproc_worker *w = &wk[i].w;
-        double ft = (double)(w->end_ns - w->start_ns) / 1e9;
+        double ft = tm_ns_diff_s(w->end_ns, w->start_ns);
         if (ft < 0)
             continue;
         x->keys[kb] = worker_key(&wk[i]);
