@@ -676,11 +676,8 @@ static int watch_open(struct watch *w, int argc, char **argv)
         return 1;
     }
     if (w->outdir) {
-        int rc = cli_mkdirs(w->outdir);
-        if (rc < 0) {
-            cli_err("%s: %s", w->outdir, strerror(-rc));
-            return 1;
-        }
+        /* watch_rec_open makes the directory itself (0700, parents
+         * included) and refuses one that is not safely ours. */
         if (watch_rec_open(&w->wr, w->outdir, w->max_size, argc, argv, w->targets,
                            w->ntargets) < 0) {
             cli_err("%s", tm_last_error());

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include "series.h"
@@ -177,10 +178,18 @@ int tm_export_chrome(const tm_run *r, const char *path, size_t *clipped)
     return rc < 0 ? rc : crc;
 }
 
+/* The output directory and its per-source directories: made 0755 (event
+ * files are meant to be read by TensorBoard, often another user), never
+ * through a symlink, and an existing one must be the caller's and not
+ * writable by others (a root export must not write into a directory
+ * someone else controls). */
 static int tb_mkdir(const char *path)
 {
-    if (mkdir(path, 0755) != 0 && errno != EEXIST)
-        return tm_seterr(-errno, "%s: %s", path, strerror(errno));
+    bool created;
+    int fd = tm_dir_make_private(path, 0755, TM_SAFE_PARENTS, &created);
+    if (fd < 0)
+        return fd;
+    close(fd);
     return 0;
 }
 
