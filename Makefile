@@ -155,9 +155,11 @@ asan:
 
 # libFuzzer targets: the library is built once with coverage and
 # sanitizers (fuzzer-no-link), each target links against those objects.
-FUZZ_CFLAGS := -g -O1 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc/lib
+# -fno-sanitize-recover=all: a UBSan report aborts, so fuzz-run fails on it
+# (by default UBSan prints and carries on, and the run "passes").
+FUZZ_CFLAGS := -g -O1 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc/lib -fno-sanitize-recover=all
 FUZZ_OBJ := $(LIB_SRC:%.c=$(BUILD)/fuzzobj/%.o)
-$(BUILD)/fuzzobj/%.o: %.c $(wildcard include/*.h src/lib/*.h)
+$(BUILD)/fuzzobj/%.o: %.c $(wildcard include/*.h src/lib/*.h) Makefile
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined -c -o $@ $<
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_OBJ)
@@ -165,6 +167,9 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_OBJ)
 	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined -o $@ $< $(FUZZ_OBJ) -ldl -lpthread -lm
 
 fuzz: $(FUZZ_BIN)
+# The instrumented objects are intermediates of a pattern chain: without
+# this, make deletes them after linking and rebuilds all of them each time.
+.SECONDARY: $(FUZZ_OBJ)
 
 FUZZ_SECONDS ?= 15
 fuzz-run: $(FUZZ_BIN)

@@ -13,6 +13,7 @@ LIB_SOURCES = [
     "src/lib/inproc.c",
     "src/lib/safefile.c",
     "src/lib/steps.c",
+    "src/lib/follow.c",
 ]
 
 ext = Extension(

@@ -52,6 +52,45 @@ const char *tm_sys_root(void);
 int64_t tm_now_mono_ns(void);
 int64_t tm_now_real_ns(void);
 
+/* ------------------------------------------------- text out: valid UTF-8
+ *
+ * Strings in record files (tags, phase names, host and comm names, event
+ * details, labels) come from other hosts, crafted files and process names,
+ * so they may be any bytes.  Every writer of JSON, CSV, HTML, Prometheus
+ * label values and TensorBoard tags passes them through tm_escape, which
+ * keeps well-formed UTF-8 as it is, replaces each maximal ill-formed
+ * subpart (Unicode 15 s.3.9; what Python's decode(errors="replace") and
+ * the WHATWG decoder do) with U+FFFD, and escapes what the format needs. */
+
+#define TM_UTF8_BAD 0xFFFFFFFFu
+
+/* Decodes the sequence at s[0..len): returns the bytes it takes (1..4)
+ * with *cp the code point, or, for an ill-formed sequence (stray
+ * continuation byte, C0/C1/F5..FF lead, overlong form, surrogate, beyond
+ * U+10FFFF, truncated), the length of its maximal ill-formed subpart (>= 1)
+ * with *cp = TM_UTF8_BAD.  0 when len is 0. */
+size_t tm_utf8_decode(const char *s, size_t len, uint32_t *cp);
+/* Bytes of the longest well-formed UTF-8 prefix of s[0..len) (len when all
+ * of it is well-formed). */
+size_t tm_utf8_valid_prefix(const char *s, size_t len);
+
+typedef enum tm_esc {
+    TM_ESC_UTF8, /* only ill-formed bytes replaced (TensorBoard tags, JSON text) */
+    TM_ESC_JSON, /* a JSON string's contents: \" \\ \n \t \r, \u00XX for other
+                  * control characters and DEL (no quotes added) */
+    TM_ESC_PROM, /* a Prometheus label value: \\ \" \n */
+    TM_ESC_HTML, /* HTML text or attribute: & < > " ' as entities; control
+                  * characters other than tab, newline and CR become U+FFFD */
+    TM_ESC_CSV,  /* a CSV field's contents: " doubled (the caller quotes) */
+    TM_ESC_TEXT, /* one line of text: control characters and DEL become '?' */
+} tm_esc;
+
+/* Writes s[0..len) escaped for how through put(ctx, bytes, n), in as few
+ * calls as it can (runs of plain text go out whole).  Returns 0, or the
+ * first non-zero return of put (which ends the call). */
+typedef int (*tm_esc_put)(void *ctx, const char *p, size_t n);
+int tm_escape(tm_esc how, const char *s, size_t len, tm_esc_put put, void *ctx);
+
 /* ------------------------------------------------------------ disk stats */
 
 #define TM_DISK_NAME_MAX 32
@@ -779,6 +818,83 @@ void tm_stepwin_add(tm_stepwin *w, double dur_s, double wait_s);
  * many were summed. */
 size_t tm_stepwin_sum(const tm_stepwin *w, size_t last, double *dur_s, double *wait_s);
 
+/* --- the live-run follower (follow.c)
+ *
+ * Follows a run directory (or a directory of run directories) while its
+ * processes write: one reader per record file kept open, and each
+ * tm_follow_poll reads only what was appended since the last one.  It is
+ * how `trainmon serve --runs` (/metrics) and `trainmon run` (the status
+ * line and the run.* alert inputs) see live runs, so that they count the
+ * same steps and the same data wait as the report (steps.c).
+ *
+ * Per pass: the directory is listed; a training process's record file
+ * (tm_rec_is_training on its header) is read up to max_records_per_file
+ * records (a long file is caught up over several passes); a file replaced
+ * by another of the same name (another device/inode: a restarted process)
+ * starts again from nothing; a file that went away is dropped with its
+ * state.  Other record files (system.tmr, DataLoader workers') are opened
+ * once for their header (the host) and then only their mtime counts.
+ * With runs_dir, each subdirectory is a run, followed while one of its
+ * *.tmr files changed in the last TM_FOLLOW_LIVE_S seconds (at most
+ * TM_FOLLOW_MAX_RUNS runs); without, dir itself is the one run, always
+ * followed.  At most TM_FOLLOW_MAX_FILES record files per run. */
+#define TM_FOLLOW_LIVE_S 900.0
+#define TM_FOLLOW_MAX_RUNS 64
+#define TM_FOLLOW_MAX_FILES 1024
+/* Steps the windowed values of `trainmon run` (status line, run.* alerts)
+ * are taken over: the last this many judged steps of each process. */
+#define TM_FOLLOW_WINDOW 100
+
+/* What one training process's record file says so far.  NAN: unavailable. */
+typedef struct tm_follow_rank {
+    char label[32];      /* the rank ("0"), or the role outside a distributed job ("pid42") */
+    char file[256];      /* the record file's name in its run directory */
+    char host[64];       /* from the header */
+    int32_t rank;        /* from the header, -1 if none */
+    bool ring;           /* the header has a max_size: oldest records may be gone */
+    uint64_t step_records; /* step records read (complete or not) */
+    tm_steptally tally;  /* every step read (steps.c) */
+    tm_stepwin win;      /* the judged steps (after warm-up), newest last */
+    double allocated, reserved, peak_allocated, total_device; /* last capture, bytes */
+    uint64_t ooms;       /* OOM records read */
+    int64_t last_t_ns;   /* monotonic time of the newest record read (writer's clock); 0 none */
+    int64_t last_real_ns; /* the same in wall-clock ns since the epoch (header clock bases) */
+    uint64_t records;    /* records read */
+} tm_follow_rank;
+
+typedef struct tm_follow_run {
+    const char *name;     /* the run directory's base name */
+    const char *host;     /* from the first header that names one; "" unknown */
+    double newest_mtime_s; /* wall-clock seconds of the newest *.tmr change; 0: none */
+    size_t nranks;        /* training processes whose header was read */
+} tm_follow_run;
+
+typedef struct tm_follow tm_follow;
+
+/* Nothing is read until the first poll.  -ENOMEM. */
+int tm_follow_open(tm_follow **out, const char *dir, bool runs_dir);
+/* One pass (see above).  0, or a negative errno when dir cannot be listed
+ * (the state of the last pass is kept). */
+int tm_follow_poll(tm_follow *f, size_t max_records_per_file);
+/* Runs and their ranks as of the last poll; pointers stay valid until the
+ * next poll or close.  tm_follow_run_at(f, i) is NULL past the end, and so
+ * is tm_follow_rank_at past the run's nranks. */
+size_t tm_follow_nruns(const tm_follow *f);
+const tm_follow_run *tm_follow_run_at(const tm_follow *f, size_t i);
+const tm_follow_rank *tm_follow_rank_at(const tm_follow *f, size_t run, size_t j);
+/* Whether runs or files were left out by the caps (the caller says so once). */
+bool tm_follow_truncated(const tm_follow *f);
+void tm_follow_close(tm_follow **f);
+
+/* Adds one step record to a process's tally and, when it is a judged
+ * complete step (past warm-up), to its window: the one way the follower
+ * and the in-process thresholds account a step.  True when it counted.
+ * Windowed values (tm_stepwin_sum over w) are thus never the warm-up's: a
+ * live alert or threshold must not fire on workers starting; they are
+ * unavailable until the first step after it. */
+bool tm_follow_step(tm_steptally *t, tm_stepwin *w, const tm_inproc_step *s);
+
+
 /* --- runs: record files on one timeline, and what they mean
  *
  * A run is one or more run directories (several hosts' directories given
@@ -894,12 +1010,44 @@ size_t tm_run_optsteps(const tm_run *r, const tm_run_optstep **list);
  * bytes).  false when the key is absent. */
 bool tm_labels_get(const char *labels, const char *key, char *buf, size_t cap);
 
+/* What a flight-recorder ring dropped (ringinfo.c).  A ring file
+ * (--max-size; its header's max_size > 0) keeps its newest blocks only.
+ * Steps are numbered from 0 in each process, so a ring whose first kept
+ * step record is number N dropped N steps, and the process's true total is
+ * tm_steptally_total(t, true): its highest step number + 1. */
+typedef struct tm_ringinfo {
+    uint32_t source;        /* index into tm_run_sources (sums: the count of ring files) */
+    bool ring;              /* a ring (sums: any training file is one) */
+    uint64_t steps_kept;    /* complete steps in the file (tm_steptally.steps) */
+    uint64_t steps_total;   /* tm_steptally_total(t, ring) */
+    uint64_t first_step;    /* lowest step number kept; 0 when there is none */
+    uint64_t steps_dropped; /* ring: first_step; else 0 */
+    int64_t kept_from_ns;   /* wall clock of the first record kept; 0 if none.  Sums:
+                             * the latest over files that dropped steps, from which
+                             * on every process's data is there */
+} tm_ringinfo;
+/* One entry per training record file (tm_rec_is_training), in source
+ * order, into out[0..cap); returns how many there are (may exceed cap). */
+size_t tm_run_ringinfo(const tm_run *r, tm_ringinfo *out, size_t cap);
+/* The entries added up over the run's training files (for the report and
+ * /metrics); true when at least one of them is a ring. */
+bool tm_run_ring_summary(const tm_run *r, tm_ringinfo *sum);
+
 /* Findings (docs/DIAGNOSIS.md): stable ids, each with the numbers it was
- * decided on. */
+ * decided on.  Severity and confidence are ordered enums (a larger value
+ * is more severe, more certain); their names below are the words the text,
+ * JSON and HTML reports print. */
+enum tm_severity { TM_SEV_INFO, TM_SEV_LOW, TM_SEV_MEDIUM, TM_SEV_HIGH };
+enum tm_confidence { TM_CONF_LOW, TM_CONF_MEDIUM, TM_CONF_HIGH };
+/* "info", "low", "medium", "high"; "?" for a value outside the enum. */
+const char *tm_severity_name(enum tm_severity s);
+/* "low", "medium", "high"; "?" for a value outside the enum. */
+const char *tm_confidence_name(enum tm_confidence c);
+
 typedef struct tm_finding {
-    const char *id;         /* "input.disk_bound", "gpu_mem.oom", ... */
-    const char *severity;   /* "high", "medium", "low", "info" */
-    const char *confidence; /* "high", "medium", "low": how much data backs it */
+    const char *id;                /* "input.disk_bound", "gpu_mem.oom", ... */
+    enum tm_severity severity;
+    enum tm_confidence confidence; /* how much data backs it */
     int32_t rank;           /* the rank concerned, -1 for the whole run */
     const char *title;      /* one line */
     const char *evidence;   /* a JSON object text of the numbers */
@@ -976,13 +1124,18 @@ int tm_prom_write_gpus(tm_text *t, const tm_gpu_stats *g, size_t n);
  * when the file has none of them. */
 typedef struct tm_prom_rank {
     char rank[32];              /* label value: "0", "1", or the role ("pid42") */
-    uint64_t steps;             /* steps begun (highest step number + 1) */
-    double step_seconds;        /* sum of step durations */
-    double data_wait_seconds;   /* sum of the time spent waiting for data */
+    uint64_t steps;             /* tm_steptally_total (ring: highest step number + 1) */
+    double step_seconds;        /* sum of complete steps' durations */
+    double data_wait_seconds;   /* sum of their data waits, each capped at its step */
+    double data_wait_fraction;  /* tm_steptally_wait_fraction; NAN none */
     double allocated_bytes, reserved_bytes, peak_allocated_bytes; /* latest capture */
     uint64_t ooms;              /* out-of-memory events recorded */
     bool steps_valid, memory_valid;
 } tm_prom_rank;
+
+/* Fills *out from what a follower knows of one training process (steps
+ * through the one step accounting). */
+void tm_prom_rank_set(tm_prom_rank *out, const tm_follow_rank *k);
 
 typedef struct tm_prom_run {
     const char *name;        /* the run directory's base name */
@@ -1128,6 +1281,12 @@ void tm_alert_feed_disks(tm_alert_engine *e, const tm_diskrate *rates, size_t n,
 void tm_alert_feed_pressure(tm_alert_engine *e, const tm_pressure_stats *ps, int64_t t_ns);
 void tm_alert_feed_gpus(tm_alert_engine *e, const tm_gpu_stats *g, size_t n, int64_t t_ns);
 void tm_alert_feed_ptree(tm_alert_engine *e, const tm_ptree_stats *ts, int64_t t_ns);
+/* The run.* metrics of every rank of every run a follower sees (labels
+ * run, rank): run.steps; run.data_wait_fraction, run.step_time_seconds and
+ * run.data_wait_seconds over the last TM_FOLLOW_WINDOW judged steps
+ * (tm_stepwin_sum of tm_follow_rank.win); run.gpu_memory_{allocated,reserved}_{fraction,bytes}
+ * from the last capture. */
+void tm_alert_feed_runs(tm_alert_engine *e, const tm_follow *f, int64_t t_ns);
 
 /* The next queued transition: 1 and *out filled, 0 when none is left.  At
  * most 1024 are queued; beyond that the oldest are dropped (counted in
@@ -1306,6 +1465,97 @@ int tm_file_open_output(const char *path, mode_t mode);
  * "HF_TOKEN=VALUE" gives "HF_TOKEN=<redacted>".  Returns argv[i] itself or
  * buf (cap bytes, which the redacted text is written into). */
 const char *tm_arg_redact(const char *const *argv, int argc, int i, char *buf, size_t cap);
+
+/* ------------------------------------------------------------- the sampler */
+
+/* One sampler drives every collector (disks, pressure, the process tree
+ * with its per-process series, GPUs, page cache and faults): `watch`, `run`
+ * and `serve` each call tm_sampler_tick once per interval and only print.
+ * docs/FORMAT.md lists the series it records, docs/ALERTS.md the alert
+ * inputs it feeds, docs/METRICS.md the Prometheus lines it writes. */
+
+typedef struct tm_sampler tm_sampler;
+typedef struct tm_alert_engine tm_alert_engine;
+
+typedef struct tm_sampler_opts {
+    bool disks_off;            /* no disk collector (paths with no block device) */
+    const char *const *disks;  /* device names; NULL or ndisks 0: every physical disk */
+    size_t ndisks;
+    pid_t root_pid;            /* process tree rooted here; 0: none */
+    pid_t pressure_pid;        /* also this process's cgroup (falling back to
+                                  system-wide when it cannot be read); 0: system-wide */
+    bool gpu_off;              /* no GPU collector (--gpu none) */
+    const unsigned *gpus;      /* NVML indices; NULL or ngpus 0: all */
+    size_t ngpus;
+    bool per_process;          /* also the tree's per-process series (tm_procrec) */
+    bool prom;                 /* keep the counters tm_sampler_prom writes */
+    tm_rec *rec;               /* series go here; NULL: nothing is recorded */
+    tm_alert_engine *alerts;   /* inputs fed here; NULL: none */
+} tm_sampler_opts;
+
+/* Opens every collector the options ask for.  A collector that cannot be
+ * opened is off, with its message in tm_sampler_open_error (the front-ends
+ * say it in their own words); the sampler itself fails only for bad
+ * arguments or memory.  The options' arrays are copied; rec and alerts are
+ * borrowed and must outlive the sampler. */
+int tm_sampler_new(tm_sampler **out, const tm_sampler_opts *opts);
+/* Sets the process-tree root and the pressure cgroup's process (`run`
+ * knows its job's pid only after the fork) and re-opens those collectors. */
+int tm_sampler_set_root(tm_sampler *s, pid_t pid);
+/* Records into w from the next tick on (NULL: stops recording); `watch`
+ * opens its recording only once it knows something can be measured. */
+void tm_sampler_set_rec(tm_sampler *s, tm_rec *w);
+/* Samples every open collector, then records the valid samples and feeds
+ * them to the alert engine, at monotonic time t_ns (0 = now).  Failures are
+ * queued as warnings; returns 0, or -EINVAL for a NULL sampler. */
+int tm_sampler_tick(tm_sampler *s, int64_t t_ns);
+/* Samples without recording or feeding: the first sample of rates only
+ * primes them, and `watch` prints and records from the second on. */
+int tm_sampler_prime(tm_sampler *s);
+void tm_sampler_free(tm_sampler **s);
+
+/* Whether the named collector ("disk", "pressure", "ptree", "gpu",
+ * "vmstat") is open, and why it is not (NULL when it is, or was not asked
+ * for). */
+bool tm_sampler_on(const tm_sampler *s, const char *name);
+const char *tm_sampler_open_error(const tm_sampler *s, const char *name);
+/* The collectors /metrics reports on (open, or asked for and failed unless
+ * optional hardware), with whether their last sample worked: at most cap,
+ * returns how many.  Names are static strings. */
+size_t tm_sampler_collectors(const tm_sampler *s, const char **names, bool *ok, size_t cap);
+
+/* The last tick's samples, owned by the sampler and valid until the next
+ * tick or free.  false / NULL when the collector is off or its last sample
+ * failed (unavailable is not zero); *n is then 0. */
+bool tm_sampler_disks(const tm_sampler *s, const tm_diskrate **rates, size_t *n);
+bool tm_sampler_disk_raw(const tm_sampler *s, const tm_diskstat **raw, size_t *n);
+const tm_pressure_stats *tm_sampler_pressure(const tm_sampler *s);
+const tm_ptree_stats *tm_sampler_ptree(const tm_sampler *s);
+bool tm_sampler_gpus(const tm_sampler *s, const tm_gpu_stats **gpus, size_t *n);
+
+/* Appends every collector's Prometheus lines (disks, pressure, GPUs, page
+ * cache; opts.prom must be set for the disk counters) to t.  Returns
+ * tm_text_error(t). */
+int tm_sampler_prom(tm_sampler *s, tm_text *t);
+
+/* What went wrong since the last call, oldest first (at most 32 are kept;
+ * later ones are dropped).  kind: a collector's own warning (GPU lost), a
+ * failed sample, or a failed append to the record file (said once per
+ * sampler, err -ENOSPC when the disk is full).  Strings stay valid until
+ * the next call. */
+enum tm_sampler_warn_kind {
+    TM_SAMPLER_WARN_NOTE = 1,
+    TM_SAMPLER_WARN_SAMPLE = 2,
+    TM_SAMPLER_WARN_RECORD = 3,
+};
+typedef struct tm_sampler_warning {
+    enum tm_sampler_warn_kind kind;
+    const char *collector; /* "gpu", "disk", ... */
+    int err;               /* negative errno for SAMPLE and RECORD, else 0 */
+    const char *msg;       /* for NOTE and SAMPLE; "" for RECORD */
+} tm_sampler_warning;
+/* 1 and *out filled, or 0 when none is left. */
+int tm_sampler_next_warning(tm_sampler *s, tm_sampler_warning *out);
 
 #ifdef __cplusplus
 }

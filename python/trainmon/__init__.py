@@ -177,8 +177,10 @@ def run_dir():
 
 
 def stats():
-    """Step counters seen so far (steps begun, and data wait and step time
-    summed over the last 256 closed steps)."""
+    """Step counters seen so far: steps (begun), steps_closed, steps_counted
+    (complete steps, as the report counts them), data_wait_fraction (the
+    whole run's, warm-up left out, as the report's; None before a complete
+    step), and data wait and step time summed over the last 256 steps."""
     return _c.stats()
 
 
@@ -380,6 +382,9 @@ def on_threshold(metric, above, callback, window=10):
       data_wait_fraction   share of step time spent waiting for data, over
                            the last `window` steps (alias data_wait_share)
       data_wait_seconds, step_time_seconds   means over the last `window` steps
+                           (steps as the report counts them: complete ones,
+                           each wait capped at its step; the first step of
+                           the process, warm-up, is left out)
       gpu_memory_allocated_fraction, gpu_memory_reserved_fraction
                            of the device's memory (aliases allocated_share,
                            reserved_share)

@@ -38,7 +38,7 @@
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 #define RSS_REFRESH_NS 10000000LL /* host RSS is re-read at most every 10 ms */
-#define WINDOW_MAX 256            /* steps kept for threshold windows */
+#define WINDOW_MAX TM_STEPWIN_MAX /* steps kept for threshold windows */
 #define PHASE_MAX 32
 #define THRESH_MAX 32
 
@@ -97,6 +97,7 @@ static int g_rank = -1;
 static tm_rec *g_wrec; /* a DataLoader worker's own file */
 static pid_t g_wrec_pid;
 static uint64_t g_wbatch;
+static unsigned long long g_max_size; /* open()'s max_size (--max-size): workers' too */
 
 /* torch callables, bound by __init__.py (NULL: no torch / no CUDA build) */
 static PyObject *g_memstats;   /* torch._C._cuda_memoryStats */
@@ -119,8 +120,10 @@ static int g_depth;
 static uint64_t g_steps; /* steps begun (the step model below) */
 static int64_t g_in_t;
 
-static int64_t w_wait[WINDOW_MAX], w_dur[WINDOW_MAX];
-static uint64_t w_n; /* steps pushed */
+/* The closed steps, through the one step accounting (steps.c, follow.c):
+ * thresholds and stats() see the numbers the report and /metrics see. */
+static tm_steptally g_tally;
+static tm_stepwin g_win;
 
 static double g_last[F_N]; /* the latest allocator sample */
 static double g_total_dev = NAN;
@@ -474,6 +477,7 @@ static PyObject *py_open(PyObject *self, PyObject *args)
     g_lazy.tried = 0;
     g_lazy.pid = getpid();
     g_rank = rank;
+    g_max_size = max_size;
     snprintf(g_run_dir, sizeof g_run_dir, "%s", run_dir);
     Py_RETURN_TRUE;
 }
@@ -524,21 +528,19 @@ static PyObject *py_bind_torch(PyObject *self, PyObject *args)
 
 /* ------------------------------------------------------ steps, thresholds */
 
+/* Over the last `window` judged steps (warm-up left out, waits capped),
+ * as the run.* alert inputs of `trainmon run` are; NAN before the first
+ * step after warm-up. */
 static double window_value(int metric, int window)
 {
-    uint64_t n = w_n < (uint64_t)window ? w_n : (uint64_t)window;
+    double dur, wait;
+    size_t n = tm_stepwin_sum(&g_win, (size_t)window, &dur, &wait);
     if (n == 0)
         return NAN;
-    int64_t wait = 0, dur = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        size_t k = (size_t)((w_n - 1 - i) % WINDOW_MAX);
-        wait += w_wait[k];
-        dur += w_dur[k];
-    }
     switch (metric) {
-    case M_DATA_WAIT_FRACTION: return dur > 0 ? (double)wait / (double)dur : NAN;
-    case M_DATA_WAIT_S: return (double)wait / 1e9 / (double)n;
-    case M_STEP_TIME_S: return (double)dur / 1e9 / (double)n;
+    case M_DATA_WAIT_FRACTION: return dur > 0 ? wait / dur : NAN;
+    case M_DATA_WAIT_S: return wait / (double)n;
+    case M_STEP_TIME_S: return dur / (double)n;
     default: return NAN;
     }
 }
@@ -730,17 +732,6 @@ static int grad_enabled(void)
     return on;
 }
 
-static void window_push(const tm_inproc_step *s)
-{
-    double d, w;
-    if (!tm_step_times(s, &d, &w))
-        return;
-    size_t k = (size_t)(w_n % WINDOW_MAX);
-    w_wait[k] = (int64_t)(w * 1e9);
-    w_dur[k] = (int64_t)(d * 1e9);
-    w_n++;
-}
-
 static int g_pending_flags; /* threshold callbacks due, for the hook that returns next */
 
 /* Writes a training step: numbered, into the window, thresholds checked,
@@ -753,7 +744,7 @@ static void emit_train(tm_inproc_step *s)
     rec_put(TM_REC_STEP, s->end_ns, buf, tm_inproc_encode_step(s, buf, sizeof buf));
     if (s->flags & TM_STEP_ENDED_AT_EXIT)
         return;
-    window_push(s);
+    tm_follow_step(&g_tally, &g_win, s); /* the one step accounting */
     auto_sample(TM_CAPTURE_STEP, "step", 4, s->end_ns);
     if (g_nth)
         g_pending_flags |= check_thresholds(s->end_ns);
@@ -766,6 +757,7 @@ static void emit_eval(int64_t start, int64_t end, int64_t wait, uint32_t flags)
                         .micro_batches = 0, .batches = 1, .prep_ns = -1, .prep_cpu_ns = -1};
     char buf[96];
     rec_put(TM_REC_STEP, end, buf, tm_inproc_encode_step(&s, buf, sizeof buf));
+    tm_follow_step(&g_tally, &g_win, &s); /* counted apart: eval_steps */
     /* a training step that had done nothing yet starts after the eval run */
     for (int L = TM_STEP_BY_BACKWARD; L <= TM_STEP_BY_OPTIMIZER; L++)
         if (g_acc[L].start && !g_acc[L].batches && !g_acc[L].micro)
@@ -989,7 +981,9 @@ static PyObject *py_reset_steps(PyObject *self, PyObject *noargs)
     g_level = g_decided = g_npend = 0;
     g_lead = g_last_opt = -1;
     g_fwd_t = 0;
-    w_n = 0;
+    g_written = 0;
+    tm_steptally_init(&g_tally);
+    g_win.n = 0;
     Py_RETURN_NONE;
 }
 
@@ -1022,19 +1016,28 @@ static PyObject *py_bind_steps(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* steps: begun; steps_closed: closed by the loop; steps_counted: complete
+ * steps as the report counts them; data_wait_fraction: the whole run's, as
+ * the report's (None before a complete step); recent_*: sums over the last
+ * WINDOW_MAX judged steps. */
 static PyObject *py_stats(PyObject *self, PyObject *noargs)
 {
     (void)self, (void)noargs;
-    int64_t wait = 0, dur = 0;
-    uint64_t n = w_n < WINDOW_MAX ? w_n : WINDOW_MAX;
-    for (uint64_t i = 0; i < n; i++) {
-        wait += w_wait[i];
-        dur += w_dur[i];
+    double dur, wait;
+    tm_stepwin_sum(&g_win, WINDOW_MAX, &dur, &wait);
+    double frac = tm_steptally_wait_fraction(&g_tally);
+    PyObject *d = Py_BuildValue(
+        "{s:K,s:K,s:K,s:d,s:d,s:s}", "steps", (unsigned long long)g_steps, "steps_closed",
+        (unsigned long long)g_tally.steps, "steps_counted",
+        (unsigned long long)tm_steptally_total(&g_tally, false), "recent_data_wait_s", wait,
+        "recent_step_time_s", dur, "run_dir", g_run_dir);
+    PyObject *f = isnan(frac) ? (Py_INCREF(Py_None), Py_None) : PyFloat_FromDouble(frac);
+    if (!d || !f || PyDict_SetItemString(d, "data_wait_fraction", f) < 0) {
+        Py_XDECREF(d);
+        d = NULL;
     }
-    return Py_BuildValue("{s:K,s:K,s:d,s:d,s:s}", "steps", (unsigned long long)g_steps,
-                         "steps_closed", (unsigned long long)w_n,
-                         "recent_data_wait_s", (double)wait / 1e9, "recent_step_time_s",
-                         (double)dur / 1e9, "run_dir", g_run_dir);
+    Py_XDECREF(f);
+    return d;
 }
 
 static PyObject *py_add_threshold(PyObject *self, PyObject *args)
@@ -1204,6 +1207,9 @@ static PyObject *py_now(PyObject *self, PyObject *noargs)
     return PyLong_FromLongLong(now_ns());
 }
 
+/* The largest ring of a worker's file under --max-size (see below). */
+#define TM_WORKER_RING_MAX (1ull << 20)
+
 /* In a DataLoader worker, after one fetch: worker_batch(worker_id, t0_ns).
  * The worker's own file is opened on its first batch (after the fork, so
  * that it belongs to the worker). */
@@ -1228,7 +1234,18 @@ static PyObject *py_worker_batch(PyObject *self, PyObject *args)
         snprintf(path, sizeof path, "%s/worker-r%d-%d.tmr", g_run_dir, g_rank < 0 ? 0 : g_rank,
                  (int)me);
         snprintf(role, sizeof role, "worker%d", wid);
+        /* Unbounded: small blocks, as a worker writes little.  With
+         * --max-size the file is a ring like the rank's, sized by the
+         * writer (at least four blocks, so that wrapping drops a quarter at
+         * most; the file within max_size).  A ring is allocated in full at
+         * open and a DataLoader starts new workers every epoch (unless
+         * persistent_workers), so a worker's ring is capped: the cap keeps
+         * about 13,000 batches (80-byte records) of each worker. */
         tm_rec_opts o = {.role = role, .rank = g_rank, .block_size = 16384};
+        if (g_max_size) {
+            o.max_size = g_max_size < TM_WORKER_RING_MAX ? g_max_size : TM_WORKER_RING_MAX;
+            o.block_size = 0;
+        }
         if (tm_rec_open(&g_wrec, path, &o)) {
             report_once(R_WORKER, "worker %d cannot record: %s", wid, tm_last_error());
             g_wrec = NULL;

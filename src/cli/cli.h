@@ -34,8 +34,11 @@ bool cli_parse_size(const char *s, unsigned long long *out);
 
 #define CLI_MAX_GPUS 64
 
-/* s as a JSON string (quotes included); raw UTF-8 passes through. */
+/* s as a JSON string (quotes included); well-formed UTF-8 passes through,
+ * ill-formed bytes become U+FFFD (tm_escape). */
 void cli_json_str(FILE *f, const char *s);
+/* s[0..len) escaped for how (tm_escape) onto f. */
+void cli_fput_esc(FILE *f, tm_esc how, const char *s, size_t len);
 /* mkdir -p: 0 or a negative errno. */
 int cli_mkdirs(const char *dir);
 /* --gpu: "all", "none"/"off" (*wanted = false) or indices "0,2" (at most

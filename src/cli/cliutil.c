@@ -81,18 +81,23 @@ bool cli_parse_size(const char *s, unsigned long long *out)
     return true;
 }
 
+static int cli_put(void *ctx, const char *p, size_t n)
+{
+    /* A write error stays on the stream (ferror), which callers check at
+     * the end; going on costs nothing. */
+    fwrite(p, 1, n, ctx);
+    return 0;
+}
+
+void cli_fput_esc(FILE *f, tm_esc how, const char *s, size_t len)
+{
+    tm_escape(how, s, len, cli_put, f);
+}
+
 void cli_json_str(FILE *f, const char *s)
 {
     fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
+    cli_fput_esc(f, TM_ESC_JSON, s, strlen(s));
     fputc('"', f);
 }
 

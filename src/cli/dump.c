@@ -43,43 +43,17 @@ static void dump_usage(FILE *f)
           f);
 }
 
-/* Text output keeps one line per record: control bytes become '?'. */
+/* Text output keeps one line per record: control bytes become '?', and
+ * ill-formed UTF-8 U+FFFD (tm_escape). */
 static void put_text(const char *s, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        putchar(c < 0x20 || c == 0x7f ? '?' : c);
-    }
+    cli_fput_esc(stdout, TM_ESC_TEXT, s, n);
 }
 
 static void put_json_str(const char *s, size_t n)
 {
     putchar('"');
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        switch (c) {
-        case '"':
-            fputs("\\\"", stdout);
-            break;
-        case '\\':
-            fputs("\\\\", stdout);
-            break;
-        case '\n':
-            fputs("\\n", stdout);
-            break;
-        case '\t':
-            fputs("\\t", stdout);
-            break;
-        case '\r':
-            fputs("\\r", stdout);
-            break;
-        default:
-            if (c < 0x20 || c == 0x7f)
-                printf("\\u%04x", c);
-            else
-                putchar(c);
-        }
-    }
+    cli_fput_esc(stdout, TM_ESC_JSON, s, n);
     putchar('"');
 }
 

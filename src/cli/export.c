@@ -55,17 +55,14 @@ static const char *exp_iso(struct exp *e, int64_t ns)
 
 static void csv_field(FILE *f, const char *s)
 {
-    if (!strpbrk(s, ",\"\n\r")) {
-        fputs(s, f);
-        return;
-    }
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"')
-            fputc('"', f);
-        fputc(*s, f);
-    }
-    fputc('"', f);
+    /* Ill-formed UTF-8 becomes U+FFFD (tm_escape): readers decode the file
+     * as UTF-8 and would stop at the first bad byte. */
+    bool quote = strpbrk(s, ",\"\n\r") != NULL;
+    if (quote)
+        fputc('"', f);
+    cli_fput_esc(f, TM_ESC_CSV, s, strlen(s));
+    if (quote)
+        fputc('"', f);
 }
 
 static void csv_row(struct exp *e, int64_t t, uint32_t source, const char *series,
@@ -74,7 +71,7 @@ static void csv_row(struct exp *e, int64_t t, uint32_t source, const char *serie
     if (!isfinite(v))
         return; /* unavailable: left out, never written as 0 */
     const tm_run_source *s = &e->src[source];
-    fprintf(e->f, "%.6f,%s,", (double)(t - e->t0) / 1e9, exp_iso(e, t));
+    fprintf(e->f, "%.6f,%s,", tm_clock_diff_s(t, e->t0), exp_iso(e, t));
     csv_field(e->f, s->path);
     if (s->header.rank >= 0)
         fprintf(e->f, ",%d,", (int)s->header.rank);
@@ -102,7 +99,7 @@ static int export_csv(struct exp *e)
         const tm_inproc_step *s = &st[i].s;
         snprintf(lab, sizeof lab, "step=%" PRIu64, s->step);
         csv_row(e, s->end_ns, st[i].source, "step.duration_seconds", lab,
-                (double)(s->end_ns - s->start_ns) / 1e9);
+                tm_clock_diff_s(s->end_ns, s->start_ns));
         csv_row(e, s->end_ns, st[i].source, "step.data_wait_seconds", lab,
                 (double)s->data_wait_ns / 1e9);
     }
@@ -130,7 +127,7 @@ static int export_csv(struct exp *e)
         snprintf(lab, sizeof lab, "worker=%d,pid=%u,batch=%" PRIu64, (int)w->worker_id, w->pid,
                  w->batch);
         csv_row(e, w->end_ns, wk[i].source, "worker.batch_seconds", lab,
-                (double)(w->end_ns - w->start_ns) / 1e9);
+                tm_clock_diff_s(w->end_ns, w->start_ns));
         csv_row(e, w->end_ns, wk[i].source, "worker.cpu_seconds", lab, w->cpu_s);
         csv_row(e, w->end_ns, wk[i].source, "worker.rss_bytes", lab, w->rss_bytes);
     }
@@ -139,7 +136,7 @@ static int export_csv(struct exp *e)
     for (size_t i = 0; i < n; i++) {
         snprintf(lab, sizeof lab, "optimizer=%u,step=%" PRIu64, os[i].o.optimizer, os[i].o.step);
         csv_row(e, os[i].o.end_ns, os[i].source, "optimizer.step_seconds", lab,
-                (double)(os[i].o.end_ns - os[i].o.start_ns) / 1e9);
+                tm_clock_diff_s(os[i].o.end_ns, os[i].o.start_ns));
     }
     const tm_run_oom *om;
     n = tm_run_ooms(e->r, &om);
@@ -157,19 +154,7 @@ static int export_csv(struct exp *e)
 
 static void jstr(FILE *f, const char *s)
 {
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c == '\n')
-            fputs("\\n", f);
-        else if (c < 0x20 || c == 0x7f)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
+    cli_json_str(f, s);
 }
 
 static void jnum(FILE *f, const char *key, double v)

@@ -46,7 +46,6 @@
  * directory cannot be made or is refused (not a directory, another user's,
  * writable by others, a symlink).
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -67,8 +66,8 @@
 
 #define RUN_MAX_DEVS 256
 #define RUN_MAX_TARGETS 64
-#define RUN_MAX_READERS 64
 #define RUN_RATE_WINDOW 5 /* ticks over which the live steps/s is taken */
+#define RUN_RECORDS_PER_PASS 200000 /* per record file per tick: bounds a catch-up */
 
 extern char **environ;
 
@@ -201,24 +200,20 @@ struct run {
 
     tm_rec *w;
     bool rec_failed;
-    tm_disk *disk;
-    tm_ptree *tree;
-    tm_procrec *procrec;
-    tm_pressure *press;
-    tm_gpu *gpu;
+    tm_sampler *sampler; /* disks, pressure, the job's tree, GPUs, ... */
 
     /* --alert / --on-alert, --serve */
     struct cli_alerts alerts;
     const char *serve_addr;
     pid_t serve_pid;
 
-    /* live status (TTY only) and the in-process step window (status, alerts) */
+    /* live status (TTY only) and the training processes' steps (status,
+     * run.* alerts), followed in the run directory */
     bool tty, status_shown;
-    tm_reader *readers[RUN_MAX_READERS];
-    char reader_names[RUN_MAX_READERS][64];
-    size_t nreaders;
-    uint64_t win_steps[RUN_RATE_WINDOW];
-    double win_dur[RUN_RATE_WINDOW], win_wait[RUN_RATE_WINDOW], win_dt[RUN_RATE_WINDOW];
+    tm_follow *follow;
+    uint64_t steps_seen;                 /* all ranks' step totals at the last tick */
+    uint64_t win_steps[RUN_RATE_WINDOW]; /* steps added in each of the last ticks */
+    double win_dt[RUN_RATE_WINDOW];
     size_t win_pos;
 };
 
@@ -544,80 +539,52 @@ static void run_setup_python(const struct run *r)
 
 /* --- live status line */
 
-static void run_status_readers(struct run *r)
-{
-    DIR *d = opendir(r->dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d)) && r->nreaders < RUN_MAX_READERS) {
-        const char *n = e->d_name;
-        size_t len = strlen(n);
-        /* The training processes' files: rank<R>.tmr, pid<P>.tmr, ... */
-        if (len < 5 || len >= sizeof r->reader_names[0] || strcmp(n + len - 4, ".tmr") != 0 ||
-            strcmp(n, "system.tmr") == 0 || strncmp(n, "worker-", 7) == 0)
-            continue;
-        bool known = false;
-        for (size_t i = 0; i < r->nreaders && !known; i++)
-            known = strcmp(r->reader_names[i], n) == 0;
-        if (known)
-            continue;
-        char path[PATH_MAX + 72];
-        snprintf(path, sizeof path, "%s/%s", r->dir, n);
-        tm_reader *rd = NULL;
-        if (tm_reader_open(&rd, path) < 0)
-            continue; /* a header not written yet: tried again next tick */
-        r->readers[r->nreaders] = rd;
-        snprintf(r->reader_names[r->nreaders], sizeof r->reader_names[0], "%s", n);
-        r->nreaders++;
-    }
-    closedir(d);
-}
-
-/* Reads the steps the training processes appended since the last call into
- * the rate window (for the status line and the run.* alert metrics). */
+/* Reads what the training processes appended since the last tick (the
+ * follower keeps their files open) and notes how many steps it added, for
+ * the steps/s of the status line. */
 static void run_steps_update(struct run *r, double dt)
 {
-    run_status_readers(r);
-    uint64_t steps = 0;
-    double dur = 0, wait = 0;
-    for (size_t i = 0; i < r->nreaders; i++) {
-        tm_reader_refresh(r->readers[i]);
-        tm_record rec;
-        while (tm_reader_next(r->readers[i], &rec) == 1) {
-            tm_inproc_step s;
-            if (rec.type != TM_REC_STEP || tm_inproc_decode_step(&rec, &s) < 0)
-                continue;
-            steps++;
-            dur += (double)(s.end_ns - s.start_ns) / 1e9;
-            wait += (double)s.data_wait_ns / 1e9;
-        }
-    }
-    size_t k = r->win_pos++ % RUN_RATE_WINDOW;
-    r->win_steps[k] = steps;
-    r->win_dur[k] = dur;
-    r->win_wait[k] = wait;
-    r->win_dt[k] = dt;
+    if (!r->follow && tm_follow_open(&r->follow, r->dir, false) < 0)
+        return;
+    tm_follow_poll(r->follow, RUN_RECORDS_PER_PASS);
+    uint64_t total = 0;
+    const tm_follow_rank *k;
+    for (size_t j = 0; (k = tm_follow_rank_at(r->follow, 0, j)); j++)
+        total += tm_steptally_total(&k->tally, k->ring);
+    size_t slot = r->win_pos++ % RUN_RATE_WINDOW;
+    /* Fewer than before: a file was replaced or went away; no rate then. */
+    r->win_steps[slot] = total >= r->steps_seen ? total - r->steps_seen : 0;
+    r->win_dt[slot] = dt;
+    r->steps_seen = total;
 }
 
 static void run_status(struct run *r, const tm_diskrate *rates, size_t nrates,
                        const tm_gpu_stats *gpus, size_t ngpus, bool have_disks)
 {
     uint64_t ws = 0;
-    double wd = 0, ww = 0, wt = 0;
+    double wt = 0;
     for (size_t i = 0; i < RUN_RATE_WINDOW; i++) {
         ws += r->win_steps[i];
-        wd += r->win_dur[i];
-        ww += r->win_wait[i];
         wt += r->win_dt[i];
     }
+    /* The wait share over each rank's last TM_FOLLOW_WINDOW judged steps
+     * (the run.data_wait_fraction alert input), all ranks together. */
+    double wd = 0, ww = 0;
+    size_t nranks = 0;
+    const tm_follow_rank *k;
+    for (; r->follow && (k = tm_follow_rank_at(r->follow, 0, nranks)); nranks++) {
+        double d, q;
+        if (tm_stepwin_sum(&k->win, TM_FOLLOW_WINDOW, &d, &q)) {
+            wd += d;
+            ww += q;
+        }
+    }
     /* Several ranks: steps/s is per rank (the job's pace), not their sum. */
-    size_t nranks = r->nreaders ? r->nreaders : 1;
     char line[256];
     int len = snprintf(line, sizeof line, "[trainmon] ");
-    if (ws && wt > 0)
+    if (ws && wt > 0 && wd > 0)
         len += snprintf(line + len, sizeof line - (size_t)len, "%.1f steps/s  wait %.0f%%",
-                        (double)ws / (double)nranks / wt, wd > 0 ? 100.0 * ww / wd : 0.0);
+                        (double)ws / (double)(nranks ? nranks : 1) / wt, 100.0 * ww / wd);
     else
         len += snprintf(line + len, sizeof line - (size_t)len, "- steps/s  wait -");
     if (have_disks) {
@@ -727,64 +694,45 @@ static void run_stop_serve(struct run *r)
 
 /* --- sampling */
 
+/* Says the sampler's warnings: the GPUs' own word for word (above the
+ * status line), a failed recording once; failed samples are left to the
+ * report, which sees the gaps. */
+static void run_sampler_warnings(struct run *r)
+{
+    tm_sampler_warning wn;
+    while (tm_sampler_next_warning(r->sampler, &wn) == 1) {
+        if (wn.kind == TM_SAMPLER_WARN_RECORD) {
+            run_rec_check(r, wn.err);
+        } else if (wn.kind == TM_SAMPLER_WARN_NOTE) {
+            run_status_clear(r);
+            cli_warn("%s", wn.msg);
+        }
+    }
+}
+
 static void run_sample(struct run *r, double dt, bool status)
 {
     int64_t t = tm_now_mono_ns();
+    /* One tick samples every collector, records the system series and
+     * feeds the system alert inputs. */
+    tm_sampler_tick(r->sampler, t);
+    run_sampler_warnings(r);
     const tm_diskrate *rates = NULL;
     size_t nrates = 0;
-    if (r->disk && tm_disk_sample(r->disk, &rates, &nrates) < 0)
-        nrates = 0;
-    if (nrates && r->w)
-        run_rec_check(r, tm_sysrec_disk(r->w, t, rates, nrates));
-    tm_pressure_stats ps;
-    if (r->press && tm_pressure_sample(r->press, &ps) == 0 && r->w)
-        run_rec_check(r, tm_sysrec_pressure(r->w, t, &ps));
-    tm_ptree_stats ts;
-    memset(&ts, 0, sizeof ts);
-    if (r->tree && tm_ptree_sample(r->tree, &ts) == 0 && r->w) {
-        run_rec_check(r, tm_sysrec_ptree(r->w, t, &ts));
-        /* -E2BIG (a ring's series definitions full) loses some processes'
-         * series, not the recording: only a full disk is said. */
-        int rc = tm_procrec_write(r->procrec, r->w, t, &ts);
-        if (rc == -ENOSPC)
-            run_rec_check(r, rc);
-    }
+    tm_sampler_disks(r->sampler, &rates, &nrates);
     const tm_gpu_stats *gpus = NULL;
     size_t ngpus = 0;
-    if (r->gpu) {
-        if (tm_gpu_sample(r->gpu, &gpus, &ngpus) < 0)
-            ngpus = 0;
-        for (const char *m; (m = tm_gpu_next_warning(r->gpu));) {
-            run_status_clear(r);
-            cli_warn("%s", m);
-        }
-        if (ngpus && r->w)
-            run_rec_check(r, tm_sysrec_gpu(r->w, t, gpus, ngpus));
-    }
+    tm_sampler_gpus(r->sampler, &gpus, &ngpus);
+
     if (status || r->alerts.e)
         run_steps_update(r, dt);
     if (r->alerts.e) {
-        tm_alert_feed_disks(r->alerts.e, rates, nrates, t);
-        if (r->press)
-            tm_alert_feed_pressure(r->alerts.e, &ps, t);
-        if (r->tree && ts.t_ns)
-            tm_alert_feed_ptree(r->alerts.e, &ts, t);
-        tm_alert_feed_gpus(r->alerts.e, gpus, ngpus, t);
-        uint64_t ws = 0;
-        double wd = 0, ww = 0;
-        for (size_t i = 0; i < RUN_RATE_WINDOW; i++) {
-            ws += r->win_steps[i];
-            wd += r->win_dur[i];
-            ww += r->win_wait[i];
-        }
-        /* Over the last RUN_RATE_WINDOW intervals, all ranks together. */
-        tm_alert_feed(r->alerts.e, "run.data_wait_fraction", "", wd > 0 ? ww / wd : NAN, t);
-        tm_alert_feed(r->alerts.e, "run.step_time_seconds", "", ws ? wd / (double)ws : NAN, t);
-        tm_alert_feed(r->alerts.e, "run.data_wait_seconds", "", ws ? ww / (double)ws : NAN, t);
+        /* Per rank, labels run and rank (docs/ALERTS.md). */
+        tm_alert_feed_runs(r->alerts.e, r->follow, t);
         run_alerts(r);
     }
     if (status)
-        run_status(r, rates, nrates, gpus, ngpus, r->disk != NULL);
+        run_status(r, rates, nrates, gpus, ngpus, tm_sampler_on(r->sampler, "disk"));
 }
 
 /* Waits until deadline (monotonic ns) or a signal's wake-up. */
@@ -882,15 +830,9 @@ static int run_parse(struct run *r, int argc, char **argv, const char **outdir,
 
 static void run_close_all(struct run *r)
 {
-    for (size_t i = 0; i < r->nreaders; i++)
-        tm_reader_close(&r->readers[i]);
-    r->nreaders = 0;
+    tm_follow_close(&r->follow);
+    tm_sampler_free(&r->sampler); /* before the writer it records into */
     tm_rec_close(&r->w);
-    tm_disk_close(&r->disk);
-    tm_ptree_close(&r->tree);
-    tm_procrec_free(&r->procrec);
-    tm_pressure_close(&r->press);
-    tm_gpu_close(&r->gpu);
     cli_alerts_close(&r->alerts);
 }
 
@@ -962,22 +904,27 @@ int cmd_run(int argc, char **argv)
         cli_warn("%s; the job runs unrecorded", tm_last_error());
         r->w = NULL;
     }
-    if (npaths == 0 || ndevs > 0) {
-        const char *names[RUN_MAX_DEVS];
-        for (size_t i = 0; i < ndevs; i++)
-            names[i] = devs[i];
-        if (tm_disk_open(&r->disk, ndevs ? names : NULL, ndevs) < 0) {
-            cli_warn("disks: %s", tm_last_error());
-            r->disk = NULL;
-        }
+    /* The sampler opens the disks and GPUs now; the job's tree and its
+     * cgroup's pressure once the job has a pid (tm_sampler_set_root). */
+    const char *names[RUN_MAX_DEVS];
+    for (size_t i = 0; i < ndevs; i++)
+        names[i] = devs[i];
+    tm_sampler_opts so = {.disks_off = !(npaths == 0 || ndevs > 0),
+                          .disks = names,
+                          .ndisks = ndevs,
+                          .per_process = true,
+                          .rec = r->w,
+                          .alerts = r->alerts.e};
+    if (tm_sampler_new(&r->sampler, &so) < 0) {
+        cli_err("%s", tm_last_error());
+        run_close_all(r);
+        return 1;
     }
-    if (tm_gpu_open(&r->gpu, NULL, 0) < 0) {
-        /* Said once; without a GPU the rest is still worth recording. */
-        fprintf(stderr, "trainmon: %s\n", tm_last_error());
-        r->gpu = NULL;
-    }
-    if (tm_procrec_new(&r->procrec) < 0)
-        r->procrec = NULL;
+    const char *oerr;
+    if ((oerr = tm_sampler_open_error(r->sampler, "disk")))
+        cli_warn("disks: %s", oerr);
+    if ((oerr = tm_sampler_open_error(r->sampler, "gpu")))
+        fprintf(stderr, "trainmon: %s\n", oerr); /* said once; the rest is still worth recording */
     for (size_t i = 0; i < r->ntargets && r->w; i++) {
         char *buf = NULL;
         size_t len = 0;
@@ -1087,12 +1034,9 @@ int cmd_run(int argc, char **argv)
             free(buf);
         }
     }
-    if (tm_ptree_open(&r->tree, pid) < 0) {
-        cli_warn("process tree: %s", tm_last_error());
-        r->tree = NULL;
-    }
-    if (tm_pressure_open(&r->press, pid) < 0 && tm_pressure_open(&r->press, 0) < 0)
-        r->press = NULL;
+    tm_sampler_set_root(r->sampler, pid);
+    if ((oerr = tm_sampler_open_error(r->sampler, "ptree")))
+        cli_warn("process tree: %s", oerr);
     r->tty = isatty(STDERR_FILENO);
 
     /* The loop: a sample every interval on absolute deadlines (no drift),

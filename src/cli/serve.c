@@ -115,9 +115,7 @@ static int serve_load_mhd(const char **why)
 #define SERVE_HEALTH_WINDOW_S 10.0  /* /health judges disks over this window */
 #define SERVE_HEALTH_SLOTS 64
 
-#define SERVE_MAX_RUNS 64
-#define SERVE_MAX_FILES 256           /* record files followed per run */
-#define SERVE_RUN_LIVE_S 900.0        /* a run is live while a file changed this recently */
+#define SERVE_MAX_RUNS TM_FOLLOW_MAX_RUNS
 #define SERVE_RECORDS_PER_PASS 200000 /* per file per interval: bounds a catch-up */
 
 static volatile sig_atomic_t serve_stop;
@@ -152,264 +150,46 @@ static void serve_usage(FILE *f)
           f);
 }
 
-/* --- live runs under --runs: one reader per record file, kept open */
+/* --- live runs under --runs: the library's follower (tm_follow) reads what
+ * each training process appended since the last collection */
 
-struct serve_file {
-    char name[256];
-    dev_t dev;
-    ino_t ino;
-    tm_reader *r;
-    bool at_end, seen, is_rank;
-    tm_prom_rank acc;
-};
-
-struct serve_run {
-    char name[256];
-    char host[64];
-    struct serve_file *files;
-    size_t nfiles;
-    bool seen;
-    double newest_mtime;
-    tm_prom_rank *ranks; /* output array, nfiles long */
-};
-
-struct serve_runs {
-    char dir[PATH_MAX];
-    struct serve_run *run;
-    size_t n;
-    bool warned_many;
-};
-
-static void serve_file_close(struct serve_file *f) { tm_reader_close(&f->r); }
-
-static void serve_run_free(struct serve_run *r)
+/* Fills runs_out (SERVE_MAX_RUNS long) and ranks_out (grown to fit) for
+ * tm_prom_write_runs from the follower's last poll; the number of runs. */
+static size_t serve_runs_export(tm_follow *f, tm_prom_run **runs_out, tm_prom_rank **ranks_out,
+                                size_t *ranks_cap)
 {
-    for (size_t i = 0; i < r->nfiles; i++)
-        serve_file_close(&r->files[i]);
-    free(r->files);
-    free(r->ranks);
-    memset(r, 0, sizeof *r);
-}
-
-static void serve_file_record(struct serve_file *f, const tm_record *rec)
-{
-    switch (rec->type) {
-    case TM_REC_STEP: {
-        tm_inproc_step s;
-        if (tm_inproc_decode_step(rec, &s) < 0)
-            return;
-        /* The highest step number, not a count of records: a ring file that
-         * dropped its oldest blocks still gives the right total. */
-        if (s.step + 1 > f->acc.steps)
-            f->acc.steps = s.step + 1;
-        if (s.end_ns > s.start_ns)
-            f->acc.step_seconds += (double)(s.end_ns - s.start_ns) / 1e9;
-        if (s.data_wait_ns > 0)
-            f->acc.data_wait_seconds += (double)s.data_wait_ns / 1e9;
-        f->acc.steps_valid = true;
-        break;
+    size_t nranks = 0;
+    const tm_follow_run *R;
+    for (size_t i = 0; (R = tm_follow_run_at(f, i)); i++)
+        nranks += R->nranks;
+    if (nranks > *ranks_cap) {
+        tm_prom_rank *p = realloc(*ranks_out, nranks * sizeof *p);
+        if (!p)
+            return 0;
+        *ranks_out = p;
+        *ranks_cap = nranks;
     }
-    case TM_REC_CAPTURE: {
-        tm_inproc_capture c;
-        if (tm_inproc_decode_capture(rec, &c) < 0 || isnan(c.allocated))
-            return;
-        f->acc.allocated_bytes = c.allocated;
-        f->acc.reserved_bytes = c.reserved;
-        f->acc.peak_allocated_bytes = c.peak_allocated;
-        f->acc.memory_valid = true;
-        break;
-    }
-    case TM_REC_OOM: f->acc.ooms++; break;
-    default: break;
-    }
-}
-
-/* Reads what was appended to a rank file since the last pass. */
-static void serve_file_follow(struct serve_file *f, const char *path, char *host, size_t hostcap)
-{
-    if (!f->r) {
-        if (tm_reader_open(&f->r, path) < 0)
-            return; /* a header not yet written: try again next pass */
-        const tm_rec_header *h = tm_reader_header(f->r);
-        if (h->rank >= 0)
-            snprintf(f->acc.rank, sizeof f->acc.rank, "%d", (int)h->rank);
-        else
-            snprintf(f->acc.rank, sizeof f->acc.rank, "%.*s", (int)sizeof h->role, h->role);
-        if (!host[0])
-            snprintf(host, hostcap, "%.*s", (int)sizeof h->host, h->host);
-        f->at_end = false;
-    }
-    if (f->at_end && tm_reader_refresh(f->r) < 0)
-        return;
-    f->at_end = false;
-    tm_record rec;
-    for (int i = 0; i < SERVE_RECORDS_PER_PASS; i++) {
-        int rc = tm_reader_next(f->r, &rec);
-        if (rc <= 0) {
-            f->at_end = rc == 0;
-            return;
-        }
-        serve_file_record(f, &rec);
-    }
-}
-
-static bool serve_has_suffix(const char *s, const char *suf)
-{
-    size_t a = strlen(s), b = strlen(suf);
-    return a >= b && strcmp(s + a - b, suf) == 0;
-}
-
-/* Scans one run directory: follows its rank files and notes the newest
- * change of any record file. */
-static void serve_run_scan(struct serve_run *run, const char *dirpath)
-{
-    DIR *d = opendir(dirpath);
-    if (!d)
-        return;
-    for (size_t i = 0; i < run->nfiles; i++)
-        run->files[i].seen = false;
-    run->newest_mtime = 0;
-    struct dirent *de;
-    char path[PATH_MAX];
-    while ((de = readdir(d))) {
-        if (!serve_has_suffix(de->d_name, ".tmr") || strlen(de->d_name) >= 256)
-            continue;
-        if (snprintf(path, sizeof path, "%s/%s", dirpath, de->d_name) >= (int)sizeof path)
-            continue;
-        struct stat st;
-        if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
-            continue;
-        double mt = (double)st.st_mtim.tv_sec + (double)st.st_mtim.tv_nsec / 1e9;
-        if (mt > run->newest_mtime)
-            run->newest_mtime = mt;
-        bool is_rank = strncmp(de->d_name, "rank", 4) == 0 || strncmp(de->d_name, "pid", 3) == 0;
-        bool is_system = strcmp(de->d_name, "system.tmr") == 0;
-        if (!is_rank && !is_system)
-            continue; /* DataLoader workers' files: only their mtime counts */
-        struct serve_file *f = NULL;
-        for (size_t i = 0; i < run->nfiles && !f; i++)
-            if (strcmp(run->files[i].name, de->d_name) == 0)
-                f = &run->files[i];
-        if (f && (f->dev != st.st_dev || f->ino != st.st_ino)) {
-            /* Replaced by a new file of the same name: a new process, whose
-             * counters start again (a counter reset to Prometheus). */
-            serve_file_close(f);
-            memset(&f->acc, 0, sizeof f->acc);
-            f->dev = st.st_dev;
-            f->ino = st.st_ino;
-        }
-        if (!f) {
-            if (run->nfiles >= SERVE_MAX_FILES)
-                continue;
-            f = &run->files[run->nfiles++];
-            memset(f, 0, sizeof *f);
-            snprintf(f->name, sizeof f->name, "%s", de->d_name);
-            f->dev = st.st_dev;
-            f->ino = st.st_ino;
-            f->is_rank = is_rank;
-        }
-        f->seen = true;
-        if (is_rank) {
-            serve_file_follow(f, path, run->host, sizeof run->host);
-        } else if (!run->host[0] && !f->r && tm_reader_open(&f->r, path) == 0) {
-            const tm_rec_header *h = tm_reader_header(f->r);
-            snprintf(run->host, sizeof run->host, "%.*s", (int)sizeof h->host, h->host);
-            tm_reader_close(&f->r); /* system.tmr is only read for its host */
-        }
-    }
-    closedir(d);
-    /* Files that went away take their series with them. */
-    size_t k = 0;
-    for (size_t i = 0; i < run->nfiles; i++) {
-        if (run->files[i].seen)
-            run->files[k++] = run->files[i];
-        else
-            serve_file_close(&run->files[i]);
-    }
-    run->nfiles = k;
-}
-
-static void serve_runs_scan(struct serve_runs *rs)
-{
-    for (size_t i = 0; i < rs->n; i++)
-        rs->run[i].seen = false;
-    DIR *d = opendir(rs->dir);
-    if (d) {
-        struct dirent *de;
-        char path[PATH_MAX];
-        while ((de = readdir(d))) {
-            if (de->d_name[0] == '.' || strlen(de->d_name) >= 256)
-                continue;
-            if (snprintf(path, sizeof path, "%s/%s", rs->dir, de->d_name) >= (int)sizeof path)
-                continue;
-            struct stat st;
-            if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-                continue;
-            struct serve_run *run = NULL;
-            for (size_t i = 0; i < rs->n && !run; i++)
-                if (strcmp(rs->run[i].name, de->d_name) == 0)
-                    run = &rs->run[i];
-            bool fresh = !run;
-            if (fresh) {
-                if (rs->n >= SERVE_MAX_RUNS) {
-                    if (!rs->warned_many)
-                        cli_warn("%s: more than %d runs: exporting the first ones", rs->dir,
-                                 SERVE_MAX_RUNS);
-                    rs->warned_many = true;
-                    continue;
-                }
-                run = &rs->run[rs->n];
-                memset(run, 0, sizeof *run);
-                snprintf(run->name, sizeof run->name, "%s", de->d_name);
-                run->files = calloc(SERVE_MAX_FILES, sizeof *run->files);
-                run->ranks = calloc(SERVE_MAX_FILES, sizeof *run->ranks);
-                if (!run->files || !run->ranks) {
-                    serve_run_free(run);
-                    continue;
-                }
-                rs->n++;
-            }
-            serve_run_scan(run, path);
-            double age = (double)tm_now_real_ns() / 1e9 - run->newest_mtime;
-            run->seen = run->newest_mtime > 0 && age <= SERVE_RUN_LIVE_S;
-        }
-        closedir(d);
-    }
-    /* Runs that ended (or went away) are closed and forgotten. */
-    size_t k = 0;
-    for (size_t i = 0; i < rs->n; i++) {
-        if (rs->run[i].seen)
-            rs->run[k++] = rs->run[i];
-        else
-            serve_run_free(&rs->run[i]);
-    }
-    rs->n = k;
-}
-
-/* Fills out (SERVE_MAX_RUNS long) for tm_prom_write_runs. */
-static size_t serve_runs_export(struct serve_runs *rs, tm_prom_run *out)
-{
     double now = (double)tm_now_real_ns() / 1e9;
-    for (size_t i = 0; i < rs->n; i++) {
-        struct serve_run *r = &rs->run[i];
-        size_t nr = 0;
-        for (size_t j = 0; j < r->nfiles; j++)
-            if (r->files[j].is_rank && r->files[j].r)
-                r->ranks[nr++] = r->files[j].acc;
-        double age = now - r->newest_mtime;
-        out[i] = (tm_prom_run){.name = r->name,
-                               .host = r->host,
-                               .last_record_age_s = age < 0 ? 0 : age,
-                               .nranks = nr,
-                               .ranks = r->ranks};
+    size_t k = 0, n = 0;
+    for (size_t i = 0; (R = tm_follow_run_at(f, i)) && i < SERVE_MAX_RUNS; i++, n++) {
+        size_t first = k;
+        const tm_follow_rank *fr;
+        for (size_t j = 0; (fr = tm_follow_rank_at(f, i, j)); j++)
+            tm_prom_rank_set(&(*ranks_out)[k++], fr);
+        double age = now - R->newest_mtime_s;
+        (*runs_out)[i] = (tm_prom_run){.name = R->name,
+                                       .host = R->host,
+                                       .last_record_age_s = age < 0 ? 0 : age,
+                                       .nranks = k - first,
+                                       .ranks = k > first ? *ranks_out + first : NULL};
     }
-    return rs->n;
+    return n;
 }
 
 /* --- the collectors and the published bodies */
 
-enum { COL_DISK, COL_PRESSURE, COL_GPU, COL_RUNS, COL_N };
-static const char *const serve_col_names[COL_N] = {"disk", "pressure", "gpu", "runs"};
+/* The sampler's collectors report on themselves; the runs are serve's own. */
+#define SERVE_MAX_COLLECTORS 16
 
 /* /health rates over a window: raw disk samples in a ring. */
 struct serve_hslot {
@@ -419,14 +199,14 @@ struct serve_hslot {
 };
 
 struct serve {
-    tm_disk *disk;
-    tm_prom_disks *acc;
-    tm_pressure *psi;
-    tm_gpu *gpu;
-    struct serve_runs *runs;
+    tm_sampler *sampler; /* disks, pressure, GPUs, ... and their /metrics lines */
+    tm_follow *runs;     /* --runs DIR */
+    bool warned_many;
     tm_prom_run *runs_out;
+    tm_prom_rank *ranks_out;
+    size_t ranks_cap;
 
-    bool ok[COL_N], on[COL_N];
+    bool runs_ok;
     uint64_t collects;
     double collect_cpu_s;
 
@@ -512,66 +292,53 @@ static void serve_collect(struct serve *s)
     tm_text_reset(s->metrics);
     tm_text_reset(s->health);
 
-    const tm_diskrate *rates;
+    /* One tick samples every collector and feeds the alert inputs; the
+     * sampler writes their lines, serve adds the runs and its own. */
+    tm_sampler_tick(s->sampler, t0);
+    tm_sampler_warning wn;
+    while (tm_sampler_next_warning(s->sampler, &wn) == 1)
+        if (wn.kind == TM_SAMPLER_WARN_NOTE)
+            cli_warn("%s", wn.msg);
     const tm_diskstat *raw = NULL;
-    size_t nrates, nraw = 0, nh = 0;
-    s->ok[COL_DISK] = tm_disk_sample(s->disk, &rates, &nrates) == 0 &&
-                      tm_disk_last_raw(s->disk, &raw, &nraw) == 0 &&
-                      tm_prom_disks_update(s->acc, raw, nraw) == 0;
-    if (s->ok[COL_DISK])
+    size_t nraw = 0, nh = 0;
+    if (tm_sampler_disk_raw(s->sampler, &raw, &nraw))
         nh = serve_health_rates(s, raw, nraw);
-    tm_prom_write_disks(s->metrics, s->acc);
-
-    tm_pressure_stats ps;
-    memset(&ps, 0, sizeof ps);
-    s->ok[COL_PRESSURE] = s->psi && tm_pressure_sample(s->psi, &ps) == 0;
-    if (s->ok[COL_PRESSURE])
-        tm_prom_write_pressure(s->metrics, &ps);
-
-    const tm_gpu_stats *gpus = NULL;
-    size_t ngpus = 0;
-    if (s->gpu) {
-        s->ok[COL_GPU] = tm_gpu_sample(s->gpu, &gpus, &ngpus) == 0;
-        const char *w;
-        while ((w = tm_gpu_next_warning(s->gpu)))
-            cli_warn("%s", w);
-        if (s->ok[COL_GPU])
-            tm_prom_write_gpus(s->metrics, gpus, ngpus);
-        else
-            ngpus = 0;
-    }
+    tm_sampler_prom(s->sampler, s->metrics);
 
     if (s->runs) {
-        serve_runs_scan(s->runs);
-        s->ok[COL_RUNS] = true;
-        tm_prom_write_runs(s->metrics, s->runs_out, serve_runs_export(s->runs, s->runs_out));
+        s->runs_ok = tm_follow_poll(s->runs, SERVE_RECORDS_PER_PASS) == 0;
+        if (tm_follow_truncated(s->runs) && !s->warned_many) {
+            cli_warn("--runs: more than %d live runs or %d record files in a run: following "
+                     "the first ones", TM_FOLLOW_MAX_RUNS, TM_FOLLOW_MAX_FILES);
+            s->warned_many = true;
+        }
+        tm_prom_write_runs(s->metrics, s->runs_out,
+                           serve_runs_export(s->runs, &s->runs_out, &s->ranks_out, &s->ranks_cap));
     }
 
     if (s->alerts.e) {
-        int64_t now = tm_now_mono_ns();
-        if (s->ok[COL_DISK])
-            tm_alert_feed_disks(s->alerts.e, rates, nrates, now);
-        if (s->ok[COL_PRESSURE])
-            tm_alert_feed_pressure(s->alerts.e, &ps, now);
-        tm_alert_feed_gpus(s->alerts.e, gpus, ngpus, now);
+        /* The sampler's tick fed the system inputs; the runs' are fed here. */
+        tm_alert_feed_runs(s->alerts.e, s->runs, tm_now_mono_ns());
         cli_alerts_drain(s->alerts.e, s->alerts.r);
     }
 
-    tm_health_write_json(s->health, &s->limits, s->hrates, nh,
-                         s->ok[COL_PRESSURE] ? &ps : NULL, gpus, ngpus, NULL);
+    const tm_gpu_stats *gpus = NULL;
+    size_t ngpus = 0;
+    tm_sampler_gpus(s->sampler, &gpus, &ngpus);
+    tm_health_write_json(s->health, &s->limits, s->hrates, nh, tm_sampler_pressure(s->sampler),
+                         gpus, ngpus, NULL);
 
     s->collects++;
     double c1 = serve_thread_cpu();
     if (!isnan(c0) && !isnan(c1))
         s->collect_cpu_s += c1 - c0;
-    const char *names[COL_N];
-    bool ok[COL_N];
-    size_t n = 0;
-    for (int i = 0; i < COL_N; i++)
-        if (s->on[i]) {
-            names[n] = serve_col_names[i];
-            ok[n++] = s->ok[i];
-        }
+    const char *names[SERVE_MAX_COLLECTORS + 1];
+    bool ok[SERVE_MAX_COLLECTORS + 1];
+    size_t n = tm_sampler_collectors(s->sampler, names, ok, SERVE_MAX_COLLECTORS);
+    if (s->runs) {
+        names[n] = "runs";
+        ok[n++] = s->runs_ok;
+    }
     tm_prom_self self = {.collect_s = (double)(tm_now_mono_ns() - t0) / 1e9,
                          .collects = s->collects,
                          .collect_cpu_s = s->collect_cpu_s,
@@ -711,17 +478,10 @@ static void serve_sleep_until(int64_t deadline_ns)
 
 static void serve_free(struct serve *s)
 {
-    tm_disk_close(&s->disk);
-    tm_prom_disks_free(&s->acc);
-    tm_pressure_close(&s->psi);
-    tm_gpu_close(&s->gpu);
-    if (s->runs) {
-        for (size_t i = 0; i < s->runs->n; i++)
-            serve_run_free(&s->runs->run[i]);
-        free(s->runs->run);
-        free(s->runs);
-    }
+    tm_sampler_free(&s->sampler);
+    tm_follow_close(&s->runs);
     free(s->runs_out);
+    free(s->ranks_out);
     for (size_t i = 0; i < SERVE_HEALTH_SLOTS; i++)
         free(s->hring[i].raw);
     free(s->hrates);
@@ -853,47 +613,47 @@ int cmd_serve(int argc, char **argv)
     int rc = 1;
     struct MHD_Daemon *daemon = NULL;
 
+    /* The alert engine first: the sampler feeds it.  A rule's command
+     * runner started here is stopped by serve_free on every failure below. */
+    s.alerts = al;
+    if (cli_alerts_open(&s.alerts))
+        goto out;
     const char *names[SERVE_MAX_DEVS];
     for (size_t i = 0; i < ndevs; i++)
         names[i] = devs[i];
-    s.on[COL_DISK] = true;
-    if (!(npaths > 0 && ndevs == 0) && tm_disk_open(&s.disk, ndevs ? names : NULL, ndevs) < 0) {
+    tm_sampler_opts so = {.disks_off = npaths > 0 && ndevs == 0,
+                          .disks = names,
+                          .ndisks = ndevs,
+                          .gpu_off = !gpu_wanted,
+                          .gpus = gpu_idx,
+                          .ngpus = ngpu_idx,
+                          .prom = true,
+                          .alerts = s.alerts.e};
+    if (tm_sampler_new(&s.sampler, &so) < 0) {
         cli_err("%s", tm_last_error());
         goto out;
     }
-    if (!s.disk)
-        s.on[COL_DISK] = false;
-    if (tm_prom_disks_new(&s.acc) < 0) {
-        cli_err("%s", tm_last_error());
+    const char *oerr;
+    if ((oerr = tm_sampler_open_error(s.sampler, "disk"))) {
+        cli_err("%s", oerr);
         goto out;
     }
-    s.on[COL_PRESSURE] = true;
-    if (tm_pressure_open(&s.psi, 0) < 0)
-        cli_warn("pressure stall information unavailable: %s", tm_last_error());
-    if (gpu_wanted) {
-        if (tm_gpu_open(&s.gpu, ngpu_idx ? gpu_idx : NULL, ngpu_idx) < 0)
-            cli_warn("%s", tm_last_error());
-        else
-            s.on[COL_GPU] = true;
-    }
+    if ((oerr = tm_sampler_open_error(s.sampler, "pressure")))
+        cli_warn("pressure stall information unavailable: %s", oerr);
+    if ((oerr = tm_sampler_open_error(s.sampler, "gpu")))
+        cli_warn("%s", oerr);
     if (runs_dir) {
-        s.runs = calloc(1, sizeof *s.runs);
         s.runs_out = calloc(SERVE_MAX_RUNS, sizeof *s.runs_out);
-        if (!s.runs || !s.runs_out || !(s.runs->run = calloc(SERVE_MAX_RUNS, sizeof *s.runs->run))) {
+        if (!s.runs_out || tm_follow_open(&s.runs, runs_dir, true) < 0) {
             cli_err("out of memory");
             goto out;
         }
-        snprintf(s.runs->dir, sizeof s.runs->dir, "%s", runs_dir);
-        s.on[COL_RUNS] = true;
     }
     const char *why = NULL;
     if (serve_load_mhd(&why) < 0) {
         cli_err("serve: cannot load libmicrohttpd: %s (make deps installs it)", why);
         goto out;
     }
-    s.alerts = al;
-    if (cli_alerts_open(&s.alerts))
-        goto out;
     s.metrics = tm_text_new(SERVE_TEXT_CAP);
     s.health = tm_text_new(SERVE_TEXT_CAP);
     s.r_index = serve_static(serve_index_html, "text/html; charset=utf-8");

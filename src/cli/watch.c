@@ -477,21 +477,6 @@ static int watch_rec_open(struct watch_rec **out, const char *dir, unsigned long
     return 0;
 }
 
-static void watch_rec_sample(struct watch_rec *wr, const tm_diskrate *rates, size_t n,
-                             const tm_pressure_stats *ps, const tm_ptree_stats *ts,
-                             const tm_gpu_stats *gpus, size_t ngpus)
-{
-    int64_t t = tm_now_mono_ns();
-    if (n)
-        watch_rec_check(wr, tm_sysrec_disk(wr->w, t, rates, n));
-    if (ps)
-        watch_rec_check(wr, tm_sysrec_pressure(wr->w, t, ps));
-    if (ts)
-        watch_rec_check(wr, tm_sysrec_ptree(wr->w, t, ts));
-    if (ngpus)
-        watch_rec_check(wr, tm_sysrec_gpu(wr->w, t, gpus, ngpus));
-}
-
 static void watch_rec_event(struct watch_rec *wr, const char *name, pid_t pid)
 {
     char json[64];
@@ -508,7 +493,34 @@ static void watch_rec_close(struct watch_rec **wr)
     *wr = NULL;
 }
 
-int cmd_watch(int argc, char **argv)
+/* --- the steps of cmd_watch: parse options, open, loop, print, close */
+
+struct watch {
+    /* options */
+    double interval;
+    long count;
+    pid_t pid;
+    bool json;
+    const char *outdir;
+    unsigned long long max_size;
+    bool gpu_wanted;
+    unsigned gpu_idx[64];
+    size_t ngpu_idx;
+    struct cli_alerts al;
+    /* what the paths resolved to */
+    char devs[WATCH_MAX_DEVS][TM_DISK_NAME_MAX];
+    size_t ndevs;
+    int npaths;
+    struct watch_target targets[64];
+    size_t ntargets;
+    /* open */
+    tm_sampler *sampler;
+    struct watch_rec *wr;
+    bool gpu_on, tree_on, tree_gone_said;
+};
+
+/* Options into w.  -1: go on; else the exit code (said). */
+static int watch_parse(struct watch *w, int argc, char **argv)
 {
     enum { OPT_JSON = 1000, OPT_MAXSIZE, OPT_GPU, OPT_ALERT, OPT_ON_ALERT };
     static const struct option opts[] = {
@@ -520,16 +532,6 @@ int cmd_watch(int argc, char **argv)
         {"on-alert", required_argument, NULL, OPT_ON_ALERT},
         {NULL, 0, NULL, 0},
     };
-    double interval = 1.0;
-    long count = -1;
-    pid_t pid = 0;
-    bool json = false;
-    const char *outdir = NULL;
-    unsigned long long max_size = 0;
-    bool gpu_wanted = true;
-    unsigned gpu_idx[64];
-    size_t ngpu_idx = 0;
-    static struct cli_alerts al;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "p:i:n:o:h", opts, NULL)) != -1) {
@@ -541,42 +543,42 @@ int cmd_watch(int argc, char **argv)
                 cli_err("--pid %s: not a process id", optarg);
                 return 2;
             }
-            pid = (pid_t)v;
+            w->pid = (pid_t)v;
             break;
         }
         case 'i':
-            if (!cli_parse_seconds(optarg, &interval)) {
+            if (!cli_parse_seconds(optarg, &w->interval)) {
                 cli_err("-i %s: not an interval in seconds", optarg);
                 return 2;
             }
             break;
         case 'n':
-            count = strtol(optarg, &end, 10);
-            if (*end || count <= 0) {
+            w->count = strtol(optarg, &end, 10);
+            if (*end || w->count <= 0) {
                 cli_err("-n %s: not a positive count", optarg);
                 return 2;
             }
             break;
-        case OPT_JSON: json = true; break;
-        case 'o': outdir = optarg; break;
+        case OPT_JSON: w->json = true; break;
+        case 'o': w->outdir = optarg; break;
         case OPT_MAXSIZE:
-            if (!cli_parse_size(optarg, &max_size)) {
+            if (!cli_parse_size(optarg, &w->max_size)) {
                 cli_err("--max-size %s: not a size (e.g. 64M)", optarg);
                 return 2;
             }
             break;
         case OPT_GPU:
-            if (!cli_parse_gpus(optarg, &gpu_wanted, gpu_idx, &ngpu_idx)) {
+            if (!cli_parse_gpus(optarg, &w->gpu_wanted, w->gpu_idx, &w->ngpu_idx)) {
                 cli_err("--gpu %s: want all, none, or indices like 0,2", optarg);
                 return 2;
             }
             break;
         case OPT_ALERT:
-            if (cli_alerts_add_rule(&al, optarg))
+            if (cli_alerts_add_rule(&w->al, optarg))
                 return 2;
             break;
         case OPT_ON_ALERT:
-            if (cli_alerts_add_cmd(&al, optarg))
+            if (cli_alerts_add_cmd(&w->al, optarg))
                 return 2;
             break;
         case 'h': watch_usage(stdout); return 0;
@@ -584,19 +586,19 @@ int cmd_watch(int argc, char **argv)
         }
     }
     /* Rules are checked before anything is opened: a typo fails at once. */
-    int arc = cli_alerts_check(&al);
+    int arc = cli_alerts_check(&w->al);
     if (!arc)
-        arc = cli_alerts_open(&al);
-    if (arc)
-        return arc;
+        arc = cli_alerts_open(&w->al);
+    return arc ? arc : -1;
+}
 
-    /* Paths -> devices.  Each path says what is behind it on stderr. */
-    static char devs[WATCH_MAX_DEVS][TM_DISK_NAME_MAX];
-    size_t ndevs = 0;
-    int npaths = argc - optind, nresolved = 0;
+/* Paths -> devices.  Each path says what is behind it on stderr.  -1: go
+ * on; 1: nothing asked for can be measured (said). */
+static int watch_resolve(struct watch *w, int argc, char **argv)
+{
     static tm_blkdev bd;
-    static struct watch_target targets[64];
-    size_t ntargets = 0;
+    int nresolved = 0;
+    w->npaths = argc - optind;
     for (int i = optind; i < argc; i++) {
         int rc = tm_blkdev_resolve(argv[i], 0, &bd);
         if (rc < 0) {
@@ -606,85 +608,151 @@ int cmd_watch(int argc, char **argv)
         nresolved++;
         if (bd.kind == TM_FS_BLOCK && bd.top[0]) {
             fprintf(stderr, "trainmon: watching %s: %s\n", argv[i], bd.why);
-            cli_add_dev(devs, &ndevs, WATCH_MAX_DEVS, bd.top);
+            cli_add_dev(w->devs, &w->ndevs, WATCH_MAX_DEVS, bd.top);
             for (size_t k = 0; k < bd.nleaves; k++)
-                cli_add_dev(devs, &ndevs, WATCH_MAX_DEVS, bd.leaves[k]);
+                cli_add_dev(w->devs, &w->ndevs, WATCH_MAX_DEVS, bd.leaves[k]);
         } else {
             cli_warn("%s", bd.why);
         }
-        if (ntargets < sizeof targets / sizeof targets[0]) {
-            targets[ntargets].path = argv[i];
-            targets[ntargets].bd = bd;
-            ntargets++;
+        if (w->ntargets < sizeof w->targets / sizeof w->targets[0]) {
+            w->targets[w->ntargets].path = argv[i];
+            w->targets[w->ntargets].bd = bd;
+            w->ntargets++;
         }
     }
-    if (npaths > 0 && nresolved == 0 && pid == 0) {
-        cli_alerts_close(&al);
+    if (w->npaths > 0 && nresolved == 0 && w->pid == 0)
         return 1; /* each path has said why; nothing asked for can be measured */
-    }
-    if (npaths > 0 && ndevs == 0 && nresolved > 0)
+    if (w->npaths > 0 && w->ndevs == 0 && nresolved > 0)
         cli_warn("no block device behind the given paths: showing pressure%s only",
-                 pid ? " and the process tree" : "");
+                 w->pid ? " and the process tree" : "");
+    return -1;
+}
 
-    tm_disk *disk = NULL;
-    bool disks_on = npaths == 0 || ndevs > 0;
-    if (disks_on) {
-        const char *names[WATCH_MAX_DEVS];
-        for (size_t i = 0; i < ndevs; i++)
-            names[i] = devs[i];
-        if (tm_disk_open(&disk, ndevs ? names : NULL, ndevs) < 0) {
-            cli_err("%s", tm_last_error());
-            disk = NULL;
-        }
-    }
+static void watch_close(struct watch *w)
+{
+    /* Alerts still firing are not resolved at exit (the condition did not
+     * end), and running commands are left to finish on their own. */
+    cli_alerts_close(&w->al);
+    tm_sampler_free(&w->sampler);
+    watch_rec_close(&w->wr);
+}
 
-    tm_ptree *tree = NULL;
-    if (pid > 0 && tm_ptree_open(&tree, pid) < 0) {
+/* The collectors, then the recording.  -1: go on; else the exit code
+ * (said). */
+static int watch_open(struct watch *w, int argc, char **argv)
+{
+    const char *names[WATCH_MAX_DEVS];
+    for (size_t i = 0; i < w->ndevs; i++)
+        names[i] = w->devs[i];
+    tm_sampler_opts o = {
+        .disks_off = !(w->npaths == 0 || w->ndevs > 0),
+        .disks = names,
+        .ndisks = w->ndevs,
+        .root_pid = w->pid,
+        .pressure_pid = w->pid,
+        .gpu_off = !w->gpu_wanted,
+        .gpus = w->gpu_idx,
+        .ngpus = w->ngpu_idx,
+        .alerts = w->al.e,
+    };
+    if (tm_sampler_new(&w->sampler, &o) < 0) {
         cli_err("%s", tm_last_error());
-        tree = NULL;
-    }
-    tm_pressure *press = NULL;
-    if (tm_pressure_open(&press, tree ? pid : 0) < 0) {
-        cli_warn("pressure: %s", tm_last_error());
-        press = NULL;
-    }
-    tm_gpu *gpu = NULL;
-    if (gpu_wanted && tm_gpu_open(&gpu, ngpu_idx ? gpu_idx : NULL, ngpu_idx) < 0) {
-        /* Said once; everything else keeps working. */
-        fprintf(stderr, "trainmon: %s\n", tm_last_error());
-        gpu = NULL;
-    }
-    bool gpu_on = gpu != NULL;
-    if (!disk && !tree && !press && !gpu) {
-        cli_err("nothing can be measured");
-        cli_alerts_close(&al);
         return 1;
     }
-
-    struct watch_rec *wr = NULL;
-    if (outdir) {
-        int rc = cli_mkdirs(outdir);
-        if (rc < 0) {
-            cli_err("%s: %s", outdir, strerror(-rc));
-            tm_disk_close(&disk);
-            tm_ptree_close(&tree);
-            tm_pressure_close(&press);
-            tm_gpu_close(&gpu);
-            cli_alerts_close(&al);
-            return 1;
-        }
-        rc = watch_rec_open(&wr, outdir, max_size, argc, argv, targets, ntargets);
-        if (rc < 0) {
-            cli_err("%s", tm_last_error());
-            tm_disk_close(&disk);
-            tm_ptree_close(&tree);
-            tm_pressure_close(&press);
-            tm_gpu_close(&gpu);
-            cli_alerts_close(&al);
-            return 1;
-        }
+    const char *e;
+    if ((e = tm_sampler_open_error(w->sampler, "disk")))
+        cli_err("%s", e);
+    if ((e = tm_sampler_open_error(w->sampler, "ptree")))
+        cli_err("%s", e);
+    if ((e = tm_sampler_open_error(w->sampler, "pressure")))
+        cli_warn("pressure: %s", e);
+    if ((e = tm_sampler_open_error(w->sampler, "gpu")))
+        fprintf(stderr, "trainmon: %s\n", e); /* said once; everything else keeps working */
+    w->gpu_on = tm_sampler_on(w->sampler, "gpu");
+    w->tree_on = tm_sampler_on(w->sampler, "ptree");
+    if (!tm_sampler_on(w->sampler, "disk") && !w->tree_on &&
+        !tm_sampler_on(w->sampler, "pressure") && !w->gpu_on) {
+        cli_err("nothing can be measured");
+        return 1;
     }
+    if (w->outdir) {
+        /* watch_rec_open makes the directory itself (0700, parents
+         * included) and refuses one that is not safely ours. */
+        if (watch_rec_open(&w->wr, w->outdir, w->max_size, argc, argv, w->targets,
+                           w->ntargets) < 0) {
+            cli_err("%s", tm_last_error());
+            return 1;
+        }
+        tm_sampler_set_rec(w->sampler, w->wr->w);
+    }
+    return -1;
+}
 
+/* Says the sampler's warnings: a failed sample as "<collector>: why", a
+ * collector's own warning as it is, a failed recording once. */
+static void watch_warnings(struct watch *w)
+{
+    tm_sampler_warning wn;
+    while (tm_sampler_next_warning(w->sampler, &wn) == 1) {
+        if (wn.kind == TM_SAMPLER_WARN_RECORD)
+            watch_rec_check(w->wr, wn.err);
+        else if (wn.kind == TM_SAMPLER_WARN_SAMPLE)
+            cli_warn("%s: %s", wn.collector, wn.msg);
+        else
+            cli_warn("%s", wn.msg);
+    }
+}
+
+/* Said once when the watched process exits; watch goes on. */
+static void watch_tree_check(struct watch *w)
+{
+    const tm_ptree_stats *ts = tm_sampler_ptree(w->sampler);
+    if (!ts || ts->root_alive || w->tree_gone_said)
+        return;
+    fprintf(stderr, "trainmon: pid %d exited; still watching%s\n", (int)w->pid,
+            tm_sampler_on(w->sampler, "disk") ? " the disks" : " pressure");
+    w->tree_gone_said = true;
+    if (w->wr)
+        watch_rec_event(w->wr, "process_exit", w->pid);
+}
+
+/* One interval's output from the sampler's last tick. */
+static void watch_print(struct watch *w, double dt, long *lines, long printed, bool tty)
+{
+    const tm_diskrate *rates = NULL;
+    size_t nrates = 0;
+    tm_sampler_disks(w->sampler, &rates, &nrates);
+    const tm_pressure_stats *psp = tm_sampler_pressure(w->sampler);
+    const tm_ptree_stats *tsp = tm_sampler_ptree(w->sampler);
+    const tm_gpu_stats *gpus = NULL;
+    size_t ngpus = 0;
+    tm_sampler_gpus(w->sampler, &gpus, &ngpus);
+    /* The printers read the structs even where unavailable (guarded by
+     * the have_ flags): zeroed stand-ins. */
+    static const tm_pressure_stats no_ps;
+    static const tm_ptree_stats no_ts;
+    const tm_pressure_stats *ps = psp ? psp : &no_ps;
+    const tm_ptree_stats *ts = tsp ? tsp : &no_ts;
+    if (w->json) {
+        watch_print_json(stdout, dt, rates, nrates, ps, psp != NULL, ts, tsp != NULL, w->pid, gpus,
+                         ngpus, w->gpu_on);
+        return;
+    }
+    if (*lines == 0 || (tty && *lines >= 20)) {
+        if (printed)
+            fputc('\n', stdout);
+        watch_print_header(stdout, w->tree_on, w->gpu_on);
+        *lines = 0;
+    }
+    watch_print_text(stdout, rates, nrates, ps, psp != NULL, ts, tsp && ts->root_alive, w->tree_on,
+                     gpus, ngpus, w->gpu_on);
+    (*lines)++;
+}
+
+/* A tick every interval on absolute deadlines; the first only primes the
+ * rates, so the first line printed is over one interval. */
+static void watch_loop(struct watch *w)
+{
     struct sigaction sa = {.sa_handler = watch_on_signal};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
@@ -692,92 +760,51 @@ int cmd_watch(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     bool tty = isatty(STDOUT_FILENO);
-    bool tree_on = tree != NULL, tree_gone_said = false;
     long printed = 0, lines = 0;
-    int64_t step = (int64_t)(interval * 1e9);
+    int64_t step = (int64_t)(w->interval * 1e9);
     int64_t next = tm_now_mono_ns(), prev_t = next;
-    tm_ptree_stats ts;
-    tm_pressure_stats ps;
     bool first = true;
     while (!watch_stop) {
-        const tm_diskrate *rates = NULL;
-        size_t nrates = 0;
-        if (disk && tm_disk_sample(disk, &rates, &nrates) < 0) {
-            cli_warn("disk: %s", tm_last_error());
-            nrates = 0;
-        }
-        bool have_tree = false;
-        if (tree) {
-            memset(&ts, 0, sizeof ts);
-            if (tm_ptree_sample(tree, &ts) == 0) {
-                have_tree = true;
-                if (!ts.root_alive && !tree_gone_said) {
-                    fprintf(stderr, "trainmon: pid %d exited; still watching%s\n", (int)pid,
-                            disk ? " the disks" : " pressure");
-                    tree_gone_said = true;
-                    if (wr)
-                        watch_rec_event(wr, "process_exit", pid);
-                }
-            }
-        }
-        bool have_ps = press && tm_pressure_sample(press, &ps) == 0;
-        const tm_gpu_stats *gpus = NULL;
-        size_t ngpus = 0;
-        if (gpu) {
-            if (tm_gpu_sample(gpu, &gpus, &ngpus) < 0) {
-                cli_warn("gpu: %s", tm_last_error());
-                ngpus = 0;
-            }
-            for (const char *m; (m = tm_gpu_next_warning(gpu));)
-                cli_warn("%s", m);
-        }
+        if (first)
+            tm_sampler_prime(w->sampler);
+        else
+            tm_sampler_tick(w->sampler, 0);
+        watch_warnings(w);
+        watch_tree_check(w);
         int64_t now = tm_now_mono_ns();
         double dt = (double)(now - prev_t) / 1e9;
         prev_t = now;
-
         if (!first) {
-            if (al.e) {
-                tm_alert_feed_disks(al.e, rates, nrates, now);
-                if (have_ps)
-                    tm_alert_feed_pressure(al.e, &ps, now);
-                if (have_tree)
-                    tm_alert_feed_ptree(al.e, &ts, now);
-                tm_alert_feed_gpus(al.e, gpus, ngpus, now);
-                cli_alerts_drain(al.e, al.r);
-            }
-            if (wr)
-                watch_rec_sample(wr, rates, nrates, have_ps ? &ps : NULL,
-                                 have_tree ? &ts : NULL, gpus, ngpus);
-            if (json) {
-                watch_print_json(stdout, dt, rates, nrates, &ps, have_ps, &ts, have_tree, pid,
-                                 gpus, ngpus, gpu_on);
-            } else {
-                if (lines == 0 || (tty && lines >= 20)) {
-                    if (printed)
-                        fputc('\n', stdout);
-                    watch_print_header(stdout, tree_on, gpu_on);
-                    lines = 0;
-                }
-                watch_print_text(stdout, rates, nrates, &ps, have_ps, &ts,
-                                 have_tree && ts.root_alive, tree_on, gpus, ngpus, gpu_on);
-                lines++;
-            }
+            if (w->al.e)
+                cli_alerts_drain(w->al.e, w->al.r);
+            watch_print(w, dt, &lines, printed, tty);
             printed++;
-            if (count > 0 && printed >= count)
+            if (w->count > 0 && printed >= w->count)
                 break;
         }
         first = false;
         next += step;
         watch_sleep_until(next);
     }
+}
 
-    /* Alerts still firing are not resolved at exit (the condition did not
-     * end), and running commands are left to finish on their own. */
-    cli_alerts_close(&al);
-    watch_rec_close(&wr);
-    tm_disk_close(&disk);
-    tm_ptree_close(&tree);
-    tm_pressure_close(&press);
-    tm_gpu_close(&gpu);
-    return 0;
+int cmd_watch(int argc, char **argv)
+{
+    static struct watch w; /* large (device names, targets): not on the stack */
+    memset(&w, 0, sizeof w);
+    w.interval = 1.0;
+    w.count = -1;
+    w.gpu_wanted = true;
+    int rc = watch_parse(&w, argc, argv);
+    if (rc >= 0)
+        return rc;
+    rc = watch_resolve(&w, argc, argv);
+    if (rc < 0)
+        rc = watch_open(&w, argc, argv);
+    if (rc < 0) {
+        watch_loop(&w);
+        rc = 0;
+    }
+    watch_close(&w);
+    return rc;
 }

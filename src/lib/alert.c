@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "collect.h"
 #include "util.h"
 
 extern char **environ;
@@ -38,34 +39,25 @@ struct alert_metric {
     const char *name, *help;
 };
 
-/* Names and units are documented in docs/ALERTS.md; the run.* names are
- * those of trainmon.on_threshold in python/trainmon, with the run. prefix. */
+/* The run.* inputs, fed by `trainmon run` and `serve --runs` from the training processes'
+ * records; the system inputs are declared by the collectors that feed them
+ * (collect_*.c, .alert_metrics).  Names and units are documented in
+ * docs/ALERTS.md; the run.* names are those of trainmon.on_threshold in
+ * python/trainmon, with the run. prefix. */
 static const struct alert_metric alert_metrics[] = {
-    {"disk.r_await_ms", "average read latency, ms (iostat r_await); labels device"},
-    {"disk.w_await_ms", "average write latency, ms (iostat w_await); labels device"},
-    {"disk.util_pct", "share of time the device was busy, percent (iostat %util); labels device"},
-    {"disk.r_mb_s", "read throughput, MiB/s (iostat rMB/s); labels device"},
-    {"disk.w_mb_s", "write throughput, MiB/s (iostat wMB/s); labels device"},
-    {"disk.aqu_sz", "average queue size (iostat aqu-sz); labels device"},
-    {"psi.io_some_pct", "share of time some task stalled on I/O, avg10, percent"},
-    {"psi.io_full_pct", "share of time all tasks stalled on I/O, avg10, percent"},
-    {"psi.cpu_some_pct", "share of time some task waited for a CPU, avg10, percent"},
-    {"psi.mem_some_pct", "share of time some task stalled on memory, avg10, percent"},
-    {"psi.mem_full_pct", "share of time all tasks stalled on memory, avg10, percent"},
-    {"gpu.util_pct", "share of time a kernel ran, percent; labels gpu, uuid"},
-    {"gpu.mem_used_pct", "device memory used, percent of total; labels gpu, uuid"},
-    {"gpu.mem_used_bytes", "device memory used, bytes; labels gpu, uuid"},
-    {"gpu.temp_c", "temperature, degrees Celsius; labels gpu, uuid"},
-    {"gpu.power_w", "power draw, watts; labels gpu, uuid"},
-    {"proc.cpu_pct", "CPU of the watched process tree, percent of one core; labels pid"},
-    {"proc.d_state", "processes of the tree in D state (uninterruptible); labels pid"},
-    {"proc.read_mb_s", "block-layer read rate of the tree, MiB/s; labels pid"},
-    {"proc.rss_bytes", "resident memory of the tree, bytes; labels pid"},
-    {"run.data_wait_fraction", "share of step time spent waiting for data; labels rank"},
-    {"run.step_time_seconds", "duration of a step, seconds; labels rank"},
-    {"run.data_wait_seconds", "time a step waited for data, seconds; labels rank"},
-    {"run.gpu_memory_allocated_fraction", "allocator bytes allocated / device memory; labels rank"},
-    {"run.gpu_memory_reserved_fraction", "allocator bytes reserved / device memory; labels rank"},
+    {"run.steps", "complete steps of a training process so far; labels run, rank"},
+    {"run.data_wait_fraction",
+     "share of step time spent waiting for data, last 100 steps; labels run, rank"},
+    {"run.step_time_seconds", "mean duration of a step, last 100 steps, seconds; labels run, rank"},
+    {"run.data_wait_seconds",
+     "mean time a step waited for data, last 100 steps, seconds; labels run, rank"},
+    {"run.gpu_memory_allocated_fraction",
+     "allocator bytes allocated / device memory, last capture; labels run, rank"},
+    {"run.gpu_memory_reserved_fraction",
+     "allocator bytes reserved / device memory, last capture; labels run, rank"},
+    {"run.gpu_memory_allocated_bytes", "allocator bytes allocated, last capture; labels run, rank"},
+    {"run.gpu_memory_reserved_bytes", "allocator bytes reserved, last capture; labels run, rank"},
+
 };
 
 const char *tm_alert_metric_help(const char *name)
@@ -73,12 +65,19 @@ const char *tm_alert_metric_help(const char *name)
     for (size_t i = 0; i < TM_ARRAY_LEN(alert_metrics); i++)
         if (strcmp(alert_metrics[i].name, name) == 0)
             return alert_metrics[i].help;
+    const struct tm_coll_metric *m;
+    for (size_t i = 0; (m = tm_collectors_alert_metric(i)); i++)
+        if (strcmp(m->name, name) == 0)
+            return m->help;
     return NULL;
 }
 
 const char *tm_alert_metric_name(size_t i)
 {
-    return i < TM_ARRAY_LEN(alert_metrics) ? alert_metrics[i].name : NULL;
+    if (i < TM_ARRAY_LEN(alert_metrics))
+        return alert_metrics[i].name;
+    const struct tm_coll_metric *m = tm_collectors_alert_metric(i - TM_ARRAY_LEN(alert_metrics));
+    return m ? m->name : NULL;
 }
 
 /* -------------------------------------------------------------- rules */
@@ -655,6 +654,50 @@ void tm_alert_feed_ptree(tm_alert_engine *e, const tm_ptree_stats *ts, int64_t t
     tm_alert_feed(e, "proc.d_state", labels, any ? (double)ts->nproc_d : NAN, t_ns);
     tm_alert_feed(e, "proc.read_mb_s", labels, ts->read_bytes_s / 1048576.0, t_ns);
     tm_alert_feed(e, "proc.rss_bytes", labels, ts->rss_bytes, t_ns);
+}
+
+/* "k=v,k=v" cannot carry ',' or '=' inside a value (a run's name). */
+static void feed_label_value(char *dst, size_t cap, const char *src)
+{
+    tm_strlcpy(dst, src, cap);
+    for (char *p = dst; *p; p++)
+        if (*p == ',' || *p == '=')
+            *p = '_';
+}
+
+void tm_alert_feed_runs(tm_alert_engine *e, const tm_follow *f, int64_t t_ns)
+{
+    if (!e || !f || !alert_wants(e, "run."))
+        return;
+    if (t_ns == 0)
+        t_ns = tm_now_mono_ns();
+    /* 200 + 32 + "run=,rank=" fit in TM_ALERT_LABELS_MAX: a longer run name is cut. */
+    char run[200], rank[32], labels[TM_ALERT_LABELS_MAX];
+    const tm_follow_run *R;
+    for (size_t i = 0; (R = tm_follow_run_at(f, i)); i++) {
+        feed_label_value(run, sizeof run, R->name);
+        const tm_follow_rank *k;
+        for (size_t j = 0; (k = tm_follow_rank_at(f, i, j)); j++) {
+            feed_label_value(rank, sizeof rank, k->label);
+            snprintf(labels, sizeof labels, "run=%s,rank=%s", run, rank);
+            /* A process that wrote no step record yet has no count, not 0. */
+            double steps =
+                k->step_records ? (double)tm_steptally_total(&k->tally, k->ring) : NAN;
+            double d, q;
+            size_t n = tm_stepwin_sum(&k->win, TM_FOLLOW_WINDOW, &d, &q);
+            tm_alert_feed(e, "run.steps", labels, steps, t_ns);
+            tm_alert_feed(e, "run.data_wait_fraction", labels, n && d > 0 ? q / d : NAN, t_ns);
+            tm_alert_feed(e, "run.step_time_seconds", labels, n ? d / (double)n : NAN, t_ns);
+            tm_alert_feed(e, "run.data_wait_seconds", labels, n ? q / (double)n : NAN, t_ns);
+            /* No capture, or no device size known: NAN, left unavailable. */
+            tm_alert_feed(e, "run.gpu_memory_allocated_fraction", labels,
+                          k->allocated / k->total_device, t_ns);
+            tm_alert_feed(e, "run.gpu_memory_reserved_fraction", labels,
+                          k->reserved / k->total_device, t_ns);
+            tm_alert_feed(e, "run.gpu_memory_allocated_bytes", labels, k->allocated, t_ns);
+            tm_alert_feed(e, "run.gpu_memory_reserved_bytes", labels, k->reserved, t_ns);
+        }
+    }
 }
 
 /* ------------------------------------------------------------- runner */

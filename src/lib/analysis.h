@@ -1,7 +1,8 @@
 /*
  * analysis.h - the rules' thresholds (docs/DIAGNOSIS.md documents each one
- * and where it comes from) and the summary shared by analysis.c and the
- * report writer (reportfmt.c).  Internal.
+ * and where it comes from) and the analysis the report writers
+ * (reportfmt.c, reporthtml.c) print: the run summary of runsum.h and the
+ * findings of the rules (rules.h).  Internal.
  */
 #ifndef TM_ANALYSIS_H
 #define TM_ANALYSIS_H
@@ -9,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runsum.h"
 #include "trainmon.h"
 
 /* input.*: the TensorBoard profiler's rule: data loading above 5% of the
@@ -17,8 +19,10 @@
 #define TM_AN_DATA_WAIT_MEDIUM 0.10
 #define TM_AN_DATA_WAIT_HIGH 0.30
 /* The first step of each training process is warm-up (workers starting,
- * first batches, lazy initialisation): left out of data_wait_fraction. */
-#define TM_AN_WARMUP_STEPS 1
+ * first batches, lazy initialisation): left out of data_wait_fraction.
+ * The one step accounting (steps.c) applies it; this name stays for the
+ * documentation's sake. */
+#define TM_AN_WARMUP_STEPS TM_STEP_WARMUP
 /* Storage signals, each one vote for "the storage is the limit".  A
  * storage verdict needs positive evidence (workers in D state, or the disk
  * behind the data busy while the workers read from it): workers that are
@@ -65,40 +69,9 @@
 #define TM_AN_RANK_MEM_MIN_DIFF (1024.0 * 1024 * 1024)
 #define TM_AN_RANK_MIN_STEPS 10
 
-/* One training process (a source with steps or captures). */
-typedef struct tm_an_rank {
-    uint32_t source;
-    int32_t rank;
-    char label[40]; /* "0", "1" or the role ("pid42") */
-    const char *host;
-    size_t steps;
-    double step_median_s, compute_median_s, wait_median_s, data_wait_fraction;
-    double peak_allocated, peak_reserved, total_device, host_rss_peak;
-    double alloc_retries;
-    size_t ooms;
-    size_t workers;               /* distinct DataLoader worker ids seen */
-    double worker_batch_median_s; /* per-batch fetch time */
-    double worker_busy;           /* CPU s per s of fetching; NAN unknown */
-} tm_an_rank;
-
-typedef struct tm_an_summary {
-    int64_t win_start, win_end; /* the steps' span (else the run's) */
-    size_t steps, steps_total;  /* most steps of one process; all processes */
-    double step_median_s, compute_median_s, data_wait_fraction;
-    double gpu_util_mean;       /* NAN: no GPU series */
-    size_t ngpus;
-    char disk[40];              /* the disk behind the data ("" if none) */
-    double disk_read_bps, disk_read_bps_max, disk_await_s, disk_util, disk_queue;
-    double disk_ceiling_share;
-    double psi_io_some;
-    double worker_d_share, worker_cpu_sys; /* from per-worker system series */
-    double worker_read_bps;     /* workers' block-layer reads, B/s over the window */
-    double psi_cpu_some;
-    double worker_busy;         /* from worker records, all ranks */
-    double worker_batch_median_s;
-    size_t workers;
-} tm_an_summary;
-
+/* The result of tm_analyze: the run summary (runsum.h) the report writers
+ * print, and the findings, most severe first.  Everything is owned:
+ * tm_analysis_free frees it. */
 struct tm_analysis {
     tm_an_summary sum;
     tm_an_rank *ranks;

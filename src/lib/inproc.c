@@ -501,7 +501,7 @@ static void f_key(fmt *f, const char *k)
 }
 
 /* A string value: quoted and escaped in JSON, quoted with control bytes as
- * '?' in text (one line per record). */
+ * '?' in text (one line per record); ill-formed UTF-8 as U+FFFD in both. */
 static void f_str(fmt *f, const char *s, size_t n)
 {
     if (f->rc)
@@ -510,14 +510,8 @@ static void f_str(fmt *f, const char *s, size_t n)
     if (f->json) {
         if (!f->rc)
             f->rc = tm_buf_json_str(&f->b, s, n);
-    } else {
-        for (size_t i = 0; i < n && !f->rc; i++) {
-            char c = s[i];
-            unsigned char u = (unsigned char)c;
-            if (u < 0x20 || u == 0x7f)
-                c = '?';
-            f->rc = tm_buf_add(&f->b, &c, 1);
-        }
+    } else if (!f->rc) {
+        f->rc = tm_buf_esc(&f->b, TM_ESC_TEXT, s, n);
     }
     if (!f->rc)
         f->rc = tm_buf_add(&f->b, "\"", 1);

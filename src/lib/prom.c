@@ -89,22 +89,22 @@ void tm_text_json_str(tm_text *t, const char *s)
     tm_text_add(t, "\"", 1);
 }
 
+static int text_put(void *ctx, const char *p, size_t n)
+{
+    tm_text_add(ctx, p, n);
+    return 0; /* the error is sticky in the text */
+}
+
+void tm_text_esc(tm_text *t, tm_esc how, const char *s, size_t len)
+{
+    tm_escape(how, s, len, text_put, t);
+}
+
 int tm_prom_escape(tm_text *t, const char *s)
 {
-    size_t start = 0, i = 0;
-    for (; s[i]; i++) {
-        const char *esc = NULL;
-        switch (s[i]) {
-        case '\\': esc = "\\\\"; break;
-        case '"': esc = "\\\""; break;
-        case '\n': esc = "\\n"; break;
-        default: continue;
-        }
-        tm_text_add(t, s + start, i - start);
-        tm_text_puts(t, esc);
-        start = i + 1;
-    }
-    tm_text_add(t, s + start, i - start);
+    /* Label values are UTF-8 in the exposition format; a comm name or a
+     * run directory's name may not be. */
+    tm_text_esc(t, TM_ESC_PROM, s, strlen(s));
     return t->rc;
 }
 
@@ -413,7 +413,7 @@ static const struct {
     {"trainmon_gpu_pcie_tx_bytes_per_second", "PCIe transmit throughput in bytes per second.",
      TM_GPU_HAVE_PCIE, GV_PCIE_TX},
     {"trainmon_gpu_sm_clock_hertz", "SM clock in hertz.", TM_GPU_HAVE_CLOCK, GV_CLOCK},
-    {"trainmon_gpu_throttle_reasons", "NVML clock throttle reasons as a bit mask (nvml.h bits).",
+    {"trainmon_gpu_throttle_reasons", "GPU clock throttle reasons as a bit mask: 1 idle, 2 application clocks, 4 software power cap, 8 hardware slowdown, 16 sync boost, 32 software thermal, 64 hardware thermal, 128 power brake, 256 display clocks.",
      TM_GPU_HAVE_THROTTLE, GV_THROTTLE},
 };
 
@@ -539,17 +539,21 @@ static void tx_run_labels(tm_text *t, const tm_prom_run *r, const tm_prom_rank *
     tm_text_puts(t, "\"} ");
 }
 
-enum run_val { RV_STEPS, RV_STEP_S, RV_WAIT_S, RV_ALLOC, RV_RESERVED, RV_PEAK, RV_OOMS };
+enum run_val { RV_STEPS, RV_STEP_S, RV_WAIT_S, RV_WAIT_FRAC, RV_ALLOC, RV_RESERVED, RV_PEAK,
+               RV_OOMS };
 
 static const struct {
     const char *name, *type, *help;
     enum run_val v;
 } prom_rank_families[] = {
-    {"trainmon_run_steps_total", "counter", "Training steps begun by this rank.", RV_STEPS},
-    {"trainmon_run_step_seconds_total", "counter", "Sum of the durations of finished steps.",
+    {"trainmon_run_steps_total", "counter", "Complete training steps of this rank.", RV_STEPS},
+    {"trainmon_run_step_seconds_total", "counter", "Sum of the durations of complete steps.",
      RV_STEP_S},
     {"trainmon_run_data_wait_seconds_total", "counter",
-     "Time the training loop spent waiting for the next batch.", RV_WAIT_S},
+     "Time the training loop spent waiting for the next batch (capped at each step).", RV_WAIT_S},
+    {"trainmon_run_data_wait_fraction", "gauge",
+     "Share of step time spent waiting for data over the whole run, warm-up left out.",
+     RV_WAIT_FRAC},
     {"trainmon_run_gpu_allocated_bytes", "gauge",
      "CUDA caching allocator: bytes allocated to tensors (latest capture).", RV_ALLOC},
     {"trainmon_run_gpu_reserved_bytes", "gauge",
@@ -566,12 +570,31 @@ static double prom_rank_value(const tm_prom_rank *k, enum run_val v)
     case RV_STEPS: return k->steps_valid ? (double)k->steps : NAN;
     case RV_STEP_S: return k->steps_valid ? k->step_seconds : NAN;
     case RV_WAIT_S: return k->steps_valid ? k->data_wait_seconds : NAN;
+    case RV_WAIT_FRAC: return k->steps_valid ? k->data_wait_fraction : NAN;
     case RV_ALLOC: return k->memory_valid ? k->allocated_bytes : NAN;
     case RV_RESERVED: return k->memory_valid ? k->reserved_bytes : NAN;
     case RV_PEAK: return k->memory_valid ? k->peak_allocated_bytes : NAN;
     case RV_OOMS: return (double)k->ooms;
     }
     return NAN;
+}
+
+void tm_prom_rank_set(tm_prom_rank *out, const tm_follow_rank *k)
+{
+    memset(out, 0, sizeof *out);
+    tm_strlcpy(out->rank, k->label, sizeof out->rank);
+    /* Ring files count from the highest step number: the steps the ring
+     * dropped before the exporter saw them still count. */
+    out->steps = tm_steptally_total(&k->tally, k->ring);
+    out->step_seconds = k->tally.step_s + k->tally.warm_step_s;
+    out->data_wait_seconds = k->tally.wait_s + k->tally.warm_wait_s;
+    out->data_wait_fraction = tm_steptally_wait_fraction(&k->tally);
+    out->steps_valid = k->step_records > 0;
+    out->allocated_bytes = k->allocated;
+    out->reserved_bytes = k->reserved;
+    out->peak_allocated_bytes = k->peak_allocated;
+    out->memory_valid = !isnan(k->allocated);
+    out->ooms = k->ooms;
 }
 
 int tm_prom_write_runs(tm_text *t, const tm_prom_run *runs, size_t n)

@@ -13,7 +13,10 @@
 void tm_text_add(tm_text *t, const char *s, size_t len);
 void tm_text_puts(tm_text *t, const char *s);
 void tm_text_printf(tm_text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* s as a quoted JSON string (UTF-8 passes through). */
+/* s as a quoted JSON string (UTF-8 passes through, ill-formed bytes
+ * become U+FFFD). */
 void tm_text_json_str(tm_text *t, const char *s);
+/* s[0..len) escaped for how (tm_escape). */
+void tm_text_esc(tm_text *t, tm_esc how, const char *s, size_t len);
 
 #endif

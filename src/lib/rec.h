@@ -88,4 +88,23 @@ uint32_t tm_rec_crc(uint64_t seq, const tm_rec_hdr *h, const void *payload);
 /* The CRC stored in a block header. */
 uint32_t tm_rec_blkcrc(uint64_t seq);
 
+/* Opens path to read, the way every reader of a run directory must
+ * (O_RDONLY|O_NONBLOCK|O_NOFOLLOW|O_CLOEXEC, then fstat): a FIFO, device,
+ * socket or directory is refused with "PATH: not a regular file (fifo)",
+ * a symlink with "PATH: not a regular file (symlink, not followed)", so
+ * that nothing planted there blocks the reader or redirects it.  The fd,
+ * or a negative errno with the message set. */
+int tm_rec_open_read(const char *path);
+
+/* The work a reader did, for tests and diagnostics: reading stays linear
+ * in the file size however the file is damaged (recread.c). */
+typedef struct tm_reader_counters {
+    uint64_t blocks;     /* blocks loaded */
+    uint64_t records;    /* valid records returned */
+    uint64_t crc_bytes;  /* bytes of records CRC-checked, valid or not */
+    uint64_t candidates; /* plausible headers CRC-checked while resynchronising */
+    uint64_t unchecked;  /* records not checked: the block's CRC budget was spent */
+} tm_reader_counters;
+void tm_reader_stats(const tm_reader *r, tm_reader_counters *out);
+
 #endif /* TM_REC_H */

@@ -20,6 +20,21 @@
  * a live writer is still writing): not damage, and the point where
  * tm_reader_refresh resumes.
  *
+ * Linear time whatever the bytes: a record's CRC costs its length, and a
+ * crafted block can hold a plausible header at every 8-byte step, each with
+ * a length reaching to the end of the block and a wrong CRC; checking them
+ * all costs block_size^2 / 16 bytes of CRC (hours for one 16 MiB block).
+ * So a resync candidate must first pass checks on its header alone (type
+ * not 0, flags 0, length inside the block), and the CRC work in one block is
+ * capped at RD_CRC_BUDGET times its size: a candidate whose check would go
+ * beyond is not checked (not taken as a record).  The records of an intact
+ * block cost at most one block size of CRC, so the cap only ever bites in a
+ * block that is mostly damage.  tm_reader_stats counts the work.
+ *
+ * Files are opened without blocking and without following a symlink, and
+ * anything but a regular file is refused (tm_rec_open_read): a FIFO planted
+ * in a run directory must not hang the root agent that reads it.
+ *
  * A ring block can be recycled by the writer while it is being read.  The
  * reader re-reads the block header after reading the block (a seqlock): if
  * the header changed, the copy may mix old and new bytes, and the block is
@@ -40,6 +55,10 @@
 /* A damaged file lists at most this many places (the first ones). */
 #define RD_MAX_DAMAGE 1000u
 
+/* CRC work allowed in one loaded block, in block sizes: one for its valid
+ * records, the rest for checking candidates that turn out bad. */
+#define RD_CRC_BUDGET 4u
+
 struct tm_reader {
     int fd;
     char *path;
@@ -56,6 +75,10 @@ struct tm_reader {
     bool loaded;  /* blk holds block seq */
     bool at_end;  /* next() returned 0; refresh() resumes */
     uint8_t *blk;
+    uint64_t budget;   /* CRC bytes left for the loaded block */
+    bool verified;     /* the record at pos passed its check in rd_resync */
+
+    tm_reader_counters stats;
 
     /* Where data may still appear: the first end, gap or bad record since
      * the last valid record.  tm_reader_refresh resumes here. */
@@ -201,14 +224,25 @@ static int rd_load(tm_reader *r)
             return 0;
     }
     r->loaded = true;
+    r->budget = (uint64_t)RD_CRC_BUDGET * r->bs;
+    r->verified = false;
+    r->stats.blocks++;
     return 1;
 }
 
-/* NULL if the record at pos is valid, else why not. */
-static const char *rd_check(const tm_reader *r, uint32_t pos, const tm_rec_hdr *h)
+/* NULL if the record at pos is valid, else why not.  The CRC is charged to
+ * the block's budget; a record the budget cannot pay for is not checked. */
+static const char *rd_check(tm_reader *r, uint32_t pos, const tm_rec_hdr *h)
 {
     if (h->len > r->bs - pos - sizeof *h)
         return "bad length";
+    uint64_t cost = sizeof *h + (uint64_t)h->len;
+    if (cost > r->budget) {
+        r->stats.unchecked++;
+        return "not checked (too much damage in the block)";
+    }
+    r->budget -= cost;
+    r->stats.crc_bytes += cost;
     if (tm_rec_crc(r->seq, h, r->blk + pos + sizeof *h) != h->crc)
         return "bad checksum";
     return NULL;
@@ -219,14 +253,24 @@ static bool rd_is_end(const tm_rec_hdr *h)
     return h->type == 0 && h->len == 0 && h->crc == 0;
 }
 
-/* The next valid record at an 8-byte step from pos, or 0. */
-static uint32_t rd_resync(const tm_reader *r, uint32_t pos)
+/* Whether a record could start at pos, from its header alone (no CRC):
+ * type 0 never names a record, a version 1 writer stores flags 0, and a
+ * record never crosses the end of its block. */
+static bool rd_plausible(const tm_reader *r, uint32_t pos, const tm_rec_hdr *h)
+{
+    return h->type != 0 && h->flags == 0 && h->len <= r->bs - pos - sizeof *h;
+}
+
+/* The next valid record at an 8-byte step from pos, or 0.  Only plausible
+ * headers are CRC-checked, within the block's budget (see the top). */
+static uint32_t rd_resync(tm_reader *r, uint32_t pos)
 {
     for (; pos + sizeof(tm_rec_hdr) <= r->bs; pos += 8) {
         tm_rec_hdr h;
         memcpy(&h, r->blk + pos, sizeof h);
-        if (rd_is_end(&h) || h.len > r->bs - pos - sizeof h)
+        if (!rd_plausible(r, pos, &h))
             continue;
+        r->stats.candidates++;
         if (!rd_check(r, pos, &h))
             return pos;
     }
@@ -270,7 +314,10 @@ int tm_reader_next(tm_reader *r, tm_record *rec)
         if (pos + sizeof h <= r->bs) {
             memcpy(&h, r->blk + pos, sizeof h);
             if (!rd_is_end(&h)) {
-                const char *what = rd_check(r, pos, &h);
+                /* A record rd_resync found is not checked (nor paid for)
+                 * twice. */
+                const char *what = r->verified ? NULL : rd_check(r, pos, &h);
+                r->verified = false;
                 if (!what) {
                     if (r->pend.on) {
                         rd_add_damage(r, r->pend.offset, r->pend.what);
@@ -283,6 +330,7 @@ int tm_reader_next(tm_reader *r, tm_record *rec)
                     rec->payload = r->blk + pos + sizeof h;
                     rec->offset = rd_block_off(r, r->seq) + pos;
                     r->pos = pos + (uint32_t)TM_REC_ALIGN8(sizeof h + (size_t)h.len);
+                    r->stats.records++;
                     return 1;
                 }
                 rd_pend(r, true, pos, what);
@@ -290,6 +338,7 @@ int tm_reader_next(tm_reader *r, tm_record *rec)
                 uint32_t q = rd_resync(r, pos + 8);
                 if (q) {
                     r->pos = q;
+                    r->verified = true;
                     continue;
                 }
             }
@@ -335,6 +384,62 @@ int tm_reader_refresh(tm_reader *r)
     return 0;
 }
 
+/* The word for a file type in "not a regular file (fifo)". */
+static const char *rd_type_name(mode_t m)
+{
+    if (S_ISFIFO(m))
+        return "fifo";
+    if (S_ISDIR(m))
+        return "directory";
+    if (S_ISCHR(m))
+        return "character device";
+    if (S_ISBLK(m))
+        return "block device";
+    if (S_ISSOCK(m))
+        return "socket";
+    if (S_ISLNK(m))
+        return "symlink";
+    return "unknown type";
+}
+
+int tm_rec_open_read(const char *path)
+{
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
+     * writer, forever.  It changes nothing for a regular file. */
+    int fd = tm_open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW, 0);
+    if (fd == -ELOOP) {
+        /* O_NOFOLLOW's answer for a symlink as the last component; a loop
+         * further up the path is said as such. */
+        struct stat lst;
+        if (lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode))
+            return tm_seterr(-ELOOP, "%s: not a regular file (symlink, not followed)", path);
+    }
+    if (fd < 0)
+        return tm_seterr(fd, "%s: %s", path, strerror(-fd));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return tm_seterr(-e, "%s: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return tm_seterr(S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL, "%s: not a regular file (%s)",
+                         path, rd_type_name(st.st_mode));
+    }
+    return fd;
+}
+
+void tm_reader_stats(const tm_reader *r, tm_reader_counters *out)
+{
+    if (!out)
+        return;
+    if (r)
+        *out = r->stats;
+    else
+        memset(out, 0, sizeof *out);
+}
+
 int tm_reader_open(tm_reader **out, const char *path)
 {
     if (!out || !path)
@@ -349,9 +454,9 @@ int tm_reader_open(tm_reader **out, const char *path)
         rc = tm_seterr(-ENOMEM, "%s: out of memory", path);
         goto out;
     }
-    r->fd = tm_open(path, O_RDONLY, 0);
+    r->fd = tm_rec_open_read(path);
     if (r->fd < 0) {
-        rc = tm_seterr(r->fd, "%s: %s", path, strerror(-r->fd));
+        rc = r->fd; /* with its message */
         goto out;
     }
     ssize_t got = tm_pread_full(r->fd, hbuf, TM_REC_HEADER_SIZE, 0);

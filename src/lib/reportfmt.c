@@ -1,8 +1,9 @@
 /*
  * reportfmt.c - the report of `trainmon report`: the run, a summary and
  * the findings, as text for people or as one JSON object
- * (docs/DIAGNOSIS.md, "JSON").  Numbers come from analysis.c; this file
- * only lays them out.  Unavailable numbers are null in JSON and "n/a" (or
+ * (docs/DIAGNOSIS.md, "JSON").  Numbers come from the analysis (the
+ * summary of runsum.c, the findings of rules_*.c); this file only lays
+ * them out.  Unavailable numbers are null in JSON and "n/a" (or
  * left out) in text, never 0.
  */
 #include <errno.h>
@@ -160,14 +161,14 @@ static void write_run_json(tm_text *t, const tm_run *r)
     const char *cmd = NULL;
     for (size_t i = 0; i < nd && !cmd; i++)
         cmd = tm_rpt_meta_str_array(tm_run_meta(r, i), "command", &len);
-    if (cmd)
-        tm_text_add(t, cmd, len);
+    if (cmd) /* checked JSON; its strings may still hold ill-formed UTF-8 */
+        tm_text_esc(t, TM_ESC_UTF8, cmd, len);
     else
         tm_text_puts(t, "null");
     j_ks(t, "start", a, true);
     j_ks(t, "end", b, true);
     tm_text_printf(t, ",\"start_ns\":%" PRId64, s0);
-    j_kn(t, "duration_s", (double)(s1 - s0) / 1e9, true);
+    j_kn(t, "duration_s", tm_ns_diff_s(s1, s0), true);
     tm_text_puts(t, ",\"files\":[");
     for (size_t i = 0; i < ns; i++) {
         tm_text_puts(t, i ? ",{" : "{");
@@ -182,12 +183,34 @@ static void write_run_json(tm_text *t, const tm_run *r)
     tm_text_puts(t, "]}");
 }
 
-static void write_summary_json(tm_text *t, const tm_analysis *a)
+/* "ring": what flight-recorder rings dropped (tm_run_ring_summary), null
+ * when no training file is a ring. */
+static void write_ring_json(tm_text *t, const tm_run *r)
+{
+    tm_ringinfo ri;
+    tm_text_puts(t, ",\"ring\":");
+    if (!tm_run_ring_summary(r, &ri)) {
+        tm_text_puts(t, "null");
+        return;
+    }
+    char when[48];
+    tm_rpt_iso_time(when, sizeof when, ri.kept_from_ns);
+    tm_text_printf(t, "{\"files\":%" PRIu32 ",\"steps_total\":%" PRIu64 ",\"steps_dropped\":%" PRIu64,
+                   ri.source, ri.steps_total, ri.steps_dropped);
+    if (ri.steps_dropped)
+        tm_text_printf(t, ",\"kept_from\":\"%s\",\"kept_from_ns\":%" PRId64 "}", when,
+                       ri.kept_from_ns);
+    else
+        tm_text_puts(t, ",\"kept_from\":null,\"kept_from_ns\":null}");
+}
+
+static void write_summary_json(tm_text *t, const tm_run *r, const tm_analysis *a)
 {
     const tm_an_summary *S = &a->sum;
     tm_text_puts(t, "\"summary\":{");
     j_kn(t, "steps", (double)S->steps, false);
     j_kn(t, "steps_total", (double)S->steps_total, true);
+    write_ring_json(t, r);
     j_kn(t, "step_time_median_s", S->step_median_s, true);
     j_kn(t, "compute_time_median_s", S->compute_median_s, true);
     j_kn(t, "data_wait_fraction", S->data_wait_fraction, true);
@@ -241,8 +264,8 @@ static void write_findings_json(tm_text *t, const tm_analysis *a)
         const tm_finding *f = &a->f[i];
         tm_text_puts(t, i ? ",{" : "{");
         j_ks(t, "id", f->id, false);
-        j_ks(t, "severity", f->severity, true);
-        j_ks(t, "confidence", f->confidence, true);
+        j_ks(t, "severity", tm_severity_name(f->severity), true);
+        j_ks(t, "confidence", tm_confidence_name(f->confidence), true);
         j_kn(t, "rank", f->rank >= 0 ? (double)f->rank : NAN, true);
         j_ks(t, "title", f->title, true);
         tm_text_puts(t, ",\"evidence\":");
@@ -279,7 +302,7 @@ static void write_text(tm_text *t, const tm_run *r, const tm_analysis *a)
         tm_text_puts(t, dirs[i]);
     }
     tm_text_printf(t, "\n  %s .. %s (%.0f s), %zu record files, host ", x, y,
-                   (double)(s1 - s0) / 1e9, ns);
+                   tm_ns_diff_s(s1, s0), ns);
     tx_line(t, "", ns ? src[0].header.host : "?", ns ? strlen(src[0].header.host) : 1);
     size_t len = 0;
     const char *cmd = NULL;
@@ -290,11 +313,22 @@ static void write_text(tm_text *t, const tm_run *r, const tm_analysis *a)
 
     const tm_an_summary *S = &a->sum;
     tm_text_puts(t, "\nSummary\n");
-    if (a->nranks <= 1)
+    /* A ring's kept steps are not the run's: say what it dropped. */
+    tm_ringinfo ri;
+    bool dropped = tm_run_ring_summary(r, &ri) && ri.steps_dropped;
+    if (dropped)
+        tm_rpt_iso_time(z, sizeof z, ri.kept_from_ns);
+    if (a->nranks <= 1 && dropped)
+        tm_text_printf(t, "  steps              %" PRIu64 " (ring: the oldest %" PRIu64
+                       " dropped; data kept from %s)\n", ri.steps_total, ri.steps_dropped, z);
+    else if (a->nranks <= 1)
         tm_text_printf(t, "  steps              %zu\n", S->steps_total);
     else
         tm_text_printf(t, "  steps              %zu per process (the most), %zu over %zu processes\n",
                        S->steps, S->steps_total, a->nranks);
+    if (a->nranks > 1 && dropped)
+        tm_text_printf(t, "  ring               %" PRIu64 " steps in all, the oldest %" PRIu64
+                       " dropped; data kept from %s\n", ri.steps_total, ri.steps_dropped, z);
     tm_rpt_fmt_num(x, sizeof x, S->step_median_s, 4, " s");
     tm_rpt_fmt_num(y, sizeof y, S->compute_median_s, 4, " s");
     tm_text_printf(t, "  step time          median %s (compute %s)\n", x, y);
@@ -338,7 +372,7 @@ static void write_text(tm_text *t, const tm_run *r, const tm_analysis *a)
         tm_text_puts(t, "  none: no steps or memory samples to judge\n");
     for (size_t i = 0; i < a->nf; i++) {
         const tm_finding *f = &a->f[i];
-        tm_text_printf(t, "  [%s] %s: ", f->severity, f->id);
+        tm_text_printf(t, "  [%s] %s: ", tm_severity_name(f->severity), f->id);
         tx_line(t, "", f->title, strlen(f->title));
         tx_line(t, "      evidence: ", f->evidence, strlen(f->evidence));
         tx_line(t, "      advice: ", f->advice, strlen(f->advice));
@@ -365,7 +399,7 @@ int tm_report_write(const tm_run *r, const tm_analysis *a, tm_text *out, bool js
         tm_text_puts(out, "{");
         write_run_json(out, r);
         tm_text_puts(out, ",");
-        write_summary_json(out, a);
+        write_summary_json(out, r, a);
         tm_text_puts(out, ",");
         write_findings_json(out, a);
         tm_text_puts(out, ",\"damage\":[");

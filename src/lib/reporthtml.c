@@ -22,6 +22,7 @@
 #include "analysis.h"
 #include "prom.h"
 #include "reportfmt.h"
+#include "series.h"
 #include "util.h"
 
 #define HTML_BUCKETS 500
@@ -86,35 +87,10 @@ static void *page_alloc(struct page *pg, size_t size)
     return m;
 }
 
+/* & < > " ' as entities, ill-formed UTF-8 as U+FFFD (tm_escape). */
 static void html_esc_n(tm_text *t, const char *s, size_t len)
 {
-    size_t from = 0;
-    for (size_t i = 0; i < len; i++) {
-        const char *rep;
-        switch (s[i]) {
-        case '&':
-            rep = "&amp;";
-            break;
-        case '<':
-            rep = "&lt;";
-            break;
-        case '>':
-            rep = "&gt;";
-            break;
-        case '"':
-            rep = "&quot;";
-            break;
-        case '\'':
-            rep = "&#39;";
-            break;
-        default:
-            continue;
-        }
-        tm_text_add(t, s + from, i - from);
-        tm_text_puts(t, rep);
-        from = i + 1;
-    }
-    tm_text_add(t, s + from, len - from);
+    tm_text_esc(t, TM_ESC_HTML, s, len);
 }
 
 static void html_esc(tm_text *t, const char *s)
@@ -298,7 +274,7 @@ struct bucket {
 
 static double px_x(const struct page *pg, int64_t t)
 {
-    return ML + (double)(t - pg->t0) / (double)(pg->t1 - pg->t0) * (CW - ML - MR);
+    return ML + (double)tm_sat_sub64(t, pg->t0) / (double)tm_sat_sub64(pg->t1, pg->t0) * (CW - ML - MR);
 }
 
 static double px_y(double v, double ymin, double ymax)
@@ -338,11 +314,11 @@ static void draw_line(struct page *pg, const struct chart *c, const struct line 
     struct bucket b = {0};
     long cur = -1;
     bool pen = false;
-    double span = (double)(pg->t1 - pg->t0);
+    double span = (double)tm_sat_sub64(pg->t1, pg->t0);
     for (size_t i = 0; i < l->n; i++) {
         if (l->t[i] < pg->t0 || l->t[i] > pg->t1)
             continue;
-        long k = (long)((double)(l->t[i] - pg->t0) / span * HTML_BUCKETS);
+        long k = (long)((double)tm_sat_sub64(l->t[i], pg->t0) / span * HTML_BUCKETS);
         if (k >= HTML_BUCKETS)
             k = HTML_BUCKETS - 1;
         if (k != cur) {
@@ -415,7 +391,7 @@ static void draw_chart(struct page *pg, const struct chart *c)
                        ML, y, CW - MR, y, ML - 4, y + 4, lab);
     }
     for (int i = 0; i <= 5; i++) {
-        int64_t tt = pg->t0 + (int64_t)((double)(pg->t1 - pg->t0) * i / 5);
+        int64_t tt = pg->t0 + (int64_t)((double)tm_sat_sub64(pg->t1, pg->t0) * i / 5);
         double x = px_x(pg, tt);
         time_t s = (time_t)(tt / 1000000000);
         struct tm tm;
@@ -423,7 +399,7 @@ static void draw_chart(struct page *pg, const struct chart *c)
         if (gmtime_r(&s, &tm))
             strftime(lab, sizeof lab, "%H:%M:%S", &tm);
         /* Ticks less than 10 s apart would repeat a label: tenths too. */
-        if (pg->t1 - pg->t0 < 50 * (int64_t)1000000000 && strlen(lab) == 8)
+        if (tm_sat_sub64(pg->t1, pg->t0) < 50 * (int64_t)1000000000 && strlen(lab) == 8)
             snprintf(lab + 8, sizeof lab - 8, ".%d", (int)(tt / 100000000 % 10));
         tm_text_printf(t,
                        "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" class=\"g\"/>"
@@ -479,7 +455,7 @@ static void charts_steps(struct page *pg, const tm_run *r, const tm_analysis *a)
             if (st[i].source != R->source || s->end_ns <= s->start_ns)
                 continue;
             tt[j] = s->end_ns;
-            vs[j] = (double)(s->end_ns - s->start_ns) / 1e9;
+            vs[j] = tm_ns_diff_s(s->end_ns, s->start_ns);
             vw[j] = s->data_wait_ns >= 0 ? (double)s->data_wait_ns / 1e9 : NAN;
             j++;
         }
@@ -554,7 +530,7 @@ static void charts_disk(struct page *pg, struct chart *c, const tm_run *r, const
     aw->scale = 1e3;
     char dev[40];
     for (size_t i = 0; i < n; i++) {
-        if (strcmp(ser[i].name, "disk.read_bytes_per_second") != 0 ||
+        if (strcmp(ser[i].name, TM_SER_DISK_READ_BYTES_PER_SECOND) != 0 ||
             !tm_labels_get(ser[i].labels, "device", dev, sizeof dev))
             continue;
         if (a->sum.disk[0] ? strcmp(dev, a->sum.disk) != 0 : !series_active(&ser[i]))
@@ -564,7 +540,7 @@ static void charts_disk(struct page *pg, struct chart *c, const tm_run *r, const
         for (size_t j = 0; j < n; j++) {
             char d2[40];
             if (ser[j].source == ser[i].source &&
-                strcmp(ser[j].name, "disk.read_await_seconds") == 0 &&
+                strcmp(ser[j].name, TM_SER_DISK_READ_AWAIT_SECONDS) == 0 &&
                 tm_labels_get(ser[j].labels, "device", d2, sizeof d2) && strcmp(d2, dev) == 0) {
                 chart_add(aw, dev, ser[j].n, ser[j].t_ns, ser[j].v, color, false);
                 break;
@@ -602,7 +578,8 @@ static void chart_procmem(struct page *pg, struct chart *c, const tm_run *r)
     size_t n = tm_run_series_list(r, &ser);
     c->unit = "MiB";
     c->scale = 1.0 / (1024.0 * 1024);
-    static const char *const names[] = {"proc.process_pss_bytes", "proc.process_rss_bytes"};
+    static const char *const names[] = {TM_SER_PROC_PROCESS_PSS_BYTES,
+                                        TM_SER_PROC_PROCESS_RSS_BYTES};
     for (size_t w = 0; w < 2 && !c->nl; w++) {
         c->title = w ? "Process memory (RSS)" : "Process memory (PSS)";
         for (size_t i = 0; i < n; i++) {
@@ -670,12 +647,12 @@ static void write_charts(struct page *pg, const tm_run *r, const tm_analysis *a)
     c->title = "GPU utilization";
     c->unit = "%";
     c->scale = 100;
-    chart_series(pg, c, r, "gpu.utilization", "gpu", "gpu ");
+    chart_series(pg, c, r, TM_SER_GPU_UTILIZATION, "gpu", "gpu ");
     memset(c, 0, sizeof *c);
     c->title = "GPU memory used";
     c->unit = "GiB";
     c->scale = 1.0 / (1024.0 * 1024 * 1024);
-    chart_series(pg, c, r, "gpu.memory_used_bytes", "gpu", "gpu ");
+    chart_series(pg, c, r, TM_SER_GPU_MEMORY_USED_BYTES, "gpu", "gpu ");
     memset(c, 0, sizeof *c);
     chart_procmem(pg, c, r);
     free(c);
@@ -745,7 +722,7 @@ static void write_header(tm_text *t, const tm_run *r)
     tm_rpt_iso_time(a, sizeof a, s0);
     tm_rpt_iso_time(b, sizeof b, s1);
     tm_text_printf(t, "</td></tr>\n<tr><th>span</th><td>%s .. %s (%.0f s)</td></tr>\n", a, b,
-                   (double)(s1 - s0) / 1e9);
+                   tm_ns_diff_s(s1, s0));
     tm_text_printf(t, "<tr><th>record files</th><td>%zu:", ns);
     for (size_t i = 0; i < ns; i++) {
         tm_text_puts(t, " <code>");
@@ -831,15 +808,15 @@ static void write_findings(tm_text *t, const tm_analysis *a)
     for (size_t i = 0; i < a->nf; i++) {
         const tm_finding *f = &a->f[i];
         tm_text_puts(t, "<div class=\"finding sev-");
-        html_esc(t, f->severity);
+        html_esc(t, tm_severity_name(f->severity));
         tm_text_puts(t, "\"><h3><span class=\"sev\">");
-        html_esc(t, f->severity);
+        html_esc(t, tm_severity_name(f->severity));
         tm_text_puts(t, "</span> <code>");
         html_esc(t, f->id);
         tm_text_puts(t, "</code> ");
         html_esc(t, f->title);
         tm_text_puts(t, "</h3>\n<div class=\"u\">confidence ");
-        html_esc(t, f->confidence);
+        html_esc(t, tm_confidence_name(f->confidence));
         if (f->rank >= 0)
             tm_text_printf(t, ", rank %d", (int)f->rank);
         tm_text_puts(t, "</div>\n");

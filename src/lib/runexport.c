@@ -20,8 +20,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
+#include "series.h"
 #include "util.h"
 
 /* System series drawn as Chrome counters: name, counter key, scale. */
@@ -29,10 +31,10 @@ static const struct {
     const char *series, *key;
     double scale;
 } chrome_counters[] = {
-    {"disk.read_bytes_per_second", "read_MB_s", 1.0 / 1048576.0},
-    {"disk.write_bytes_per_second", "write_MB_s", 1.0 / 1048576.0},
-    {"gpu.utilization", "utilization", 1.0},
-    {"gpu.memory_used_bytes", "memory_used_bytes", 1.0},
+    {TM_SER_DISK_READ_BYTES_PER_SECOND, "read_MB_s", 1.0 / 1048576.0},
+    {TM_SER_DISK_WRITE_BYTES_PER_SECOND, "write_MB_s", 1.0 / 1048576.0},
+    {TM_SER_GPU_UTILIZATION, "utilization", 1.0},
+    {TM_SER_GPU_MEMORY_USED_BYTES, "memory_used_bytes", 1.0},
 };
 
 static void source_label(const tm_run_source *s, char *buf, size_t cap)
@@ -80,7 +82,7 @@ int tm_export_chrome(const tm_run *r, const char *path, size_t *clipped)
         snprintf(name, sizeof name, "step %llu", (unsigned long long)s->step);
         snprintf(args, sizeof args, "{\"step\":%llu,\"data_wait_s\":%.9g}",
                  (unsigned long long)s->step, (double)s->data_wait_ns / 1e9);
-        rc = tm_chrome_slice(c, pid, 1, name, s->start_ns, s->end_ns - s->start_ns, args);
+        rc = tm_chrome_slice(c, pid, 1, name, s->start_ns, tm_sat_sub64(s->end_ns, s->start_ns), args);
         if (rc >= 0 && s->data_wait_ns > 0)
             rc = tm_chrome_slice(c, pid, 1, "data wait", s->start_ns, s->data_wait_ns, NULL);
     }
@@ -102,7 +104,7 @@ int tm_export_chrome(const tm_run *r, const char *path, size_t *clipped)
                 depth--;
                 if (end >= stack[depth].t)
                     rc = tm_chrome_slice(c, (int)s + 1, 2, stack[depth].name, stack[depth].t,
-                                         end - stack[depth].t, NULL);
+                                         tm_sat_sub64(end, stack[depth].t), NULL);
             }
         }
         if (i == n)
@@ -124,7 +126,7 @@ int tm_export_chrome(const tm_run *r, const char *path, size_t *clipped)
             depth--;
             if (p->t_ns >= stack[depth].t)
                 rc = tm_chrome_slice(c, (int)p->source + 1, 2, stack[depth].name, stack[depth].t,
-                                     p->t_ns - stack[depth].t, NULL);
+                                     tm_sat_sub64(p->t_ns, stack[depth].t), NULL);
             if (depth == k - 1)
                 break;
         }
@@ -163,7 +165,9 @@ int tm_export_chrome(const tm_run *r, const char *path, size_t *clipped)
         char dev[64] = "";
         if (!tm_labels_get(se[i].labels, "device", dev, sizeof dev))
             tm_labels_get(se[i].labels, "gpu", dev, sizeof dev);
-        snprintf(name, sizeof name, "%s %s", strncmp(se[i].name, "gpu.", 4) ? "disk" : "gpu", dev);
+        snprintf(name, sizeof name, "%s %s",
+                 strncmp(se[i].name, TM_SER_GPU_PREFIX, strlen(TM_SER_GPU_PREFIX)) ? "disk" : "gpu",
+                 dev);
         const char *key = chrome_counters[k].key;
         for (size_t j = 0; j < se[i].n && rc >= 0; j++) {
             double v = se[i].v[j] * chrome_counters[k].scale;
@@ -174,10 +178,18 @@ int tm_export_chrome(const tm_run *r, const char *path, size_t *clipped)
     return rc < 0 ? rc : crc;
 }
 
+/* The output directory and its per-source directories: made 0755 (event
+ * files are meant to be read by TensorBoard, often another user), never
+ * through a symlink, and an existing one must be the caller's and not
+ * writable by others (a root export must not write into a directory
+ * someone else controls). */
 static int tb_mkdir(const char *path)
 {
-    if (mkdir(path, 0755) != 0 && errno != EEXIST)
-        return tm_seterr(-errno, "%s: %s", path, strerror(errno));
+    bool created;
+    int fd = tm_dir_make_private(path, 0755, TM_SAFE_PARENTS, &created);
+    if (fd < 0)
+        return fd;
+    close(fd);
     return 0;
 }
 
@@ -224,7 +236,7 @@ int tm_export_tensorboard(const tm_run *r, const char *out)
         int64_t step = (int64_t)s->step;
         if (rc >= 0 && s->end_ns >= s->start_ns)
             rc = tm_tb_scalar(w[k], "step_time_s", step, wall,
-                              (float)((double)(s->end_ns - s->start_ns) / 1e9));
+                              (float)(tm_ns_diff_s(s->end_ns, s->start_ns)));
         if (rc >= 0 && s->data_wait_ns >= 0)
             rc = tm_tb_scalar(w[k], "data_wait_s", step, wall, (float)((double)s->data_wait_ns / 1e9));
     }

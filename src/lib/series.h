@@ -102,6 +102,13 @@
 #define TM_SER_PSI_MEMORY_SOME_AVG60                 "psi.memory.some_avg60"
 #define TM_SER_PSI_MEMORY_SOME_SECONDS_TOTAL         "psi.memory.some_seconds_total"
 
+/* vm (collect_vmstat.c) */
+#define TM_SER_VM_DIRTY_BYTES                        "vm.dirty_bytes"
+#define TM_SER_VM_MAJOR_FAULTS_PER_SECOND            "vm.major_faults_per_second"
+#define TM_SER_VM_PAGE_CACHE_BYTES                   "vm.page_cache_bytes"
+#define TM_SER_VM_PAGE_CACHE_REFAULTS_PER_SECOND     "vm.page_cache_refaults_per_second"
+#define TM_SER_VM_PAGEIN_BYTES_PER_SECOND            "vm.pagein_bytes_per_second"
+
 /* Prefixes of families whose members are matched by prefix. */
 #define TM_SER_PROC_PROCESS_PREFIX                   "proc.process_"
 #define TM_SER_GPU_PREFIX                            "gpu."

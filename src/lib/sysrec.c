@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "series.h"
 #include "sysrec.h"
 #include "util.h"
 
@@ -43,23 +44,23 @@ int tm_sysrec_disk(tm_rec *w, int64_t t_ns, const tm_diskrate *rates, size_t n)
         char labels[TM_DISK_NAME_MAX + 16];
         snprintf(labels, sizeof labels, "device=%s", r->name);
         const struct tm_sysrec_val vals[] = {
-            {"disk.reads_per_second", "1/s", r->r_s},
-            {"disk.writes_per_second", "1/s", r->w_s},
-            {"disk.discards_per_second", "1/s", r->d_s},
-            {"disk.flushes_per_second", "1/s", r->f_s},
-            {"disk.read_bytes_per_second", "B/s", r->rkb_s * 1024.0},
-            {"disk.write_bytes_per_second", "B/s", r->wkb_s * 1024.0},
-            {"disk.discard_bytes_per_second", "B/s", r->dkb_s * 1024.0},
-            {"disk.read_merges_per_second", "1/s", r->rrqm_s},
-            {"disk.write_merges_per_second", "1/s", r->wrqm_s},
-            {"disk.read_await_seconds", "s", r->r_await / 1000.0},
-            {"disk.write_await_seconds", "s", r->w_await / 1000.0},
-            {"disk.discard_await_seconds", "s", r->d_await / 1000.0},
-            {"disk.flush_await_seconds", "s", r->f_await / 1000.0},
-            {"disk.read_request_bytes", "B", r->rareq_sz * 1024.0},
-            {"disk.write_request_bytes", "B", r->wareq_sz * 1024.0},
-            {"disk.queue_depth", "", r->aqu_sz},
-            {"disk.utilization", "ratio", r->util / 100.0},
+            {TM_SER_DISK_READS_PER_SECOND, "1/s", r->r_s},
+            {TM_SER_DISK_WRITES_PER_SECOND, "1/s", r->w_s},
+            {TM_SER_DISK_DISCARDS_PER_SECOND, "1/s", r->d_s},
+            {TM_SER_DISK_FLUSHES_PER_SECOND, "1/s", r->f_s},
+            {TM_SER_DISK_READ_BYTES_PER_SECOND, "B/s", r->rkb_s * 1024.0},
+            {TM_SER_DISK_WRITE_BYTES_PER_SECOND, "B/s", r->wkb_s * 1024.0},
+            {TM_SER_DISK_DISCARD_BYTES_PER_SECOND, "B/s", r->dkb_s * 1024.0},
+            {TM_SER_DISK_READ_MERGES_PER_SECOND, "1/s", r->rrqm_s},
+            {TM_SER_DISK_WRITE_MERGES_PER_SECOND, "1/s", r->wrqm_s},
+            {TM_SER_DISK_READ_AWAIT_SECONDS, "s", r->r_await / 1000.0},
+            {TM_SER_DISK_WRITE_AWAIT_SECONDS, "s", r->w_await / 1000.0},
+            {TM_SER_DISK_DISCARD_AWAIT_SECONDS, "s", r->d_await / 1000.0},
+            {TM_SER_DISK_FLUSH_AWAIT_SECONDS, "s", r->f_await / 1000.0},
+            {TM_SER_DISK_READ_REQUEST_BYTES, "B", r->rareq_sz * 1024.0},
+            {TM_SER_DISK_WRITE_REQUEST_BYTES, "B", r->wareq_sz * 1024.0},
+            {TM_SER_DISK_QUEUE_DEPTH, "", r->aqu_sz},
+            {TM_SER_DISK_UTILIZATION, "ratio", r->util / 100.0},
         };
         int rc = tm_sysrec_put(w, t_ns, labels, vals, TM_ARRAY_LEN(vals));
         if (rc < 0)
@@ -84,18 +85,18 @@ int tm_sysrec_pressure(tm_rec *w, int64_t t_ns, const tm_pressure_stats *ps)
 {
     if (t_ns == 0)
         t_ns = tm_now_mono_ns();
-    static const char *io[6] = {"psi.io.some_avg10", "psi.io.some_avg60",
-                                "psi.io.some_seconds_total", "psi.io.full_avg10",
-                                "psi.io.full_avg60", "psi.io.full_seconds_total"};
-    static const char *cpu[6] = {"psi.cpu.some_avg10", "psi.cpu.some_avg60",
-                                 "psi.cpu.some_seconds_total", "psi.cpu.full_avg10",
-                                 "psi.cpu.full_avg60", "psi.cpu.full_seconds_total"};
-    static const char *mem[6] = {"psi.memory.some_avg10", "psi.memory.some_avg60",
-                                 "psi.memory.some_seconds_total", "psi.memory.full_avg10",
-                                 "psi.memory.full_avg60", "psi.memory.full_seconds_total"};
-    static const char *cg[6] = {"cgroup.io.some_avg10", "cgroup.io.some_avg60",
-                                "cgroup.io.some_seconds_total", "cgroup.io.full_avg10",
-                                "cgroup.io.full_avg60", "cgroup.io.full_seconds_total"};
+    static const char *io[6] = {TM_SER_PSI_IO_SOME_AVG10, TM_SER_PSI_IO_SOME_AVG60,
+                                TM_SER_PSI_IO_SOME_SECONDS_TOTAL, TM_SER_PSI_IO_FULL_AVG10,
+                                TM_SER_PSI_IO_FULL_AVG60, TM_SER_PSI_IO_FULL_SECONDS_TOTAL};
+    static const char *cpu[6] = {TM_SER_PSI_CPU_SOME_AVG10, TM_SER_PSI_CPU_SOME_AVG60,
+                                 TM_SER_PSI_CPU_SOME_SECONDS_TOTAL, TM_SER_PSI_CPU_FULL_AVG10,
+                                 TM_SER_PSI_CPU_FULL_AVG60, TM_SER_PSI_CPU_FULL_SECONDS_TOTAL};
+    static const char *mem[6] = {TM_SER_PSI_MEMORY_SOME_AVG10, TM_SER_PSI_MEMORY_SOME_AVG60,
+                                 TM_SER_PSI_MEMORY_SOME_SECONDS_TOTAL, TM_SER_PSI_MEMORY_FULL_AVG10,
+                                 TM_SER_PSI_MEMORY_FULL_AVG60, TM_SER_PSI_MEMORY_FULL_SECONDS_TOTAL};
+    static const char *cg[6] = {TM_SER_CGROUP_IO_SOME_AVG10, TM_SER_CGROUP_IO_SOME_AVG60,
+                                TM_SER_CGROUP_IO_SOME_SECONDS_TOTAL, TM_SER_CGROUP_IO_FULL_AVG10,
+                                TM_SER_CGROUP_IO_FULL_AVG60, TM_SER_CGROUP_IO_FULL_SECONDS_TOTAL};
     struct tm_sysrec_val vals[32];
     size_t k = 0;
     if (ps->valid & TM_PRESSURE_HAVE_IO)
@@ -111,10 +112,10 @@ int tm_sysrec_pressure(tm_rec *w, int64_t t_ns, const tm_pressure_stats *ps)
     if (ps->valid & TM_PRESSURE_HAVE_CG_IO)
         k += sysrec_psi(vals + k, cg, &ps->cg_io);
     if (ps->valid & TM_PRESSURE_HAVE_CG_IOSTAT && ps->cg_iostat.valid) {
-        vals[k++] = (struct tm_sysrec_val){"cgroup.read_bytes_total", "B", (double)ps->cg_iostat.rbytes};
-        vals[k++] = (struct tm_sysrec_val){"cgroup.write_bytes_total", "B", (double)ps->cg_iostat.wbytes};
-        vals[k++] = (struct tm_sysrec_val){"cgroup.reads_total", "", (double)ps->cg_iostat.rios};
-        vals[k++] = (struct tm_sysrec_val){"cgroup.writes_total", "", (double)ps->cg_iostat.wios};
+        vals[k++] = (struct tm_sysrec_val){TM_SER_CGROUP_READ_BYTES_TOTAL, "B", (double)ps->cg_iostat.rbytes};
+        vals[k++] = (struct tm_sysrec_val){TM_SER_CGROUP_WRITE_BYTES_TOTAL, "B", (double)ps->cg_iostat.wbytes};
+        vals[k++] = (struct tm_sysrec_val){TM_SER_CGROUP_READS_TOTAL, "", (double)ps->cg_iostat.rios};
+        vals[k++] = (struct tm_sysrec_val){TM_SER_CGROUP_WRITES_TOTAL, "", (double)ps->cg_iostat.wios};
     }
     char labels[600];
     snprintf(labels, sizeof labels, "cgroup=%s", ps->cgroup);
@@ -128,21 +129,21 @@ int tm_sysrec_ptree(tm_rec *w, int64_t t_ns, const tm_ptree_stats *ts)
     char labels[32];
     snprintf(labels, sizeof labels, "root=%d", (int)ts->root);
     const struct tm_sysrec_val vals[] = {
-        {"proc.alive", "", ts->root_alive ? 1.0 : 0.0},
-        {"proc.processes", "", (double)ts->nproc},
-        {"proc.processes_d_state", "", (double)ts->nproc_d},
-        {"proc.cpu_utilization", "cores", ts->cpu_pct / 100.0},
-        {"proc.cpu_user_seconds_total", "s", ts->cpu_user_s},
-        {"proc.cpu_system_seconds_total", "s", ts->cpu_sys_s},
-        {"proc.read_bytes_per_second", "B/s", ts->read_bytes_s},
-        {"proc.write_bytes_per_second", "B/s", ts->write_bytes_s},
-        {"proc.rchar_bytes_per_second", "B/s", ts->rchar_s},
-        {"proc.cache_hit_hint", "ratio", ts->cache_hit_hint},
-        {"proc.read_bytes_total", "B", ts->read_bytes},
-        {"proc.write_bytes_total", "B", ts->write_bytes},
-        {"proc.rchar_bytes_total", "B", ts->rchar},
-        {"proc.rss_bytes", "B", ts->rss_bytes},
-        {"proc.pss_bytes", "B", ts->pss_bytes},
+        {TM_SER_PROC_ALIVE, "", ts->root_alive ? 1.0 : 0.0},
+        {TM_SER_PROC_PROCESSES, "", (double)ts->nproc},
+        {TM_SER_PROC_PROCESSES_D_STATE, "", (double)ts->nproc_d},
+        {TM_SER_PROC_CPU_UTILIZATION, "cores", ts->cpu_pct / 100.0},
+        {TM_SER_PROC_CPU_USER_SECONDS_TOTAL, "s", ts->cpu_user_s},
+        {TM_SER_PROC_CPU_SYSTEM_SECONDS_TOTAL, "s", ts->cpu_sys_s},
+        {TM_SER_PROC_READ_BYTES_PER_SECOND, "B/s", ts->read_bytes_s},
+        {TM_SER_PROC_WRITE_BYTES_PER_SECOND, "B/s", ts->write_bytes_s},
+        {TM_SER_PROC_RCHAR_BYTES_PER_SECOND, "B/s", ts->rchar_s},
+        {TM_SER_PROC_CACHE_HIT_HINT, "ratio", ts->cache_hit_hint},
+        {TM_SER_PROC_READ_BYTES_TOTAL, "B", ts->read_bytes},
+        {TM_SER_PROC_WRITE_BYTES_TOTAL, "B", ts->write_bytes},
+        {TM_SER_PROC_RCHAR_BYTES_TOTAL, "B", ts->rchar},
+        {TM_SER_PROC_RSS_BYTES, "B", ts->rss_bytes},
+        {TM_SER_PROC_PSS_BYTES, "B", ts->pss_bytes},
     };
     return tm_sysrec_put(w, t_ns, labels, vals, TM_ARRAY_LEN(vals));
 }

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "series.h"
 #include "sysrec.h"
 #include "util.h"
 
@@ -111,12 +112,12 @@ int tm_procrec_write(tm_procrec *pr, tm_rec *w, int64_t t_ns, const tm_ptree_sta
                 rchar = (double)(p->rchar - q->rchar) / dt;
         }
         const struct tm_sysrec_val vals[] = {
-            {"proc.process_cpu_utilization", "cores", cpu},
-            {"proc.process_state_d", "", (p->valid & TM_PROC_HAVE_STAT) ? (p->state == 'D') : NAN},
-            {"proc.process_read_bytes_per_second", "B/s", rd},
-            {"proc.process_rchar_bytes_per_second", "B/s", rchar},
-            {"proc.process_rss_bytes", "B", (p->valid & TM_PROC_HAVE_RSS) ? (double)p->rss_bytes : NAN},
-            {"proc.process_pss_bytes", "B", (p->valid & TM_PROC_HAVE_PSS) ? (double)p->pss_bytes : NAN},
+            {TM_SER_PROC_PROCESS_CPU_UTILIZATION, "cores", cpu},
+            {TM_SER_PROC_PROCESS_STATE_D, "", (p->valid & TM_PROC_HAVE_STAT) ? (p->state == 'D') : NAN},
+            {TM_SER_PROC_PROCESS_READ_BYTES_PER_SECOND, "B/s", rd},
+            {TM_SER_PROC_PROCESS_RCHAR_BYTES_PER_SECOND, "B/s", rchar},
+            {TM_SER_PROC_PROCESS_RSS_BYTES, "B", (p->valid & TM_PROC_HAVE_RSS) ? (double)p->rss_bytes : NAN},
+            {TM_SER_PROC_PROCESS_PSS_BYTES, "B", (p->valid & TM_PROC_HAVE_PSS) ? (double)p->pss_bytes : NAN},
         };
         char labels[96];
         procrec_labels(labels, sizeof labels, p);

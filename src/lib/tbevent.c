@@ -223,7 +223,19 @@ int tm_tb_scalar(tm_tb_writer *w, const char *tag, int64_t step, double wall_tim
 {
     if (!w || !tag)
         return tm_seterr(-EINVAL, "tensorboard: no tag");
-    return tb_write_event(w, wall_time, true, step, NULL, tag, value);
+    /* A tag is a protobuf string, which must be UTF-8 (readers refuse the
+     * event otherwise); series labels come from record files and may not
+     * be.  Ill-formed bytes become U+FFFD (tm_escape). */
+    size_t len = strlen(tag);
+    if (tm_utf8_valid_prefix(tag, len) == len)
+        return tb_write_event(w, wall_time, true, step, NULL, tag, value);
+    tm_buf b;
+    tm_buf_init(&b, TB_STR_MAX);
+    int rc = tm_buf_esc(&b, TM_ESC_UTF8, tag, len);
+    rc = rc ? tm_seterr(rc, "%s: tag longer than %d bytes", w->path, TB_STR_MAX)
+            : tb_write_event(w, wall_time, true, step, NULL, b.data, value);
+    tm_buf_free(&b);
+    return rc;
 }
 
 const char *tm_tb_path(const tm_tb_writer *w) { return w ? w->path : ""; }

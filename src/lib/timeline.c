@@ -14,7 +14,13 @@
  *
  * Times: a record's monotonic time plus its file's start_real_ns -
  * start_mono_ns is wall clock (docs/FORMAT.md); several hosts' directories
- * merge on it.
+ * merge on it.  Every clock comes from a file, which may be crafted or
+ * corrupted, so the sums saturate (util.h) rather than overflow: a wrong
+ * time is bounded, never undefined behaviour.
+ *
+ * Files are opened the way record files are (tm_rec_open_read: no blocking,
+ * no symlink followed, regular files only): a FIFO named rank0.tmr or
+ * meta.json becomes a note and the rest of the run is read.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -28,6 +34,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "rec.h"
 #include "util.h"
 
 /* Limits that keep a hostile or broken directory from taking the machine. */
@@ -398,8 +405,8 @@ static int part_inproc(struct part *p, const tm_record *rec, int64_t t)
         if (tm_inproc_decode_step(rec, &s) < 0)
             return 0;
         tm_run_step *o = part_slot(p, V_STEP);
-        s.start_ns += off;
-        s.end_ns += off;
+        s.start_ns = tm_sat_add64(s.start_ns, off);
+        s.end_ns = tm_sat_add64(s.end_ns, off);
         *o = (tm_run_step){.source = p->src, .rank = rank, .s = s};
         return 0;
     }
@@ -438,8 +445,8 @@ static int part_inproc(struct part *p, const tm_record *rec, int64_t t)
         tm_inproc_worker w;
         if (tm_inproc_decode_worker(rec, &w) < 0)
             return 0;
-        w.start_ns += off;
-        w.end_ns += off;
+        w.start_ns = tm_sat_add64(w.start_ns, off);
+        w.end_ns = tm_sat_add64(w.end_ns, off);
         tm_run_worker *o = part_slot(p, V_WORKER);
         *o = (tm_run_worker){.source = p->src, .rank = rank, .w = w};
         return 0;
@@ -448,8 +455,8 @@ static int part_inproc(struct part *p, const tm_record *rec, int64_t t)
         tm_inproc_optstep s;
         if (tm_inproc_decode_optstep(rec, &s) < 0)
             return 0;
-        s.start_ns += off;
-        s.end_ns += off;
+        s.start_ns = tm_sat_add64(s.start_ns, off);
+        s.end_ns = tm_sat_add64(s.end_ns, off);
         tm_run_optstep *o = part_slot(p, V_OPTSTEP);
         *o = (tm_run_optstep){.source = p->src, .rank = rank, .o = s};
         return 0;
@@ -571,10 +578,10 @@ static void part_load(struct part *p)
         return;
     }
     p->hdr = *tm_reader_header(rd);
-    p->off = p->hdr.start_real_ns - p->hdr.start_mono_ns;
+    p->off = tm_sat_sub64(p->hdr.start_real_ns, p->hdr.start_mono_ns);
     tm_record rec;
     while ((rc = tm_reader_next(rd, &rec)) == 1) {
-        int64_t t = rec.t_ns + p->off;
+        int64_t t = tm_sat_add64(rec.t_ns, p->off);
         if (!p->records || t < p->first)
             p->first = t;
         if (!p->records || t > p->last)
@@ -750,6 +757,23 @@ out:
     return rc;
 }
 
+/* Reads a run directory's meta.json into buf (NUL-terminated) as record
+ * files are read (tm_rec_open_read).  Its length, or a negative errno with
+ * the message set ("DIR/meta.json: not a regular file (fifo)"). */
+static ssize_t read_meta(const char *path, char *buf, size_t cap)
+{
+    int fd = tm_rec_open_read(path);
+    if (fd < 0)
+        return fd;
+    ssize_t n = tm_pread_file(fd, buf, cap);
+    close(fd);
+    if (n == -EFBIG)
+        return tm_seterr((int)n, "%s: larger than %zu bytes", path, cap - 1);
+    if (n < 0)
+        return tm_seterr((int)n, "%s: %s", path, strerror((int)-n));
+    return n;
+}
+
 /* After the first pass: gives each source its index and each part its
  * place in the run's arrays, allocated at their final size. */
 static int run_place(tm_run *r)
@@ -873,8 +897,16 @@ int tm_run_load(tm_run **out, const char *const *dirs, size_t n)
         snprintf(path, sizeof path, "%s/meta.json", r->dirs[i]);
         if (!meta && !(meta = malloc(RUN_META_MAX)))
             goto nomem;
-        if (tm_read_file(path, meta, RUN_META_MAX) >= 0 && !(r->metas[i] = strdup(meta)))
+        ssize_t ml = read_meta(path, meta, RUN_META_MAX);
+        if (ml >= 0 && !(r->metas[i] = strdup(meta)))
             goto nomem;
+        if (ml < 0 && ml != -ENOENT) {
+            /* Missing is normal (a directory from an old version); anything
+             * else the user should hear about. */
+            char *s;
+            if (asprintf(&s, "%s, ignored", tm_last_error()) < 0 || run_note(r, s) < 0)
+                goto nomem;
+        }
     }
     for_parts(r->parts, r->nparts, part_count);
     if (run_place(r) < 0)
@@ -885,8 +917,19 @@ int tm_run_load(tm_run **out, const char *const *dirs, size_t n)
     if (r->nsources == 0) {
         /* Name the first directory, and why when its files were refused. */
         const char *why = "no trainmon record files";
-        rc = tm_seterr(-ENOENT, "%s: %s", r->dirs[0],
-                       r->nparts ? "no readable trainmon record files" : why);
+        /* The caller gets this one line and not the notes: say why the
+         * first file was refused (a FIFO, a symlink, not a record file). */
+        const char *first = NULL;
+        size_t plen = r->nparts ? strlen(r->parts[0].path) : 0;
+        for (size_t i = 0; plen && i < r->nnotes && !first; i++)
+            if (strncmp(r->notes[i], r->parts[0].path, plen) == 0 && r->notes[i][plen] == ':')
+                first = r->notes[i];
+        if (first)
+            rc = tm_seterr(-ENOENT, "%s: no readable trainmon record files (%s)", r->dirs[0],
+                           first);
+        else
+            rc = tm_seterr(-ENOENT, "%s: %s", r->dirs[0],
+                           r->nparts ? "no readable trainmon record files" : why);
         goto out;
     }
     *out = r;

@@ -288,34 +288,168 @@ int tm_buf_printf(tm_buf *b, const char *fmt, ...)
     return rc;
 }
 
+/* ------------------------------------------------- text out: valid UTF-8 */
+
+size_t tm_utf8_decode(const char *s, size_t len, uint32_t *cp)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    *cp = TM_UTF8_BAD;
+    if (!len)
+        return 0;
+    unsigned char c = u[0];
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    }
+    /* Unicode Table 3-7: the lead byte fixes the length and the range of
+     * the second byte (which rules out overlong forms, surrogates and code
+     * points beyond U+10FFFF); later bytes are plain continuations. */
+    size_t need;
+    uint32_t v;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) {
+        need = 1;
+        v = c & 0x1Fu;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        need = 2;
+        v = c & 0x0Fu;
+        if (c == 0xE0)
+            lo = 0xA0;
+        else if (c == 0xED)
+            hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        need = 3;
+        v = c & 0x07u;
+        if (c == 0xF0)
+            lo = 0x90;
+        else if (c == 0xF4)
+            hi = 0x8F;
+    } else {
+        return 1; /* a continuation byte alone, C0, C1, F5..FF */
+    }
+    for (size_t i = 1; i <= need; i++) {
+        if (i >= len || u[i] < lo || u[i] > hi)
+            return i; /* the maximal ill-formed subpart: what was valid so far */
+        v = v << 6 | (u[i] & 0x3Fu);
+        lo = 0x80;
+        hi = 0xBF;
+    }
+    *cp = v;
+    return need + 1;
+}
+
+size_t tm_utf8_valid_prefix(const char *s, size_t len)
+{
+    size_t i = 0;
+    while (i < len) {
+        if ((unsigned char)s[i] < 0x80) {
+            i++;
+            continue;
+        }
+        uint32_t cp;
+        size_t n = tm_utf8_decode(s + i, len - i, &cp);
+        if (cp == TM_UTF8_BAD)
+            break;
+        i += n;
+    }
+    return i;
+}
+
+#define TM_REPLACEMENT "\xEF\xBF\xBD" /* U+FFFD in UTF-8 */
+
+/* The replacement of ASCII byte c under how (its length in *n), or NULL
+ * when c goes out as it is. */
+static const char *esc_ascii(tm_esc how, unsigned char c, char tmp[8], size_t *n)
+{
+    const char *r = NULL;
+    bool ctl = c < 0x20 || c == 0x7f;
+    switch (how) {
+    case TM_ESC_UTF8:
+        break;
+    case TM_ESC_JSON:
+        switch (c) {
+        case '"': r = "\\\""; break;
+        case '\\': r = "\\\\"; break;
+        case '\n': r = "\\n"; break;
+        case '\t': r = "\\t"; break;
+        case '\r': r = "\\r"; break;
+        default:
+            if (ctl) {
+                snprintf(tmp, 8, "\\u%04x", c);
+                r = tmp;
+            }
+        }
+        break;
+    case TM_ESC_PROM:
+        r = c == '\\' ? "\\\\" : c == '"' ? "\\\"" : c == '\n' ? "\\n" : NULL;
+        break;
+    case TM_ESC_HTML:
+        switch (c) {
+        case '&': r = "&amp;"; break;
+        case '<': r = "&lt;"; break;
+        case '>': r = "&gt;"; break;
+        case '"': r = "&quot;"; break;
+        case '\'': r = "&#39;"; break;
+        default:
+            /* HTML has no escape for them (&#1; is a parse error too). */
+            if (ctl && c != '\t' && c != '\n' && c != '\r')
+                r = TM_REPLACEMENT;
+        }
+        break;
+    case TM_ESC_CSV:
+        r = c == '"' ? "\"\"" : NULL;
+        break;
+    case TM_ESC_TEXT:
+        r = ctl ? "?" : NULL;
+        break;
+    }
+    if (r)
+        *n = strlen(r);
+    return r;
+}
+
+int tm_escape(tm_esc how, const char *s, size_t len, tm_esc_put put, void *ctx)
+{
+    size_t from = 0, i = 0;
+    int rc;
+    while (i < len) {
+        unsigned char c = (unsigned char)s[i];
+        const char *rep;
+        size_t rlen = 0, adv = 1;
+        char tmp[8];
+        if (c >= 0x80) {
+            uint32_t cp;
+            adv = tm_utf8_decode(s + i, len - i, &cp);
+            if (cp != TM_UTF8_BAD) {
+                i += adv;
+                continue;
+            }
+            rep = TM_REPLACEMENT;
+            rlen = 3;
+        } else if (!(rep = esc_ascii(how, c, tmp, &rlen))) {
+            i++;
+            continue;
+        }
+        if (i > from && (rc = put(ctx, s + from, i - from)) != 0)
+            return rc;
+        if ((rc = put(ctx, rep, rlen)) != 0)
+            return rc;
+        i += adv;
+        from = i;
+    }
+    return i > from ? put(ctx, s + from, i - from) : 0;
+}
+
+static int buf_put(void *ctx, const char *p, size_t n) { return tm_buf_add(ctx, p, n); }
+
+int tm_buf_esc(tm_buf *b, tm_esc how, const char *s, size_t len)
+{
+    return tm_escape(how, s, len, buf_put, b);
+}
+
 int tm_buf_json_str(tm_buf *b, const char *s, size_t len)
 {
-    /* Raw UTF-8 passes through; only quote, backslash and control
-     * characters are escaped. */
-    size_t start = 0;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c >= 0x20 && c != '"' && c != '\\')
-            continue;
-        int rc = tm_buf_add(b, s + start, i - start);
-        if (rc)
-            return rc;
-        char esc[8];
-        switch (c) {
-        case '"': rc = tm_buf_add(b, "\\\"", 2); break;
-        case '\\': rc = tm_buf_add(b, "\\\\", 2); break;
-        case '\n': rc = tm_buf_add(b, "\\n", 2); break;
-        case '\t': rc = tm_buf_add(b, "\\t", 2); break;
-        case '\r': rc = tm_buf_add(b, "\\r", 2); break;
-        default:
-            snprintf(esc, sizeof esc, "\\u%04x", c);
-            rc = tm_buf_add(b, esc, 6);
-        }
-        if (rc)
-            return rc;
-        start = i + 1;
-    }
-    return tm_buf_add(b, s + start, len - start);
+    return tm_buf_esc(b, TM_ESC_JSON, s, len);
 }
 
 void tm_buf_reset(tm_buf *b)

@@ -62,7 +62,10 @@ int tm_buf_add(tm_buf *b, const void *data, size_t len);
 int tm_buf_printf(tm_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The same with a va_list: a piece of any length (up to the buffer's cap). */
 int tm_buf_vprintf(tm_buf *b, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
-/* Appends s as the contents of a JSON string (no quotes added). */
+/* Appends s escaped for how (tm_escape: always valid UTF-8 out). */
+int tm_buf_esc(tm_buf *b, tm_esc how, const char *s, size_t len);
+/* Appends s as the contents of a JSON string (no quotes added):
+ * tm_buf_esc with TM_ESC_JSON. */
 int tm_buf_json_str(tm_buf *b, const char *s, size_t len);
 void tm_buf_reset(tm_buf *b);
 void tm_buf_free(tm_buf *b);

@@ -142,6 +142,15 @@ printf 'theirs\n' > "$scratch/theirs.html"; chown nobody "$scratch/theirs.html"
 "$tm" export "$good" --format csv -o "$scratch/fine.csv" 2> /dev/null || fail "export over our own file failed"
 head -n1 "$scratch/fine.csv" | grep -q time || fail "export: no CSV header"
 
+# --- watch -o and export --format tensorboard -o make private directories,
+# and refuse a symlink where the output directory should be
+"$tm" watch -n 2 -i 0.2 -o "$scratch/watchdir" / > /dev/null 2>&1 || fail "watch -o: failed"
+[ "$(mode "$scratch/watchdir")" = 700 ] || fail "watch -o: dir mode $(mode "$scratch/watchdir"), want 700"
+mkdir -m 700 "$scratch/elsewhere"; ln -s "$scratch/elsewhere" "$scratch/tblink"
+"$tm" export "$scratch/watchdir" --format tensorboard -o "$scratch/tblink" > /dev/null 2> "$scratch/err" &&
+    fail "export tensorboard -o through a symlink: accepted"
+[ -z "$(ls -A "$scratch/elsewhere")" ] || fail "export tensorboard wrote through a symlink"
+
 # --- the Python extension's run directory
 code='import trainmon; m = trainmon.Monitor(); m.capture("x"); print("DIR", trainmon.run_dir())'
 TRAINMON_RUN_DIR="$scratch/py/a/b" PYTHONPATH="$root/python" "$py" -c "$code" > "$scratch/out" 2> "$scratch/err" ||

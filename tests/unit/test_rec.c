@@ -15,6 +15,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -27,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../helpers/tmr_craft.h"
 #include "rec.h"
 #include "trainmon.h"
 
@@ -929,6 +931,128 @@ static void test_ring_below_the_minimum_size_is_einval(void **state)
     assert_int_equal(tm_rec_open(&w, path, &o), -EINVAL);
 }
 
+/* ------------------------------------------ hostile files (issue #15) */
+
+/* Reads the crafted resync worst case (tests/helpers/tmr_craft.h) and
+ * checks what was read and how much work it took. */
+static void check_crafted_far(uint64_t size, uint32_t bs)
+{
+    long nblocks = craft_far(path, size, bs);
+    assert_true(nblocks > 0);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    tm_reader *r = NULL;
+    assert_int_equal(tm_reader_open(&r, path), 0);
+    readout o = {0};
+    drain(r, &o);
+    tm_reader_counters c;
+    tm_reader_stats(r, &c);
+    tm_reader_close(&r);
+
+    /* Everything intact is read: the one valid event of every block. */
+    assert_int_equal(o.count, (size_t)nblocks);
+    assert_consecutive(&o, 0);
+    /* Each block's crafted part is damage (valid data follows it), the
+     * last block's is a torn tail; the first at the first crafted header:
+     * block 0 at 4096, its header 16, the event 24 + 16 bytes. */
+    assert_int_equal(o.ndamage, (size_t)nblocks - 1);
+    if (nblocks > 1) {
+        assert_int_equal(o.damage[0].offset, 4096u + 16u + 40u);
+        assert_string_equal(o.damage[0].what, "bad checksum");
+    }
+    assert_true(o.torn);
+    /* Linear work: CRC over at most a few times the file (the old reader
+     * did bs/16 times the file: 4096x for 64 KiB blocks), and at most one
+     * candidate per 8 bytes. */
+    uint64_t fsize = (uint64_t)st.st_size;
+    if (c.crc_bytes > 5 * fsize)
+        fail_msg("%" PRIu64 " bytes CRC'd for a file of %" PRIu64, c.crc_bytes, fsize);
+    assert_true(c.candidates <= fsize / 8);
+    assert_true(c.unchecked > 0); /* the cap did the work */
+    assert_int_equal(c.records, (uint64_t)nblocks);
+    free_readout(&o);
+}
+
+static void test_crafted_resync_file_with_64k_blocks_is_read_in_linear_work(void **state)
+{
+    (void)state;
+    check_crafted_far(4096 + 64 * 65536, 65536);
+}
+
+static void test_one_crafted_16_mib_block_is_read_in_linear_work(void **state)
+{
+    (void)state;
+    /* The old reader's worst case: bs^2/16 = 16 TB of CRC for this block. */
+    check_crafted_far(4096 + TM_REC_MAX_BLOCK, TM_REC_MAX_BLOCK);
+}
+
+static void test_damage_in_many_records_of_a_block_loses_only_those(void **state)
+{
+    (void)state;
+    /* Honest damage (every other record of block 2 scribbled) stays far
+     * below the CRC cap: every intact record is found again. */
+    readout o = write_n(1000);
+    uint64_t lo = 4096 + 2 * 4096, hi = lo + 4096;
+    size_t nbad = 0;
+    bool bad[1000] = {false};
+    for (size_t i = 0; i < o.count; i++) {
+        if (o.offsets[i] >= lo && o.offsets[i] < hi && i % 2) {
+            flip_bytes(o.offsets[i] + 30, 4);
+            bad[i] = true;
+            nbad++;
+        }
+    }
+    assert_true(nbad >= 10);
+    free_readout(&o);
+    tm_reader *r = NULL;
+    assert_int_equal(tm_reader_open(&r, path), 0);
+    o = (readout){0};
+    drain(r, &o);
+    tm_reader_counters c;
+    tm_reader_stats(r, &c);
+    tm_reader_close(&r);
+    assert_int_equal(o.count, 1000 - nbad);
+    size_t k = 0;
+    for (long i = 0; i < 1000; i++)
+        if (!bad[i])
+            assert_int_equal(o.nums[k++], i);
+    assert_int_equal(o.ndamage, nbad);
+    assert_int_equal(c.unchecked, 0);
+    assert_false(o.torn);
+    free_readout(&o);
+}
+
+static void test_a_fifo_is_refused_at_once_as_not_a_regular_file(void **state)
+{
+    (void)state;
+    assert_int_equal(mkfifo(path, 0600), 0);
+    alarm(5); /* a reader that blocks on the FIFO is killed, and fails */
+    tm_reader *r = NULL;
+    assert_int_equal(tm_reader_open(&r, path), -EINVAL);
+    alarm(0);
+    assert_null(r);
+    char want[300];
+    snprintf(want, sizeof want, "%s: not a regular file (fifo)", path);
+    assert_string_equal(tm_last_error(), want);
+}
+
+static void test_a_symlink_is_refused_not_followed(void **state)
+{
+    (void)state;
+    readout o = write_n(3);
+    free_readout(&o);
+    char link[300];
+    snprintf(link, sizeof link, "%s/link.tmr", dir);
+    assert_int_equal(symlink(path, link), 0);
+    tm_reader *r = NULL;
+    assert_int_equal(tm_reader_open(&r, link), -ELOOP);
+    char want[400];
+    snprintf(want, sizeof want, "%s: not a regular file (symlink, not followed)", link);
+    assert_string_equal(tm_last_error(), want);
+    assert_int_equal(tm_reader_open(&r, dir), -EISDIR);
+    assert_non_null(strstr(tm_last_error(), "not a regular file (directory)"));
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void)
@@ -961,6 +1085,11 @@ int main(void)
         T(test_decoders_reject_payloads_too_short_for_their_lengths),
         T(test_unknown_record_types_read_back_with_their_payload),
         T(test_ring_below_the_minimum_size_is_einval),
+        T(test_crafted_resync_file_with_64k_blocks_is_read_in_linear_work),
+        T(test_one_crafted_16_mib_block_is_read_in_linear_work),
+        T(test_damage_in_many_records_of_a_block_loses_only_those),
+        T(test_a_fifo_is_refused_at_once_as_not_a_regular_file),
+        T(test_a_symlink_is_refused_not_followed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,7 @@
 /*
- * test_report.c - the run timeline (src/lib/timeline.c) and the findings
- * (src/lib/analysis.c, docs/DIAGNOSIS.md).  Each test writes a run
+ * test_report.c - the run timeline (src/lib/timeline.c), the run summary
+ * (src/lib/runsum.c) and the findings (src/lib/analysis.c and its rule
+ * table, src/lib/rules_*.c, docs/DIAGNOSIS.md).  Each test writes a run
  * directory of record files the way the sampler and the CPython extension
  * do (tm_rec_* and tm_inproc_encode_*), loads it and asserts the finding,
  * its numbers and what must not be found.
@@ -21,6 +22,7 @@
 #include <cmocka.h>
 
 #include "analysis.h"
+#include "rules.h"
 #include "trainmon.h"
 
 #define S_NS 1000000000LL
@@ -181,7 +183,7 @@ static void test_data_wait_of_one_percent_is_input_ok(void **st)
     tm_analysis *a = analyze(&run);
     const tm_finding *f = tm_analysis_find(a, "input.ok");
     assert_non_null(f);
-    assert_string_equal(f->severity, "info");
+    assert_string_equal(tm_severity_name(f->severity), "info");
     assert_true(fabs(ev_num(f, "data_wait_fraction") - 0.01) < 1e-6);
     assert_null(tm_analysis_find(a, "input.disk_bound"));
     assert_null(tm_analysis_find(a, "input.cpu_bound"));
@@ -221,8 +223,8 @@ static void test_throttled_disk_with_high_await_and_workers_in_d_state_is_disk_b
     tm_analysis *a = analyze(&run);
     const tm_finding *f = tm_analysis_find(a, "input.disk_bound");
     assert_non_null(f);
-    assert_string_equal(f->severity, "high");
-    assert_string_equal(f->confidence, "high");
+    assert_string_equal(tm_severity_name(f->severity), "high");
+    assert_string_equal(tm_confidence_name(f->confidence), "high");
     assert_non_null(strstr(f->evidence, "\"disk\":\"vdb\""));
     assert_true(fabs(ev_num(f, "data_wait_fraction") - 0.6) < 1e-6);
     assert_true(fabs(ev_num(f, "disk_read_await_s") - 0.025) < 1e-9);
@@ -255,7 +257,7 @@ static void test_busy_workers_slower_than_compute_are_cpu_bound_with_a_worker_co
     tm_analysis *a = analyze(&run);
     const tm_finding *f = tm_analysis_find(a, "input.cpu_bound");
     assert_non_null(f);
-    assert_string_equal(f->confidence, "high");
+    assert_string_equal(tm_confidence_name(f->confidence), "high");
     /* 0.2 s per batch against 0.04 s of compute: 5 workers keep up. */
     assert_true(ev_num(f, "workers_needed") == 5);
     assert_true(ev_num(f, "workers_per_rank") == 2);
@@ -276,8 +278,8 @@ static void test_data_wait_without_system_data_is_a_low_confidence_finding(void 
     tm_analysis *a = analyze(&run);
     const tm_finding *f = tm_analysis_find(a, "input.data_wait");
     assert_non_null(f);
-    assert_string_equal(f->confidence, "low");
-    assert_string_equal(f->severity, "medium");
+    assert_string_equal(tm_confidence_name(f->confidence), "low");
+    assert_string_equal(tm_severity_name(f->severity), "medium");
     assert_null(tm_analysis_find(a, "input.ok"));
     done(&run, &a);
 }
@@ -294,7 +296,7 @@ static void test_workers_off_cpu_without_system_data_are_not_called_disk_bound(v
     tm_analysis *a = analyze(&run);
     const tm_finding *f = tm_analysis_find(a, "input.data_wait");
     assert_non_null(f);
-    assert_string_equal(f->confidence, "low");
+    assert_string_equal(tm_confidence_name(f->confidence), "low");
     assert_null(tm_analysis_find(a, "input.disk_bound"));
     assert_null(tm_analysis_find(a, "input.cpu_bound"));
     done(&run, &a);
@@ -609,7 +611,7 @@ static void test_allocation_retries_are_reported_with_their_rate(void **st)
     assert_non_null(f);
     assert_true(ev_num(f, "alloc_retries") == 10);
     assert_true(ev_num(f, "first_seen_step") == 10);
-    assert_string_equal(f->severity, "high"); /* 0.5 retries per step */
+    assert_string_equal(tm_severity_name(f->severity), "high"); /* 0.5 retries per step */
     done(&run, &a);
 }
 
@@ -650,7 +652,7 @@ static void test_oom_names_step_phase_request_free_and_snapshot_once(void **st)
         nooms += strcmp(list[i].id, "gpu_mem.oom") == 0;
     assert_int_equal(nooms, 1);
     const tm_finding *f = tm_analysis_find(a, "gpu_mem.oom");
-    assert_string_equal(f->severity, "high");
+    assert_string_equal(tm_severity_name(f->severity), "high");
     assert_true(ev_num(f, "step") == 42);
     assert_true(ev_num(f, "requested_bytes") == 4 * GiB);
     assert_true(ev_num(f, "free_device_bytes") == 1 * GiB);
@@ -1072,6 +1074,112 @@ static void test_html_chart_lines_of_a_long_run_keep_at_most_1000_points(void **
     free(page);
 }
 
+static void test_titles_give_memory_in_gib_and_mib(void **st)
+{
+    (void)st;
+    put_rank(0, 0.1, 30 * GiB);
+    put_rank(1, 0.1, 20 * GiB);
+    put_rank(2, 0.1, 20 * GiB);
+    tm_rec *w = open_rec("rank3.tmr", "rank3", 3);
+    put_steps(w, 10, 0, 0.1, 0.001);
+    for (int i = 0; i < 10; i++)
+        put_capture(w, i * 0.1, (uint64_t)i,
+                    (struct cap){50 * GiB, 74 * GiB, 73 * GiB, 0, 80 * GiB, 0});
+    tm_rec_close(&w);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "gpu_mem.near_capacity");
+    assert_non_null(f);
+    assert_non_null(strstr(f->title, "peak 74.00 GiB of 80.00 GiB (92%)"));
+    f = tm_analysis_find(a, "ranks.imbalance");
+    assert_non_null(f);
+    assert_non_null(strstr(f->title, "74.00 GiB against a median of 25.00 GiB"));
+    done(&run, &a);
+}
+
+/* --- workers are counted per (rank, worker id) */
+
+static void test_eight_ranks_of_four_workers_are_32_workers_and_4_per_rank(void **st)
+{
+    (void)st;
+    char file[64], role[32];
+    for (int r = 0; r < 8; r++) {
+        snprintf(file, sizeof file, "rank%d.tmr", r);
+        snprintf(role, sizeof role, "rank%d", r);
+        tm_rec *w = open_rec(file, role, r);
+        put_steps(w, 100, 0, 0.1, 0.06); /* 60% waiting, 0.04 s of compute */
+        tm_rec_close(&w);
+        /* Every rank's DataLoader numbers its workers 0..3 again. */
+        for (int k = 0; k < 4; k++) {
+            unsigned pid = 1000u + 10u * (unsigned)r + (unsigned)k;
+            snprintf(file, sizeof file, "worker-r%d-%u.tmr", r, pid);
+            snprintf(role, sizeof role, "worker%d", k);
+            w = open_rec(file, role, r);
+            put_worker_batches(w, k, pid, 20, 0.2, 0.95, 300 * MiB, 0);
+            tm_rec_close(&w);
+        }
+    }
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    assert_int_equal(a->sum.workers, 32);
+    assert_int_equal(a->nranks, 8);
+    for (size_t i = 0; i < a->nranks; i++)
+        assert_int_equal(a->ranks[i].workers, 4);
+    const tm_finding *f = tm_analysis_find(a, "input.cpu_bound");
+    assert_non_null(f);
+    assert_true(ev_num(f, "workers") == 32);
+    assert_true(ev_num(f, "workers_per_rank") == 4);
+    assert_non_null(strstr(f->advice, "now 4)"));
+    done(&run, &a);
+}
+
+static void test_worker_ids_above_255_are_not_folded_onto_small_ones(void **st)
+{
+    (void)st;
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(r0, 100, 0, 0.1, 0.06);
+    tm_rec_close(&r0);
+    /* Ids 1 and 257 were one worker under an 8-bit mask. */
+    put_worker_file(1, 501, 20, 0.2, 0.95, 300 * MiB, 0);
+    put_worker_file(257, 502, 20, 0.2, 0.95, 300 * MiB, 0);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    assert_int_equal(a->sum.workers, 2);
+    assert_int_equal(a->ranks[0].workers, 2);
+    done(&run, &a);
+}
+
+/* --- the rule table */
+
+static void test_rule_table_has_unique_ids_each_with_one_apply_function(void **st)
+{
+    (void)st;
+    const struct tm_rule *r;
+    size_t n = tm_an_rules(&r);
+    assert_true(n >= 12);
+    for (size_t i = 0; i < n; i++) {
+        assert_non_null(r[i].id);
+        assert_true((r[i].run != NULL) != (r[i].rank != NULL));
+        assert_true(r[i].max <= TM_SEV_HIGH);
+        for (size_t j = 0; j < i; j++)
+            assert_string_not_equal(r[i].id, r[j].id);
+    }
+}
+
+static void test_severity_and_confidence_names_are_the_reports_words(void **st)
+{
+    (void)st;
+    assert_string_equal(tm_severity_name(TM_SEV_INFO), "info");
+    assert_string_equal(tm_severity_name(TM_SEV_LOW), "low");
+    assert_string_equal(tm_severity_name(TM_SEV_MEDIUM), "medium");
+    assert_string_equal(tm_severity_name(TM_SEV_HIGH), "high");
+    assert_string_equal(tm_severity_name((enum tm_severity)42), "?");
+    assert_string_equal(tm_confidence_name(TM_CONF_LOW), "low");
+    assert_string_equal(tm_confidence_name(TM_CONF_MEDIUM), "medium");
+    assert_string_equal(tm_confidence_name(TM_CONF_HIGH), "high");
+    assert_string_equal(tm_confidence_name((enum tm_confidence)42), "?");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1114,6 +1222,11 @@ int main(void)
         T(test_an_empty_directory_fails_saying_it_has_no_record_files),
         T(test_two_hosts_directories_merge_into_one_run),
         T(test_json_report_has_run_summary_findings_and_damage),
+        T(test_titles_give_memory_in_gib_and_mib),
+        T(test_eight_ranks_of_four_workers_are_32_workers_and_4_per_rank),
+        T(test_worker_ids_above_255_are_not_folded_onto_small_ones),
+        T(test_rule_table_has_unique_ids_each_with_one_apply_function),
+        T(test_severity_and_confidence_names_are_the_reports_words),
 #undef T
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

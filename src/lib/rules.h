@@ -1,0 +1,83 @@
+/*
+ * rules.h - what the rules (rules_*.c) share: the state of one analysis,
+ * the evidence builder, the finding adder and one prototype per rule.
+ * analysis.c holds the one rule table that applies them in order.  A new
+ * finding is one function in the rules file of its family, its prototype
+ * here and one line in the table (docs/DIAGNOSIS.md, "How the rules are
+ * organised").  Internal.
+ */
+#ifndef TM_RULES_H
+#define TM_RULES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "analysis.h"
+#include "runsum.h"
+#include "util.h"
+
+#define TM_AN_MiB (1024.0 * 1024.0)
+#define TM_AN_GiB (1024.0 * 1024.0 * 1024.0)
+
+struct an;
+
+/* One rule: the finding id it reports, the most severe it can say (the
+ * table documents it; tm_an_add lowers a higher one to it) and the
+ * function that applies it.  Exactly one of run (once per analysis) and
+ * rank (once per training process) is set. */
+struct tm_rule {
+    const char *id;
+    enum tm_severity max;
+    void (*run)(struct an *an);
+    void (*rank)(struct an *an, const tm_an_rank *R);
+};
+
+/* One analysis in progress.  v and a are tm_analyze's; rule is the rule
+ * being applied (its id goes on each finding it adds). */
+struct an {
+    const tm_runview *v;
+    tm_analysis *a;
+    const struct tm_rule *rule;
+    bool nomem; /* a finding was lost to memory: tm_analyze fails */
+};
+
+/* Evidence: a JSON object built field by field (a growable tm_buf). */
+struct ev {
+    tm_buf b;
+    bool first;
+};
+
+void tm_an_ev_open(struct ev *e);
+void tm_an_ev_key(struct ev *e, const char *k);
+/* A number; null when not finite, an integer without decimals. */
+void tm_an_ev_num(struct ev *e, const char *k, double v);
+void tm_an_ev_str(struct ev *e, const char *k, const char *s);
+/* Closes e and adds the finding of the current rule (copies title and
+ * advice; frees e's buffer).  Out of memory sets an->nomem. */
+void tm_an_add(struct an *an, enum tm_severity sev, enum tm_confidence conf, int32_t rank,
+               struct ev *e, const char *title, const char *advice);
+/* "1.50 GiB", "12.0 MiB", "512 KiB" or "n/a". */
+void tm_an_bytes(char *buf, size_t cap, double v);
+
+/* rules_input.c: the loop waits for data, and why (one of the four). */
+void tm_rule_input_ok(struct an *an);
+void tm_rule_input_disk_bound(struct an *an);
+void tm_rule_input_cpu_bound(struct an *an);
+void tm_rule_input_data_wait(struct an *an);
+/* rules_gpu.c */
+void tm_rule_gpu_underutilized(struct an *an);
+/* rules_gpu_mem.c: per training process. */
+void tm_rule_gpu_mem_near_capacity(struct an *an, const tm_an_rank *R);
+void tm_rule_gpu_mem_growth(struct an *an, const tm_an_rank *R);
+void tm_rule_gpu_mem_fragmentation(struct an *an, const tm_an_rank *R);
+void tm_rule_gpu_mem_alloc_retries(struct an *an, const tm_an_rank *R);
+void tm_rule_gpu_mem_oom(struct an *an, const tm_an_rank *R);
+/* rules_host.c */
+void tm_rule_host_mem_worker_growth(struct an *an);
+/* rules_ranks.c */
+void tm_rule_ranks_imbalance(struct an *an);
+
+/* The rule table, in the order the rules are applied; NULL-free. */
+size_t tm_an_rules(const struct tm_rule **list);
+
+#endif

@@ -1,0 +1,240 @@
+/*
+ * rules_input.c - input.*: does the loop wait for data, and is the limit
+ * the storage or the workers' CPU (docs/DIAGNOSIS.md, "input.*").  The
+ * four findings exclude one another: input_verdict() counts the votes once
+ * and each rule reports only its own verdict.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "rules.h"
+
+static enum tm_severity wait_severity(double f)
+{
+    return f >= TM_AN_DATA_WAIT_HIGH     ? TM_SEV_HIGH
+           : f >= TM_AN_DATA_WAIT_MEDIUM ? TM_SEV_MEDIUM
+                                         : TM_SEV_LOW;
+}
+
+static void ev_input_common(struct ev *e, const tm_an_summary *S)
+{
+    tm_an_ev_num(e, "data_wait_fraction", S->data_wait_fraction);
+    tm_an_ev_num(e, "threshold", TM_AN_DATA_WAIT_FRACTION);
+    tm_an_ev_num(e, "steps", (double)S->steps_total);
+    tm_an_ev_num(e, "step_time_median_s", S->step_median_s);
+    tm_an_ev_num(e, "compute_time_median_s", S->compute_median_s);
+}
+
+enum input_kind { IN_NONE, IN_OK, IN_DISK, IN_CPU, IN_WAIT };
+
+/* The votes of the system signals and the verdict they give. */
+struct votes {
+    enum input_kind kind;
+    bool v_dstate, c_busy, c_sys, c_starved;
+    int disk, cpu;
+    double busy, ratio;
+};
+
+static struct votes input_verdict(const tm_an_summary *S)
+{
+    struct votes w = {.kind = IN_NONE};
+    if (isnan(S->data_wait_fraction))
+        return w;
+    if (S->data_wait_fraction < TM_AN_DATA_WAIT_FRACTION) {
+        w.kind = IN_OK;
+        return w;
+    }
+    /* Votes: which resource the waiting points at.  Storage needs positive
+     * evidence: the workers in D state, or the disk behind the data busy
+     * while the workers read from a disk at all (a busy disk that the
+     * workers do not read from is someone else's). */
+    bool workers_read = !(S->worker_read_bps < TM_AN_WORKER_READ_MIN_BPS); /* or unknown */
+    bool v_dstate = S->worker_d_share >= TM_AN_WORKER_D_SHARE;
+    bool v_await = workers_read && (S->disk_await_s >= TM_AN_DISK_AWAIT_S ||
+                                    (S->disk_util >= TM_AN_DISK_UTIL && S->disk_queue >= 1.0));
+    bool v_ceiling = workers_read && S->disk_read_bps >= TM_AN_DISK_MIN_BPS &&
+                     S->disk_ceiling_share >= TM_AN_DISK_CEILING_SHARE;
+    bool v_psi = S->psi_io_some >= TM_AN_PSI_IO_SOME;
+    bool storage = v_dstate || v_await || v_ceiling;
+    /* CPU: the workers busy on a core while they fetch, or starved of one:
+     * tasks waited for a CPU (psi) and the workers' CPU time plus that
+     * wait covers their fetch time.  CPU taken by other load still makes
+     * the input CPU-bound from the job's point of view. */
+    double busy = isnan(S->worker_busy) ? S->worker_cpu_sys : S->worker_busy;
+    bool c_busy = S->worker_busy >= TM_AN_WORKER_BUSY;
+    bool c_sys = S->worker_cpu_sys >= TM_AN_WORKER_BUSY;
+    bool c_starved = !v_dstate && S->psi_cpu_some >= TM_AN_PSI_CPU_SOME &&
+                     busy >= TM_AN_WORKER_CPU_MIN && busy + S->psi_cpu_some >= TM_AN_WORKER_BUSY;
+    int disk = v_dstate + v_await + v_ceiling + (storage && v_psi);
+    int cpu = c_busy + c_sys + c_starved;
+    double ratio = S->compute_median_s > 0 ? S->step_median_s / S->compute_median_s : NAN;
+    w.v_dstate = v_dstate;
+    w.c_busy = c_busy;
+    w.c_sys = c_sys;
+    w.c_starved = c_starved;
+    w.disk = disk;
+    w.cpu = cpu;
+    w.busy = busy;
+    w.ratio = ratio;
+    w.kind = storage && (disk >= 2 || cpu == 0) ? IN_DISK : cpu >= 1 ? IN_CPU : IN_WAIT;
+    return w;
+}
+
+/* The evidence of a waiting verdict: every signal and the votes. */
+static void ev_input_votes(struct ev *e, const tm_an_summary *S, const struct votes *w)
+{
+    tm_an_ev_open(e);
+    ev_input_common(e, S);
+    if (S->disk[0])
+        tm_an_ev_str(e, "disk", S->disk);
+    tm_an_ev_num(e, "disk_read_bytes_per_second", S->disk_read_bps);
+    tm_an_ev_num(e, "disk_read_bytes_per_second_max", S->disk_read_bps_max);
+    tm_an_ev_num(e, "disk_read_await_s", S->disk_await_s);
+    tm_an_ev_num(e, "disk_utilization", S->disk_util);
+    tm_an_ev_num(e, "disk_queue_depth", S->disk_queue);
+    tm_an_ev_num(e, "disk_ceiling_share", S->disk_ceiling_share);
+    tm_an_ev_num(e, "psi_io_some", S->psi_io_some);
+    tm_an_ev_num(e, "psi_cpu_some", S->psi_cpu_some);
+    tm_an_ev_num(e, "worker_d_state_share", S->worker_d_share);
+    tm_an_ev_num(e, "worker_read_bytes_per_second", S->worker_read_bps);
+    tm_an_ev_num(e, "worker_cpu_utilization", S->worker_cpu_sys);
+    tm_an_ev_num(e, "worker_cpu_per_fetch_second", S->worker_busy);
+    tm_an_ev_num(e, "worker_batch_time_median_s", S->worker_batch_median_s);
+    tm_an_ev_num(e, "workers", (double)S->workers);
+    tm_an_ev_key(e, "votes");
+    tm_buf_printf(&e->b, "{\"disk\":%d,\"cpu\":%d}", w->disk, w->cpu);
+}
+
+void tm_rule_input_ok(struct an *an)
+{
+    const tm_an_summary *S = &an->a->sum;
+    if (input_verdict(S).kind != IN_OK)
+        return;
+    struct ev e;
+    char buf[1024];
+    tm_an_ev_open(&e);
+    ev_input_common(&e, S);
+    snprintf(buf, sizeof buf, "input keeps up: the loop waited for data %.1f%% of the time",
+             100 * S->data_wait_fraction);
+    tm_an_add(an, TM_SEV_INFO, TM_CONF_HIGH, -1, &e, buf, "Nothing to do for the input pipeline.");
+}
+
+void tm_rule_input_disk_bound(struct an *an)
+{
+    const tm_an_summary *S = &an->a->sum;
+    struct votes w = input_verdict(S);
+    if (w.kind != IN_DISK)
+        return;
+    enum tm_severity sev = wait_severity(S->data_wait_fraction);
+    bool v_dstate = w.v_dstate;
+    int disk = w.disk;
+    double ratio = w.ratio;
+    struct ev e;
+    char buf[1024], adv[2048];
+    ev_input_votes(&e, S, &w);
+    double need = S->disk_read_bps * ratio;
+    tm_an_ev_num(&e, "needed_read_bytes_per_second", need);
+    char dl[256] = "", got[32], nd[32];
+    snprintf(got, sizeof got, "%.1f MB/s", S->disk_read_bps / 1e6);
+    snprintf(nd, sizeof nd, "%.1f MB/s", need / 1e6);
+    if (S->disk[0])
+        snprintf(dl, sizeof dl, "; /dev/%s read %s at %.1f ms await", S->disk, got,
+                 S->disk_await_s * 1e3);
+    snprintf(buf, sizeof buf,
+             "input-bound, storage-bound: the loop waited for data %.0f%% of the time%s%s",
+             100 * S->data_wait_fraction, dl,
+             v_dstate ? "; the workers were mostly in D state (waiting on I/O)" : "");
+    if (isfinite(need) && S->disk[0])
+        snprintf(adv, sizeof adv,
+                 "To keep the GPU busy the loop needs about %s from /dev/%s; it delivered %s "
+                 "(%.0f%% of the need). More workers will not help: put the data on faster "
+                 "storage (local NVMe), keep it in the page cache, read larger sequential "
+                 "shards (WebDataset, TFRecord) or cache decoded samples.",
+                 nd, S->disk, got, need > 0 ? 100 * S->disk_read_bps / need : 0);
+    else
+        snprintf(adv, sizeof adv,
+                 "The workers wait on I/O, not on CPU. Put the data on faster storage, keep "
+                 "it in the page cache or read larger sequential shards; record with "
+                 "`trainmon run -d DATA` to measure the disk behind it.");
+    tm_an_add(an, sev,
+              disk >= 3   ? TM_CONF_HIGH
+              : disk == 2 ? TM_CONF_MEDIUM
+                          : TM_CONF_LOW,
+              -1, &e, buf, adv);
+}
+
+void tm_rule_input_cpu_bound(struct an *an)
+{
+    const tm_an_summary *S = &an->a->sum;
+    struct votes w = input_verdict(S);
+    if (w.kind != IN_CPU)
+        return;
+    enum tm_severity sev = wait_severity(S->data_wait_fraction);
+    bool c_busy = w.c_busy, c_sys = w.c_sys, c_starved = w.c_starved;
+    int cpu = w.cpu;
+    double busy = w.busy;
+    struct ev e;
+    char buf[1024], adv[2048];
+    ev_input_votes(&e, S, &w);
+    double per = S->worker_batch_median_s, comp = S->compute_median_s;
+    double need = comp > 0 && isfinite(per) ? ceil(per / comp) : NAN;
+    if (need < 1)
+        need = 1;
+    size_t nw = S->workers;
+    if (an->a->nranks > 1 && nw)
+        nw = (nw + an->a->nranks - 1) / an->a->nranks;
+    tm_an_ev_num(&e, "workers_per_rank", (double)nw);
+    tm_an_ev_num(&e, "workers_needed", need);
+    snprintf(buf, sizeof buf,
+             "input-bound, CPU-bound workers: the loop waited for data %.0f%% of the time; "
+             "a worker takes %.3f s per batch, a step computes in %.3f s",
+             100 * S->data_wait_fraction, per, comp);
+    snprintf(adv, sizeof adv,
+             "About %.0f workers per rank would keep up (%.3f s per batch / %.3f s of compute "
+             "per step; now %zu). Set num_workers=%.0f if the machine has %.0f free cores per "
+             "rank; otherwise make each sample cheaper (decode smaller images, move "
+             "augmentation to the GPU, cache decoded data).",
+             need, per, comp, nw, need, need);
+    if (c_starved && !c_busy && !c_sys) {
+        size_t len = strlen(adv);
+        snprintf(adv + len, sizeof adv - len,
+                 " The workers were on a core only %.0f%% of their fetch time while tasks "
+                 "waited for a CPU %.0f%% of the time: other processes take the cores, so "
+                 "free cores first (or pin the job to its own).",
+                 100 * busy, 100 * S->psi_cpu_some);
+    }
+    tm_an_add(an, sev, cpu >= 2 ? TM_CONF_HIGH : TM_CONF_MEDIUM, -1, &e, buf, adv);
+}
+
+void tm_rule_input_data_wait(struct an *an)
+{
+    const tm_an_summary *S = &an->a->sum;
+    struct votes w = input_verdict(S);
+    if (w.kind != IN_WAIT)
+        return;
+    enum tm_severity sev = wait_severity(S->data_wait_fraction);
+    struct ev e;
+    char buf[1024], adv[2048];
+    ev_input_votes(&e, S, &w);
+    snprintf(buf, sizeof buf, "input-bound: the loop waited for data %.0f%% of the time",
+             100 * S->data_wait_fraction);
+    if (S->workers == 0)
+        snprintf(adv, sizeof adv,
+                 "The data loading keeps the GPU waiting. Try DataLoader(num_workers>0, "
+                 "pin_memory=True); record with `trainmon run -d DATA` to tell a slow disk from "
+                 "slow CPU work.");
+    else if (S->worker_busy < TM_AN_WORKER_IDLE && S->worker_d_share < TM_AN_WORKER_D_SHARE)
+        snprintf(adv, sizeof adv,
+                 "The workers were on a CPU %.0f%% of their fetch time and seldom waited on the "
+                 "disk (D state in %.0f%% of samples): they wait on something else, such as a "
+                 "remote store, a sleep or a lock, or on CPU taken by other processes. Profile "
+                 "one __getitem__ (py-spy dump on a worker pid).",
+                 100 * S->worker_busy, 100 * S->worker_d_share);
+    else
+        snprintf(adv, sizeof adv,
+                 "The data loading keeps the GPU waiting, and the recording cannot tell disk "
+                 "from CPU. Record with `trainmon run -d DATA` (disk and worker states) for a "
+                 "verdict.");
+    tm_an_add(an, sev, TM_CONF_LOW, -1, &e, buf, adv);
+}

@@ -1,0 +1,615 @@
+/*
+ * runsum.c - the run summary (runsum.h): what each training process did
+ * (steps, memory, DataLoader workers) and what the whole run did (step
+ * totals, GPU utilization, the disk behind the data, pressure, the
+ * workers' per-process series).  It is computed once, before any rule:
+ * the rules (rules_*.c) judge it and the report writers print it.
+ *
+ * Steps are counted by the one step accounting (steps.c): a step counts
+ * when it is complete, its wait is capped at its duration and the first
+ * TM_STEP_WARMUP steps of each process stay out of the wait fraction, so
+ * the report agrees with /metrics, the run.* alerts and the status line.
+ * Which record files are training processes is tm_rec_is_training.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "analysis.h"
+#include "runsum.h"
+#include "series.h"
+#include "util.h"
+
+/* --- numbers */
+
+static void swapd(double *a, double *b)
+{
+    double t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* The median (upper middle) of a[0..n), which is reordered; NAN when n is
+ * 0.  Wirth's selection: the arrays hold a few hundred thousand steps. */
+double tm_runsum_median(double *a, size_t n)
+{
+    if (n == 0)
+        return NAN;
+    ptrdiff_t k = (ptrdiff_t)(n / 2), l = 0, m = (ptrdiff_t)n - 1;
+    while (l < m) {
+        double x = a[k];
+        ptrdiff_t i = l, j = m;
+        do {
+            while (a[i] < x)
+                i++;
+            while (x < a[j])
+                j--;
+            if (i <= j) {
+                swapd(&a[i], &a[j]);
+                i++;
+                j--;
+            }
+        } while (i <= j);
+        if (j < k)
+            l = i;
+        if (k < i)
+            m = j;
+    }
+    return a[k];
+}
+
+/* Least squares y = a + b x; r2 the coefficient of determination (1 for
+ * a flat line of identical points is not a rise: b is 0 then). */
+void tm_runsum_fit(const double *x, const double *y, size_t n, double *slope, double *r2)
+{
+    double sx = 0, sy = 0, sxx = 0, sxy = 0, syy = 0;
+    for (size_t i = 0; i < n; i++) {
+        sx += x[i];
+        sy += y[i];
+    }
+    double mx = sx / (double)n, my = sy / (double)n;
+    for (size_t i = 0; i < n; i++) {
+        double dx = x[i] - mx, dy = y[i] - my;
+        sxx += dx * dx;
+        sxy += dx * dy;
+        syy += dy * dy;
+    }
+    *slope = sxx > 0 ? sxy / sxx : 0;
+    *r2 = sxx > 0 && syy > 0 ? (sxy * sxy) / (sxx * syy) : 0;
+}
+
+/* --- series and workers */
+
+/* Mean of a series' points inside the window; NAN when none. */
+double tm_runsum_ser_mean(const tm_runview *v, const tm_run_series *s, size_t *count)
+{
+    double sum = 0;
+    size_t n = 0;
+    for (size_t i = 0; i < s->n; i++)
+        if (s->t_ns[i] >= v->w0 && s->t_ns[i] <= v->w1 && isfinite(s->v[i])) {
+            sum += s->v[i];
+            n++;
+        }
+    if (count)
+        *count = n;
+    return n ? sum / (double)n : NAN;
+}
+
+double tm_runsum_ser_max(const tm_runview *v, const tm_run_series *s)
+{
+    double m = NAN;
+    for (size_t i = 0; i < s->n; i++)
+        if (s->t_ns[i] >= v->w0 && s->t_ns[i] <= v->w1 && (isnan(m) || s->v[i] > m))
+            m = s->v[i];
+    return m;
+}
+
+/* The first series named name whose labels contain "key=value" (key may
+ * be NULL: any labels). */
+const tm_run_series *tm_runsum_ser_find(const tm_runview *v, const char *name, const char *key,
+                                        const char *value)
+{
+    char buf[128];
+    for (size_t i = 0; i < v->nser; i++) {
+        const tm_run_series *s = &v->ser[i];
+        if (strcmp(s->name, name) != 0)
+            continue;
+        if (!key || (tm_labels_get(s->labels, key, buf, sizeof buf) && strcmp(buf, value) == 0))
+            return s;
+    }
+    return NULL;
+}
+
+/* Mean over every series called name (all labels): the mean of their
+ * means.  *nseries gets how many had points. */
+double tm_runsum_ser_mean_all(const tm_runview *v, const char *name, size_t *nseries)
+{
+    double sum = 0;
+    size_t k = 0;
+    for (size_t i = 0; i < v->nser; i++) {
+        if (strcmp(v->ser[i].name, name) != 0)
+            continue;
+        double m = tm_runsum_ser_mean(v, &v->ser[i], NULL);
+        if (!isnan(m)) {
+            sum += m;
+            k++;
+        }
+    }
+    if (nseries)
+        *nseries = k;
+    return k ? sum / (double)k : NAN;
+}
+
+static int cmp_wpid(const void *a, const void *b)
+{
+    uint32_t x = ((const struct tm_runsum_wpid *)a)->pid,
+             y = ((const struct tm_runsum_wpid *)b)->pid;
+    return x < y ? -1 : x > y;
+}
+
+/* The worker pids (with their host: pids repeat across machines), sorted. */
+static int collect_worker_pids(tm_runview *v)
+{
+    const tm_run_worker *wk;
+    size_t nwk = tm_run_workers(v->r, &wk), n = 0;
+    v->wp = malloc((nwk ? nwk : 1) * sizeof *v->wp);
+    if (!v->wp)
+        return -ENOMEM;
+    for (size_t i = 0; i < nwk; i++) {
+        /* One pid's batches are contiguous in its file. */
+        if (i > 0 && wk[i - 1].source == wk[i].source && wk[i - 1].w.pid == wk[i].w.pid)
+            continue;
+        v->wp[n++] = (struct tm_runsum_wpid){wk[i].w.pid, v->src[wk[i].source].header.host};
+    }
+    qsort(v->wp, n, sizeof *v->wp, cmp_wpid);
+    v->nwp = n;
+    return 0;
+}
+
+/* The index in v->wp of the worker (pid, host), or -1. */
+ptrdiff_t tm_runsum_worker_index(const tm_runview *v, uint32_t pid, const char *host)
+{
+    struct tm_runsum_wpid key = {pid, NULL};
+    const struct tm_runsum_wpid *hit = bsearch(&key, v->wp, v->nwp, sizeof *v->wp, cmp_wpid);
+    if (!hit)
+        return -1;
+    /* Workers of several hosts may share the pid: back to the first. */
+    while (hit > v->wp && hit[-1].pid == pid)
+        hit--;
+    for (; hit < v->wp + v->nwp && hit->pid == pid; hit++)
+        if (strcmp(hit->host, host) == 0)
+            return hit - v->wp;
+    return -1;
+}
+
+/* The index in v->wp of the DataLoader worker whose per-process series s
+ * is (proc.process_*{pid=P,comm=C} of the same host), or -1. */
+ptrdiff_t tm_runsum_worker_series_index(const tm_runview *v, const tm_run_series *s)
+{
+    char buf[32];
+    if (!v->nwp ||
+        strncmp(s->name, TM_SER_PROC_PROCESS_PREFIX, strlen(TM_SER_PROC_PROCESS_PREFIX)) != 0 ||
+        !tm_labels_get(s->labels, "pid", buf, sizeof buf))
+        return -1;
+    char *end;
+    unsigned long pid = strtoul(buf, &end, 10);
+    if (end == buf || *end || pid == 0 || pid > UINT32_MAX)
+        return -1;
+    return tm_runsum_worker_index(v, (uint32_t)pid, v->src[s->source].header.host);
+}
+
+/* --- system signals */
+
+/* Whether dev is among the disks behind the data (watch_target/run_target
+ * events name them); true for every disk when no event names any. */
+static bool disk_is_target(const tm_runview *v, const char *dev, bool *any_named)
+{
+    const tm_run_event *ev;
+    size_t n = tm_run_events(v->r, &ev);
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\"", dev);
+    bool named = false;
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(ev[i].name, "watch_target") != 0 && strcmp(ev[i].name, "run_target") != 0)
+            continue;
+        const char *d = strstr(ev[i].json, "\"disks\"");
+        if (!d)
+            continue;
+        const char *end = strchr(d, ']');
+        if (!end)
+            continue;
+        if (end > strchr(d, '[') + 1)
+            named = true;
+        const char *hit = strstr(d, pat);
+        if (hit && hit < end) {
+            *any_named = true;
+            return true;
+        }
+    }
+    *any_named = named;
+    return !named;
+}
+
+static void summarize_system(const tm_runview *v, tm_an_summary *S)
+{
+    S->gpu_util_mean = tm_runsum_ser_mean_all(v, TM_SER_GPU_UTILIZATION, &S->ngpus);
+    /* The disk behind the data: among the target disks, the one that read most. */
+    S->disk_read_bps = S->disk_read_bps_max = S->disk_await_s = S->disk_util = NAN;
+    S->disk_queue = S->disk_ceiling_share = NAN;
+    const tm_run_series *best = NULL;
+    double best_mean = -1;
+    char dev[40];
+    for (size_t i = 0; i < v->nser; i++) {
+        const tm_run_series *s = &v->ser[i];
+        if (strcmp(s->name, TM_SER_DISK_READ_BYTES_PER_SECOND) != 0 ||
+            !tm_labels_get(s->labels, "device", dev, sizeof dev))
+            continue;
+        bool named;
+        if (!disk_is_target(v, dev, &named))
+            continue;
+        double m = tm_runsum_ser_mean(v, s, NULL);
+        if (!isnan(m) && m > best_mean) {
+            best_mean = m;
+            best = s;
+        }
+    }
+    if (best) {
+        tm_labels_get(best->labels, "device", S->disk, sizeof S->disk);
+        S->disk_read_bps = best_mean;
+        S->disk_read_bps_max = tm_runsum_ser_max(v, best);
+        size_t n = 0, near = 0;
+        for (size_t i = 0; i < best->n; i++)
+            if (best->t_ns[i] >= v->w0 && best->t_ns[i] <= v->w1) {
+                n++;
+                if (best->v[i] >= TM_AN_DISK_CEILING_NEAR * S->disk_read_bps_max)
+                    near++;
+            }
+        S->disk_ceiling_share = n ? (double)near / (double)n : NAN;
+        uint32_t src = best->source;
+        for (size_t i = 0; i < v->nser; i++) {
+            const tm_run_series *s = &v->ser[i];
+            if (s->source != src || !tm_labels_get(s->labels, "device", dev, sizeof dev) ||
+                strcmp(dev, S->disk) != 0)
+                continue;
+            if (strcmp(s->name, TM_SER_DISK_READ_AWAIT_SECONDS) == 0)
+                S->disk_await_s = tm_runsum_ser_mean(v, s, NULL);
+            else if (strcmp(s->name, TM_SER_DISK_UTILIZATION) == 0)
+                S->disk_util = tm_runsum_ser_mean(v, s, NULL);
+            else if (strcmp(s->name, TM_SER_DISK_QUEUE_DEPTH) == 0)
+                S->disk_queue = tm_runsum_ser_mean(v, s, NULL);
+        }
+    }
+    double psi = tm_runsum_ser_mean_all(v, TM_SER_PSI_IO_SOME_AVG10, NULL);
+    double cg = tm_runsum_ser_mean_all(v, TM_SER_CGROUP_IO_SOME_AVG10, NULL);
+    S->psi_io_some = isnan(cg) ? psi : isnan(psi) ? cg : fmax(psi, cg);
+    S->psi_cpu_some = tm_runsum_ser_mean_all(v, TM_SER_PSI_CPU_SOME_AVG10, NULL);
+    /* The workers' per-process series (trainmon run records every process
+     * of the tree; the workers are the pids of the worker records). */
+    S->worker_d_share = S->worker_cpu_sys = S->worker_read_bps = NAN;
+    double d_sum = 0, cpu_sum = 0, rd_bytes = 0;
+    size_t d_n = 0, cpu_n = 0, rd_n = 0;
+    for (size_t i = 0; i < v->nser; i++) {
+        const tm_run_series *s = &v->ser[i];
+        if (tm_runsum_worker_series_index(v, s) < 0)
+            continue;
+        if (strcmp(s->name, TM_SER_PROC_PROCESS_STATE_D) == 0) {
+            /* Pooled: the share of all worker samples in D state. */
+            for (size_t k = 0; k < s->n; k++)
+                if (s->t_ns[k] >= v->w0 && s->t_ns[k] <= v->w1 && isfinite(s->v[k])) {
+                    d_sum += s->v[k];
+                    d_n++;
+                }
+        } else if (strcmp(s->name, TM_SER_PROC_PROCESS_CPU_UTILIZATION) == 0) {
+            double m = tm_runsum_ser_mean(v, s, NULL);
+            if (!isnan(m)) {
+                cpu_sum += m;
+                cpu_n++;
+            }
+        } else if (strcmp(s->name, TM_SER_PROC_PROCESS_READ_BYTES_PER_SECOND) == 0) {
+            /* Bytes: each rate over the interval that ends at its sample. */
+            for (size_t k = 1; k < s->n; k++)
+                if (s->t_ns[k] >= v->w0 && s->t_ns[k] <= v->w1 && isfinite(s->v[k])) {
+                    rd_bytes += s->v[k] * tm_ns_diff_s(s->t_ns[k], s->t_ns[k - 1]);
+                    rd_n++;
+                }
+        }
+    }
+    if (d_n)
+        S->worker_d_share = d_sum / (double)d_n;
+    if (cpu_n)
+        S->worker_cpu_sys = cpu_sum / (double)cpu_n;
+    if (rd_n && v->w1 > v->w0)
+        S->worker_read_bps = rd_bytes / (tm_ns_diff_s(v->w1, v->w0));
+    if (d_n == 0) {
+        /* No per-worker series (trainmon watch): the tree's share of
+         * processes in D state, the main process left out. */
+        const tm_run_series *d = tm_runsum_ser_find(v, TM_SER_PROC_PROCESSES_D_STATE, NULL, NULL);
+        const tm_run_series *p = NULL;
+        char root[32];
+        if (d && tm_labels_get(d->labels, "root", root, sizeof root))
+            p = tm_runsum_ser_find(v, TM_SER_PROC_PROCESSES, "root", root);
+        if (d && p && p->n == d->n) {
+            double sum = 0;
+            size_t k = 0;
+            for (size_t i = 0; i < d->n; i++)
+                if (d->t_ns[i] >= v->w0 && d->t_ns[i] <= v->w1 && p->v[i] > 1) {
+                    sum += d->v[i] / (p->v[i] - 1);
+                    k++;
+                }
+            S->worker_d_share = k ? fmin(sum / (double)k, 1.0) : NAN;
+        }
+    }
+}
+
+/* --- per training process: steps, memory, workers */
+
+/* Scratch arrays of one summary: every complete step's duration and
+ * compute time (for the whole-run medians) and room for one rank's values
+ * or one set of workers. */
+struct scratch {
+    double *all, *all_c, *tmp;
+    size_t nall;
+    uint64_t *keys; /* worker keys, to count distinct ones */
+};
+
+/* The steps of one process, st[0..n): the one step accounting (steps.c)
+ * counts them, leaves warm-up out of the wait fraction and caps each
+ * wait at its step; the medians are over the same complete steps. */
+static void rank_steps(tm_an_rank *R, const tm_run_step *st, size_t n, struct scratch *x,
+                       tm_steptally *t, int64_t *w0, int64_t *w1)
+{
+    tm_steptally_init(t);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        const tm_inproc_step *p = &st[i].s;
+        double d, w;
+        if (!tm_steptally_add(t, p) || !tm_step_times(p, &d, &w))
+            continue;
+        x->tmp[k++] = d;
+        x->all[x->nall] = d;
+        x->all_c[x->nall++] = d - w;
+        if (!*w0 || p->start_ns < *w0)
+            *w0 = p->start_ns;
+        if (p->end_ns > *w1)
+            *w1 = p->end_ns;
+    }
+    R->steps = (size_t)t->steps;
+    R->data_wait_fraction = tm_steptally_wait_fraction(t);
+    R->step_median_s = tm_runsum_median(x->tmp, k);
+    size_t kc = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d, w;
+        if (tm_step_times(&st[i].s, &d, &w))
+            x->tmp[kc++] = d - w;
+    }
+    R->compute_median_s = tm_runsum_median(x->tmp, kc);
+    kc = 0;
+    for (size_t i = 0; i < n; i++) {
+        double w;
+        if (tm_step_times(&st[i].s, NULL, &w))
+            x->tmp[kc++] = w;
+    }
+    R->wait_median_s = tm_runsum_median(x->tmp, kc);
+}
+
+/* GPU and host memory of one process: its captures cp[0..n) and the OOMs
+ * of its source among om[0..nom). */
+static void rank_memory(tm_an_rank *R, const tm_run_capture *cp, size_t n, const tm_run_oom *om,
+                        size_t nom)
+{
+    R->peak_allocated = R->peak_reserved = R->total_device = R->host_rss_peak = NAN;
+    R->alloc_retries = NAN;
+    double r0 = NAN;
+    for (size_t x = 0; x < n; x++) {
+        const tm_inproc_capture *c = &cp[x].c;
+        double pk = fmax(c->allocated, c->peak_allocated);
+        if (!isnan(pk) && !(pk <= R->peak_allocated))
+            R->peak_allocated = pk;
+        if (!(c->reserved <= R->peak_reserved) && !isnan(c->reserved))
+            R->peak_reserved = c->reserved;
+        if (!(c->total_device <= R->total_device) && !isnan(c->total_device))
+            R->total_device = c->total_device;
+        if (!(c->host_rss <= R->host_rss_peak) && !isnan(c->host_rss))
+            R->host_rss_peak = c->host_rss;
+        if (!isnan(c->num_alloc_retries)) {
+            if (isnan(r0))
+                r0 = c->num_alloc_retries;
+            R->alloc_retries = c->num_alloc_retries - r0;
+        }
+    }
+    /* One OOM may be recorded several times (observer and exception). */
+    uint32_t s = R->source;
+    for (size_t x = 0; x < nom; x++)
+        if (om[x].source == s &&
+            (x == 0 || om[x - 1].source != s || om[x - 1].o.seq != om[x].o.seq))
+            R->ooms++;
+    if (isnan(R->total_device)) {
+        for (size_t x = 0; x < nom; x++)
+            if (om[x].source == s && !isnan(om[x].o.total_device))
+                R->total_device = om[x].o.total_device;
+    }
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* How many distinct keys[0..n) (which are reordered). */
+static size_t count_distinct(uint64_t *keys, size_t n)
+{
+    qsort(keys, n, sizeof *keys, cmp_u64);
+    size_t d = 0;
+    for (size_t i = 0; i < n; i++)
+        if (i == 0 || keys[i] != keys[i - 1])
+            d++;
+    return d;
+}
+
+/* A worker is its (rank, worker id): a worker file carries the rank of its
+ * parent, and ids restart at 0 in every rank (and again each epoch, with
+ * new pids, when the workers are not persistent). */
+static uint64_t worker_key(const tm_run_worker *w)
+{
+    return (uint64_t)(uint32_t)w->rank << 32 | (uint32_t)w->w.worker_id;
+}
+
+/* The DataLoader workers of one rank (all of them when all): how many,
+ * their median fetch time per batch and their CPU seconds per second of
+ * fetching (from consecutive batches of one pid). */
+static void workers_of(const tm_run_worker *wk, size_t nwk, bool all, int32_t rank,
+                       struct scratch *x, size_t *nworkers, double *batch_median_s, double *busy)
+{
+    size_t kb = 0;
+    double cpu = 0, fetch = 0;
+    for (size_t i = 0; i < nwk; i++) {
+        if (!all && wk[i].rank != rank)
+            continue;
+        const tm_inproc_worker *w = &wk[i].w;
+        double ft = tm_ns_diff_s(w->end_ns, w->start_ns);
+        if (ft < 0)
+            continue;
+        x->keys[kb] = worker_key(&wk[i]);
+        x->tmp[kb++] = ft;
+        if (i > 0 && wk[i - 1].source == wk[i].source && wk[i - 1].w.pid == w->pid &&
+            !isnan(w->cpu_s) && !isnan(wk[i - 1].w.cpu_s) && w->cpu_s >= wk[i - 1].w.cpu_s) {
+            cpu += w->cpu_s - wk[i - 1].w.cpu_s;
+            fetch += ft;
+        }
+    }
+    *nworkers = count_distinct(x->keys, kb);
+    *batch_median_s = tm_runsum_median(x->tmp, kb);
+    *busy = fetch > 0 ? cpu / fetch : NAN;
+}
+
+/* Records of source s in a source-grouped array: [*b, *e) from *e on. */
+#define SOURCE_RANGE(arr, n, s, b, e)                                                              \
+    do {                                                                                           \
+        (b) = (e);                                                                                 \
+        while ((e) < (n) && (arr)[e].source == (s))                                                \
+            (e)++;                                                                                 \
+    } while (0)
+
+static bool source_has_oom(const tm_run_oom *om, size_t nom, uint32_t s)
+{
+    for (size_t x = 0; x < nom; x++)
+        if (om[x].source == s)
+            return true;
+    return false;
+}
+
+/* One entry per training process that has steps, captures or an OOM. */
+static void summarize_ranks(tm_runview *v, tm_an_rank *ranks, size_t *nranks, struct scratch *x,
+                            tm_steptally *all, int64_t *w0, int64_t *w1)
+{
+    const tm_run_step *st;
+    const tm_run_capture *cp;
+    const tm_run_worker *wk;
+    const tm_run_oom *om;
+    size_t nst = tm_run_steps(v->r, &st), ncp = tm_run_captures(v->r, &cp);
+    size_t nwk = tm_run_workers(v->r, &wk), nom = tm_run_ooms(v->r, &om);
+    size_t i = 0, j = 0, sb, cb;
+    tm_steptally_init(all);
+    for (uint32_t s = 0; s < v->nsrc; s++) {
+        SOURCE_RANGE(st, nst, s, sb, i);
+        SOURCE_RANGE(cp, ncp, s, cb, j);
+        if (!tm_rec_is_training(&v->src[s].header) ||
+            (i == sb && j == cb && !source_has_oom(om, nom, s)))
+            continue;
+        tm_an_rank *R = &ranks[(*nranks)++];
+        R->source = s;
+        R->rank = v->src[s].header.rank;
+        R->host = v->src[s].header.host;
+        if (R->rank >= 0)
+            snprintf(R->label, sizeof R->label, "%d", (int)R->rank);
+        else
+            snprintf(R->label, sizeof R->label, "%s", v->src[s].header.role);
+        tm_steptally t;
+        rank_steps(R, st + sb, i - sb, x, &t, w0, w1);
+        tm_steptally_merge(all, &t);
+        rank_memory(R, cp + cb, j - cb, om, nom);
+        workers_of(wk, nwk, false, R->rank, x, &R->workers, &R->worker_batch_median_s,
+                   &R->worker_busy);
+    }
+}
+
+/* Whole-run totals: the most steps of one process, all complete steps,
+ * the pooled wait fraction, the medians over every step and the workers of
+ * every rank together. */
+static void summarize_run(tm_runview *v, tm_an_summary *S, const tm_an_rank *ranks, size_t nranks,
+                          struct scratch *x, const tm_steptally *all)
+{
+    const tm_run_worker *wk;
+    size_t nwk = tm_run_workers(v->r, &wk);
+    S->steps_total = (size_t)all->steps;
+    for (size_t i = 0; i < nranks; i++)
+        if (ranks[i].steps > S->steps)
+            S->steps = ranks[i].steps;
+    S->data_wait_fraction = tm_steptally_wait_fraction(all);
+    S->compute_median_s = tm_runsum_median(x->all_c, x->nall);
+    S->step_median_s = tm_runsum_median(x->all, x->nall);
+    workers_of(wk, nwk, true, -1, x, &S->workers, &S->worker_batch_median_s, &S->worker_busy);
+}
+
+int tm_runsum_build(tm_runview *v, tm_an_summary *S, tm_an_rank **ranks, size_t *nranks)
+{
+    const tm_run_step *st;
+    const tm_run_worker *wk;
+    size_t nst = tm_run_steps(v->r, &st), nwk = tm_run_workers(v->r, &wk);
+    struct scratch x = {
+        .all = malloc((nst ? nst : 1) * sizeof *x.all),
+        .all_c = malloc((nst ? nst : 1) * sizeof *x.all_c),
+        .tmp = malloc((nst + nwk + 1) * sizeof *x.tmp),
+        .keys = malloc((nwk ? nwk : 1) * sizeof *x.keys),
+    };
+    *nranks = 0;
+    *ranks = calloc(v->nsrc ? v->nsrc : 1, sizeof **ranks);
+    if (!x.all || !x.all_c || !x.tmp || !x.keys || !*ranks) {
+        free(x.all);
+        free(x.all_c);
+        free(x.tmp);
+        free(x.keys);
+        free(*ranks);
+        *ranks = NULL;
+        return -ENOMEM;
+    }
+    memset(S, 0, sizeof *S);
+    tm_steptally all;
+    int64_t w0 = 0, w1 = 0;
+    summarize_ranks(v, *ranks, nranks, &x, &all, &w0, &w1);
+    summarize_run(v, S, *ranks, *nranks, &x, &all);
+    /* The window: the span of the complete steps, else the whole run. */
+    if (w1 > w0) {
+        v->w0 = w0;
+        v->w1 = w1;
+    } else {
+        tm_run_span(v->r, &v->w0, &v->w1);
+    }
+    S->win_start = v->w0;
+    S->win_end = v->w1;
+    summarize_system(v, S);
+    free(x.all);
+    free(x.all_c);
+    free(x.tmp);
+    free(x.keys);
+    return 0;
+}
+
+int tm_runsum_view_open(tm_runview *v, const tm_run *r)
+{
+    memset(v, 0, sizeof *v);
+    v->r = r;
+    v->nsrc = tm_run_sources(r, &v->src);
+    v->nser = tm_run_series_list(r, &v->ser);
+    return collect_worker_pids(v);
+}
+
+void tm_runsum_view_close(tm_runview *v)
+{
+    free(v->wp);
+    v->wp = NULL;
+    v->nwp = 0;
+}

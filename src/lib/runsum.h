@@ -1,0 +1,103 @@
+/*
+ * runsum.h - the run summary: per training process (steps, memory,
+ * workers) and for the whole run (totals, GPU, the disk behind the data,
+ * pressure, the workers' per-process series).  runsum.c computes it once
+ * per analysis; the rules (rules_*.c) judge it and the report writers
+ * (reportfmt.c, reporthtml.c) print it.  Step numbers come from the one
+ * step accounting (steps.c).  Internal.
+ */
+#ifndef TM_RUNSUM_H
+#define TM_RUNSUM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "trainmon.h"
+
+/* One training process (a source with steps, captures or an OOM). */
+typedef struct tm_an_rank {
+    uint32_t source;
+    int32_t rank;
+    char label[40]; /* "0", "1" or the role ("pid42") */
+    const char *host;
+    size_t steps; /* complete steps (tm_steptally) */
+    double step_median_s, compute_median_s, wait_median_s, data_wait_fraction;
+    double peak_allocated, peak_reserved, total_device, host_rss_peak;
+    double alloc_retries;
+    size_t ooms;
+    size_t workers;               /* distinct DataLoader worker ids of this rank */
+    double worker_batch_median_s; /* per-batch fetch time */
+    double worker_busy;           /* CPU s per s of fetching; NAN unknown */
+} tm_an_rank;
+
+typedef struct tm_an_summary {
+    int64_t win_start, win_end; /* the steps' span (else the run's) */
+    size_t steps, steps_total;  /* most steps of one process; all processes */
+    double step_median_s, compute_median_s, data_wait_fraction;
+    double gpu_util_mean; /* NAN: no GPU series */
+    size_t ngpus;
+    char disk[40]; /* the disk behind the data ("" if none) */
+    double disk_read_bps, disk_read_bps_max, disk_await_s, disk_util, disk_queue;
+    double disk_ceiling_share;
+    double psi_io_some;
+    double worker_d_share, worker_cpu_sys; /* from per-worker system series */
+    double worker_read_bps;                /* workers' block-layer reads, B/s over the window */
+    double psi_cpu_some;
+    double worker_busy; /* from worker records, all ranks */
+    double worker_batch_median_s;
+    size_t workers; /* distinct (rank, worker id) pairs */
+} tm_an_summary;
+
+/* The run as the summary and the rules read it: its arrays, the analysis
+ * window and the DataLoader workers' pids.  Pointers are the run's, valid
+ * until tm_run_free; wp is owned (tm_runsum_view_close frees it). */
+typedef struct tm_runview {
+    const tm_run *r;
+    const tm_run_source *src;
+    size_t nsrc;
+    const tm_run_series *ser;
+    size_t nser;
+    int64_t w0, w1; /* analysis window, set by tm_runsum_build */
+    /* DataLoader worker processes, from their own records: the pids whose
+     * per-process series (proc.process_*{pid=P}) are the workers'. */
+    struct tm_runsum_wpid {
+        uint32_t pid;
+        const char *host;
+    } * wp;
+    size_t nwp;
+} tm_runview;
+
+/* Fills v from r (the worker pids sorted).  0 or -ENOMEM. */
+int tm_runsum_view_open(tm_runview *v, const tm_run *r);
+void tm_runsum_view_close(tm_runview *v);
+
+/* The summary of the run: per training process (*ranks, malloc'ed, the
+ * caller frees it) and for the whole run; sets v's window to the span of
+ * the complete steps (else the run's).  0 or -ENOMEM. */
+int tm_runsum_build(tm_runview *v, tm_an_summary *S, tm_an_rank **ranks, size_t *nranks);
+
+/* Mean of a series' finite points inside the window (NAN when none);
+ * *count (may be NULL) gets how many. */
+double tm_runsum_ser_mean(const tm_runview *v, const tm_run_series *s, size_t *count);
+/* Largest point inside the window, NAN when none. */
+double tm_runsum_ser_max(const tm_runview *v, const tm_run_series *s);
+/* The first series named name whose labels contain "key=value" (key NULL:
+ * any labels), or NULL. */
+const tm_run_series *tm_runsum_ser_find(const tm_runview *v, const char *name, const char *key,
+                                        const char *value);
+/* Mean of the means of every series called name; *nseries (may be NULL)
+ * gets how many had points. */
+double tm_runsum_ser_mean_all(const tm_runview *v, const char *name, size_t *nseries);
+/* The index in v->wp of the worker (pid, host), or -1. */
+ptrdiff_t tm_runsum_worker_index(const tm_runview *v, uint32_t pid, const char *host);
+/* The index in v->wp of the worker whose per-process series s is
+ * (proc.process_*{pid=P} of the same host), or -1. */
+ptrdiff_t tm_runsum_worker_series_index(const tm_runview *v, const tm_run_series *s);
+
+/* The median (upper middle) of a[0..n), which is reordered; NAN for n 0. */
+double tm_runsum_median(double *a, size_t n);
+/* Least squares y = a + b x over n points: slope b and r2 (0 for a flat
+ * line: identical points are not a rise). */
+void tm_runsum_fit(const double *x, const double *y, size_t n, double *slope, double *r2);
+
+#endif
