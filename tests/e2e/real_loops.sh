@@ -76,7 +76,7 @@ half() { # name python
         echo "$name: skipped: $PY has no torch or numpy"; return 0
     fi
     echo "$name: $PY (torch $tv)"
-    for job in llm_memmap grad_accum train_eval manual_sgd break_early; do
+    for job in ${REAL_LOOPS_JOBS:-llm_memmap grad_accum train_eval manual_sgd break_early}; do
         local run=$scratch/$name-$job
         ran=$((ran + 1))
         if ! "$TRAINMON" run -o "$run" -- "$PY" "$root/tests/jobs/$job.py" > "$run.out" 2>&1; then

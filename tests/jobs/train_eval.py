@@ -28,7 +28,7 @@ for step in range(STEPS):
     busy(0.002)
     opt.step()
     clock.step()
-    if (step + 1) % EVAL_EVERY == 0:
+    if (step + 1) % EVAL_EVERY == 0 and step + 1 < STEPS:  # (none after the last step)
         t_eval = time.perf_counter()
         model.eval()
         with torch.no_grad():
