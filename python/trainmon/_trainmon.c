@@ -707,7 +707,7 @@ static void fwd_disarm(void)
 static PyObject *py_fwd_pre(PyObject *self, PyObject *args)
 {
     (void)self, (void)args;
-    if (!g_fwd_armed || PyThread_get_thread_ident() != g_thread)
+    if (!g_fwd_armed || !on_thread()) /* the first forward may come first of all */
         Py_RETURN_NONE;
     g_fwd_t = now_ns();
     g_fwd_cpu = thread_cpu_ns();
