@@ -118,6 +118,20 @@ def _default_run_dir():
     return os.path.join("trainmon-runs", "%s-%d" % (time.strftime("%Y%m%d-%H%M%S"), os.getpid()))
 
 
+def _argv_for_meta():
+    """sys.argv as the record file stores it: the values of secret-looking
+    options redacted (--api-key=..., --password X, HF_TOKEN=...), the rule
+    of `trainmon run`'s meta.json, unless TRAINMON_KEEP_ARGS=1 (run
+    --keep-args sets it)."""
+    argv = [str(a) for a in sys.argv]
+    if os.environ.get("TRAINMON_KEEP_ARGS") == "1":
+        return argv
+    try:
+        return _c.redact_args(argv)
+    except Exception:
+        return ["<argv not recorded>"]
+
+
 def _ensure_recorder(run_dir=None):
     """Opens this process's record file once (per process: a forked child
     opens its own under another name).  Never raises."""
@@ -150,7 +164,7 @@ def _ensure_recorder(run_dir=None):
             torch = sys.modules.get("torch")
             meta = {
                 "pid": pid, "rank": rank, "world_size": _world_size(),
-                "local_rank": _env_int("LOCAL_RANK"), "argv": list(sys.argv),
+                "local_rank": _env_int("LOCAL_RANK"), "argv": _argv_for_meta(),
                 "python": sys.version.split()[0], "trainmon": __version__,
                 "torch": getattr(torch, "__version__", None) if torch else None,
             }

@@ -530,6 +530,8 @@ static void run_setup_python(const struct run *r)
     setenv("PYTHONPATH", pp, 1);
     free(pp);
     setenv("TRAINMON_ATTACH", "1", 1);
+    if (r->keep_args)
+        setenv("TRAINMON_KEEP_ARGS", "1", 1); /* the extension's own meta keeps them too */
     if (r->max_size) {
         char v[32];
         snprintf(v, sizeof v, "%llu", r->max_size);
@@ -1023,11 +1025,7 @@ int cmd_run(int argc, char **argv)
         FILE *m = open_memstream(&buf, &len);
         if (m) {
             fprintf(m, "{\"pid\": %d, \"command\": [", (int)pid);
-            for (int i = 0; i < r->argc; i++) {
-                if (i)
-                    fputs(", ", m);
-                cli_json_str(m, r->argv[i]);
-            }
+            run_json_args(m, r, r->argv, r->argc); /* redacted as in meta.json */
             fputs("]}", m);
             fclose(m);
             run_event(r, "job_start", buf);
