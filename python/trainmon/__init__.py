@@ -572,16 +572,18 @@ def _dump_snapshot(torch):
     if _state["snapshots"] >= 3 or not _state["run_dir"]:
         return ""
     path = _snapshot_path()
-    tmp = path + ".tmp"
+    # Written by us, not by torch's _dump_snapshot (a plain open(), which
+    # follows a symlink planted in the run directory): a fresh temporary
+    # name (O_EXCL|O_NOFOLLOW, 0600) renamed over the final one, which
+    # replaces a planted link instead of writing through it.
+    tmp = "%s.%d.%s.tmp" % (path, os.getpid(), os.urandom(4).hex())
     try:
-        mem = torch.cuda.memory
-        dump = getattr(mem, "_dump_snapshot", None)
-        if dump is not None:
-            dump(tmp)
-        else:
-            import pickle
-            with open(tmp, "wb") as f:
-                pickle.dump(mem._snapshot(), f)
+        import pickle
+        snap = torch.cuda.memory._snapshot()
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | \
+            getattr(os, "O_CLOEXEC", 0)
+        with os.fdopen(os.open(tmp, flags, 0o600), "wb") as f:
+            pickle.dump(snap, f)
         os.replace(tmp, path)
         _state["snapshots"] += 1
         return os.path.basename(path)
