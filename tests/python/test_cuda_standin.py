@@ -188,10 +188,11 @@ def test_oom_snapshot_replaces_a_planted_symlink_instead_of_writing_through_it(t
     victim = tmp_path / "victim"
     victim.write_text("precious")
     os.symlink(str(victim), str(run_dir / "oom-rank0-1.pickle"))
+    os.symlink(str(victim), str(run_dir / "oom-rank0-1.pickle.tmp"))  # the old fixed temp name
     p = run_script(SCRIPT, run_dir, env={"PYTHONPATH": "%s:%s" % (fake, PYDIR), "RANK": "0"})
     assert "trainmon:" not in p.stderr, p.stderr
     assert victim.read_text() == "precious"
     snap = run_dir / "oom-rank0-1.pickle"
     assert not snap.is_symlink() and snap.is_file()
     assert "segments" in pickle.load(open(str(snap), "rb"))
-    assert not [f for f in os.listdir(str(run_dir)) if f.endswith(".tmp")]
+    assert [f for f in os.listdir(str(run_dir)) if f.endswith(".tmp")] == ["oom-rank0-1.pickle.tmp"]
