@@ -214,7 +214,7 @@ static double follow_newest(const char *dirpath)
             continue;
         struct stat st;
         if (snprintf(path, sizeof path, "%s/%s", dirpath, de->d_name) < (int)sizeof path &&
-            stat(path, &st) == 0 && S_ISREG(st.st_mode) && follow_mtime(&st) > newest)
+            lstat(path, &st) == 0 && S_ISREG(st.st_mode) && follow_mtime(&st) > newest)
             newest = follow_mtime(&st);
     }
     closedir(d);
@@ -261,7 +261,7 @@ static int follow_run_scan(tm_follow *f, struct follow_run *run, const char *dir
         if (snprintf(path, sizeof path, "%s/%s", dirpath, de->d_name) >= (int)sizeof path)
             continue;
         struct stat st;
-        if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+        if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode))
             continue;
         if (follow_mtime(&st) > run->newest_mtime)
             run->newest_mtime = follow_mtime(&st);
@@ -379,8 +379,10 @@ static int follow_poll_runs(tm_follow *f, size_t max)
             continue;
         if (snprintf(path, sizeof path, "%s/%s", f->dir, de->d_name) >= (int)sizeof path)
             continue;
+        /* lstat: a run is a real directory inside the runs directory; a
+         * symlink planted there must not lead a root exporter elsewhere. */
         struct stat st;
-        if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode))
             continue;
         struct follow_run *run = NULL;
         for (size_t i = 0; i < f->nruns && !run; i++)

@@ -389,6 +389,28 @@ static void test_under_a_runs_dir_only_live_runs_are_followed(void **st)
     tm_rec_close(&b);
 }
 
+static void test_a_symlinked_run_in_the_runs_dir_is_not_followed(void **st)
+{
+    (void)st;
+    /* dir/elsewhere/real is a live run outside the runs directory dir/runs;
+     * dir/runs/link points at it: a root exporter must not follow it. */
+    tm_rec *a = open_file("elsewhere", "rank0.tmr", "rank0", 0, 0);
+    put_steps(a, 0, 2);
+    char runs[256], link[512], target[512];
+    snprintf(runs, sizeof runs, "%s/runs", dir);
+    assert_int_equal(mkdir(runs, 0755), 0);
+    snprintf(target, sizeof target, "%s/elsewhere", dir);
+    snprintf(link, sizeof link, "%s/link", runs);
+    assert_int_equal(symlink(target, link), 0);
+    tm_follow *f = NULL;
+    assert_int_equal(tm_follow_open(&f, runs, true), 0);
+    assert_int_equal(tm_follow_poll(f, 1000), 0);
+    assert_int_equal(tm_follow_nruns(f), 0);
+    tm_follow_close(&f);
+    unlink(link);
+    tm_rec_close(&a);
+}
+
 static void test_a_missing_directory_is_an_error(void **st)
 {
     (void)st;
@@ -478,6 +500,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(
             test_last_capture_is_kept_and_the_device_size_is_remembered, setup, teardown),
         cmocka_unit_test_setup_teardown(test_under_a_runs_dir_only_live_runs_are_followed, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_a_symlinked_run_in_the_runs_dir_is_not_followed, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_missing_directory_is_an_error, setup, teardown),
         cmocka_unit_test_setup_teardown(test_alert_inputs_are_fed_per_rank, setup, teardown),
