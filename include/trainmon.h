@@ -828,6 +828,7 @@ typedef struct tm_follow_rank {
     int64_t last_t_ns;   /* monotonic time of the newest record read (writer's clock); 0 none */
     int64_t last_real_ns; /* the same in wall-clock ns since the epoch (header clock bases) */
     uint64_t records;    /* records read */
+    int64_t first_step_real_ns; /* wall clock of the first step record read; 0 none */
 } tm_follow_rank;
 
 typedef struct tm_follow_run {
@@ -1098,6 +1099,10 @@ typedef struct tm_prom_rank {
     double data_wait_fraction;  /* tm_steptally_wait_fraction; NAN none */
     double allocated_bytes, reserved_bytes, peak_allocated_bytes; /* latest capture */
     uint64_t ooms;              /* out-of-memory events recorded */
+    /* Ring files (--max-size): steps the ring dropped before they were read
+     * (the step total less the complete steps seen) and the wall-clock time
+     * (s since the epoch) the kept steps start at; NAN for other files. */
+    double ring_steps_dropped, ring_kept_from_s;
     bool steps_valid, memory_valid;
 } tm_prom_rank;
 

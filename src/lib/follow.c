@@ -103,6 +103,8 @@ static void follow_record(tm_follow_rank *k, int64_t mono_to_wall, const tm_reco
         if (tm_inproc_decode_step(rec, &s) < 0)
             return;
         k->step_records++;
+        if (!k->first_step_real_ns)
+            k->first_step_real_ns = tm_sat_add64(s.start_ns, mono_to_wall);
         tm_follow_step(&k->tally, &k->win, &s);
         break;
     }

@@ -302,6 +302,26 @@ static void test_a_ring_file_counts_steps_from_the_highest_step_number(void **st
     tm_prom_rank pr;
     tm_prom_rank_set(&pr, k);
     assert_int_equal(pr.steps, 15);
+    /* /metrics says what the ring dropped and from when it keeps data:
+     * 15 steps, 5 read; the first read (step 10) began 1000 ms after the
+     * writer's monotonic zero, i.e. at the header's wall clock + (1 s - its
+     * monotonic start). */
+    assert_true(pr.ring_steps_dropped == 10.0);
+    const tm_rec_header *h = NULL;
+    tm_reader *r = NULL;
+    char p[512];
+    snprintf(p, sizeof p, "%s/rank0.tmr", dir);
+    assert_int_equal(tm_reader_open(&r, p), 0);
+    h = tm_reader_header(r);
+    double want = (double)(h->start_real_ns + (1000 * MS - h->start_mono_ns)) / 1e9;
+    assert_true(fabs(pr.ring_kept_from_s - want) < 1e-3);
+    tm_reader_close(&r);
+    tm_text *t = tm_text_new(1 << 16);
+    tm_prom_run run = {.name = "r", .host = "h", .last_record_age_s = 0, .nranks = 1, .ranks = &pr};
+    assert_int_equal(tm_prom_write_runs(t, &run, 1), 0);
+    assert_non_null(strstr(tm_text_data(t, NULL),
+                           "trainmon_run_ring_steps_dropped{run=\"r\",rank=\"0\"} 10\n"));
+    tm_text_free(&t);
     tm_follow_close(&f);
     tm_rec_close(&w);
 }
