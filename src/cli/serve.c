@@ -14,9 +14,22 @@
  * collection's own cost is exported (trainmon_exporter_collect_cpu_seconds_total)
  * so that it can be compared with an exporter that collects on each scrape.
  *
- * Robustness: one epoll thread, a connection cap, a per-connection memory
- * cap (an oversized request gets 431/413 and is dropped) and an idle
- * timeout (slow clients are cut); only GET and HEAD are served.
+ * Robustness: one epoll thread; caps on connections in total (512) and per
+ * client address (256), with admission past a lower soft cap cutting the
+ * stalest connection instead of refusing the new one, so that the kubelet's
+ * loopback /health probe gets in beside an attacker on the same address
+ * (SERVE_MAX_CONNS says why); a 2 s deadline from accept (or the previous
+ * response) to a request's headers, kept by a watchdog thread, which a
+ * client trickling bytes does not extend (libmicrohttpd's own timeout is an
+ * idle one); a per-connection memory cap (an oversized request gets
+ * 431/413 and is dropped); only GET and HEAD are served.  /health answers
+ * 503 "stale" when no collection finished for max(3 intervals, 5 s), decided
+ * per request, so a stuck collector cannot keep saying "ok".  SIGTERM and
+ * SIGINT end serve within a second in every state: the handler writes a
+ * stop pipe that the main loop's sleep polls, and a main thread stuck in a
+ * collection 0.4 s later is not waited for (serve_watchdog).
+ * tests/e2e/serve_slowloris.sh attacks it with 3,000 trickling and 10,000
+ * idle connections while probing /health.
  *
  * --alert RULE / --on-alert CMD: the same threshold alerts as `trainmon
  * watch` (docs/ALERTS.md), evaluated on each collection, for nodes that
@@ -114,21 +127,25 @@ static int serve_load_mhd(const char **why)
 
 #define SERVE_MAX_DEVS 256
 /* Connection limits.  A scrape fleet opens a handful of connections (a
- * Prometheus pair, an agent, a probe; bench_serve's wrk uses 16 from one
- * address), so the caps are far above need and far below what would cost
- * memory (each connection holds up to SERVE_CONN_MEMORY).  The caps alone
- * would lock out the kubelet's /health probe: it comes from 127.0.0.1, the
- * same address as an attacker on the node, and libmicrohttpd refuses a
- * connection at its per-address cap before anyone reads its request.  So
- * the hard caps (libmicrohttpd's) sit above soft ones (ours): a connection
- * admitted past a soft cap makes room by cutting the stalest connection of
- * its address (or of all, past the total one): one still waiting for its
- * request, oldest first, else one whose response has been stuck past the
- * header deadline.  A probe sends its request at once, so it is served
- * before 32 newer connections could push it out; a slowloris connection
- * lives until the header deadline or until it is the stalest, whichever
- * comes first.  Between the soft and hard caps there is room for what one
- * libmicrohttpd turn accepts (10) while the cut ones close (the next). */
+ * Prometheus pair, an agent, a probe; bench_serve's wrk keeps 16 open from
+ * one address), so the caps are far above need, and low enough that memory
+ * stays bounded: each connection may hold SERVE_CONN_MEMORY, 512 of them
+ * 8 MiB.  Caps alone would lock out the kubelet's /health probe: it comes
+ * from 127.0.0.1, the address of any attacker on the node, and
+ * libmicrohttpd refuses a connection at a cap before reading its request,
+ * so the probe would wait (total cap) or be refused (per-address cap) until
+ * the attacker's connections time out.  Hence soft caps below the hard ones:
+ * a connection admitted past a soft cap makes room by cutting the stalest
+ * connection of its address (past the total soft cap: of all addresses),
+ * that is one still waiting for its request, the oldest first, else one
+ * whose response has been stuck past the header deadline (a slow reader).
+ * The new connection always gets in; an attacker's connections only churn;
+ * a probe, which sends its request at once, is the newest and is read
+ * before 192 more connections from its address could push it out (at
+ * 7,000 connects/s, about 27 ms).  Connections from other addresses are
+ * not touched until the total soft cap, which one address cannot reach.
+ * libmicrohttpd's hard caps leave room for what one of its turns accepts
+ * (at most 11) while the connections cut in the previous turn close. */
 #define SERVE_MAX_CONNS 512      /* libmicrohttpd's cap: refused beyond */
 #define SERVE_CONNS_SOFT 448     /* beyond, admission cuts the stalest */
 #define SERVE_MAX_PER_ADDR 256   /* libmicrohttpd's cap per client address */
@@ -998,8 +1015,8 @@ static int serve_parse_listen(const char *arg, struct sockaddr_storage *ss, sock
     return 0;
 }
 
-/* 1,000 idle connections need more descriptors than the usual soft limit
- * of 1024: raise it to the hard limit (or 4096). */
+/* SERVE_MAX_CONNS connections and the process's own files must fit under
+ * the soft descriptor limit: raise it if needed (up to the hard limit). */
 static void serve_raise_nofile(void)
 {
     struct rlimit rl;

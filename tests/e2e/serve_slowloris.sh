@@ -3,11 +3,12 @@
 #   - a connection trickling a header byte every 0.5 s is closed by the
 #     header deadline (2 s), which the trickle does not extend;
 #   - 3,000 connections trickling one header byte every 0.5 s for 20 s, then
-#     10,000 idle connections for 15 s (tests/e2e/slowloris.py; a connection
+#     10,000 idle connections for 15 s, then 10,000 idle connections from 50
+#     loopback addresses for 10 s (tests/e2e/slowloris.py; a connection
 #     the server cuts is opened again, so the pressure does not fade), while
 #     a probe GETs /health every 0.5 s with a 1 s timeout: every probe is
 #     answered 200 within 1 s, and serve's RSS stays within 12 MiB of its
-#     size before the attack (512 connections x 16 KiB request memory is 8
+#     size before the attacks (512 connections x 16 KiB request memory is 8
 #     MiB: the bound holds even if every slot were full);
 #   - SIGTERM and SIGINT while an attack is on: serve exits within 1 s, 0;
 #   - a stalled collection (the test-only TRAINMON_TEST_COLLECT_DELAY_MS):
@@ -79,12 +80,12 @@ probe() {
     done
 }
 
-# attack MODE COUNT SECONDS: the attacker, the probes and an RSS sampler
-# together; checks the probes, the attacker's counters and the RSS.
+# attack MODE COUNT SECONDS [ATTACKER ARGS]: the attacker, the probes and an
+# RSS sampler together; checks the probes, the attacker's counters and the RSS.
 attack() {
-    local mode=$1 count=$2 secs=$3 rss0 rmax r
-    rss0=$(rss_kb "$spid")
-    $PY "$ATTACK" "$port" "$mode" "$count" "$secs" --rate 20000 > "$tmp/attack.out" 2>&1 &
+    local mode=$1 count=$2 secs=$3 rmax r
+    shift 3
+    $PY "$ATTACK" "$port" "$mode" "$count" "$secs" --rate 20000 "$@" > "$tmp/attack.out" 2>&1 &
     local apid=$!
     pids+=($apid)
     ( while kill -0 "$apid" 2>/dev/null; do rss_kb "$spid"; sleep 0.2; done ) > "$tmp/rss" &
@@ -110,7 +111,7 @@ assert int(kv["opened"]) >= count, f"the attacker opened only {kv['opened']} of 
 EOF
     rmax=0
     for r in $(cat "$tmp/rss"); do [ "$r" -gt "$rmax" ] && rmax=$r; done
-    echo "RSS: ${rss0} kB before, at most ${rmax} kB during the attack"
+    echo "RSS: ${rss0} kB before the attacks, at most ${rmax} kB during this one"
     [ $((rmax - rss0)) -lt 12288 ] || fail "RSS grew from $rss0 to $rmax kB under the $mode attack"
     curl -sf --max-time 1 "$base/metrics" -o /dev/null || fail "no /metrics after the $mode attack"
 }
@@ -138,9 +139,12 @@ print(f"ok: a connection trickling a byte every 0.5 s was closed after {took:.2f
 assert 1.8 <= took <= 3.0, f"closed after {took:.2f} s, want the 2 s deadline (+ the 0.25 s sweep)"
 EOF
 
-# --- (a) 3,000 trickling connections, (b) 10,000 idle ones
+# --- (a) 3,000 trickling connections, (b) 10,000 idle ones, (c) 10,000 idle
+# ones from 50 addresses (127.0.0.2-51), which only the total cap limits
+rss0=$(rss_kb "$spid")
 attack trickle 3000 20
 attack idle 10000 15
+attack idle 10000 10 --sources 50
 
 # --- SIGTERM / SIGINT while an attack is on
 $PY "$ATTACK" "$port" idle 10000 10 --rate 20000 > /dev/null 2>&1 &

@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """A bounded slowloris attacker for tests/e2e/serve_slowloris.sh (loopback only).
 
-    slowloris.py PORT MODE COUNT SECONDS [--rate N]
+    slowloris.py PORT MODE COUNT SECONDS [--rate N] [--sources N]
 
 MODE trickle: COUNT connections, each sending one byte of a never-ending
 request header every 0.5 s.  MODE idle: COUNT connections that send
 nothing.  A connection the server closes is opened again (at most --rate new
 connections per second, default 5000), so COUNT stay open as far as the server
 allows: the attack does not fade when the server cuts connections.  Stops
-after SECONDS.  Prints one line of key=value counters at the end:
+after SECONDS.  --sources N spreads the connections over N source
+addresses 127.0.0.2.. (all loopback), so that only the total cap applies to
+them, not the per-address one.  Prints one line of key=value counters at the end:
 opened, cut (closed by the server), open_max (most open at once), and
 lifetime_p50_s / lifetime_max_s of the connections the server cut.
 """
@@ -25,9 +27,12 @@ HEADER = b"GET /health HTTP/1.1\r\nHost: x\r\nX-a: " + b"a" * 4000
 
 def main():
     port, mode, count, seconds = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-    rate = 5000
+    rate, sources = 5000, 0
     if "--rate" in sys.argv:
         rate = int(sys.argv[sys.argv.index("--rate") + 1])
+    if "--sources" in sys.argv:
+        sources = int(sys.argv[sys.argv.index("--sources") + 1])
+    assert 0 <= sources <= 250, sources
     assert mode in ("trickle", "idle"), mode
     assert 0 < count <= 20000 and 0 < seconds <= 120, "bounded: at most 20,000 connections, 120 s"
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -47,6 +52,8 @@ def main():
         nonlocal opened
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         s.setblocking(False)
+        if sources:
+            s.bind((f"127.0.0.{2 + opened % sources}", 0))
         rc = s.connect_ex((HOST, port))
         if rc not in (0, errno.EINPROGRESS):
             s.close()
