@@ -167,7 +167,10 @@ static int serve_load_mhd(const char **why)
 #define SERVE_RUN_LIVE_S 900.0        /* a run is live while a file changed this recently */
 #define SERVE_RECORDS_PER_PASS 200000 /* per file per interval: bounds a catch-up */
 
-static volatile sig_atomic_t serve_stop;
+/* Set by the signal handler, read by every thread: a lock-free atomic is
+ * both async-signal-safe and free of data races (sig_atomic_t is only the
+ * former). */
+static atomic_int serve_stop;
 /* Written by the signal handler and never drained: readable means
  * "stopping" to every thread that polls it (the main loop's sleep, the
  * watchdog), whichever thread the signal landed on. */
@@ -781,7 +784,8 @@ static void serve_on_connection(void *cls, struct MHD_Connection *c, void **sock
     }
     if (toe != MHD_CONNECTION_NOTIFY_STARTED)
         return;
-    const union MHD_ConnectionInfo *fi = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *fi =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     const union MHD_ConnectionInfo *ai =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     if (!fi)
@@ -1332,6 +1336,12 @@ out:
         }
         pthread_join(watchdog, NULL);
     }
+    for (int i = 0; i < 2; i++)
+        if (serve_stop_pipe[i] >= 0) {
+            int fd = serve_stop_pipe[i];
+            serve_stop_pipe[i] = -1; /* before the close: the handler checks it */
+            close(fd);
+        }
     serve_free(&s);
     return rc;
 }
