@@ -829,6 +829,11 @@ typedef struct tm_follow_rank {
     int64_t last_real_ns; /* the same in wall-clock ns since the epoch (header clock bases) */
     uint64_t records;    /* records read */
     int64_t first_step_real_ns; /* wall clock of the first step record read; 0 none */
+    /* Damage the reader found in the file (tm_reader_damage): how many
+     * places, and the last one's offset and description; 0 when intact. */
+    size_t damage;
+    uint64_t damage_offset;
+    char damage_what[96];
 } tm_follow_rank;
 
 typedef struct tm_follow_run {
@@ -1160,6 +1165,20 @@ void tm_health_limits_default(tm_health_limits *l);
 int tm_health_write_json(tm_text *t, const tm_health_limits *lim, const tm_diskrate *rates,
                          size_t nrates, const tm_pressure_stats *ps, const tm_gpu_stats *gpus,
                          size_t ngpus, bool *degraded);
+
+/* A damaged record file of a live run (serve --runs): /health names it
+ * under "damaged_files" so that one bad file is found without a look at
+ * the exporter's log.  It does not make the node "degraded": the rest of
+ * the file and the other runs are still read. */
+typedef struct tm_health_file {
+    const char *run, *file; /* the run directory's and the file's names */
+    size_t places;          /* damaged places found */
+    uint64_t offset;        /* the last one's offset */
+    const char *what;       /* and what it was */
+} tm_health_file;
+/* Adds "damaged_files":[...] to an object written by tm_health_write_json:
+ * call it right after, on the same text (it reopens the closing brace). */
+int tm_health_write_files(tm_text *t, const tm_health_file *files, size_t n);
 
 /* ------------------------------------------- alerts without Prometheus */
 

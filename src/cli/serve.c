@@ -344,6 +344,24 @@ static struct MHD_Response *serve_response(const tm_text *t, const char *type)
     return r;
 }
 
+/* /health names the damaged record files of the live runs (the reader
+ * reads past damage, so the rest still counts; this says where to look). */
+static void serve_health_files(struct serve *s)
+{
+    tm_health_file files[16];
+    size_t n = 0;
+    const tm_follow_run *R;
+    for (size_t i = 0; (R = tm_follow_run_at(s->runs, i)) && n < sizeof files / sizeof files[0]; i++) {
+        const tm_follow_rank *k;
+        for (size_t j = 0; (k = tm_follow_rank_at(s->runs, i, j)) && n < sizeof files / sizeof files[0]; j++)
+            if (k->damage)
+                files[n++] = (tm_health_file){.run = R->name, .file = k->file,
+                                              .places = k->damage, .offset = k->damage_offset,
+                                              .what = k->damage_what};
+    }
+    tm_health_write_files(s->health, files, n);
+}
+
 /* One collection: samples every collector, writes both bodies and
  * publishes them. */
 static void serve_collect(struct serve *s)
@@ -389,6 +407,8 @@ static void serve_collect(struct serve *s)
     tm_sampler_gpus(s->sampler, &gpus, &ngpus);
     tm_health_write_json(s->health, &s->limits, s->hrates, nh, tm_sampler_pressure(s->sampler),
                          gpus, ngpus, NULL);
+    if (s->runs)
+        serve_health_files(s);
 
     s->collects++;
     double c1 = serve_thread_cpu();

@@ -161,6 +161,19 @@ static void follow_classify(struct follow_run *run, struct follow_file *ff, cons
     ff->k = k;
 }
 
+/* What the reader found damaged so far (it reports every place once and
+ * keeps reading past it). */
+static void follow_damage(struct follow_file *ff)
+{
+    const tm_damage *dl;
+    size_t nd = tm_reader_damage(ff->r, &dl);
+    if (nd && ff->k) {
+        ff->k->damage = nd;
+        ff->k->damage_offset = dl[nd - 1].offset;
+        tm_strlcpy(ff->k->damage_what, dl[nd - 1].what, sizeof ff->k->damage_what);
+    }
+}
+
 static void follow_read(struct follow_file *ff, size_t max)
 {
     if (ff->at_end && tm_reader_refresh(ff->r) < 0)
@@ -173,10 +186,11 @@ static void follow_read(struct follow_file *ff, size_t max)
         int rc = tm_reader_next(ff->r, &rec);
         if (rc <= 0) {
             ff->at_end = rc == 0;
-            return;
+            break;
         }
         follow_record(ff->k, mono_to_wall, &rec);
     }
+    follow_damage(ff);
 }
 
 /* -------------------------------------------------------------- one run */

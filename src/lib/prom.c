@@ -47,6 +47,14 @@ const char *tm_text_data(const tm_text *t, size_t *len)
 
 int tm_text_error(const tm_text *t) { return t->rc; }
 
+void tm_text_truncate(tm_text *t, size_t len)
+{
+    if (len < t->b.len) {
+        t->b.len = len;
+        t->b.data[len] = '\0';
+    }
+}
+
 void tm_text_reset(tm_text *t)
 {
     tm_buf_reset(&t->b);
