@@ -879,7 +879,23 @@ static const char serve_index_html[] =
     "<li><a href=\"/metrics\">/metrics</a> (Prometheus text format)</li>"
     "<li><a href=\"/health\">/health</a> (JSON verdict)</li></ul></body></html>\n";
 
-int cmd_serve(int argc, char **argv)
+/* What the command line asked for. */
+struct serve_opts {
+    const char *listen, *runs_dir;
+    double interval;
+    bool gpu_wanted;
+    unsigned gpu_idx[64];
+    size_t ngpu_idx;
+    char (*devs)[TM_DISK_NAME_MAX]; /* SERVE_MAX_DEVS */
+    size_t ndevs;
+    int npaths;
+    struct sockaddr_storage ss;
+    socklen_t sslen;
+};
+
+/* Parses and checks the options: a bad one fails before anything is
+ * opened.  Returns -1 to go on, else the exit status. */
+static int serve_parse(int argc, char **argv, struct serve_opts *o, struct cli_alerts *al)
 {
     enum { OPT_LISTEN = 1000, OPT_RUNS, OPT_GPU, OPT_ALERT, OPT_ON_ALERT };
     static const struct option opts[] = {
@@ -893,24 +909,15 @@ int cmd_serve(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *listen = SERVE_DEFAULT_LISTEN, *runs_dir = NULL;
-    double interval = 1.0;
-    bool gpu_wanted = true;
-    unsigned gpu_idx[64];
-    size_t ngpu_idx = 0;
-    static char devs[SERVE_MAX_DEVS][TM_DISK_NAME_MAX];
-    size_t ndevs = 0;
-    int npaths = 0;
-    static struct cli_alerts al;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "d:i:h", opts, NULL)) != -1) {
         switch (c) {
-        case OPT_LISTEN: listen = optarg; break;
-        case OPT_RUNS: runs_dir = optarg; break;
+        case OPT_LISTEN: o->listen = optarg; break;
+        case OPT_RUNS: o->runs_dir = optarg; break;
         case 'd': {
             tm_blkdev bd;
-            npaths++;
+            o->npaths++;
             if (tm_blkdev_resolve(optarg, 0, &bd) < 0) {
                 cli_err("%s", tm_last_error());
                 return 1;
@@ -919,29 +926,29 @@ int cmd_serve(int argc, char **argv)
                 cli_warn("%s", bd.why);
                 break;
             }
-            cli_add_dev(devs, &ndevs, SERVE_MAX_DEVS, bd.top);
+            cli_add_dev(o->devs, &o->ndevs, SERVE_MAX_DEVS, bd.top);
             for (size_t k = 0; k < bd.nleaves; k++)
-                cli_add_dev(devs, &ndevs, SERVE_MAX_DEVS, bd.leaves[k]);
+                cli_add_dev(o->devs, &o->ndevs, SERVE_MAX_DEVS, bd.leaves[k]);
             break;
         }
         case 'i':
-            if (!cli_parse_seconds(optarg, &interval)) {
+            if (!cli_parse_seconds(optarg, &o->interval)) {
                 cli_err("-i %s: not an interval in seconds", optarg);
                 return 2;
             }
             break;
         case OPT_GPU:
-            if (!cli_parse_gpus(optarg, &gpu_wanted, gpu_idx, &ngpu_idx)) {
+            if (!cli_parse_gpus(optarg, &o->gpu_wanted, o->gpu_idx, &o->ngpu_idx)) {
                 cli_err("--gpu %s: want all, none, or indices like 0,2", optarg);
                 return 2;
             }
             break;
         case OPT_ALERT:
-            if (cli_alerts_add_rule(&al, optarg))
+            if (cli_alerts_add_rule(al, optarg))
                 return 2;
             break;
         case OPT_ON_ALERT:
-            if (cli_alerts_add_cmd(&al, optarg))
+            if (cli_alerts_add_cmd(al, optarg))
                 return 2;
             break;
         case 'h': serve_usage(stdout); return 0;
@@ -949,7 +956,7 @@ int cmd_serve(int argc, char **argv)
         }
     }
     /* Rules are checked before anything is opened: a typo fails at once. */
-    int arc = cli_alerts_check(&al);
+    int arc = cli_alerts_check(al);
     if (arc)
         return arc;
     if (optind < argc) {
@@ -957,138 +964,129 @@ int cmd_serve(int argc, char **argv)
         serve_usage(stderr);
         return 2;
     }
-    struct sockaddr_storage ss;
-    socklen_t sslen;
-    if (serve_parse_listen(listen, &ss, &sslen) < 0) {
-        cli_err("--listen %s: want HOST:PORT, [IPv6]:PORT or :PORT", listen);
+    if (serve_parse_listen(o->listen, &o->ss, &o->sslen) < 0) {
+        cli_err("--listen %s: want HOST:PORT, [IPv6]:PORT or :PORT", o->listen);
         return 2;
     }
-    if (runs_dir) {
+    if (o->runs_dir) {
         struct stat st;
-        if (stat(runs_dir, &st) != 0) {
-            cli_err("%s: %s", runs_dir, strerror(errno));
+        if (stat(o->runs_dir, &st) != 0) {
+            cli_err("%s: %s", o->runs_dir, strerror(errno));
             return 1;
         }
         if (!S_ISDIR(st.st_mode)) {
-            cli_err("%s: not a directory", runs_dir);
+            cli_err("%s: not a directory", o->runs_dir);
             return 1;
         }
     }
-    if (npaths > 0 && ndevs == 0)
+    if (o->npaths > 0 && o->ndevs == 0)
         cli_warn("no block device behind the given paths: exporting pressure, GPUs and runs");
+    return -1;
+}
 
-    static struct serve s;
-    memset(&s, 0, sizeof s);
-    pthread_mutex_init(&s.lock, NULL);
-    tm_health_limits_default(&s.limits);
-    s.hslots = (size_t)lround(SERVE_HEALTH_WINDOW_S / interval) + 1;
-    if (s.hslots < 2)
-        s.hslots = 2;
-    if (s.hslots > SERVE_HEALTH_SLOTS)
-        s.hslots = SERVE_HEALTH_SLOTS;
-    int rc = 1;
-    struct MHD_Daemon *daemon = NULL;
-    pthread_t watchdog;
-    bool have_watchdog = false;
-
-    /* The alert engine first: the sampler feeds it.  A rule's command
-     * runner started here is stopped by serve_free on every failure below. */
-    s.alerts = al;
-    if (cli_alerts_open(&s.alerts))
-        goto out;
+/* Opens what serves: the alert engine (first: the sampler feeds it), the
+ * sampler, the runs follower, libmicrohttpd and the static responses, and
+ * publishes a first collection, so that no scrape finds an empty body.
+ * 0, or -1 after saying why (serve_free closes what was opened). */
+static int serve_open(struct serve *s, const struct serve_opts *o)
+{
+    pthread_mutex_init(&s->lock, NULL);
+    tm_health_limits_default(&s->limits);
+    s->hslots = (size_t)lround(SERVE_HEALTH_WINDOW_S / o->interval) + 1;
+    if (s->hslots < 2)
+        s->hslots = 2;
+    if (s->hslots > SERVE_HEALTH_SLOTS)
+        s->hslots = SERVE_HEALTH_SLOTS;
+    if (cli_alerts_open(&s->alerts))
+        return -1;
     const char *names[SERVE_MAX_DEVS];
-    for (size_t i = 0; i < ndevs; i++)
-        names[i] = devs[i];
-    tm_sampler_opts so = {.disks_off = npaths > 0 && ndevs == 0,
+    for (size_t i = 0; i < o->ndevs; i++)
+        names[i] = o->devs[i];
+    tm_sampler_opts so = {.disks_off = o->npaths > 0 && o->ndevs == 0,
                           .disks = names,
-                          .ndisks = ndevs,
-                          .gpu_off = !gpu_wanted,
-                          .gpus = gpu_idx,
-                          .ngpus = ngpu_idx,
+                          .ndisks = o->ndevs,
+                          .gpu_off = !o->gpu_wanted,
+                          .gpus = o->gpu_idx,
+                          .ngpus = o->ngpu_idx,
                           .prom = true,
-                          .alerts = s.alerts.e};
-    if (tm_sampler_new(&s.sampler, &so) < 0) {
+                          .alerts = s->alerts.e};
+    if (tm_sampler_new(&s->sampler, &so) < 0) {
         cli_err("%s", tm_last_error());
-        goto out;
+        return -1;
     }
     const char *oerr;
-    if ((oerr = tm_sampler_open_error(s.sampler, "disk"))) {
+    if ((oerr = tm_sampler_open_error(s->sampler, "disk"))) {
         cli_err("%s", oerr);
-        goto out;
+        return -1;
     }
-    if ((oerr = tm_sampler_open_error(s.sampler, "pressure")))
+    if ((oerr = tm_sampler_open_error(s->sampler, "pressure")))
         cli_warn("pressure stall information unavailable: %s", oerr);
-    if ((oerr = tm_sampler_open_error(s.sampler, "gpu")))
+    if ((oerr = tm_sampler_open_error(s->sampler, "gpu")))
         cli_warn("%s", oerr);
-    if (runs_dir) {
-        s.runs_out = calloc(SERVE_MAX_RUNS, sizeof *s.runs_out);
-        if (!s.runs_out || tm_follow_open(&s.runs, runs_dir, true) < 0) {
+    if (o->runs_dir) {
+        s->runs_out = calloc(SERVE_MAX_RUNS, sizeof *s->runs_out);
+        if (!s->runs_out || tm_follow_open(&s->runs, o->runs_dir, true) < 0) {
             cli_err("out of memory");
-            goto out;
+            return -1;
         }
     }
     const char *why = NULL;
     if (serve_load_mhd(&why) < 0) {
         cli_err("serve: cannot load libmicrohttpd: %s (make deps installs it)", why);
-        goto out;
+        return -1;
     }
-    s.metrics = tm_text_new(SERVE_TEXT_CAP);
-    s.health = tm_text_new(SERVE_TEXT_CAP);
-    s.r_index = serve_static(serve_index_html, "text/html; charset=utf-8");
-    s.r_404 = serve_static("not found: try /metrics or /health\n", "text/plain; charset=utf-8");
-    s.r_405 = serve_static("method not allowed: GET or HEAD\n", "text/plain; charset=utf-8");
-    if (!s.metrics || !s.health || !s.r_index || !s.r_404 || !s.r_405) {
+    s->metrics = tm_text_new(SERVE_TEXT_CAP);
+    s->health = tm_text_new(SERVE_TEXT_CAP);
+    s->r_index = serve_static(serve_index_html, "text/html; charset=utf-8");
+    s->r_404 = serve_static("not found: try /metrics or /health\n", "text/plain; charset=utf-8");
+    s->r_405 = serve_static("method not allowed: GET or HEAD\n", "text/plain; charset=utf-8");
+    if (!s->metrics || !s->health || !s->r_index || !s->r_404 || !s->r_405) {
         cli_err("out of memory");
-        goto out;
+        return -1;
     }
-    MHD_add_response_header(s.r_405, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
-    /* Publish before listening, so that no scrape finds an empty body (the
-     * disk collector's first sample only primes its rates). */
-    serve_collect(&s);
+    MHD_add_response_header(s->r_405, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+    serve_collect(s);
+    return 0;
+}
 
-    /* Signals: the handler only sets the flag and writes the stop pipe;
-     * the main loop and the watchdog poll that pipe, so a stop is seen at
-     * once wherever the signal lands. */
+/* Installs the signal handlers (they only set the flag and write the stop
+ * pipe; the main loop and the watchdog poll that pipe, so a stop is seen at
+ * once wherever the signal lands) and starts listening.  The daemon, or
+ * NULL after saying why. */
+static struct MHD_Daemon *serve_listen(struct serve *s, const struct serve_opts *o)
+{
     if (pipe2(serve_stop_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
         cli_err("serve: pipe: %s", strerror(errno));
-        goto out;
+        return NULL;
     }
     signal(SIGPIPE, SIG_IGN);
     struct sigaction sa = {.sa_handler = serve_on_signal};
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     serve_raise_nofile();
-    serve_http_init(interval);
+    serve_http_init(o->interval);
 
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL;
-    if (ss.ss_family == AF_INET6)
+    if (o->ss.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     /* The backlog holds a burst of connects while admission makes room, so
      * that a probe's SYN is not dropped (a dropped SYN is retried after 1 s). */
-    daemon = MHD_start_daemon(flags, 0, NULL, NULL, serve_handle, &s,
-                              MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)SERVE_MAX_CONNS,
-                              MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)SERVE_MAX_PER_ADDR,
-                              MHD_OPTION_NOTIFY_CONNECTION, serve_on_connection, &serve_http,
-                              MHD_OPTION_NOTIFY_COMPLETED, serve_on_completed, NULL,
-                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)SERVE_CONN_TIMEOUT_S,
-                              MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SERVE_CONN_MEMORY,
-                              MHD_OPTION_LISTEN_BACKLOG_SIZE, 4096u,
-                              MHD_OPTION_END);
-    if (!daemon) {
-        cli_err("--listen %s: cannot listen (address in use, or not this host's)", listen);
-        goto out;
-    }
-    int prc = pthread_create(&watchdog, NULL, serve_watchdog, &serve_http);
-    if (prc != 0) {
-        cli_err("serve: cannot start the watchdog thread: %s", strerror(prc));
-        goto out;
-    }
-    have_watchdog = true;
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_BIND_PORT);
-    fprintf(stderr, "trainmon: serving on %s (port %u): /metrics /health\n", listen,
-            di ? (unsigned)di->port : 0u);
+    struct MHD_Daemon *daemon = MHD_start_daemon(
+        flags, 0, NULL, NULL, serve_handle, s, MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)&o->ss,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)SERVE_MAX_CONNS, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)SERVE_MAX_PER_ADDR, MHD_OPTION_NOTIFY_CONNECTION, serve_on_connection,
+        &serve_http, MHD_OPTION_NOTIFY_COMPLETED, serve_on_completed, NULL,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)SERVE_CONN_TIMEOUT_S,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SERVE_CONN_MEMORY,
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, 4096u, MHD_OPTION_END);
+    if (!daemon)
+        cli_err("--listen %s: cannot listen (address in use, or not this host's)", o->listen);
+    return daemon;
+}
 
+/* Collects every interval until SIGTERM or SIGINT. */
+static void serve_loop(struct serve *s, double interval)
+{
     long test_delay_ms = serve_test_delay_ms();
     int64_t step = (int64_t)(interval * 1e9), next = tm_now_mono_ns() + step;
     while (!serve_stop) {
@@ -1097,12 +1095,47 @@ int cmd_serve(int argc, char **argv)
             break;
         if (test_delay_ms)
             serve_test_stall(test_delay_ms);
-        serve_collect(&s);
+        serve_collect(s);
         next += step;
         int64_t now = tm_now_mono_ns();
         if (next < now) /* fell behind (suspended): skip, do not catch up */
             next = now + step;
     }
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    static char devs[SERVE_MAX_DEVS][TM_DISK_NAME_MAX];
+    static struct serve_opts o;
+    static struct cli_alerts al;
+    memset(&o, 0, sizeof o);
+    o.listen = SERVE_DEFAULT_LISTEN;
+    o.interval = 1.0;
+    o.gpu_wanted = true;
+    o.devs = devs;
+    int rc = serve_parse(argc, argv, &o, &al);
+    if (rc >= 0)
+        return rc;
+
+    static struct serve s;
+    memset(&s, 0, sizeof s);
+    s.alerts = al; /* a rule's command runner started here is stopped by serve_free */
+    rc = 1;
+    struct MHD_Daemon *daemon = NULL;
+    pthread_t watchdog;
+    bool have_watchdog = false;
+    if (serve_open(&s, &o) < 0 || !(daemon = serve_listen(&s, &o)))
+        goto out;
+    int prc = pthread_create(&watchdog, NULL, serve_watchdog, &serve_http);
+    if (prc != 0) {
+        cli_err("serve: cannot start the watchdog thread: %s", strerror(prc));
+        goto out;
+    }
+    have_watchdog = true;
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_BIND_PORT);
+    fprintf(stderr, "trainmon: serving on %s (port %u): /metrics /health\n", o.listen,
+            di ? (unsigned)di->port : 0u);
+    serve_loop(&s, o.interval);
     rc = 0;
 out:
     if (daemon)
