@@ -860,6 +860,12 @@ typedef struct tm_follow_rank {
     int64_t last_t_ns;   /* monotonic time of the newest record read (writer's clock); 0 none */
     int64_t last_real_ns; /* the same in wall-clock ns since the epoch (header clock bases) */
     uint64_t records;    /* records read */
+    int64_t first_step_real_ns; /* wall clock of the first step record read; 0 none */
+    /* Damage the reader found in the file (tm_reader_damage): how many
+     * places, and the last one's offset and description; 0 when intact. */
+    size_t damage;
+    uint64_t damage_offset;
+    char damage_what[96];
 } tm_follow_rank;
 
 typedef struct tm_follow_run {
@@ -1130,6 +1136,10 @@ typedef struct tm_prom_rank {
     double data_wait_fraction;  /* tm_steptally_wait_fraction; NAN none */
     double allocated_bytes, reserved_bytes, peak_allocated_bytes; /* latest capture */
     uint64_t ooms;              /* out-of-memory events recorded */
+    /* Ring files (--max-size): steps the ring dropped before they were read
+     * (the step total less the complete steps seen) and the wall-clock time
+     * (s since the epoch) the kept steps start at; NAN for other files. */
+    double ring_steps_dropped, ring_kept_from_s;
     bool steps_valid, memory_valid;
 } tm_prom_rank;
 
@@ -1187,6 +1197,20 @@ void tm_health_limits_default(tm_health_limits *l);
 int tm_health_write_json(tm_text *t, const tm_health_limits *lim, const tm_diskrate *rates,
                          size_t nrates, const tm_pressure_stats *ps, const tm_gpu_stats *gpus,
                          size_t ngpus, bool *degraded);
+
+/* A damaged record file of a live run (serve --runs): /health names it
+ * under "damaged_files" so that one bad file is found without a look at
+ * the exporter's log.  It does not make the node "degraded": the rest of
+ * the file and the other runs are still read. */
+typedef struct tm_health_file {
+    const char *run, *file; /* the run directory's and the file's names */
+    size_t places;          /* damaged places found */
+    uint64_t offset;        /* the last one's offset */
+    const char *what;       /* and what it was */
+} tm_health_file;
+/* Adds "damaged_files":[...] to an object written by tm_health_write_json:
+ * call it right after, on the same text (it reopens the closing brace). */
+int tm_health_write_files(tm_text *t, const tm_health_file *files, size_t n);
 
 /* ------------------------------------------- alerts without Prometheus */
 

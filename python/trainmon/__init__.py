@@ -125,6 +125,20 @@ def _default_run_dir():
     return os.path.join("trainmon-runs", "%s-%d" % (time.strftime("%Y%m%d-%H%M%S"), os.getpid()))
 
 
+def _argv_for_meta():
+    """sys.argv as the record file stores it: the values of secret-looking
+    options redacted (--api-key=..., --password X, HF_TOKEN=...), the rule
+    of `trainmon run`'s meta.json, unless TRAINMON_KEEP_ARGS=1 (run
+    --keep-args sets it)."""
+    argv = [str(a) for a in sys.argv]
+    if os.environ.get("TRAINMON_KEEP_ARGS") == "1":
+        return argv
+    try:
+        return _c.redact_args(argv)
+    except Exception:
+        return ["<argv not recorded>"]
+
+
 def _ensure_recorder(run_dir=None):
     """Opens this process's record file once (per process: a forked child
     opens its own under another name).  Never raises."""
@@ -157,7 +171,7 @@ def _ensure_recorder(run_dir=None):
             torch = sys.modules.get("torch")
             meta = {
                 "pid": pid, "rank": rank, "world_size": _world_size(),
-                "local_rank": _env_int("LOCAL_RANK"), "argv": list(sys.argv),
+                "local_rank": _env_int("LOCAL_RANK"), "argv": _argv_for_meta(),
                 "python": sys.version.split()[0], "trainmon": __version__,
                 "torch": getattr(torch, "__version__", None) if torch else None,
             }
@@ -595,16 +609,18 @@ def _dump_snapshot(torch):
     if _state["snapshots"] >= 3 or not _state["run_dir"]:
         return ""
     path = _snapshot_path()
-    tmp = path + ".tmp"
+    # Written by us, not by torch's _dump_snapshot (a plain open(), which
+    # follows a symlink planted in the run directory): a fresh temporary
+    # name (O_EXCL|O_NOFOLLOW, 0600) renamed over the final one, which
+    # replaces a planted link instead of writing through it.
+    tmp = "%s.%d.%s.tmp" % (path, os.getpid(), os.urandom(4).hex())
     try:
-        mem = torch.cuda.memory
-        dump = getattr(mem, "_dump_snapshot", None)
-        if dump is not None:
-            dump(tmp)
-        else:
-            import pickle
-            with open(tmp, "wb") as f:
-                pickle.dump(mem._snapshot(), f)
+        import pickle
+        snap = torch.cuda.memory._snapshot()
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | \
+            getattr(os, "O_CLOEXEC", 0)
+        with os.fdopen(os.open(tmp, flags, 0o600), "wb") as f:
+            pickle.dump(snap, f)
         os.replace(tmp, path)
         _state["snapshots"] += 1
         return os.path.basename(path)

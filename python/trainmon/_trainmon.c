@@ -1207,6 +1207,37 @@ static PyObject *py_now(PyObject *self, PyObject *noargs)
     return PyLong_FromLongLong(now_ns());
 }
 
+/* redact_args(list of str) -> list of str: what the record file's meta may
+ * store of a command line (tm_arg_redact: the values of secret-looking
+ * options), the one rule `trainmon run` applies to meta.json too. */
+static PyObject *py_redact_args(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    PyObject *seq = PySequence_Fast(arg, "redact_args: a list of str");
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    const char **argv = PyMem_Calloc((size_t)(n ? n : 1), sizeof *argv);
+    PyObject *out = argv ? PyList_New(n) : PyErr_NoMemory();
+    for (Py_ssize_t i = 0; out && i < n; i++) {
+        argv[i] = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq, i));
+        if (!argv[i])
+            Py_CLEAR(out);
+    }
+    for (Py_ssize_t i = 0; out && i < n; i++) {
+        char buf[512];
+        const char *v = tm_arg_redact(argv, (int)n, (int)i, buf, sizeof buf);
+        PyObject *o = PyUnicode_DecodeUTF8(v, (Py_ssize_t)strlen(v), "replace");
+        if (!o)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, i, o);
+    }
+    PyMem_Free(argv);
+    Py_DECREF(seq);
+    return out;
+}
+
 /* The largest ring of a worker's file under --max-size (see below). */
 #define TM_WORKER_RING_MAX (1ull << 20)
 
@@ -1650,6 +1681,7 @@ static PyMethodDef methods[] = {
     {"backward_exit", py_backward_exit, METH_NOARGS, "torch.autograd.backward returned"},
     {"bind_steps", py_bind_steps, METH_VARARGS, "bind_steps(global_forward_pre_hooks, is_grad_enabled)"},
     {"now", py_now, METH_NOARGS, "CLOCK_MONOTONIC in ns"},
+    {"redact_args", py_redact_args, METH_O, "redact_args(argv): secret-looking values redacted"},
     {"worker_batch", py_worker_batch, METH_VARARGS, "worker_batch(worker_id, t0_ns)"},
     {"oom", py_oom, METH_VARARGS, "oom(source, device, requested, free, total, snapshot)"},
     {"read_records", py_read_records, METH_VARARGS, "read_records(path)"},

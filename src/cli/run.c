@@ -530,6 +530,8 @@ static void run_setup_python(const struct run *r)
     setenv("PYTHONPATH", pp, 1);
     free(pp);
     setenv("TRAINMON_ATTACH", "1", 1);
+    if (r->keep_args)
+        setenv("TRAINMON_KEEP_ARGS", "1", 1); /* the extension's own meta keeps them too */
     if (r->max_size) {
         char v[32];
         snprintf(v, sizeof v, "%llu", r->max_size);
@@ -836,31 +838,15 @@ static void run_close_all(struct run *r)
     cli_alerts_close(&r->alerts);
 }
 
-int cmd_run(int argc, char **argv)
-{
-    static struct run run; /* large (the targets): not on the stack */
-    struct run *r = &run;
-    memset(r, 0, sizeof *r);
-    r->interval = 1.0;
-    r->inject = true;
-    r->targc = argc - 1;
-    r->targv = argv + 1;
-    const char *outdir = NULL;
-    const char *paths[RUN_MAX_TARGETS];
-    size_t npaths = 0;
-    int rc = run_parse(r, argc, argv, &outdir, paths, &npaths);
-    if (rc >= 0)
-        return rc;
-    /* Alert rules are checked before anything starts: a typo never starts
-     * the training. */
-    rc = cli_alerts_check(&r->alerts);
-    if (rc)
-        return rc;
+/* --- the steps of cmd_run */
 
-    /* Everything that can be wrong with the request is said before the
-     * job starts and before a run directory exists. */
-    static char devs[RUN_MAX_DEVS][TM_DISK_NAME_MAX];
-    size_t ndevs = 0;
+/* Resolves the -d paths to their disks (devs, the top devices in r->tops)
+ * and finds the command: everything that can be wrong with the request is
+ * said before the job starts and before a run directory exists.  Returns
+ * -1 to go on, else trainmon's exit status. */
+static int run_resolve(struct run *r, const char *const *paths, size_t npaths,
+                       char (*devs)[TM_DISK_NAME_MAX], size_t *ndevs)
+{
     for (size_t i = 0; i < npaths; i++) {
         struct run_target *t = &r->targets[r->ntargets];
         if (tm_blkdev_resolve(paths[i], 0, &t->bd) < 0) {
@@ -870,17 +856,27 @@ int cmd_run(int argc, char **argv)
         t->path = paths[i];
         r->ntargets++;
         if (t->bd.kind == TM_FS_BLOCK && t->bd.top[0]) {
-            cli_add_dev(devs, &ndevs, RUN_MAX_DEVS, t->bd.top);
+            cli_add_dev(devs, ndevs, RUN_MAX_DEVS, t->bd.top);
             cli_add_dev(r->tops, &r->ntops, RUN_MAX_DEVS, t->bd.top);
             for (size_t k = 0; k < t->bd.nleaves; k++)
-                cli_add_dev(devs, &ndevs, RUN_MAX_DEVS, t->bd.leaves[k]);
+                cli_add_dev(devs, ndevs, RUN_MAX_DEVS, t->bd.leaves[k]);
         }
     }
-    rc = run_find_command(r->argv[0]);
+    int rc = run_find_command(r->argv[0]);
     if (rc < 0) {
         cli_err("%s: %s", r->argv[0], rc == -ENOENT ? "command not found" : strerror(-rc));
         return rc == -ENOENT ? 127 : 126;
     }
+    return -1;
+}
+
+/* Makes the run directory and opens the recording: system.tmr, the sampler
+ * (disks and GPUs now, the job's tree once it has a pid), the targets'
+ * events, the Python injection, the --serve child and meta.json.  -1 to go
+ * on, else trainmon's exit status (everything opened is closed). */
+static int run_open(struct run *r, const char *outdir, const char *const *paths, size_t npaths,
+                    char (*devs)[TM_DISK_NAME_MAX], size_t ndevs)
+{
     if (cli_alerts_open(&r->alerts))
         return 1;
     if (run_make_dir(r, outdir) < 0) {
@@ -904,8 +900,6 @@ int cmd_run(int argc, char **argv)
         cli_warn("%s; the job runs unrecorded", tm_last_error());
         r->w = NULL;
     }
-    /* The sampler opens the disks and GPUs now; the job's tree and its
-     * cgroup's pressure once the job has a pid (tm_sampler_set_root). */
     const char *names[RUN_MAX_DEVS];
     for (size_t i = 0; i < ndevs; i++)
         names[i] = devs[i];
@@ -942,19 +936,32 @@ int cmd_run(int argc, char **argv)
         run_start_serve(r, paths, npaths);
     setenv("TRAINMON_RUN_DIR", r->dir, 1);
     r->start_real_ns = tm_now_real_ns();
-    rc = run_write_meta(r, false, 0, 0);
+    int rc = run_write_meta(r, false, 0, 0);
     if (rc < 0)
         cli_warn("%s/meta.json: %s", r->dir, strerror(-rc));
+    return -1;
+}
 
-    /* Signals: installed before the fork so that none is lost; the child
-     * puts back what it inherited (SIG_DFL for the forwarded ones, which a
-     * background shell may have ignored: forwarding to a job that ignores
-     * them would be pointless). */
-    if (pipe2(run_wake_fd, O_CLOEXEC | O_NONBLOCK) != 0) {
-        cli_err("pipe: %s", strerror(errno));
-        run_close_all(r);
-        return 1;
-    }
+/* Everything run_open started, stopped again when the job cannot be
+ * started (a failed pipe or fork): the --serve child too. */
+static int run_abort(struct run *r, const char *what)
+{
+    cli_err("%s: %s", what, strerror(errno));
+    run_stop_serve(r);
+    run_close_all(r);
+    return 1;
+}
+
+/* Installs the signal handlers and starts the job.  Signals are installed
+ * before the fork so that none is lost; the child puts back what it
+ * inherited (SIG_DFL for the forwarded ones, which a background shell may
+ * have ignored: forwarding to a job that ignores them would be pointless).
+ * An exec failure reaches the parent through a close-on-exec pipe.  -1 with
+ * *pid set to go on, else trainmon's exit status. */
+static int run_spawn(struct run *r, pid_t *pidp)
+{
+    if (pipe2(run_wake_fd, O_CLOEXEC | O_NONBLOCK) != 0)
+        return run_abort(r, "pipe");
     struct sigaction sa = {.sa_sigaction = run_on_signal, .sa_flags = SA_SIGINFO | SA_RESTART};
     sigemptyset(&sa.sa_mask);
     struct sigaction old_pipe;
@@ -966,19 +973,15 @@ int cmd_run(int argc, char **argv)
     sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    /* exec failure reaches the parent through a close-on-exec pipe. */
     int errpipe[2];
-    if (pipe2(errpipe, O_CLOEXEC) != 0) {
-        cli_err("pipe: %s", strerror(errno));
-        run_close_all(r);
-        return 1;
-    }
+    if (pipe2(errpipe, O_CLOEXEC) != 0)
+        return run_abort(r, "pipe");
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) {
-        cli_err("fork: %s", strerror(errno));
-        run_close_all(r);
-        return 1;
+        close(errpipe[0]);
+        close(errpipe[1]);
+        return run_abort(r, "fork");
     }
     if (pid == 0) {
         signal(SIGINT, SIG_DFL);
@@ -1011,55 +1014,70 @@ int cmd_run(int argc, char **argv)
             ;
         int code = exec_err == ENOENT ? 127 : 126;
         run_event(r, "job_exec_failed", NULL);
+        run_stop_serve(r);
         run_close_all(r);
         run_write_meta(r, true, code, 0);
         return code;
     }
 
-    char json[512];
-    {
-        char *buf = NULL;
-        size_t len = 0;
-        FILE *m = open_memstream(&buf, &len);
-        if (m) {
-            fprintf(m, "{\"pid\": %d, \"command\": [", (int)pid);
-            for (int i = 0; i < r->argc; i++) {
-                if (i)
-                    fputs(", ", m);
-                cli_json_str(m, r->argv[i]);
-            }
-            fputs("]}", m);
-            fclose(m);
-            run_event(r, "job_start", buf);
-            free(buf);
-        }
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    if (m) {
+        fprintf(m, "{\"pid\": %d, \"command\": [", (int)pid);
+        run_json_args(m, r, r->argv, r->argc); /* redacted as in meta.json */
+        fputs("]}", m);
+        fclose(m);
+        run_event(r, "job_start", buf);
+        free(buf);
     }
     tm_sampler_set_root(r->sampler, pid);
+    const char *oerr;
     if ((oerr = tm_sampler_open_error(r->sampler, "ptree")))
         cli_warn("process tree: %s", oerr);
+    /* The counters as the job starts: its first recorded sample, one
+     * interval later, has rates over that interval, and a job shorter than
+     * one interval still gets one sample of rates over its whole life. */
+    tm_sampler_prime(r->sampler);
     r->tty = isatty(STDERR_FILENO);
+    *pidp = pid;
+    return -1;
+}
 
-    /* The loop: a sample every interval on absolute deadlines (no drift),
-     * and an early wake-up when the job ends (SIGCHLD).  The job is looked
-     * at with WNOWAIT so that the last sample still sees it as a zombie,
-     * with its final CPU times, before it is reaped. */
+/* Samples every interval on absolute deadlines (no drift) until the job
+ * ends, waking early when it does (SIGCHLD).  The job is looked at with
+ * WNOWAIT so that the last sample still sees it as a zombie, with its
+ * final CPU times, before it is reaped. */
+static void run_follow_job(struct run *r, pid_t pid)
+{
     int64_t step = (int64_t)(r->interval * 1e9);
-    int64_t next = tm_now_mono_ns(), prev_t = next;
+    int64_t prev_t = tm_now_mono_ns(), next = prev_t + step;
     siginfo_t si;
     for (;;) {
         memset(&si, 0, sizeof si);
         if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid)
             break;
+        run_wait(next);
+        memset(&si, 0, sizeof si);
+        if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid)
+            break; /* the last sample below covers the job's end */
         int64_t now = tm_now_mono_ns();
-        double dt = (double)(now - prev_t) / 1e9;
+        if (now < next)
+            continue; /* woken by a forwarded signal */
+        run_sample(r, (double)(now - prev_t) / 1e9, r->tty);
         prev_t = now;
-        run_sample(r, dt, r->tty);
         next += step;
         if (next < tm_now_mono_ns())
             next = tm_now_mono_ns() + step; /* a stall: skip, do not burst */
-        run_wait(next);
     }
     run_sample(r, (double)(tm_now_mono_ns() - prev_t) / 1e9, false);
+}
+
+/* Reaps the job, records its exit, finalizes meta.json and prints the
+ * report.  Returns the job's status as a shell gives it (128+N for a
+ * signal). */
+static int run_finish(struct run *r, pid_t pid)
+{
     int st = 0;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
         ;
@@ -1071,6 +1089,7 @@ int cmd_run(int argc, char **argv)
         sig = WTERMSIG(st);
         status = 128 + sig;
     }
+    char json[128];
     if (sig)
         snprintf(json, sizeof json, "{\"status\": %d, \"signal\": %d}", status, sig);
     else
@@ -1079,7 +1098,7 @@ int cmd_run(int argc, char **argv)
     run_status_clear(r);
     run_stop_serve(r);
     run_close_all(r);
-    rc = run_write_meta(r, true, status, sig);
+    int rc = run_write_meta(r, true, status, sig);
     if (rc < 0)
         cli_warn("%s/meta.json: %s", r->dir, strerror(-rc));
     if (sig)
@@ -1100,4 +1119,37 @@ int cmd_run(int argc, char **argv)
     close(run_wake_fd[1]);
     run_wake_fd[0] = run_wake_fd[1] = -1;
     return status;
+}
+
+int cmd_run(int argc, char **argv)
+{
+    static struct run run; /* large (the targets): not on the stack */
+    struct run *r = &run;
+    memset(r, 0, sizeof *r);
+    r->interval = 1.0;
+    r->inject = true;
+    r->targc = argc - 1;
+    r->targv = argv + 1;
+    const char *outdir = NULL;
+    const char *paths[RUN_MAX_TARGETS];
+    size_t npaths = 0;
+    int rc = run_parse(r, argc, argv, &outdir, paths, &npaths);
+    if (rc >= 0)
+        return rc;
+    /* Alert rules are checked before anything starts: a typo never starts
+     * the training. */
+    rc = cli_alerts_check(&r->alerts);
+    if (rc)
+        return rc;
+    static char devs[RUN_MAX_DEVS][TM_DISK_NAME_MAX];
+    size_t ndevs = 0;
+    if ((rc = run_resolve(r, paths, npaths, devs, &ndevs)) >= 0)
+        return rc;
+    if ((rc = run_open(r, outdir, paths, npaths, devs, ndevs)) >= 0)
+        return rc;
+    pid_t pid = 0;
+    if ((rc = run_spawn(r, &pid)) >= 0)
+        return rc;
+    run_follow_job(r, pid);
+    return run_finish(r, pid);
 }

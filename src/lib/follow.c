@@ -103,6 +103,8 @@ static void follow_record(tm_follow_rank *k, int64_t mono_to_wall, const tm_reco
         if (tm_inproc_decode_step(rec, &s) < 0)
             return;
         k->step_records++;
+        if (!k->first_step_real_ns)
+            k->first_step_real_ns = tm_sat_add64(s.start_ns, mono_to_wall);
         tm_follow_step(&k->tally, &k->win, &s);
         break;
     }
@@ -159,6 +161,19 @@ static void follow_classify(struct follow_run *run, struct follow_file *ff, cons
     ff->k = k;
 }
 
+/* What the reader found damaged so far (it reports every place once and
+ * keeps reading past it). */
+static void follow_damage(struct follow_file *ff)
+{
+    const tm_damage *dl;
+    size_t nd = tm_reader_damage(ff->r, &dl);
+    if (nd && ff->k) {
+        ff->k->damage = nd;
+        ff->k->damage_offset = dl[nd - 1].offset;
+        tm_strlcpy(ff->k->damage_what, dl[nd - 1].what, sizeof ff->k->damage_what);
+    }
+}
+
 static void follow_read(struct follow_file *ff, size_t max)
 {
     if (ff->at_end && tm_reader_refresh(ff->r) < 0)
@@ -171,10 +186,11 @@ static void follow_read(struct follow_file *ff, size_t max)
         int rc = tm_reader_next(ff->r, &rec);
         if (rc <= 0) {
             ff->at_end = rc == 0;
-            return;
+            break;
         }
         follow_record(ff->k, mono_to_wall, &rec);
     }
+    follow_damage(ff);
 }
 
 /* -------------------------------------------------------------- one run */
@@ -214,7 +230,7 @@ static double follow_newest(const char *dirpath)
             continue;
         struct stat st;
         if (snprintf(path, sizeof path, "%s/%s", dirpath, de->d_name) < (int)sizeof path &&
-            stat(path, &st) == 0 && S_ISREG(st.st_mode) && follow_mtime(&st) > newest)
+            lstat(path, &st) == 0 && S_ISREG(st.st_mode) && follow_mtime(&st) > newest)
             newest = follow_mtime(&st);
     }
     closedir(d);
@@ -261,7 +277,7 @@ static int follow_run_scan(tm_follow *f, struct follow_run *run, const char *dir
         if (snprintf(path, sizeof path, "%s/%s", dirpath, de->d_name) >= (int)sizeof path)
             continue;
         struct stat st;
-        if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+        if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode))
             continue;
         if (follow_mtime(&st) > run->newest_mtime)
             run->newest_mtime = follow_mtime(&st);
@@ -379,8 +395,10 @@ static int follow_poll_runs(tm_follow *f, size_t max)
             continue;
         if (snprintf(path, sizeof path, "%s/%s", f->dir, de->d_name) >= (int)sizeof path)
             continue;
+        /* lstat: a run is a real directory inside the runs directory; a
+         * symlink planted there must not lead a root exporter elsewhere. */
         struct stat st;
-        if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode))
             continue;
         struct follow_run *run = NULL;
         for (size_t i = 0; i < f->nruns && !run; i++)

@@ -13,6 +13,7 @@
  * A lost GPU (fallen off the bus) is always a reason.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -173,5 +174,31 @@ int tm_health_write_json(tm_text *t, const tm_health_limits *lim, const tm_diskr
     tm_text_puts(t, "}}\n");
     if (degraded)
         *degraded = bad;
+    return tm_text_error(t);
+}
+
+int tm_health_write_files(tm_text *t, const tm_health_file *files, size_t n)
+{
+    if (!t || (!files && n))
+        return tm_seterr(-EINVAL, "tm_health_write_files: NULL argument");
+    size_t len;
+    const char *d = tm_text_data(t, &len);
+    if (d && len && d[len - 1] == '\n')
+        len--;
+    if (!d || len == 0 || d[len - 1] != '}')
+        return tm_seterr(-EINVAL, "tm_health_write_files: not after tm_health_write_json");
+    tm_text_truncate(t, len - 1);
+    tm_text_puts(t, ",\"damaged_files\":[");
+    for (size_t i = 0; i < n; i++) {
+        tm_text_puts(t, i ? ",{\"run\":" : "{\"run\":");
+        tm_text_json_str(t, files[i].run ? files[i].run : "");
+        tm_text_puts(t, ",\"file\":");
+        tm_text_json_str(t, files[i].file ? files[i].file : "");
+        tm_text_printf(t, ",\"places\":%zu,\"offset\":%" PRIu64 ",\"what\":", files[i].places,
+                       files[i].offset);
+        tm_text_json_str(t, files[i].what ? files[i].what : "");
+        tm_text_puts(t, "}");
+    }
+    tm_text_puts(t, "]}\n");
     return tm_text_error(t);
 }

@@ -47,6 +47,14 @@ const char *tm_text_data(const tm_text *t, size_t *len)
 
 int tm_text_error(const tm_text *t) { return t->rc; }
 
+void tm_text_truncate(tm_text *t, size_t len)
+{
+    if (len < t->b.len) {
+        t->b.len = len;
+        t->b.data[len] = '\0';
+    }
+}
+
 void tm_text_reset(tm_text *t)
 {
     tm_buf_reset(&t->b);
@@ -540,7 +548,7 @@ static void tx_run_labels(tm_text *t, const tm_prom_run *r, const tm_prom_rank *
 }
 
 enum run_val { RV_STEPS, RV_STEP_S, RV_WAIT_S, RV_WAIT_FRAC, RV_ALLOC, RV_RESERVED, RV_PEAK,
-               RV_OOMS };
+               RV_OOMS, RV_RING_DROPPED, RV_RING_FROM };
 
 static const struct {
     const char *name, *type, *help;
@@ -562,6 +570,13 @@ static const struct {
      "CUDA caching allocator: peak bytes allocated (latest capture).", RV_PEAK},
     {"trainmon_run_ooms_total", "counter", "CUDA out-of-memory events recorded by this rank.",
      RV_OOMS},
+    {"trainmon_run_ring_steps_dropped", "gauge",
+     "Flight-recorder ring (--max-size): steps the ring dropped before they were read.",
+     RV_RING_DROPPED},
+    {"trainmon_run_ring_kept_from_timestamp_seconds", "gauge",
+     "Flight-recorder ring (--max-size): when the oldest step still read began, seconds since "
+     "the epoch.",
+     RV_RING_FROM},
 };
 
 static double prom_rank_value(const tm_prom_rank *k, enum run_val v)
@@ -575,6 +590,8 @@ static double prom_rank_value(const tm_prom_rank *k, enum run_val v)
     case RV_RESERVED: return k->memory_valid ? k->reserved_bytes : NAN;
     case RV_PEAK: return k->memory_valid ? k->peak_allocated_bytes : NAN;
     case RV_OOMS: return (double)k->ooms;
+    case RV_RING_DROPPED: return k->steps_valid ? k->ring_steps_dropped : NAN;
+    case RV_RING_FROM: return k->steps_valid ? k->ring_kept_from_s : NAN;
     }
     return NAN;
 }
@@ -595,6 +612,12 @@ void tm_prom_rank_set(tm_prom_rank *out, const tm_follow_rank *k)
     out->peak_allocated_bytes = k->peak_allocated;
     out->memory_valid = !isnan(k->allocated);
     out->ooms = k->ooms;
+    out->ring_steps_dropped = out->ring_kept_from_s = NAN;
+    if (k->ring) {
+        out->ring_steps_dropped = (double)(out->steps - k->tally.steps);
+        if (k->first_step_real_ns)
+            out->ring_kept_from_s = (double)k->first_step_real_ns / 1e9;
+    }
 }
 
 int tm_prom_write_runs(tm_text *t, const tm_prom_run *runs, size_t n)

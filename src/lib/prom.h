@@ -18,5 +18,7 @@ void tm_text_printf(tm_text *t, const char *fmt, ...) __attribute__((format(prin
 void tm_text_json_str(tm_text *t, const char *s);
 /* s[0..len) escaped for how (tm_escape). */
 void tm_text_esc(tm_text *t, tm_esc how, const char *s, size_t len);
+/* Drops what follows the first len bytes (len <= the text's length). */
+void tm_text_truncate(tm_text *t, size_t len);
 
 #endif

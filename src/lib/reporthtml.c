@@ -732,7 +732,7 @@ static void write_header(tm_text *t, const tm_run *r)
     tm_text_puts(t, "</td></tr>\n</table>\n");
 }
 
-static void write_summary(tm_text *t, const tm_analysis *a)
+static void write_summary(tm_text *t, const tm_run *r, const tm_analysis *a)
 {
     const tm_an_summary *S = &a->sum;
     char x[64], y[64], z[64], line[512];
@@ -743,6 +743,16 @@ static void write_summary(tm_text *t, const tm_analysis *a)
         snprintf(line, sizeof line, "%zu per process (the most), %zu over %zu processes", S->steps,
                  S->steps_total, a->nranks);
     kv_row(t, "steps", line);
+    /* A ring's kept steps are not the run's: say what it dropped, as the
+     * text and JSON reports do. */
+    tm_ringinfo ri;
+    if (tm_run_ring_summary(r, &ri) && ri.steps_dropped) {
+        tm_rpt_iso_time(z, sizeof z, ri.kept_from_ns);
+        snprintf(line, sizeof line,
+                 "%" PRIu64 " steps in all, the oldest %" PRIu64 " dropped; data kept from %s",
+                 ri.steps_total, ri.steps_dropped, z);
+        kv_row(t, "ring", line);
+    }
     tm_rpt_fmt_num(x, sizeof x, S->step_median_s, 4, " s");
     tm_rpt_fmt_num(y, sizeof y, S->compute_median_s, 4, " s");
     snprintf(line, sizeof line, "median %s (compute %s)", x, y);
@@ -852,7 +862,7 @@ int tm_report_html(const tm_run *r, const tm_analysis *a, tm_text *out)
     tm_text_puts(out, css);
     tm_text_puts(out, "</style></head><body>\n");
     write_header(out, r);
-    write_summary(out, a);
+    write_summary(out, r, a);
     write_findings(out, a);
     write_charts(&pg, r, a);
     const char *const *notes;

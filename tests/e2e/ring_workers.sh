@@ -74,4 +74,7 @@ PY
 "$TRAINMON" report "$run" > "$run/report.txt" 2>&1 || scen_fail "trainmon report"
 grep -E "^  steps +$STEPS \(ring: the oldest [0-9]+ dropped; data kept from [0-9T:.-]+Z\)$" "$run/report.txt" ||
     { cat "$run/report.txt"; scen_fail "the text report does not say what the ring dropped"; }
+"$TRAINMON" report "$run" --html "$run/report.html" > /dev/null 2>&1 || scen_fail "trainmon report --html"
+grep -qE "<td>$STEPS steps in all, the oldest [0-9]+ dropped; data kept from [0-9T:.-]+Z</td>" "$run/report.html" ||
+    scen_fail "the HTML report does not say what the ring dropped"
 echo "PASS: --max-size bounds every file (workers too); the report says the ring dropped steps"

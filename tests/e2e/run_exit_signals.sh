@@ -71,4 +71,12 @@ done
 d=$(sed -n 's/^trainmon: recording into //p' err)
 case "$d" in "$scratch"/trainmon-runs/[0-9]*-[0-9]*-true) ;; *) cat err; fail "default run dir: '$d'" ;; esac
 [ -s "$d/meta.json" ] && [ -s "$d/system.tmr" ] || fail "default run dir incomplete"
+# A job shorter than one interval still gets a sample of rates over its
+# life: disk rates and the tree's CPU, not only cumulative totals.
+"$tm" run -i 5 -o "$scratch/short" -- true > out 2> err || { cat err; fail "short: run failed"; }
+"$tm" dump "$scratch/short/system.tmr" > dump.txt 2>&1 || fail "short: dump"
+grep -q 'proc.cpu_utilization{root=' dump.txt || { cat dump.txt; fail "short job: no CPU rate sample"; }
+if grep -q 'disk.reads_per_second' dump.txt || ! grep -q ' disk\.' dump.txt; then :; else
+    fail "short job: disk series without rates"
+fi
 echo "PASS: exit codes, signals and usage errors"

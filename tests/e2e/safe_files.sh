@@ -95,12 +95,17 @@ ln -s "$scratch/planted" "$scratch/dirlink"
 
 # --- secrets and modes
 run="$scratch/secret"
-"$tm" run -o "$run" -- "$py" -c pass --api-key=abc --password xyz HF_TOKEN=zzz > /dev/null 2>&1 ||
-    fail "secret: run failed"
+"$tm" run -o "$run" -- "$py" -c 'import trainmon; trainmon.Monitor().capture("x")' \
+    --api-key=abc --password xyz HF_TOKEN=zzz > /dev/null 2>&1 || fail "secret: run failed"
 grep -q '"--api-key=<redacted>"' "$run/meta.json" || fail "secret: --api-key not redacted"
 grep -q '"--password", "<redacted>"' "$run/meta.json" || fail "secret: --password value not redacted"
 grep -q '"HF_TOKEN=<redacted>"' "$run/meta.json" || fail "secret: HF_TOKEN not redacted"
 grep -qE 'abc|xyz|zzz' "$run/meta.json" && fail "secret: a secret is stored: $(cat "$run/meta.json")"
+# ... nor anywhere else in the run: the job_start event, the extension's own meta
+for f in "$run"/*.tmr; do
+    grep -qaE 'abc|xyz|zzz' "$f" && fail "secret: a secret is stored in $(basename "$f")"
+done
+ls "$run"/*.tmr | grep -qv system.tmr || fail "secret: the job wrote no record file of its own"
 [ "$(mode "$run")" = 700 ] || fail "secret: run dir mode $(mode "$run"), want 700"
 [ "$(mode "$run/meta.json")" = 600 ] && [ "$(mode "$run/system.tmr")" = 600 ] ||
     fail "secret: file modes $(mode "$run/meta.json") $(mode "$run/system.tmr"), want 600"

@@ -178,3 +178,21 @@ def test_oom_observer_records_device_request_free_step_phase_and_a_snapshot(tmp_
     assert o["allocated"] == 3 << 30
     snap = pickle.load(open(os.path.join(run_dir, o["snapshot"]), "rb"))
     assert "segments" in snap and "device_traces" in snap
+
+
+def test_oom_snapshot_replaces_a_planted_symlink_instead_of_writing_through_it(tmp_path):
+    fake = tmp_path / "fake"
+    make_torch(fake)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    os.symlink(str(victim), str(run_dir / "oom-rank0-1.pickle"))
+    os.symlink(str(victim), str(run_dir / "oom-rank0-1.pickle.tmp"))  # the old fixed temp name
+    p = run_script(SCRIPT, run_dir, env={"PYTHONPATH": "%s:%s" % (fake, PYDIR), "RANK": "0"})
+    assert "trainmon:" not in p.stderr, p.stderr
+    assert victim.read_text() == "precious"
+    snap = run_dir / "oom-rank0-1.pickle"
+    assert not snap.is_symlink() and snap.is_file()
+    assert "segments" in pickle.load(open(str(snap), "rb"))
+    assert [f for f in os.listdir(str(run_dir)) if f.endswith(".tmp")] == ["oom-rank0-1.pickle.tmp"]

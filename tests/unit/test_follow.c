@@ -302,6 +302,26 @@ static void test_a_ring_file_counts_steps_from_the_highest_step_number(void **st
     tm_prom_rank pr;
     tm_prom_rank_set(&pr, k);
     assert_int_equal(pr.steps, 15);
+    /* /metrics says what the ring dropped and from when it keeps data:
+     * 15 steps, 5 read; the first read (step 10) began 1000 ms after the
+     * writer's monotonic zero, i.e. at the header's wall clock + (1 s - its
+     * monotonic start). */
+    assert_true(pr.ring_steps_dropped == 10.0);
+    const tm_rec_header *h = NULL;
+    tm_reader *r = NULL;
+    char p[512];
+    snprintf(p, sizeof p, "%s/rank0.tmr", dir);
+    assert_int_equal(tm_reader_open(&r, p), 0);
+    h = tm_reader_header(r);
+    double want = (double)(h->start_real_ns + (1000 * MS - h->start_mono_ns)) / 1e9;
+    assert_true(fabs(pr.ring_kept_from_s - want) < 1e-3);
+    tm_reader_close(&r);
+    tm_text *t = tm_text_new(1 << 16);
+    tm_prom_run run = {.name = "r", .host = "h", .last_record_age_s = 0, .nranks = 1, .ranks = &pr};
+    assert_int_equal(tm_prom_write_runs(t, &run, 1), 0);
+    assert_non_null(strstr(tm_text_data(t, NULL),
+                           "trainmon_run_ring_steps_dropped{run=\"r\",rank=\"0\"} 10\n"));
+    tm_text_free(&t);
     tm_follow_close(&f);
     tm_rec_close(&w);
 }
@@ -387,6 +407,28 @@ static void test_under_a_runs_dir_only_live_runs_are_followed(void **st)
     tm_follow_close(&f);
     tm_rec_close(&a);
     tm_rec_close(&b);
+}
+
+static void test_a_symlinked_run_in_the_runs_dir_is_not_followed(void **st)
+{
+    (void)st;
+    /* dir/elsewhere/real is a live run outside the runs directory dir/runs;
+     * dir/runs/link points at it: a root exporter must not follow it. */
+    tm_rec *a = open_file("elsewhere", "rank0.tmr", "rank0", 0, 0);
+    put_steps(a, 0, 2);
+    char runs[256], link[512], target[512];
+    snprintf(runs, sizeof runs, "%s/runs", dir);
+    assert_int_equal(mkdir(runs, 0755), 0);
+    snprintf(target, sizeof target, "%s/elsewhere", dir);
+    snprintf(link, sizeof link, "%s/link", runs);
+    assert_int_equal(symlink(target, link), 0);
+    tm_follow *f = NULL;
+    assert_int_equal(tm_follow_open(&f, runs, true), 0);
+    assert_int_equal(tm_follow_poll(f, 1000), 0);
+    assert_int_equal(tm_follow_nruns(f), 0);
+    tm_follow_close(&f);
+    unlink(link);
+    tm_rec_close(&a);
 }
 
 static void test_a_missing_directory_is_an_error(void **st)
@@ -478,6 +520,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(
             test_last_capture_is_kept_and_the_device_size_is_remembered, setup, teardown),
         cmocka_unit_test_setup_teardown(test_under_a_runs_dir_only_live_runs_are_followed, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_a_symlinked_run_in_the_runs_dir_is_not_followed, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_missing_directory_is_an_error, setup, teardown),
         cmocka_unit_test_setup_teardown(test_alert_inputs_are_fed_per_rank, setup, teardown),

@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "prom.h"
 #include "trainmon.h"
 
 static tm_text *text(void)
@@ -525,6 +526,29 @@ static void test_health_is_ok_for_a_busy_disk_that_keeps_up(void **state)
     tm_text_free(&t);
 }
 
+static void test_health_names_damaged_files_without_degrading_the_node(void **state)
+{
+    (void)state;
+    tm_health_limits l;
+    tm_health_limits_default(&l);
+    tm_text *t = text();
+    bool bad = true;
+    assert_int_equal(tm_health_write_json(t, &l, NULL, 0, NULL, NULL, 0, &bad), 0);
+    tm_health_file f = {.run = "exp\"1", .file = "rank0.tmr", .places = 2, .offset = 4496,
+                        .what = "bad CRC"};
+    assert_int_equal(tm_health_write_files(t, &f, 1), 0);
+    const char *d = tm_text_data(t, NULL);
+    assert_non_null(strstr(d, "{\"status\":\"ok\""));
+    assert_non_null(strstr(d, ",\"damaged_files\":[{\"run\":\"exp\\\"1\",\"file\":\"rank0.tmr\","
+                              "\"places\":2,\"offset\":4496,\"what\":\"bad CRC\"}]}\n"));
+    assert_int_equal(strstr(d, "}\n") - d + 2, (long)strlen(d)); /* one object, one newline */
+    /* Not after a health object: refused, nothing appended. */
+    tm_text_reset(t);
+    tm_text_puts(t, "x");
+    assert_true(tm_health_write_files(t, &f, 1) < 0);
+    tm_text_free(&t);
+}
+
 static void test_health_disk_busy_and_slow_is_saturated(void **state)
 {
     (void)state;
@@ -613,6 +637,7 @@ int main(void)
         cmocka_unit_test(test_health_gpu_memory_over_95_percent_is_nearly_full),
         cmocka_unit_test(test_health_io_full_pressure_degrades),
         cmocka_unit_test(test_health_unavailable_numbers_are_null_not_zero),
+        cmocka_unit_test(test_health_names_damaged_files_without_degrading_the_node),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
