@@ -788,6 +788,11 @@ typedef struct tm_steptally {
     double warm_step_s, warm_wait_s;
     uint64_t eval_steps;          /* complete eval batches (phase TM_STEP_EVAL) */
     double eval_s;                /* their summed duration */
+    /* After warm-up, the steps whose data wait is batch preparation in the
+     * main process (no DataLoader batch, prep_ns measured), and the training
+     * thread's CPU time in it where measured (prep_cpu_known_s: their prep). */
+    uint64_t prep_steps;
+    double prep_s, prep_cpu_s, prep_cpu_known_s;
 } tm_steptally;
 
 void tm_steptally_init(tm_steptally *t);

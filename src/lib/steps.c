@@ -74,6 +74,17 @@ bool tm_steptally_add(tm_steptally *t, const tm_inproc_step *s)
     } else {
         t->step_s += d;
         t->wait_s += w;
+        if (s->boundary && s->batches == 0 && s->prep_ns >= 0) {
+            /* a loop without a DataLoader: its wait is its own batch
+             * preparation (the step model, docs/DIAGNOSIS.md) */
+            t->prep_steps++;
+            t->prep_s += w;
+            if (s->prep_cpu_ns >= 0) {
+                double c = (double)s->prep_cpu_ns / 1e9;
+                t->prep_cpu_s += c < w ? c : w;
+                t->prep_cpu_known_s += w;
+            }
+        }
     }
     return true;
 }
@@ -134,6 +145,10 @@ void tm_steptally_merge(tm_steptally *into, const tm_steptally *from)
     into->warm_wait_s += from->warm_wait_s;
     into->eval_steps += from->eval_steps;
     into->eval_s += from->eval_s;
+    into->prep_steps += from->prep_steps;
+    into->prep_s += from->prep_s;
+    into->prep_cpu_s += from->prep_cpu_s;
+    into->prep_cpu_known_s += from->prep_cpu_known_s;
 }
 
 void tm_stepwin_add(tm_stepwin *w, double dur_s, double wait_s)

@@ -10,7 +10,11 @@
 # --json` this asserts: steps equal the job's count (+-1); the data-wait
 # fraction within 5 points of the job's share; eval batches recorded apart
 # (phase eval in `dump --json`) and not counted as steps; no empty verdict
-# (steps > 0 where the report used to say "no steps").
+# (steps > 0 where the report used to say "no steps"); and the input
+# verdict: a loop without a DataLoader whose own batch preparation is slow
+# (CPU work here) gets input.main_prep with cause cpu and no DataLoader
+# advice (input.data_wait / input.cpu_bound), the same loop with fast
+# preparation (llm_memmap_fast: JOB_PREP_S=0, a wider model) gets input.ok.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -29,6 +33,15 @@ check() {
     "$PY" - "$run" "$job" <<'PYEOF'
 import json, sys
 run, job = sys.argv[1], sys.argv[2]
+# the input finding each job must get (and the ones it must not)
+EXPECT = {"llm_memmap": ("input.main_prep", "cpu"), "manual_sgd": ("input.main_prep", "cpu"),
+          "llm_memmap_fast": ("input.ok", None), "grad_accum": (None, None),
+          "train_eval": (None, None), "break_early": (None, None)}
+NEVER = {"llm_memmap": {"input.data_wait", "input.cpu_bound", "input.disk_bound"},
+         "manual_sgd": {"input.data_wait", "input.cpu_bound", "input.disk_bound"},
+         "llm_memmap_fast": {"input.main_prep", "input.data_wait"},
+         "grad_accum": {"input.main_prep"}, "train_eval": {"input.main_prep"},
+         "break_early": {"input.main_prep"}}
 out = [l for l in open(run + ".out") if l.startswith("{")]
 oracle = json.loads(out[-1])
 rep = json.load(open(run + "/report.json"))
@@ -58,7 +71,15 @@ if oracle.get("micro_batches"):
     mb = sum(o.get("micro_batches", 0) for o in train)
     if abs(mb - oracle["micro_batches"]) > 4:
         bad.append("%d micro-batches recorded, the job ran %d" % (mb, oracle["micro_batches"]))
-print("  %-12s job steps %-3d share %.3f | report steps %s wait %s evals %d boundary %s"
+ids = {f["id"]: f for f in rep.get("findings", [])}
+want, cause = EXPECT[job]
+if want and want not in ids:
+    bad.append("no %s among %s" % (want, sorted(ids)))
+elif want and cause and ids[want]["evidence"].get("cause") != cause:
+    bad.append("%s with cause %s, not %s" % (want, ids[want]["evidence"].get("cause"), cause))
+for w in sorted(NEVER[job] & set(ids)):
+    bad.append("%s among the findings" % w)
+print("  %-15s job steps %-3d share %.3f | report steps %s wait %s evals %d boundary %s"
       % (job, oracle["steps"], share or 0, S.get("steps"),
          None if dwf is None else round(dwf, 3), len(evals),
          sorted({o.get("boundary") for o in train})))
@@ -76,10 +97,11 @@ half() { # name python
         echo "$name: skipped: $PY has no torch or numpy"; return 0
     fi
     echo "$name: $PY (torch $tv)"
-    for job in ${REAL_LOOPS_JOBS:-llm_memmap grad_accum train_eval manual_sgd break_early}; do
-        local run=$scratch/$name-$job
+    for job in ${REAL_LOOPS_JOBS:-llm_memmap llm_memmap_fast grad_accum train_eval manual_sgd break_early}; do
+        local run=$scratch/$name-$job script=$job envs=()
+        [ "$job" = llm_memmap_fast ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=2048); }
         ran=$((ran + 1))
-        if ! "$TRAINMON" run -o "$run" -- "$PY" "$root/tests/jobs/$job.py" > "$run.out" 2>&1; then
+        if ! env "${envs[@]}" "$TRAINMON" run -o "$run" -- "$PY" "$root/tests/jobs/$script.py" > "$run.out" 2>&1; then
             tail -n 20 "$run.out"; echo "  FAIL $job: trainmon run failed"; fails=$((fails + 1)); continue
         fi
         check "$run" "$job" || { fails=$((fails + 1)); tail -n 5 "$run.out"; }

@@ -13,6 +13,7 @@ from common import Clock, busy  # noqa: E402
 
 STEPS = int(os.environ.get("JOB_STEPS", "40"))
 PREP_S = float(os.environ.get("JOB_PREP_S", "0.004"))  # tokenizing on the fly
+HIDDEN = int(os.environ.get("JOB_HIDDEN", "256"))
 VOCAB, BLOCK, BATCH = 256, 32, 8
 
 d = tempfile.mkdtemp(prefix="tm-tokens.")
@@ -33,8 +34,8 @@ class TinyLM(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.emb = torch.nn.Embedding(VOCAB, 64)
-        self.mlp = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(),
-                                       torch.nn.Linear(256, 64))
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(64, HIDDEN), torch.nn.GELU(),
+                                       torch.nn.Linear(HIDDEN, 64))
         self.head = torch.nn.Linear(64, VOCAB)
 
     def forward(self, idx):
