@@ -54,7 +54,7 @@ FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 # interpreter.
 PYEXT := python/trainmon/_trainmon$(shell $(PYTHON) -c 'import sysconfig;print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null || echo .so)
 
-.PHONY: all lib deps venv test test-only demo-only unit e2e asan fuzz fuzz-run bench format demo clean install
+.PHONY: all lib deps venv format-check test test-only demo-only unit e2e asan fuzz fuzz-run bench format demo clean install
 
 HAVE_PYDEV := $(shell $(PYTHON) -c 'import os,sysconfig; print(int(os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))))' 2>/dev/null)
 ifeq ($(HAVE_PYDEV),1)
@@ -178,8 +178,16 @@ fuzz-run: $(FUZZ_BIN)
 bench: all $(BENCH_BIN) $(HELPER_BIN) $(FAKE_LIB)
 	@BUILD=$(BUILD) bench/run.sh
 
+FORMAT_SRC = $(wildcard include/*.h src/lib/*.[ch] src/cli/*.[ch] python/trainmon/*.c \
+               tests/unit/*.c tests/fuzz/*.c tests/helpers/*.[ch] tests/fakes/*.c bench/*.c)
 format:
-	clang-format -i $(wildcard include/*.h src/lib/*.[ch] src/cli/*.[ch] tests/unit/*.c tests/fuzz/*.c tests/helpers/*.c tests/fakes/*.c bench/*.c)
+	clang-format -i $(FORMAT_SRC)
+
+# CI: the tree is as `make format` leaves it (lists the files it would change).
+format-check:
+	@bad=$$(for f in $(FORMAT_SRC); do clang-format "$$f" | cmp -s - "$$f" || echo "$$f"; done); \
+	if [ -n "$$bad" ]; then echo "format-check: not formatted (run make format):" $$bad; exit 1; \
+	else echo "format-check: $(words $(FORMAT_SRC)) files formatted"; fi
 
 demo: deps
 	@$(MAKE) --no-print-directory demo-only

@@ -12,7 +12,7 @@
  *   tm_rec_    record files: append-only, crash-safe, optionally size-bounded
  *   tm_reader_ reading record files, also while they grow or after damage
  *
- * Conventions (see STYLE.md):
+ * Conventions (docs/ARCHITECTURE.md "Conventions"):
  *   - Functions return 0 (or a count) on success and a negative errno value
  *     on failure; tm_last_error() then holds a one-line message naming the
  *     thing and the reason.  The message is per thread.
@@ -114,7 +114,7 @@ typedef struct tm_diskstat {
     uint32_t fl_ms;
 } tm_diskstat;
 
-/* Rates over an interval, the numbers of `iostat -x` (REFERENCE.md s.1).
+/* Rates over an interval, the numbers of `iostat -x` (sysstat's iostat.c; Documentation/admin-guide/iostats.rst).
  * Units as iostat: per second, kB (1024 bytes), ms, percent.  Discard and
  * flush values are NAN when the kernel does not report them. */
 typedef struct tm_diskrate {
@@ -186,7 +186,7 @@ typedef struct tm_blkdev {
     char why[1024]; /* one sentence: how it was found, or what is still measured */
 } tm_blkdev;
 
-/* Resolves a path to the devices behind it (REFERENCE.md s.2).  pid > 0
+/* Resolves a path to the devices behind it (util-linux findmnt and /sys/dev/block; docs/ARCHITECTURE.md).  pid > 0
  * resolves inside that process's mount namespace (/proc/PID/root, its
  * mountinfo); pid == 0 uses the caller's.  A path with no block device is
  * not an error: kind says what it is and why explains what is measured.
@@ -1357,7 +1357,7 @@ void tm_alert_runner_free(tm_alert_runner **r);
 
 /* ------------------------------------------- trace and TensorBoard writers */
 
-/* TensorBoard event files (REFERENCE.md s.7): TFRecord framing with masked
+/* TensorBoard event files (docs/FORMAT.md "Exports"): TFRecord framing with masked
  * CRC-32C, Event protobufs written by hand (no protobuf library).  The file
  * is created in dir as events.out.tfevents.<10-digit secs>.<host>.<pid>.<n>
  * (n counts the writers of this process), and its first record is the
@@ -1374,7 +1374,7 @@ const char *tm_tb_path(const tm_tb_writer *w);
 /* fsyncs and closes; 0 or the first write error seen. */
 int tm_tb_close(tm_tb_writer **w);
 
-/* Chrome/Perfetto JSON trace ({"traceEvents":[...]}, REFERENCE.md s.7),
+/* Chrome/Perfetto JSON trace ({"traceEvents":[...]}, docs/FORMAT.md "Exports"),
  * written as it goes except for complete slices: those are kept per
  * writer and written at close, sorted per (pid, tid) by start (longer
  * first on ties), with a child that overruns its parent clipped to the

@@ -16,7 +16,7 @@ The recording is done in C (trainmon._trainmon); this module only installs
 hooks.  Nothing here may raise into the training job: every hook body
 catches what goes wrong, says it once on stderr and goes on.
 
-Hooks installed by attach() (DESIGN.md, "In-process instrumentation"):
+Hooks installed by attach() (docs/ARCHITECTURE.md):
   - torch.utils.data.dataloader._BaseDataLoaderIter.__next__ (every loader,
     single- and multi-process): a step runs from one call's entry to the
     next's; the time inside the call is the data wait.  Only the thread that

@@ -1,5 +1,5 @@
 /*
- * analysis.c - findings from a run (DESIGN.md "Analysis", docs/DIAGNOSIS.md
+ * analysis.c - findings from a run (docs/DIAGNOSIS.md, docs/DIAGNOSIS.md
  * "How the rules are organised"): the run summary is computed once
  * (runsum.c), then the rules of the table below judge it, one function per
  * finding, grouped by family in rules_input.c, rules_gpu.c,

@@ -1,5 +1,5 @@
 /*
- * chrome.c - Chrome/Perfetto JSON traces (REFERENCE.md s.7), the format
+ * chrome.c - Chrome/Perfetto JSON traces (docs/FORMAT.md "Exports"), the format
  * both chrome://tracing and ui.perfetto.dev open.
  *
  * Metadata, counters and instants are written as they come.  Complete

@@ -323,7 +323,7 @@ int tm_prom_write_disks(tm_text *t, const tm_prom_disks *d)
                 tm_text_printf(t, "%" PRIu64 "\n", v);
                 break;
             case DK_SECTORS:
-                /* A sector here is always 512 bytes (REFERENCE.md s.1). */
+                /* A sector here is always 512 bytes (sysstat's iostat.c; Documentation/admin-guide/iostats.rst). */
                 memcpy(&v, (const char *)&dev->last + fam->off, sizeof v);
                 tm_text_printf(t, "%" PRIu64 "\n", v * 512u);
                 break;

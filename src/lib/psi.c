@@ -1,6 +1,6 @@
 /*
  * psi.c - pressure stall information and the watched process's cgroup
- * (REFERENCE.md s.4).
+ * (Documentation/accounting/psi.rst).
  *
  * System-wide pressure comes from <proc>/pressure/{io,cpu,memory}, kept
  * open and re-read with pread().  A kernel without PSI (or booted with

@@ -1,6 +1,6 @@
 /*
  * ptree.c - a process tree: CPU, I/O, memory and states of a root process
- * and its live descendants (REFERENCE.md s.3).
+ * and its live descendants (proc(5)).
  *
  * Enumeration.  The tree is walked breadth-first from the root through
  * <proc>/PID/task/TID/children, the first-level children of each thread: a

@@ -1,6 +1,6 @@
 /*
  * safefile.c - creating and opening files as a root agent (docs/SECURITY.md,
- * REFERENCE.md s.9).
+ * docs/SECURITY.md).
  *
  * trainmon runs as root on training nodes, in run directories and output
  * paths that other users may be able to write to.  Opening a path with

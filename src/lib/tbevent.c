@@ -1,6 +1,6 @@
 /*
  * tbevent.c - TensorBoard event files without TensorFlow or a protobuf
- * library (REFERENCE.md s.7).  An event file is a sequence of TFRecords,
+ * library (docs/FORMAT.md "Exports").  An event file is a sequence of TFRecords,
  * each an Event protobuf; the few fields a scalar needs are encoded by hand:
  *
  *   Event   { double wall_time = 1; int64 step = 2; string file_version = 3;

@@ -1,6 +1,6 @@
 /*
  * tbevent.h - the pieces of the TensorBoard event writer that tests check
- * byte for byte against REFERENCE.md s.7: the masked CRC-32C, the
+ * byte for byte against docs/FORMAT.md "Exports": the masked CRC-32C, the
  * TFRecord framing and the Event encoding.
  */
 #ifndef TM_TBEVENT_H

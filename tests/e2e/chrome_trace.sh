@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A Chrome/Perfetto trace from the writer is valid JSON in the documented
-# format (REFERENCE.md s.7): {"traceEvents":[...]}, metadata names, complete
+# format (docs/FORMAT.md "Exports"): {"traceEvents":[...]}, metadata names, complete
 # slices with ts/dur in microseconds, counters, instants; escaped strings
 # come back as written; and the slices on every (pid, tid) nest, overrunning
 # children having been clipped to their parent.

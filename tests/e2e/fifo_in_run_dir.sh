@@ -83,4 +83,16 @@ run "report, only a fifo" 1 \
     "trainmon: $scratch/only_fifo: no readable trainmon record files ($scratch/only_fifo/rank0.tmr: not a regular file (fifo), skipped)" \
     "$tm" report "$scratch/only_fifo"
 [ "$(wc -l < "$scratch/err")" -eq 1 ] || { cat "$scratch/err"; fail "report, only a fifo: more than one line"; }
+# A FIFO planted in a live run directory while `trainmon run` follows it (an
+# alert rule on run.* makes it read the training files every interval): it
+# still ends with its job, finalizes meta.json and reports, promptly.
+t0=$(date +%s%N)
+timeout 20 "$tm" run -i 0.2 -o "$scratch/live" --alert 'run.steps > 1000000' -- \
+    sh -c 'sleep 0.6; mkfifo "$TRAINMON_RUN_DIR/rank9.tmr"; sleep 1' > "$scratch/out" 2> "$scratch/err"
+rc=$?
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+[ $rc -eq 0 ] || { cat "$scratch/err"; fail "run with a fifo planted in its directory: exit $rc"; }
+[ -p "$scratch/live/rank9.tmr" ] || fail "the job did not plant its fifo"
+grep -q '"exit_status": 0' "$scratch/live/meta.json" || fail "run with a fifo: meta.json not finalized"
+[ $ms -lt 8000 ] || fail "run with a fifo took $ms ms for a 1.6 s job"
 echo "PASS"

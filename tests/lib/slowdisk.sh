@@ -1,4 +1,4 @@
-# slowdisk.sh - a real slow disk for end-to-end tests (REFERENCE.md s.8):
+# slowdisk.sh - a real slow disk for end-to-end tests (docs/BENCHMARKS.md):
 # a loop device over a file, ext4 on it, page cache dropped, and a cgroup v1
 # blkio read throttle for the processes that slowdisk_run starts.
 #

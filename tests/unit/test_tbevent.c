@@ -1,6 +1,6 @@
 /*
  * test_tbevent.c - TensorBoard event files: CRC-32C, the TFRecord framing
- * and the Event encoding against the test vectors of REFERENCE.md s.7, and
+ * and the Event encoding against the test vectors of docs/FORMAT.md "Exports", and
  * the writer's file (name, first record, scalars) read back.
  */
 #include <dirent.h>
