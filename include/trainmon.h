@@ -731,7 +731,7 @@ typedef struct tm_inproc_value {
     const char *s; /* STR: s[0..len), not NUL-terminated */
     size_t len;
     bool absent;  /* a field of a newer layout in a record of an older one
-                     (dump and jsonl leave it out, read_records gives None) */
+                     (dump and jsonl leave it out, read_records gives -1) */
 } tm_inproc_value;
 
 #define TM_INPROC_FIELDS_MAX 16 /* no type has more stored fields */

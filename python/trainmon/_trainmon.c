@@ -1447,8 +1447,15 @@ static PyObject *num_or_none(double v)
  * (bytes that are not UTF-8, a tag cut mid-character, are replaced). */
 static PyObject *value_to_py(tm_inproc_value v)
 {
-    if (v.absent)
-        Py_RETURN_NONE; /* a newer field in a record of an older layout */
+    if (v.absent) {
+        /* a newer field in a record of an older layout: -1 for numbers
+         * (as unavailable counts are), None for f64, "" for strings */
+        if (v.type == TM_INPROC_F64)
+            Py_RETURN_NONE;
+        if (v.type == TM_INPROC_STR)
+            return PyUnicode_FromString("");
+        return PyLong_FromLong(-1);
+    }
     switch (v.type) {
     case TM_INPROC_U32:
     case TM_INPROC_U64: return PyLong_FromUnsignedLongLong(v.u);

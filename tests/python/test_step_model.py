@@ -74,7 +74,10 @@ def test_manual_sgd_steps_end_at_backward_and_time_their_batch_preparation(tmp_p
     # every step after the first: ~2 ms of preparation, CPU-bound, as its data wait
     later = steps[1:]
     assert all(f["prep_ns"] >= 1.8e6 and f["data_wait_ns"] == f["prep_ns"] for f in later), later[:3]
-    assert all(f["prep_cpu_ns"] >= 0.5 * f["prep_ns"] for f in later), [(f["prep_ns"], f["prep_cpu_ns"]) for f in later][:8]
+    # CPU work: the thread is on a CPU for most of it (the median step: a
+    # busy machine may take the core away from a few)
+    shares = sorted(f["prep_cpu_ns"] / f["prep_ns"] for f in later)
+    assert shares[len(shares) // 2] >= 0.5, shares
 
 
 def test_a_process_that_records_nothing_leaves_no_file(tmp_path):
