@@ -28,7 +28,7 @@ def get_batch(i):
 for i in range(STEPS):
     x, y = clock.fetch(lambda: get_batch(i))
     loss = ((model(x) - y) ** 2).mean()
-    busy(0.004)  # the rest of the forward's compute
+    busy(0.006)  # the rest of the forward's compute
     loss.backward()
     with torch.no_grad():
         for p in model.parameters():
