@@ -187,22 +187,31 @@ static int safe_check_dir(int fd, const char *shown, unsigned flags)
     return 0;
 }
 
-int tm_dir_open_checked(const char *path, unsigned flags)
+/* A directory path copied into buf without its trailing slashes: "link/"
+ * would follow the link whatever O_NOFOLLOW says. */
+static int safe_dir_path(const char *path, char *buf, size_t cap)
 {
     if (!path || !*path)
         return tm_seterr(-EINVAL, "directory: no path");
-    char buf[PATH_MAX];
     size_t len = strlen(path);
-    if (len >= sizeof buf)
+    if (len >= cap)
         return tm_seterr(-ENAMETOOLONG, "%.64s...: path too long", path);
     memcpy(buf, path, len + 1);
-    /* "link/" would follow the link whatever O_NOFOLLOW says. */
     while (len > 1 && buf[len - 1] == '/')
         buf[--len] = '\0';
+    return 0;
+}
+
+int tm_dir_open_checked(const char *path, unsigned flags)
+{
+    char buf[PATH_MAX];
+    int rc = safe_dir_path(path, buf, sizeof buf);
+    if (rc < 0)
+        return rc;
     int fd = tm_open(buf, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0);
     if (fd < 0)
         return safe_open_err(fd, AT_FDCWD, buf, path);
-    int rc = safe_check_dir(fd, path, flags);
+    rc = safe_check_dir(fd, path, flags);
     if (rc < 0) {
         close(fd);
         return rc;
@@ -228,15 +237,10 @@ int tm_dir_make_private(const char *path, mode_t mode, unsigned flags, bool *cre
 {
     if (created)
         *created = false;
-    if (!path || !*path)
-        return tm_seterr(-EINVAL, "directory: no path");
     char buf[PATH_MAX];
-    size_t len = strlen(path);
-    if (len >= sizeof buf)
-        return tm_seterr(-ENAMETOOLONG, "%.64s...: path too long", path);
-    memcpy(buf, path, len + 1);
-    while (len > 1 && buf[len - 1] == '/')
-        buf[--len] = '\0';
+    int prc = safe_dir_path(path, buf, sizeof buf);
+    if (prc < 0)
+        return prc;
     if (flags & TM_SAFE_PARENTS) {
         int rc = safe_mkdir_parents(buf);
         if (rc < 0)

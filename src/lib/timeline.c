@@ -765,13 +765,7 @@ static ssize_t read_meta(const char *path, char *buf, size_t cap)
     int fd = tm_rec_open_read(path);
     if (fd < 0)
         return fd;
-    ssize_t n = tm_pread_file(fd, buf, cap);
-    close(fd);
-    if (n == -EFBIG)
-        return tm_seterr((int)n, "%s: larger than %zu bytes", path, cap - 1);
-    if (n < 0)
-        return tm_seterr((int)n, "%s: %s", path, strerror((int)-n));
-    return n;
+    return tm_read_fd_file(fd, path, buf, cap);
 }
 
 /* After the first pass: gives each source its index and each part its

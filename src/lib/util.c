@@ -149,11 +149,8 @@ ssize_t tm_pread_file(int fd, char *buf, size_t cap)
     return n;
 }
 
-ssize_t tm_read_file(const char *path, char *buf, size_t cap)
+ssize_t tm_read_fd_file(int fd, const char *path, char *buf, size_t cap)
 {
-    int fd = tm_open(path, O_RDONLY, 0);
-    if (fd < 0)
-        return tm_seterr(fd, "%s: %s", path, strerror(-fd));
     ssize_t n = tm_pread_file(fd, buf, cap);
     close(fd);
     if (n == -EFBIG)
@@ -161,6 +158,14 @@ ssize_t tm_read_file(const char *path, char *buf, size_t cap)
     if (n < 0)
         return tm_seterr((int)n, "%s: %s", path, strerror((int)-n));
     return n;
+}
+
+ssize_t tm_read_file(const char *path, char *buf, size_t cap)
+{
+    int fd = tm_open(path, O_RDONLY, 0);
+    if (fd < 0)
+        return tm_seterr(fd, "%s: %s", path, strerror(-fd));
+    return tm_read_fd_file(fd, path, buf, cap);
 }
 
 __attribute__((format(printf, 4, 0))) static int tm_root_path(char *buf, size_t cap,

@@ -33,6 +33,8 @@ int tm_open(const char *path, int flags, mode_t mode);
  * -EFBIG when it does not fit in cap-1 bytes, or a negative errno.  Sets
  * the error message. */
 ssize_t tm_read_file(const char *path, char *buf, size_t cap);
+/* The same for a file already opened as path (fd is closed). */
+ssize_t tm_read_fd_file(int fd, const char *path, char *buf, size_t cap);
 
 /* Re-reads a kept-open file from offset 0 (a /proc file) into buf,
  * NUL-terminated; as tm_read_file. */
