@@ -270,8 +270,9 @@ static void chrome_write_slices(tm_chrome *c, size_t *clipped)
             depth = 0;
         while (depth && stack[depth - 1] <= s->ts)
             depth--;
-        if (depth && s->ts + s->dur > stack[depth - 1]) {
-            s->dur = stack[depth - 1] - s->ts;
+        /* ts and dur come from record files: sums saturate (util.h). */
+        if (depth && tm_sat_add64(s->ts, s->dur) > stack[depth - 1]) {
+            s->dur = tm_sat_sub64(stack[depth - 1], s->ts);
             (*clipped)++;
         }
         if (depth == scap) {
@@ -284,7 +285,7 @@ static void chrome_write_slices(tm_chrome *c, size_t *clipped)
             stack = p;
             scap = ncap;
         }
-        stack[depth++] = s->ts + s->dur;
+        stack[depth++] = tm_sat_add64(s->ts, s->dur);
         int bad = chrome_begin(c, 'X', s->name);
         if (bad && c->err)
             break;
