@@ -29,6 +29,8 @@ Hooks installed by attach() (docs/ARCHITECTURE.md):
   - optimizer steps: global step hooks on torch >= 2.0, a wrapped step on
     older torch.
   - torch.autograd.backward (Tensor.backward calls it): backward passes.
+  - the DataLoader iterators' __del__: a loop that breaks drops its
+    iterator, which ends a loader-ended step there.
   - the first module forward after a step boundary, in loops without a
     DataLoader: a forward pre-hook in torch's global hook dict, put there
     at the boundary and taken out by its first call.
@@ -467,13 +469,32 @@ def _make_next(orig):
         except BaseException:
             leave(False)
             raise
-        leave(True)
+        leave(self)  # True: a batch came back (the iterator, for loader_dropped)
         return batch
 
     __next__.__wrapped__ = orig
     __next__.__name__ = "__next__"
     __next__._trainmon = True
     return __next__
+
+
+_MISSING = object()  # an attribute a patch added (detach deletes it)
+
+
+def _make_del(orig):
+    """__del__ of the DataLoader iterators: a loop that breaks drops its
+    iterator, which ends the last loader-ended step (not lost at exit)."""
+    dropped = _c.loader_dropped
+
+    def __del__(self):
+        try:
+            dropped(self)
+        except Exception:
+            pass
+        if orig is not _MISSING:
+            orig(self)
+    __del__._trainmon = True
+    return __del__
 
 
 def _make_fetch(orig, get_worker_info):
@@ -754,6 +775,12 @@ def attach(run_dir=None, memory_history=None):
             it = dl._BaseDataLoaderIter
             if not getattr(it.__dict__.get("__next__"), "_trainmon", False):
                 _patch(it, "__next__", _make_next(it.__dict__["__next__"]))
+            for cls in (it, getattr(dl, "_MultiProcessingDataLoaderIter", None)):
+                if cls is None or getattr(cls.__dict__.get("__del__"), "_trainmon", False):
+                    continue
+                orig = cls.__dict__.get("__del__", _MISSING)
+                setattr(cls, "__del__", _make_del(orig))
+                _state["patches"].append((cls, "__del__", orig))
         except Exception as e:
             _report_exc("DataLoader step timing", e)
         try:
@@ -799,7 +826,10 @@ def detach():
     try:
         _c.shutdown()
         for owner, name, orig in reversed(_state["patches"]):
-            setattr(owner, name, orig)
+            if orig is _MISSING:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, orig)
         del _state["patches"][:]
         for h in _state["hook_handles"]:
             h.remove()

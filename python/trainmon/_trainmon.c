@@ -647,6 +647,7 @@ static long g_lead = -1, g_last_opt = -1;
 /* the last batch fetched on the training thread, until the next fetch */
 static struct {
     int have, grad, added;
+    uintptr_t iter; /* the iterator that returned it (identity only) */
     int64_t entry, exit;
     int32_t bwd;
 } g_b;
@@ -900,7 +901,7 @@ static PyObject *py_next_exit(PyObject *self, PyObject *arg)
     (void)self;
     if (PyThread_get_thread_ident() != g_thread || g_depth <= 0 || --g_depth > 0)
         Py_RETURN_NONE;
-    int got = arg == Py_True;
+    int got = arg != Py_False && arg != Py_None; /* the iterator, or False */
     int64_t t = now_ns();
     write_closed(got ? 0 : TM_STEP_ENDED_BY_STOP);
     if (got) {
@@ -908,6 +909,7 @@ static PyObject *py_next_exit(PyObject *self, PyObject *arg)
         g_b.added = 0;
         g_b.bwd = 0;
         g_b.entry = g_in_t;
+        g_b.iter = (uintptr_t)arg;
         g_b.exit = t;
         g_b.grad = grad_enabled();
         g_steps = g_written + 1;
@@ -947,12 +949,32 @@ static PyObject *py_backward_exit(PyObject *self, PyObject *noargs)
     return take_flags();
 }
 
+static int g_shut; /* shutdown ran: nothing more is closed */
+
+/* loader_dropped(iterator): a DataLoader iterator is being deleted (its
+ * __del__).  A loop that `break`s drops its iterator right there: in a
+ * loop ended by the loader (no backward pass seen), the step of the batch
+ * that iterator returned last ends now instead of being lost at exit. */
+static PyObject *py_loader_dropped(PyObject *self, PyObject *it)
+{
+    (void)self;
+    if (g_shut || !g_thread || PyThread_get_thread_ident() != g_thread || g_depth > 0)
+        Py_RETURN_NONE;
+    if (!g_b.have || g_b.added || g_level != 0 || g_b.iter != (uintptr_t)it)
+        Py_RETURN_NONE;
+    settle_batch(now_ns(), 0);
+    write_closed(0);
+    g_pending_flags = 0; /* no callbacks from a finalizer */
+    Py_RETURN_NONE;
+}
+
 /* At exit: what is still open ends now (and counts for nothing). */
 static PyObject *py_shutdown(PyObject *self, PyObject *noargs)
 {
     (void)self, (void)noargs;
     if (g_rec_pid != getpid())
         Py_RETURN_NONE;
+    g_shut = 1;
     int64_t t = now_ns();
     write_closed(0);
     settle_batch(t, 0);
@@ -982,6 +1004,7 @@ static PyObject *py_reset_steps(PyObject *self, PyObject *noargs)
     g_lead = g_last_opt = -1;
     g_fwd_t = 0;
     g_written = 0;
+    g_shut = 0;
     tm_steptally_init(&g_tally);
     g_win.n = 0;
     Py_RETURN_NONE;
@@ -1684,6 +1707,7 @@ static PyMethodDef methods[] = {
     {"current_phase", py_current_phase, METH_NOARGS, ""},
     {"opt_pre", py_opt_pre, METH_NOARGS, ""},
     {"opt_post", py_opt_post, METH_O, "the step's end when the lead optimizer steps"},
+    {"loader_dropped", py_loader_dropped, METH_O, "a DataLoader iterator is deleted"},
     {"backward_enter", py_backward_enter, METH_NOARGS, "torch.autograd.backward entered"},
     {"backward_exit", py_backward_exit, METH_NOARGS, "torch.autograd.backward returned"},
     {"bind_steps", py_bind_steps, METH_VARARGS, "bind_steps(global_forward_pre_hooks, is_grad_enabled)"},

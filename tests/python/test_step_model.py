@@ -85,3 +85,29 @@ def test_a_process_that_records_nothing_leaves_no_file(tmp_path):
     run_script("import torch, trainmon; trainmon.attach(); print('{}')", tmp_path,
                env={"TRAINMON_ATTACH": "1"})
     assert [f for f in os.listdir(tmp_path) if f.endswith(".tmr")] == []
+
+
+LOADER_BREAK = r"""
+import json, time, torch, trainmon
+from torch.utils.data import DataLoader, TensorDataset
+trainmon.attach()
+model = torch.nn.Linear(4, 1)
+n = 0
+for (x,) in DataLoader(TensorDataset(torch.randn(400, 4)), batch_size=4):
+    model(x)                  # no backward: the loader ends the steps
+    time.sleep(0.002)
+    n += 1
+    if n == 10:
+        break
+time.sleep(0.3)               # after the loop: not part of the last step
+print(json.dumps({"steps": n}))
+"""
+
+
+def test_a_loop_that_breaks_keeps_its_last_step(tmp_path):
+    run_script(LOADER_BREAK, tmp_path)
+    steps = [f for _, _, f in records(main_file(tmp_path), "step")]
+    assert [f["step"] for f in steps] == list(range(10)), steps
+    assert all(f["boundary"] == 1 and not f["flags"] for f in steps)
+    last = steps[-1]
+    assert last["end_ns"] - last["start_ns"] < 0.2e9  # ended at the break, not at exit
