@@ -563,12 +563,39 @@ enum {
     TM_STEP_ENDED_AT_EXIT = 1u << 1, /* closed when the process stopped recording */
 };
 
+/* What ended a step (the step model, docs/DIAGNOSIS.md "The step model"):
+ * the optimizer step where there is one, else the backward pass, else the
+ * DataLoader batch.  0: not recorded (files before the step model: loader). */
+enum tm_step_boundary {
+    TM_STEP_BY_LOADER = 1,
+    TM_STEP_BY_BACKWARD = 2,
+    TM_STEP_BY_OPTIMIZER = 3,
+};
+
+/* Which part of the job a step record is: a training step, or one eval
+ * batch (fetched with grad disabled, or followed by no backward pass
+ * before the next fetch), recorded apart and left out of training
+ * numbers.  0: not recorded (files before the step model: train). */
+enum tm_step_phase {
+    TM_STEP_TRAIN = 1,
+    TM_STEP_EVAL = 2,
+};
+
 typedef struct tm_inproc_step {
     uint64_t step;         /* 0, 1, ... in this process */
     int64_t start_ns;      /* entry into the DataLoader __next__ that began it */
     int64_t end_ns;        /* entry into the next one (or StopIteration, exit) */
     int64_t data_wait_ns;  /* time inside that first __next__: waiting for data */
     uint32_t flags;        /* TM_STEP_* */
+    /* Appended by the step model (absent in older files: boundary 0, the
+     * counts and times -1).  For a step without a DataLoader batch,
+     * data_wait_ns is prep_ns: the loop prepares its batches itself. */
+    uint32_t boundary;     /* tm_step_boundary */
+    uint32_t phase;        /* tm_step_phase */
+    int32_t micro_batches; /* backward passes in the step; -1 unknown */
+    int32_t batches;       /* DataLoader batches fetched for training in it; -1 unknown */
+    int64_t prep_ns;       /* host time from its start to its first forward; -1 unknown */
+    int64_t prep_cpu_ns;   /* the training thread's CPU time in that span; -1 unknown */
 } tm_inproc_step;
 
 enum tm_capture_source {
@@ -703,6 +730,8 @@ typedef struct tm_inproc_value {
     double f;     /* F64 */
     const char *s; /* STR: s[0..len), not NUL-terminated */
     size_t len;
+    bool absent;  /* a field of a newer layout in a record of an older one
+                     (dump and jsonl leave it out, read_records gives -1) */
 } tm_inproc_value;
 
 #define TM_INPROC_FIELDS_MAX 16 /* no type has more stored fields */
@@ -736,7 +765,7 @@ double tm_clock_diff_s(int64_t a_ns, int64_t b_ns);
  * What a step's duration and data wait are, for every consumer: the report,
  * /metrics, the run.* alert inputs, the status line and on_threshold.  A
  * step counts when it is complete (not TM_STEP_ENDED_AT_EXIT, positive
- * duration); its wait is capped at its duration; the first TM_STEP_WARMUP
+ * duration, not an eval batch); its wait is capped at its duration; the first TM_STEP_WARMUP
  * complete steps of a process are warm-up, counted as steps but left out of
  * the data-wait fraction unless they are all there is. */
 #define TM_STEP_WARMUP 1
@@ -757,10 +786,18 @@ typedef struct tm_steptally {
     uint64_t next_step;           /* highest step number seen + 1 */
     double step_s, wait_s;        /* after warm-up: durations, capped waits */
     double warm_step_s, warm_wait_s;
+    uint64_t eval_steps;          /* complete eval batches (phase TM_STEP_EVAL) */
+    double eval_s;                /* their summed duration */
+    /* After warm-up, the steps whose data wait is batch preparation in the
+     * main process (no DataLoader batch, prep_ns measured), and the training
+     * thread's CPU time in it where measured (prep_cpu_known_s: their prep). */
+    uint64_t prep_steps;
+    double prep_s, prep_cpu_s, prep_cpu_known_s;
 } tm_steptally;
 
 void tm_steptally_init(tm_steptally *t);
-/* Adds one step record; true when it counted as a complete step. */
+/* Adds one step record; true when it counted as a complete (training)
+ * step.  An eval batch is counted in eval_steps / eval_s only. */
 bool tm_steptally_add(tm_steptally *t, const tm_inproc_step *s);
 /* Share of step time spent waiting for data over the judged steps; NAN
  * when no complete step has been seen. */

@@ -28,6 +28,15 @@ Hooks installed by attach() (docs/ARCHITECTURE.md):
     get it only when TRAINMON_ATTACH=1 makes them import trainmon.
   - optimizer steps: global step hooks on torch >= 2.0, a wrapped step on
     older torch.
+  - torch.autograd.backward (Tensor.backward calls it): backward passes.
+  - the DataLoader iterators' __del__: a loop that breaks drops its
+    iterator, which ends a loader-ended step there.
+  - the first module forward after a step boundary, in loops without a
+    DataLoader: a forward pre-hook in torch's global hook dict, put there
+    at the boundary and taken out by its first call.
+  The step model (docs/DIAGNOSIS.md) is the C core's: a step ends at the
+  lead optimizer's step, else at the end of a backward pass (no optimizer),
+  else at the next DataLoader batch; eval batches are recorded apart.
   - OOM: the allocator's OOM observer (torch >= 2.0, attached once CUDA is
     up, as it is per device); sys.excepthook for an OutOfMemoryError that
     ends the job (any torch).
@@ -460,13 +469,32 @@ def _make_next(orig):
         except BaseException:
             leave(False)
             raise
-        leave(True)
+        leave(self)  # True: a batch came back (the iterator, for loader_dropped)
         return batch
 
     __next__.__wrapped__ = orig
     __next__.__name__ = "__next__"
     __next__._trainmon = True
     return __next__
+
+
+_MISSING = object()  # an attribute a patch added (detach deletes it)
+
+
+def _make_del(orig):
+    """__del__ of the DataLoader iterators: a loop that breaks drops its
+    iterator, which ends the last loader-ended step (not lost at exit)."""
+    dropped = _c.loader_dropped
+
+    def __del__(self):
+        try:
+            dropped(self)
+        except Exception:
+            pass
+        if orig is not _MISSING:
+            orig(self)
+    __del__._trainmon = True
+    return __del__
 
 
 def _make_fetch(orig, get_worker_info):
@@ -511,9 +539,37 @@ def _opt_pre_hook(opt, args, kwargs):
 
 def _opt_post_hook(opt, args, kwargs):
     try:
-        _c.opt_post(_opt_no(opt))
-    except Exception:
-        pass
+        flags = _c.opt_post(_opt_no(opt))
+        if flags:
+            _on_boundary(flags)
+    except Exception as e:
+        _report_exc("step boundary", e)
+
+
+def _make_backward(orig):
+    """torch.autograd.backward (Tensor.backward calls it): a backward pass,
+    a micro-batch of the step model, and the step's end where the job
+    steps no torch.optim optimizer (manual SGD)."""
+    import functools
+    enter, leave = _c.backward_enter, _c.backward_exit
+
+    @functools.wraps(orig)
+    def backward(*args, **kwargs):
+        try:
+            enter()
+        except Exception as e:
+            _report_exc("backward timing", e)
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            try:
+                flags = leave()
+                if flags:
+                    _on_boundary(flags)
+            except Exception as e:
+                _report_exc("step boundary", e)
+    backward._trainmon = True
+    return backward
 
 
 def _wrap_step(step):
@@ -527,9 +583,11 @@ def _wrap_step(step):
             return step(self, *args, **kwargs)
         finally:
             try:
-                post(_opt_no(self))
-            except Exception:
-                pass
+                flags = post(_opt_no(self))
+                if flags:
+                    _on_boundary(flags)
+            except Exception as e:
+                _report_exc("step boundary", e)
     wrapper._trainmon = True
     return wrapper
 
@@ -717,6 +775,12 @@ def attach(run_dir=None, memory_history=None):
             it = dl._BaseDataLoaderIter
             if not getattr(it.__dict__.get("__next__"), "_trainmon", False):
                 _patch(it, "__next__", _make_next(it.__dict__["__next__"]))
+            for cls in (it, getattr(dl, "_MultiProcessingDataLoaderIter", None)):
+                if cls is None or getattr(cls.__dict__.get("__del__"), "_trainmon", False):
+                    continue
+                orig = cls.__dict__.get("__del__", _MISSING)
+                setattr(cls, "__del__", _make_del(orig))
+                _state["patches"].append((cls, "__del__", orig))
         except Exception as e:
             _report_exc("DataLoader step timing", e)
         try:
@@ -732,6 +796,20 @@ def attach(run_dir=None, memory_history=None):
             _install_optimizer(torch)
         except Exception as e:
             _report_exc("optimizer step timing", e)
+        # (a torch without autograd or nn, a stand-in in tests: nothing to hook)
+        try:
+            ag = getattr(torch, "autograd", None)
+            bw = getattr(ag, "__dict__", {}).get("backward")
+            if bw is not None and not getattr(bw, "_trainmon", False):
+                _patch(ag, "backward", _make_backward(bw))
+        except Exception as e:
+            _report_exc("backward timing", e)
+        try:
+            nnm = sys.modules.get("torch.nn.modules.module")
+            _c.bind_steps(getattr(nnm, "_global_forward_pre_hooks", None),
+                          getattr(torch, "is_grad_enabled", None))
+        except Exception as e:
+            _report_exc("batch preparation timing", e)
         if sys.excepthook is not _excepthook:
             _orig_excepthook = sys.excepthook
             sys.excepthook = _excepthook
@@ -748,7 +826,10 @@ def detach():
     try:
         _c.shutdown()
         for owner, name, orig in reversed(_state["patches"]):
-            setattr(owner, name, orig)
+            if orig is _MISSING:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, orig)
         del _state["patches"][:]
         for h in _state["hook_handles"]:
             h.remove()

@@ -117,11 +117,8 @@ static long g_page;
 /* steps */
 static unsigned long g_thread; /* the training thread: first caller of __next__ */
 static int g_depth;
-static uint64_t g_steps; /* steps begun */
-static int g_step_open;
-static int64_t g_step_start, g_step_wait, g_in_t;
-static int g_have_closed; /* a step was closed at enter, written at exit */
-static tm_inproc_step g_closed;
+static uint64_t g_steps; /* steps begun (the step model below) */
+static int64_t g_in_t;
 
 /* The closed steps, through the one step accounting (steps.c, follow.c):
  * thresholds and stats() see the numbers the report and /metrics see. */
@@ -211,11 +208,16 @@ static double host_rss(int64_t t, int force)
     return g_rss;
 }
 
+static int lazy_open(void);
+
 /* Appends a record to the process's file.  -ECHILD (a forked worker) is
  * the normal case there and said nowhere; a full disk is said once. */
 static void rec_put(uint16_t type, int64_t t, const void *p, int len)
 {
-    if (!g_rec || len < 0)
+    if (len < 0)
+        return;
+    lazy_open(); /* the first record makes the file */
+    if (!g_rec)
         return;
     int rc = tm_rec_append(g_rec, type, t, p, (uint32_t)len);
     if (rc == -ENOSPC)
@@ -391,6 +393,55 @@ static const char *utf8(PyObject *s, Py_ssize_t *len)
 
 /* ------------------------------------------------------------ recorder */
 
+/* The record file is created lazily, by the first record of the process
+ * (a step, a capture, an OOM, an event): a process that imports trainmon
+ * and records nothing (the torchrun agent, a helper script spawned with
+ * TRAINMON_ATTACH=1) leaves no file behind.  py_open keeps what opening
+ * needs; lazy_open opens, once per process. */
+static struct {
+    pid_t pid; /* the process py_open was called in; 0: none */
+    int tried;
+    char path[4096], role[32];
+    int rank;
+    unsigned long long max_size;
+    char *meta;
+} g_lazy;
+
+static int lazy_open(void)
+{
+    pid_t me = getpid();
+    if (g_rec && g_rec_pid == me)
+        return 1;
+    if (g_lazy.pid != me || g_lazy.tried)
+        return 0;
+    g_lazy.tried = 1;
+    char path[4200], role[64];
+    snprintf(path, sizeof path, "%s", g_lazy.path);
+    snprintf(role, sizeof role, "%s", g_lazy.role);
+    if (access(path, F_OK) == 0) {
+        /* Another process of this run took the name since (a spawned
+         * worker, a second script): never truncate it. */
+        size_t n = strlen(g_lazy.path);
+        if (n > 4 && strcmp(g_lazy.path + n - 4, ".tmr") == 0)
+            n -= 4;
+        snprintf(path, sizeof path, "%.*s-pid%d.tmr", (int)n, g_lazy.path, (int)me);
+        snprintf(role, sizeof role, "%.20s-pid%d", g_lazy.role, (int)me);
+    }
+    tm_rec_opts o = {.role = role, .rank = g_lazy.rank, .max_size = g_lazy.max_size};
+    tm_rec *w = NULL;
+    if (tm_rec_open(&w, path, &o)) {
+        report_once(R_OPEN, "cannot record (%s); the job goes on without a record file",
+                    tm_last_error());
+        return 0;
+    }
+    /* A writer inherited from a parent stays mapped in it: leave it. */
+    g_rec = w;
+    g_rec_pid = me;
+    if (g_lazy.meta)
+        tm_rec_event(g_rec, 0, "inproc.start", g_lazy.meta);
+    return 1;
+}
+
 static PyObject *py_open(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -399,7 +450,7 @@ static PyObject *py_open(PyObject *self, PyObject *args)
     unsigned long long max_size = 0;
     if (!PyArg_ParseTuple(args, "ssisz|K", &path, &run_dir, &rank, &role, &meta, &max_size))
         return NULL;
-    if (g_rec && g_rec_pid == getpid())
+    if ((g_rec && g_rec_pid == getpid()) || g_lazy.pid == getpid())
         Py_RETURN_TRUE;
     /* The run directory: only its last component is made (0700); an
      * existing one must be this user's, or another user could read the
@@ -413,28 +464,29 @@ static PyObject *py_open(PyObject *self, PyObject *args)
         Py_RETURN_FALSE;
     }
     close(dfd);
-    tm_rec_opts o = {.role = role, .rank = rank, .max_size = max_size};
-    tm_rec *w = NULL;
-    int rc = tm_rec_open(&w, path, &o);
-    if (rc) {
-        report_once(R_OPEN, "cannot record (%s); the job goes on without a record file",
-                    tm_last_error());
+    if (strlen(path) >= sizeof g_lazy.path) {
+        report_once(R_OPEN, "cannot record (path too long); the job goes on without a record file");
         Py_RETURN_FALSE;
     }
-    /* A writer inherited from a parent stays mapped in it: leave it. */
-    g_rec = w;
-    g_rec_pid = getpid();
+    free(g_lazy.meta);
+    g_lazy.meta = meta ? strdup(meta) : NULL;
+    snprintf(g_lazy.path, sizeof g_lazy.path, "%s", path);
+    snprintf(g_lazy.role, sizeof g_lazy.role, "%s", role);
+    g_lazy.rank = rank;
+    g_lazy.max_size = max_size;
+    g_lazy.tried = 0;
+    g_lazy.pid = getpid();
     g_rank = rank;
     g_max_size = max_size;
     snprintf(g_run_dir, sizeof g_run_dir, "%s", run_dir);
-    if (meta)
-        tm_rec_event(g_rec, 0, "inproc.start", meta);
     Py_RETURN_TRUE;
 }
 
 static PyObject *py_recording(PyObject *self, PyObject *noargs)
 {
     (void)self, (void)noargs;
+    if (g_lazy.pid == getpid() && !g_lazy.tried)
+        Py_RETURN_TRUE; /* the file is made by the first record */
     return PyBool_FromLong(g_rec && g_rec_pid == getpid() && !tm_rec_full(g_rec));
 }
 
@@ -446,6 +498,7 @@ static PyObject *py_event(PyObject *self, PyObject *args)
         swallow(R_INTERNAL, "event");
         Py_RETURN_NONE;
     }
+    lazy_open();
     if (g_rec) {
         int rc = tm_rec_event(g_rec, 0, name, json);
         if (rc == -ENOSPC)
@@ -527,7 +580,7 @@ static int check_thresholds(int64_t t)
             char json[256];
             snprintf(json, sizeof json, "{\"index\":%d,\"value\":%.17g,\"above\":%.17g,\"step\":%llu}",
                      i, v, th->above, (unsigned long long)g_steps);
-            if (g_rec)
+            if (lazy_open())
                 tm_rec_event(g_rec, t, "threshold", json);
         } else if (!th->armed && v <= th->above) {
             th->armed = 1;
@@ -537,37 +590,268 @@ static int check_thresholds(int64_t t)
     return pending;
 }
 
-/* Entry into DataLoader __next__: the open step (if any) ends here.
- * Returns the number of threshold callbacks due (the caller runs them). */
-static PyObject *py_next_enter(PyObject *self, PyObject *noargs)
+/* ------------------------------------------------------- the step model
+ *
+ * One step model (docs/DIAGNOSIS.md "The step model"), seen here where the
+ * boundaries are, so that every consumer reads the same TM_REC_STEP
+ * records.  A step is ended by the strongest boundary the loop has:
+ *
+ *   optimizer  the post-hook of optimizer.step() (of the lead optimizer:
+ *              the first to step, or one that stepped twice in a row;
+ *              a GAN's two optimizers make one step per iteration);
+ *   backward   the return of torch.autograd.backward (Tensor.backward
+ *              calls it) when the job never steps a torch.optim optimizer
+ *              (manual SGD);
+ *   loader     the entry into the next DataLoader __next__ (no backward
+ *              seen yet: today's steps of inference-like loops).
+ *
+ * An optimizer step closes one open step per boundary kind (accumulated
+ * from the previous boundary of that kind): micro_batches (backward passes
+ * in it), batches (DataLoader batches fetched for training) and their data
+ * wait.  Until the first optimizer step the backward steps are held back
+ * (up to PEND_MAX): gradient accumulation shows its first optimizer step
+ * only after its micro-batches, which must not be counted as steps.
+ *
+ * Eval: a batch fetched with grad disabled, or (once a backward pass was
+ * seen) one that no backward pass followed before the next fetch, is an
+ * eval batch, written as its own step record with phase eval and never
+ * added to a training step; a training step that had done nothing before
+ * an eval run starts where the run ended.
+ *
+ * No DataLoader: a step with no batch gets prep_ns, the host time from its
+ * start to its first module forward (the batch preparation of a loop that
+ * slices its batches itself), as its data wait, and prep_cpu_ns, the
+ * training thread's CPU time in it (CPU-bound preparation vs waiting on
+ * I/O).  The first forward is caught by a forward pre-hook put into
+ * torch's global hook dict at the boundary and taken out by its first
+ * call: one dict insert, one call and one delete per step, and module
+ * calls take torch's hook-free fast path again for the rest of the step.
+ */
+#define PEND_MAX 64
+
+typedef struct acc {
+    int64_t start; /* 0: nothing begun since the last boundary of this kind */
+    int64_t wait;
+    int32_t batches, micro;
+} acc;
+
+static int g_level;          /* strongest boundary seen: 0 or a TM_STEP_BY_* */
+static int g_decided;        /* the boundary whose steps are written (0: loader/undecided) */
+static acc g_acc[4];         /* [TM_STEP_BY_BACKWARD], [TM_STEP_BY_OPTIMIZER] */
+static tm_inproc_step g_pend[PEND_MAX]; /* backward steps held until decided */
+static int g_npend;
+static uint64_t g_written;   /* training steps written */
+static int g_bdepth;         /* backward nesting */
+static long g_lead = -1, g_last_opt = -1;
+
+/* the last batch fetched on the training thread, until the next fetch */
+static struct {
+    int have, grad, added;
+    uintptr_t iter; /* the iterator that returned it (identity only) */
+    int64_t entry, exit;
+    int32_t bwd;
+} g_b;
+
+/* a record made at a fetch entry, written at its exit (flags known then) */
+static int g_have_closed;
+static tm_inproc_step g_closed;
+
+/* the first forward after a boundary */
+static PyObject *g_fwd_hooks;  /* torch.nn.modules.module._global_forward_pre_hooks */
+static PyObject *g_fwd_key;    /* our key in it */
+static PyObject *g_fwd_fn;     /* the hook */
+static PyObject *g_grad_on;    /* torch.is_grad_enabled */
+static int g_fwd_armed;
+static int64_t g_fwd_t, g_arm_t, g_arm_cpu, g_fwd_cpu;
+
+static int64_t thread_cpu_ns(void)
 {
-    (void)self, (void)noargs;
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+        return -1;
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static int on_thread(void)
+{
     unsigned long th = PyThread_get_thread_ident();
     if (!g_thread)
         g_thread = th;
-    if (th != g_thread || g_depth++ > 0)
-        return PyLong_FromLong(0);
-    int64_t t = now_ns();
-    g_in_t = t;
-    int pending = 0;
-    if (g_step_open) {
-        g_step_open = 0;
-        g_closed = (tm_inproc_step){.step = g_steps - 1, .start_ns = g_step_start, .end_ns = t,
-                                    .data_wait_ns = g_step_wait};
-        g_have_closed = 1;
-        tm_follow_step(&g_tally, &g_win, &g_closed);
-        auto_sample(TM_CAPTURE_STEP, "step", 4, t);
-        if (g_nth)
-            pending = check_thresholds(t);
-    } else if (g_memstats && !g_cuda_ready) {
-        cuda_ready();
+    return th == g_thread;
+}
+
+static void fwd_arm(int64_t t)
+{
+    if (!g_fwd_hooks || !g_fwd_fn || g_fwd_armed)
+        return;
+    if (PyObject_SetItem(g_fwd_hooks, g_fwd_key, g_fwd_fn) < 0) {
+        swallow(R_INTERNAL, "timing batch preparation");
+        Py_CLEAR(g_fwd_hooks); /* never again */
+        return;
     }
-    if (g_cuda_news) {
-        /* bit 16: CUDA came up; the glue attaches its OOM observer now */
-        g_cuda_news = 0;
-        pending |= 1 << 16;
+    g_fwd_armed = 1;
+    g_arm_t = t;
+    g_arm_cpu = thread_cpu_ns();
+}
+
+static void fwd_disarm(void)
+{
+    if (!g_fwd_armed)
+        return;
+    g_fwd_armed = 0;
+    if (g_fwd_hooks && PyObject_DelItem(g_fwd_hooks, g_fwd_key) < 0)
+        PyErr_Clear(); /* taken out by someone else */
+}
+
+/* The forward pre-hook: (module, input) -> None.  Notes the first forward
+ * on the training thread after the boundary and takes itself out. */
+static PyObject *py_fwd_pre(PyObject *self, PyObject *args)
+{
+    (void)self, (void)args;
+    if (!g_fwd_armed || !on_thread()) /* the first forward may come first of all */
+        Py_RETURN_NONE;
+    g_fwd_t = now_ns();
+    g_fwd_cpu = thread_cpu_ns();
+    fwd_disarm();
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef fwd_def = {"_trainmon_first_forward", py_fwd_pre, METH_VARARGS,
+                              "trainmon: notes the first forward after a step boundary"};
+
+static int grad_enabled(void)
+{
+    if (!g_grad_on)
+        return 1;
+    PyObject *r = PyObject_CallNoArgs(g_grad_on);
+    if (!r) {
+        swallow(R_INTERNAL, "torch.is_grad_enabled()");
+        return 1;
     }
-    return PyLong_FromLong(pending);
+    int on = r != Py_False;
+    Py_DECREF(r);
+    return on;
+}
+
+static int g_pending_flags; /* threshold callbacks due, for the hook that returns next */
+
+/* Writes a training step: numbered, into the window, thresholds checked,
+ * the allocator sampled (once CUDA is up). */
+static void emit_train(tm_inproc_step *s)
+{
+    s->step = g_written++;
+    g_steps = g_written;
+    char buf[96];
+    rec_put(TM_REC_STEP, s->end_ns, buf, tm_inproc_encode_step(s, buf, sizeof buf));
+    if (s->flags & TM_STEP_ENDED_AT_EXIT)
+        return;
+    tm_follow_step(&g_tally, &g_win, s); /* the one step accounting */
+    auto_sample(TM_CAPTURE_STEP, "step", 4, s->end_ns);
+    if (g_nth)
+        g_pending_flags |= check_thresholds(s->end_ns);
+}
+
+static void emit_eval(int64_t start, int64_t end, int64_t wait, uint32_t flags)
+{
+    tm_inproc_step s = {.step = g_written, .start_ns = start, .end_ns = end, .data_wait_ns = wait,
+                        .flags = flags, .boundary = TM_STEP_BY_LOADER, .phase = TM_STEP_EVAL,
+                        .micro_batches = 0, .batches = 1, .prep_ns = -1, .prep_cpu_ns = -1};
+    char buf[96];
+    rec_put(TM_REC_STEP, end, buf, tm_inproc_encode_step(&s, buf, sizeof buf));
+    tm_follow_step(&g_tally, &g_win, &s); /* counted apart: eval_steps */
+    /* a training step that had done nothing yet starts after the eval run */
+    for (int L = TM_STEP_BY_BACKWARD; L <= TM_STEP_BY_OPTIMIZER; L++)
+        if (g_acc[L].start && !g_acc[L].batches && !g_acc[L].micro)
+            g_acc[L].start = end;
+}
+
+static void decide(int level)
+{
+    g_decided = level;
+    if (level == TM_STEP_BY_BACKWARD)
+        for (int i = 0; i < g_npend; i++)
+            emit_train(&g_pend[i]);
+    g_npend = 0;
+}
+
+static void deliver(int level, tm_inproc_step *s)
+{
+    if (level == TM_STEP_BY_OPTIMIZER && g_decided != level)
+        decide(level);
+    if (g_decided == level) {
+        emit_train(s);
+        if (level == TM_STEP_BY_BACKWARD) /* an optimizer found later starts here */
+            g_acc[TM_STEP_BY_OPTIMIZER] = (acc){.start = s->end_ns};
+        return;
+    }
+    if (g_decided > level)
+        return;
+    g_pend[g_npend++] = *s;
+    if (g_npend == PEND_MAX)
+        decide(level);
+}
+
+/* Closes the open step of boundary kind level at t. */
+static void close_acc(int level, int64_t t, uint32_t flags)
+{
+    acc *a = &g_acc[level];
+    int64_t start = a->start ? a->start : t;
+    tm_inproc_step s = {.start_ns = start, .end_ns = t, .data_wait_ns = a->wait, .flags = flags,
+                        .boundary = (uint32_t)level, .phase = TM_STEP_TRAIN,
+                        .micro_batches = a->micro, .batches = a->batches, .prep_ns = -1,
+                        .prep_cpu_ns = -1};
+    if (!a->batches && g_fwd_t >= start && g_fwd_t <= t && g_arm_t <= start && !g_fwd_armed) {
+        /* no DataLoader: the loop prepares its batches, and that is its
+         * data wait (the first step's start is its first forward) */
+        s.prep_ns = s.data_wait_ns = g_fwd_t - start;
+        if (g_arm_t == start && g_arm_cpu >= 0 && g_fwd_cpu >= g_arm_cpu)
+            s.prep_cpu_ns = g_fwd_cpu - g_arm_cpu;
+    }
+    *a = (acc){.start = t};
+    deliver(level, &s);
+    if (level == g_level && !s.batches && !(flags & TM_STEP_ENDED_AT_EXIT))
+        fwd_arm(t);
+}
+
+/* The batch fetched last becomes part of the training steps (a backward
+ * pass followed it). */
+static void confirm_batch(void)
+{
+    if (!g_b.have || g_b.added)
+        return;
+    g_b.added = 1;
+    for (int L = TM_STEP_BY_BACKWARD; L <= TM_STEP_BY_OPTIMIZER; L++) {
+        acc *a = &g_acc[L];
+        if (!a->start)
+            a->start = g_b.entry;
+        a->batches++;
+        a->wait += g_b.exit - g_b.entry;
+    }
+}
+
+/* The batch fetched last, at the next fetch (t) or at exit: an eval batch,
+ * a loader step (no backward pass seen yet) or already a training batch. */
+static void settle_batch(int64_t t, uint32_t flags)
+{
+    if (!g_b.have)
+        return;
+    g_b.have = 0;
+    if (g_b.added)
+        return;
+    int64_t wait = g_b.exit - g_b.entry;
+    if (!g_b.grad || (g_level >= TM_STEP_BY_BACKWARD && !g_b.bwd)) {
+        g_closed = (tm_inproc_step){.start_ns = g_b.entry, .end_ns = t, .data_wait_ns = wait,
+                                    .phase = TM_STEP_EVAL};
+    } else if (g_level == 0) {
+        g_closed = (tm_inproc_step){.start_ns = g_b.entry, .end_ns = t, .data_wait_ns = wait,
+                                    .boundary = TM_STEP_BY_LOADER, .phase = TM_STEP_TRAIN,
+                                    .micro_batches = 0, .batches = 1, .prep_ns = -1,
+                                    .prep_cpu_ns = -1};
+    } else {
+        return;
+    }
+    g_closed.flags = flags;
+    g_have_closed = 1;
 }
 
 static void write_closed(uint32_t flags)
@@ -576,55 +860,182 @@ static void write_closed(uint32_t flags)
         return;
     g_have_closed = 0;
     g_closed.flags |= flags;
-    char buf[64];
-    rec_put(TM_REC_STEP, g_closed.end_ns, buf, tm_inproc_encode_step(&g_closed, buf, sizeof buf));
+    if (g_closed.phase == TM_STEP_EVAL)
+        emit_eval(g_closed.start_ns, g_closed.end_ns, g_closed.data_wait_ns, g_closed.flags);
+    else
+        emit_train(&g_closed);
 }
 
-/* Return from __next__: got is true when a batch came back (a new step
- * begins), false when it raised (StopIteration: the loader is done). */
+static PyObject *take_flags(void)
+{
+    int pending = g_pending_flags;
+    g_pending_flags = 0;
+    if (g_cuda_news) {
+        /* bit 16: CUDA came up; the glue attaches its OOM observer now */
+        g_cuda_news = 0;
+        pending |= 1 << 16;
+    }
+    return PyLong_FromLong(pending);
+}
+
+/* Entry into DataLoader __next__: the batch fetched before it is settled
+ * here (written at the exit, when it is known whether this call raised).
+ * Returns the flags of threshold callbacks due (the caller runs them). */
+static PyObject *py_next_enter(PyObject *self, PyObject *noargs)
+{
+    (void)self, (void)noargs;
+    if (!on_thread() || g_depth++ > 0)
+        return PyLong_FromLong(0);
+    int64_t t = now_ns();
+    g_in_t = t;
+    settle_batch(t, 0);
+    if (g_memstats && !g_cuda_ready)
+        cuda_ready();
+    return take_flags();
+}
+
+/* Return from __next__: got is true when a batch came back, false when it
+ * raised (StopIteration: the loader is done). */
 static PyObject *py_next_exit(PyObject *self, PyObject *arg)
 {
     (void)self;
     if (PyThread_get_thread_ident() != g_thread || g_depth <= 0 || --g_depth > 0)
         Py_RETURN_NONE;
-    int got = arg == Py_True;
+    int got = arg != Py_False && arg != Py_None; /* the iterator, or False */
     int64_t t = now_ns();
     write_closed(got ? 0 : TM_STEP_ENDED_BY_STOP);
     if (got) {
-        g_step_open = 1;
-        g_step_start = g_in_t;
-        g_step_wait = t - g_in_t;
-        g_steps++;
+        g_b.have = 1;
+        g_b.added = 0;
+        g_b.bwd = 0;
+        g_b.entry = g_in_t;
+        g_b.iter = (uintptr_t)arg;
+        g_b.exit = t;
+        g_b.grad = grad_enabled();
+        g_steps = g_written + 1;
     }
     Py_RETURN_NONE;
 }
 
-/* At exit: the step still open ends now. */
+/* torch.autograd.backward entered / returned on the training thread. */
+static PyObject *py_backward_enter(PyObject *self, PyObject *noargs)
+{
+    (void)self, (void)noargs;
+    if (!on_thread() || g_bdepth++ > 0)
+        Py_RETURN_NONE;
+    int64_t t = now_ns();
+    if (g_level < TM_STEP_BY_BACKWARD)
+        g_level = TM_STEP_BY_BACKWARD;
+    confirm_batch();
+    if (g_b.have)
+        g_b.bwd++;
+    for (int L = TM_STEP_BY_BACKWARD; L <= TM_STEP_BY_OPTIMIZER; L++) {
+        acc *a = &g_acc[L];
+        if (!a->start) /* the first step: from its first forward when seen */
+            a->start = g_fwd_t && g_fwd_t <= t ? g_fwd_t : t;
+        a->micro++;
+    }
+    g_steps = g_written + 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_backward_exit(PyObject *self, PyObject *noargs)
+{
+    (void)self, (void)noargs;
+    if (PyThread_get_thread_ident() != g_thread || g_bdepth <= 0 || --g_bdepth > 0)
+        return PyLong_FromLong(0);
+    if (g_decided <= TM_STEP_BY_BACKWARD)
+        close_acc(TM_STEP_BY_BACKWARD, now_ns(), 0);
+    return take_flags();
+}
+
+static int g_shut; /* shutdown ran: nothing more is closed */
+
+/* loader_dropped(iterator): a DataLoader iterator is being deleted (its
+ * __del__).  A loop that `break`s drops its iterator right there: in a
+ * loop ended by the loader (no backward pass seen), the step of the batch
+ * that iterator returned last ends now instead of being lost at exit. */
+static PyObject *py_loader_dropped(PyObject *self, PyObject *it)
+{
+    (void)self;
+    if (g_shut || !g_thread || PyThread_get_thread_ident() != g_thread || g_depth > 0)
+        Py_RETURN_NONE;
+    if (!g_b.have || g_b.added || g_level != 0 || g_b.iter != (uintptr_t)it)
+        Py_RETURN_NONE;
+    settle_batch(now_ns(), 0);
+    write_closed(0);
+    g_pending_flags = 0; /* no callbacks from a finalizer */
+    Py_RETURN_NONE;
+}
+
+/* At exit: what is still open ends now (and counts for nothing). */
 static PyObject *py_shutdown(PyObject *self, PyObject *noargs)
 {
     (void)self, (void)noargs;
     if (g_rec_pid != getpid())
         Py_RETURN_NONE;
+    g_shut = 1;
+    int64_t t = now_ns();
     write_closed(0);
-    if (g_step_open) {
-        g_step_open = 0;
-        g_closed = (tm_inproc_step){.step = g_steps - 1, .start_ns = g_step_start,
-                                    .end_ns = now_ns(), .data_wait_ns = g_step_wait};
-        g_have_closed = 1;
-        write_closed(TM_STEP_ENDED_AT_EXIT);
+    settle_batch(t, 0);
+    write_closed(TM_STEP_ENDED_AT_EXIT);
+    if (!g_decided && g_level == TM_STEP_BY_BACKWARD)
+        decide(TM_STEP_BY_BACKWARD);
+    if (g_decided >= TM_STEP_BY_BACKWARD) {
+        acc *a = &g_acc[g_decided];
+        if (a->batches || a->micro)
+            close_acc(g_decided, t, TM_STEP_ENDED_AT_EXIT);
     }
+    fwd_disarm();
+    g_pending_flags = 0;
     Py_RETURN_NONE;
 }
 
 static PyObject *py_reset_steps(PyObject *self, PyObject *noargs)
 {
     (void)self, (void)noargs;
+    fwd_disarm();
     g_thread = 0;
-    g_depth = 0;
-    g_step_open = 0;
+    g_depth = g_bdepth = 0;
     g_have_closed = 0;
+    memset(&g_b, 0, sizeof g_b);
+    memset(g_acc, 0, sizeof g_acc);
+    g_level = g_decided = g_npend = 0;
+    g_lead = g_last_opt = -1;
+    g_fwd_t = 0;
+    g_written = 0;
+    g_shut = 0;
     tm_steptally_init(&g_tally);
     g_win.n = 0;
+    Py_RETURN_NONE;
+}
+
+/* bind_steps(global_forward_pre_hooks, is_grad_enabled): what the step
+ * model needs of torch (None: not there); arms the first-forward hook. */
+static PyObject *py_bind_steps(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *hooks, *grad;
+    if (!PyArg_ParseTuple(args, "OO", &hooks, &grad))
+        return NULL;
+    fwd_disarm();
+    Py_CLEAR(g_fwd_hooks);
+    Py_CLEAR(g_grad_on);
+    if (!g_fwd_key)
+        g_fwd_key = PyUnicode_InternFromString("trainmon.first_forward");
+    if (!g_fwd_fn)
+        g_fwd_fn = PyCFunction_New(&fwd_def, NULL);
+    if (!g_fwd_key || !g_fwd_fn)
+        return NULL;
+    if (hooks != Py_None && PyMapping_Check(hooks)) {
+        Py_INCREF(hooks);
+        g_fwd_hooks = hooks;
+    }
+    if (grad != Py_None && PyCallable_Check(grad)) {
+        Py_INCREF(grad);
+        g_grad_on = grad;
+    }
+    fwd_arm(now_ns());
     Py_RETURN_NONE;
 }
 
@@ -779,6 +1190,9 @@ static PyObject *py_opt_pre(PyObject *self, PyObject *noargs)
     Py_RETURN_NONE;
 }
 
+/* opt_post(optimizer number): writes the optimizer-step record and, for
+ * the lead optimizer on the training thread, ends the step.  Returns the
+ * flags of threshold callbacks due. */
 static PyObject *py_opt_post(PyObject *self, PyObject *arg)
 {
     (void)self;
@@ -793,7 +1207,19 @@ static PyObject *py_opt_post(PyObject *self, PyObject *arg)
                            .optimizer = (uint32_t)no};
     g_opt_t0 = 0;
     rec_put(TM_REC_OPTSTEP, t, buf, tm_inproc_encode_optstep(&o, buf, sizeof buf));
-    Py_RETURN_NONE;
+    if (!on_thread())
+        return PyLong_FromLong(0);
+    /* The lead optimizer ends steps: the first to step, or one that steps
+     * twice in a row (the lead was replaced by a new optimizer). */
+    int lead = g_lead < 0 || no == g_lead || no == g_last_opt;
+    g_last_opt = no;
+    if (!lead)
+        return PyLong_FromLong(0);
+    g_lead = no;
+    g_level = TM_STEP_BY_OPTIMIZER;
+    confirm_batch();
+    close_acc(TM_STEP_BY_OPTIMIZER, t, 0);
+    return take_flags();
 }
 
 /* -------------------------------------------------------------- workers */
@@ -1044,6 +1470,15 @@ static PyObject *num_or_none(double v)
  * (bytes that are not UTF-8, a tag cut mid-character, are replaced). */
 static PyObject *value_to_py(tm_inproc_value v)
 {
+    if (v.absent) {
+        /* a newer field in a record of an older layout: -1 for numbers
+         * (as unavailable counts are), None for f64, "" for strings */
+        if (v.type == TM_INPROC_F64)
+            Py_RETURN_NONE;
+        if (v.type == TM_INPROC_STR)
+            return PyUnicode_FromString("");
+        return PyLong_FromLong(-1);
+    }
     switch (v.type) {
     case TM_INPROC_U32:
     case TM_INPROC_U64: return PyLong_FromUnsignedLongLong(v.u);
@@ -1271,7 +1706,11 @@ static PyMethodDef methods[] = {
     {"phase_exit", py_phase_exit, METH_O, ""},
     {"current_phase", py_current_phase, METH_NOARGS, ""},
     {"opt_pre", py_opt_pre, METH_NOARGS, ""},
-    {"opt_post", py_opt_post, METH_O, ""},
+    {"opt_post", py_opt_post, METH_O, "the step's end when the lead optimizer steps"},
+    {"loader_dropped", py_loader_dropped, METH_O, "a DataLoader iterator is deleted"},
+    {"backward_enter", py_backward_enter, METH_NOARGS, "torch.autograd.backward entered"},
+    {"backward_exit", py_backward_exit, METH_NOARGS, "torch.autograd.backward returned"},
+    {"bind_steps", py_bind_steps, METH_VARARGS, "bind_steps(global_forward_pre_hooks, is_grad_enabled)"},
     {"now", py_now, METH_NOARGS, "CLOCK_MONOTONIC in ns"},
     {"redact_args", py_redact_args, METH_O, "redact_args(argv): secret-looking values redacted"},
     {"worker_batch", py_worker_batch, METH_VARARGS, "worker_batch(worker_id, t0_ns)"},

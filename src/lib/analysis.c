@@ -38,6 +38,7 @@ static const struct tm_rule rules[] = {
     {.id = "input.disk_bound", .max = TM_SEV_HIGH, .run = tm_rule_input_disk_bound},
     {.id = "input.cpu_bound", .max = TM_SEV_HIGH, .run = tm_rule_input_cpu_bound},
     {.id = "input.data_wait", .max = TM_SEV_HIGH, .run = tm_rule_input_data_wait},
+    {.id = "input.main_prep", .max = TM_SEV_HIGH, .run = tm_rule_input_main_prep},
     {.id = "gpu.underutilized", .max = TM_SEV_MEDIUM, .run = tm_rule_gpu_underutilized},
     {.id = "gpu_mem.near_capacity", .max = TM_SEV_MEDIUM, .rank = tm_rule_gpu_mem_near_capacity},
     {.id = "gpu_mem.growth", .max = TM_SEV_HIGH, .rank = tm_rule_gpu_mem_growth},

@@ -16,6 +16,10 @@
 /* input.*: the TensorBoard profiler's rule: data loading above 5% of the
  * step time is worth fixing. */
 #define TM_AN_DATA_WAIT_FRACTION 0.05
+/* input.main_prep: the training thread's CPU share of its batch
+ * preparation above which it is CPU work, under which it is waiting */
+#define TM_AN_PREP_CPU_BOUND 0.7
+#define TM_AN_PREP_WAITING 0.3
 #define TM_AN_DATA_WAIT_MEDIUM 0.10
 #define TM_AN_DATA_WAIT_HIGH 0.30
 /* The first step of each training process is warm-up (workers starting,

@@ -52,6 +52,12 @@ static const view step_view[] = {
     {"duration_s", "dur", V_SPAN, 0, F_STEP_end_ns, F_STEP_start_ns, 0},
     {"data_wait_s", "wait", V_SECS, 0, F_STEP_data_wait_ns, 0, 0},
     {.a = F_STEP_start_ns},
+    {.a = F_STEP_boundary},
+    {.a = F_STEP_phase},
+    {.omit = OMIT_NEG, .a = F_STEP_micro_batches},
+    {.omit = OMIT_NEG, .a = F_STEP_batches},
+    {.omit = OMIT_NEG, .a = F_STEP_prep_ns},
+    {.omit = OMIT_NEG, .a = F_STEP_prep_cpu_ns},
     {"end_of_epoch", NULL, V_FLAG, 0, F_STEP_flags, 0, TM_STEP_ENDED_BY_STOP},
     {"at_exit", NULL, V_FLAG, 0, F_STEP_flags, 0, TM_STEP_ENDED_AT_EXIT},
 };
@@ -124,6 +130,7 @@ static const tm_inproc_field optstep_fields[] = {TM_SCHEMA_OPTSTEP(ROW_OPTSTEP)}
 typedef struct schema {
     const char *name;
     size_t hdr; /* the fixed part; strings follow */
+    size_t min; /* the oldest fixed part a reader accepts (types without strings) */
     const tm_inproc_field *fields;
     size_t nfields;
     const view *views;
@@ -131,11 +138,12 @@ typedef struct schema {
 } schema;
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
-#define SCHEMA(nm, hdr, f, v) {nm, hdr, f, N(f), v, N(v)}
+#define SCHEMA(nm, hdr, f, v) {nm, hdr, hdr, f, N(f), v, N(v)}
+#define SCHEMA_GREW(nm, hdr, min, f, v) {nm, hdr, min, f, N(f), v, N(v)}
 
 /* Indexed by type - TM_REC_STEP. */
 static const schema schemas[] = {
-    SCHEMA("step", TM_STEP_LEN, step_fields, step_view),
+    SCHEMA_GREW("step", TM_STEP_LEN, TM_STEP_LEN_V1, step_fields, step_view),
     SCHEMA("capture", TM_CAPTURE_HDR, capture_fields, capture_view),
     SCHEMA("phase", TM_PHASE_HDR, phase_fields, phase_view),
     SCHEMA("oom", TM_OOM_HDR, oom_fields, oom_view),
@@ -190,10 +198,33 @@ static size_t ctype_size(tm_inproc_ctype t)
     return 0;
 }
 
+/* Whether field f of rec lies past the old layout of a type that grew, in
+ * a record of that old layout: the first newer field (the step's boundary)
+ * is 0 there, as the encoder writes the old layout then and older writers
+ * knew no other. */
+static bool absent_in(const tm_inproc_field *f, const tm_inproc_any *rec)
+{
+    for (size_t t = 0; t < N(schemas); t++) {
+        const schema *sc = &schemas[t];
+        if (f < sc->fields || f >= sc->fields + sc->nfields)
+            continue;
+        if (sc->min >= sc->hdr || f->offset < sc->min)
+            return false;
+        for (size_t i = 0; i < sc->nfields; i++)
+            if (sc->fields[i].offset == sc->min) {
+                uint32_t m;
+                memcpy(&m, (const char *)rec + sc->fields[i].member, 4);
+                return m == 0;
+            }
+        return false;
+    }
+    return false;
+}
+
 tm_inproc_value tm_inproc_get(const tm_inproc_field *f, const tm_inproc_any *rec)
 {
     const char *base = (const char *)rec;
-    tm_inproc_value v = {.type = f->type, .f = NAN};
+    tm_inproc_value v = {.type = f->type, .f = NAN, .absent = absent_in(f, rec)};
     switch (f->type) {
     case TM_INPROC_U32: {
         uint32_t x;
@@ -243,7 +274,16 @@ int tm_inproc_encode(uint16_t type, const tm_inproc_any *rec, void *buf, size_t 
     const schema *sc = schema_of(type);
     if (!sc || !rec || (!buf && cap))
         return tm_seterr(-EINVAL, "tm_inproc_encode: type %u is not in-process", type);
-    size_t need = sc->hdr;
+    size_t hdr = sc->hdr;
+    if (sc->min < sc->hdr) {
+        /* A type that grew: a record whose first newer field (the step's
+         * boundary) is 0 carries nothing of the newer layout and is written
+         * in the old one, as an older writer wrote it. */
+        for (size_t i = 0; i < sc->nfields; i++)
+            if (sc->fields[i].offset == sc->min && tm_inproc_get(&sc->fields[i], rec).u == 0)
+                hdr = sc->min;
+    }
+    size_t need = hdr;
     for (size_t i = 0; i < sc->nfields; i++)
         if (sc->fields[i].type == TM_INPROC_STR) {
             tm_inproc_value v = tm_inproc_get(&sc->fields[i], rec);
@@ -252,10 +292,12 @@ int tm_inproc_encode(uint16_t type, const tm_inproc_any *rec, void *buf, size_t 
     if (cap < need)
         return -ENOSPC;
     uint8_t *p = buf;
-    memset(p, 0, sc->hdr); /* padding is 0 */
-    size_t at = sc->hdr;
+    memset(p, 0, hdr); /* padding is 0 */
+    size_t at = hdr;
     for (size_t i = 0; i < sc->nfields; i++) {
         const tm_inproc_field *f = &sc->fields[i];
+        if (f->offset >= hdr)
+            break; /* the old layout ends here (a grown type has no strings) */
         tm_inproc_value v = tm_inproc_get(f, rec);
         switch (f->type) {
         case TM_INPROC_U32: {
@@ -331,9 +373,33 @@ static int bad(const tm_record *rec, uint16_t type)
 static int decode_as(const tm_record *rec, uint16_t type, tm_inproc_any *out)
 {
     const schema *sc = schema_of(type);
-    if (!sc || !rec || rec->type != type || rec->len < sc->hdr || !rec->payload || !out)
+    if (!sc || !rec || rec->type != type || rec->len < sc->min || !rec->payload || !out)
         return bad(rec, type);
     const uint8_t *p = rec->payload;
+    if (rec->len < sc->hdr) {
+        /* An older, shorter layout of a type that grew (no strings: they
+         * would follow the old fixed part): the fields it lacks are absent,
+         * -1 for signed counts and clocks, NAN, 0 for enums and flags. */
+        memset(out, 0, sizeof *out);
+        for (size_t i = 0; i < sc->nfields; i++) {
+            const tm_inproc_field *f = &sc->fields[i];
+            size_t sz = ctype_size(f->type);
+            if (f->offset + sz <= rec->len) {
+                put_member(f, out, p + f->offset);
+                continue;
+            }
+            int64_t m1 = -1;
+            int32_t m1s = -1;
+            double nan = NAN;
+            if (f->type == TM_INPROC_I64)
+                put_member(f, out, &m1);
+            else if (f->type == TM_INPROC_I32)
+                put_member(f, out, &m1s);
+            else if (f->type == TM_INPROC_F64)
+                put_member(f, out, &nan);
+        }
+        return 0;
+    }
     /* The strings must lie inside the payload before anything is kept. */
     size_t need = sc->hdr;
     for (size_t i = 0; i < sc->nfields; i++)
@@ -473,6 +539,8 @@ static void f_view(fmt *f, const schema *sc, const view *vw, const tm_inproc_any
     const char *key = vw->key ? vw->key : fa->key;
     const char *text = vw->text ? vw->text : key;
     const char *k = f->json ? key : text;
+    if (a.absent)
+        return; /* a field of a newer layout, in a record of the older one */
     switch (vw->op) {
     case V_SECS:
         f_key(f, k);

@@ -31,7 +31,11 @@
 #include "trainmon.h"
 
 /* Fixed part of each payload (strings follow it). */
-#define TM_STEP_LEN 40u
+#define TM_STEP_LEN 72u
+/* The step payload before the step model (trainmon <= 0.x wrote 40 bytes):
+ * a decoder accepts a payload as short as a type's oldest length, and the
+ * fields past it are absent (docs/FORMAT.md: -1, NAN, 0, ""). */
+#define TM_STEP_LEN_V1 40u
 #define TM_CAPTURE_HDR 108u
 #define TM_PHASE_HDR 20u
 #define TM_OOM_HDR 68u
@@ -42,6 +46,8 @@
 static const char *const tm_capture_sources[] = {"unknown", "user", "step", "phase", "oom", NULL};
 static const char *const tm_phase_actions[] = {"unknown", "enter", "exit", NULL};
 static const char *const tm_oom_sources[] = {"unknown", "observer", "exception", NULL};
+static const char *const tm_step_boundaries[] = {"unknown", "loader", "backward", "optimizer", NULL};
+static const char *const tm_step_phases[] = {"unknown", "train", "eval", NULL};
 
 /* clang-format off */
 #define TM_SCHEMA_STEP(X)                                          \
@@ -49,7 +55,13 @@ static const char *const tm_oom_sources[] = {"unknown", "observer", "exception",
     X("start_ns",     start_ns,     I64, 8,  "ns", NULL)           \
     X("end_ns",       end_ns,       I64, 16, "ns", NULL)           \
     X("data_wait_ns", data_wait_ns, I64, 24, "ns", NULL)           \
-    X("flags",        flags,        U32, 32, "",   NULL)
+    X("flags",        flags,        U32, 32, "",   NULL)           \
+    X("boundary",     boundary,     U32, 40, "",   tm_step_boundaries) \
+    X("phase",        phase,        U32, 44, "",   tm_step_phases) \
+    X("micro_batches", micro_batches, I32, 48, "count", NULL)      \
+    X("batches",      batches,      I32, 52, "count", NULL)        \
+    X("prep_ns",      prep_ns,      I64, 56, "ns", NULL)           \
+    X("prep_cpu_ns",  prep_cpu_ns,  I64, 64, "ns", NULL)
 
 #define TM_SCHEMA_CAPTURE(X)                                                 \
     X("source",            source,            U32, 0,   "",      tm_capture_sources) \

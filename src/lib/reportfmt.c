@@ -214,6 +214,7 @@ static void write_summary_json(tm_text *t, const tm_run *r, const tm_analysis *a
     j_kn(t, "step_time_median_s", S->step_median_s, true);
     j_kn(t, "compute_time_median_s", S->compute_median_s, true);
     j_kn(t, "data_wait_fraction", S->data_wait_fraction, true);
+    j_kn(t, "eval_steps", (double)S->eval_steps, true);
     j_kn(t, "gpu_utilization_mean", S->gpu_util_mean, true);
     j_kn(t, "gpus", (double)S->ngpus, true);
     tm_text_puts(t, ",\"disk\":");

@@ -64,6 +64,7 @@ void tm_rule_input_ok(struct an *an);
 void tm_rule_input_disk_bound(struct an *an);
 void tm_rule_input_cpu_bound(struct an *an);
 void tm_rule_input_data_wait(struct an *an);
+void tm_rule_input_main_prep(struct an *an);
 /* rules_gpu.c */
 void tm_rule_gpu_underutilized(struct an *an);
 /* rules_gpu_mem.c: per training process. */

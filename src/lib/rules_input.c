@@ -1,7 +1,7 @@
 /*
  * rules_input.c - input.*: does the loop wait for data, and is the limit
  * the storage or the workers' CPU (docs/DIAGNOSIS.md, "input.*").  The
- * four findings exclude one another: input_verdict() counts the votes once
+ * findings exclude one another: input_verdict() counts the votes once
  * and each rule reports only its own verdict.
  */
 #include <math.h>
@@ -26,7 +26,7 @@ static void ev_input_common(struct ev *e, const tm_an_summary *S)
     tm_an_ev_num(e, "compute_time_median_s", S->compute_median_s);
 }
 
-enum input_kind { IN_NONE, IN_OK, IN_DISK, IN_CPU, IN_WAIT };
+enum input_kind { IN_NONE, IN_OK, IN_DISK, IN_CPU, IN_WAIT, IN_PREP };
 
 /* The votes of the system signals and the verdict they give. */
 struct votes {
@@ -43,6 +43,13 @@ static struct votes input_verdict(const tm_an_summary *S)
         return w;
     if (S->data_wait_fraction < TM_AN_DATA_WAIT_FRACTION) {
         w.kind = IN_OK;
+        return w;
+    }
+    /* No DataLoader (the step model): most judged steps waited on the
+     * loop's own batch preparation, on the training thread.  Workers and
+     * disks of a DataLoader are not the cause; input.main_prep says it. */
+    if (S->prep_steps > 0 && 2 * S->prep_steps > S->steps_total) {
+        w.kind = IN_PREP;
         return w;
     }
     /* Votes: which resource the waiting points at.  Storage needs positive
@@ -237,4 +244,58 @@ void tm_rule_input_data_wait(struct an *an)
                  "from CPU. Record with `trainmon run -d DATA` (disk and worker states) for a "
                  "verdict.");
     tm_an_add(an, sev, TM_CONF_LOW, -1, &e, buf, adv);
+}
+
+/* input.main_prep: the loop prepares its batches itself (no DataLoader) and
+ * the training thread spends the data wait doing it; the thread's CPU time
+ * in that span tells CPU work (tokenizing, augmenting) from waiting (a
+ * memmap or file on slow storage). */
+void tm_rule_input_main_prep(struct an *an)
+{
+    const tm_an_summary *S = &an->a->sum;
+    struct votes w = input_verdict(S);
+    if (w.kind != IN_PREP)
+        return;
+    double cpu = S->prep_cpu_share;
+    const char *cause = isnan(cpu)                         ? "unknown"
+                        : cpu >= TM_AN_PREP_CPU_BOUND      ? "cpu"
+                        : cpu <= TM_AN_PREP_WAITING        ? "waiting"
+                                                           : "mixed";
+    struct ev e;
+    char buf[1024], adv[2048];
+    tm_an_ev_open(&e);
+    ev_input_common(&e, S);
+    tm_an_ev_num(&e, "prep_steps", (double)S->prep_steps);
+    tm_an_ev_num(&e, "prep_cpu_share", cpu);
+    tm_an_ev_str(&e, "cause", cause);
+    snprintf(buf, sizeof buf,
+             "input-bound: the loop's own batch preparation (no DataLoader) took %.0f%% of "
+             "the step time",
+             100 * S->data_wait_fraction);
+    if (!strcmp(cause, "cpu"))
+        snprintf(adv, sizeof adv,
+                 "The batches are made on the training thread, between one step's optimizer "
+                 "or backward pass and the next forward, and that work is CPU-bound (the thread "
+                 "was on a CPU %.0f%% of it: tokenizing, augmenting, slicing, copying). Take it "
+                 "off the training thread: a DataLoader over an IterableDataset that yields "
+                 "the same batches, with num_workers>0, overlaps it with compute; or prepare "
+                 "the data once ahead (pre-tokenize, store tensors).",
+                 100 * cpu);
+    else if (!strcmp(cause, "waiting"))
+        snprintf(adv, sizeof adv,
+                 "The batches are made on the training thread, and that mostly waits (on a CPU "
+                 "only %.0f%% of it): page faults of a memmap or reads of a file on slow "
+                 "storage, or a lock. Put the data on fast local storage or in the page cache, "
+                 "or prefetch batches in a background thread or DataLoader workers; `trainmon "
+                 "run -d DATA` shows the disk.",
+                 100 * cpu);
+    else
+        snprintf(adv, sizeof adv,
+                 "The batches are made on the training thread, between one step's optimizer or "
+                 "backward pass and the next forward%s. Prefetch them in a background thread, "
+                 "or in a DataLoader over an IterableDataset with num_workers>0, so that they "
+                 "overlap with compute.",
+                 isnan(cpu) ? "" : ", partly on a CPU and partly waiting");
+    tm_an_add(an, wait_severity(S->data_wait_fraction), isnan(cpu) ? TM_CONF_MEDIUM : TM_CONF_HIGH,
+              -1, &e, buf, adv);
 }

@@ -46,6 +46,11 @@ typedef struct tm_an_summary {
     double worker_busy; /* from worker records, all ranks */
     double worker_batch_median_s;
     size_t workers; /* distinct (rank, worker id) pairs */
+    /* the step model: eval batches recorded apart; judged steps whose data
+     * wait is the loop's own batch preparation (no DataLoader) and the
+     * share of it the training thread spent on a CPU (NAN: not measured) */
+    size_t eval_steps, prep_steps;
+    double prep_cpu_share;
 } tm_an_summary;
 
 /* The run as the summary and the rules read it: its arrays, the analysis

@@ -16,6 +16,9 @@
  *     (workers starting, first batches, lazy initialisation).  They are
  *     counted as steps but stay out of the data-wait fraction, unless they
  *     are all there is.
+ *   - Eval batches (phase TM_STEP_EVAL, the step model) are no training
+ *     steps: tm_step_times refuses them, and a tally counts them apart
+ *     (eval_steps, eval_s), out of the step total, medians and fractions.
  *   - The step total of a process is the highest step number seen plus one
  *     where records may have been dropped (a flight-recorder ring keeps only
  *     its newest blocks), and the number of complete steps otherwise.
@@ -32,7 +35,8 @@ bool tm_rec_is_training(const tm_rec_header *h)
 
 bool tm_step_times(const tm_inproc_step *s, double *dur_s, double *wait_s)
 {
-    if (!s || (s->flags & TM_STEP_ENDED_AT_EXIT) || s->end_ns <= s->start_ns)
+    if (!s || (s->flags & TM_STEP_ENDED_AT_EXIT) || s->end_ns <= s->start_ns ||
+        s->phase == TM_STEP_EVAL)
         return false;
     /* The difference of two int64 clocks can overflow for crafted
      * records; take it in unsigned arithmetic, where it is defined. */
@@ -49,6 +53,14 @@ void tm_steptally_init(tm_steptally *t) { memset(t, 0, sizeof *t); }
 
 bool tm_steptally_add(tm_steptally *t, const tm_inproc_step *s)
 {
+    if (s && s->phase == TM_STEP_EVAL) {
+        /* its step number is the training step it ran in: not a new one */
+        if (!(s->flags & TM_STEP_ENDED_AT_EXIT) && s->end_ns > s->start_ns) {
+            t->eval_steps++;
+            t->eval_s += (double)((uint64_t)s->end_ns - (uint64_t)s->start_ns) / 1e9;
+        }
+        return false;
+    }
     if (s && s->step != UINT64_MAX && s->step + 1 > t->next_step)
         t->next_step = s->step + 1;
     double d, w;
@@ -62,6 +74,17 @@ bool tm_steptally_add(tm_steptally *t, const tm_inproc_step *s)
     } else {
         t->step_s += d;
         t->wait_s += w;
+        if (s->boundary && s->batches == 0 && s->prep_ns >= 0) {
+            /* a loop without a DataLoader: its wait is its own batch
+             * preparation (the step model, docs/DIAGNOSIS.md) */
+            t->prep_steps++;
+            t->prep_s += w;
+            if (s->prep_cpu_ns >= 0) {
+                double c = (double)s->prep_cpu_ns / 1e9;
+                t->prep_cpu_s += c < w ? c : w;
+                t->prep_cpu_known_s += w;
+            }
+        }
     }
     return true;
 }
@@ -120,6 +143,12 @@ void tm_steptally_merge(tm_steptally *into, const tm_steptally *from)
     into->wait_s += from->wait_s;
     into->warm_step_s += from->warm_step_s;
     into->warm_wait_s += from->warm_wait_s;
+    into->eval_steps += from->eval_steps;
+    into->eval_s += from->eval_s;
+    into->prep_steps += from->prep_steps;
+    into->prep_s += from->prep_s;
+    into->prep_cpu_s += from->prep_cpu_s;
+    into->prep_cpu_known_s += from->prep_cpu_known_s;
 }
 
 void tm_stepwin_add(tm_stepwin *w, double dur_s, double wait_s)

@@ -325,6 +325,69 @@ static void test_step_flags_show_as_booleans_in_both_forms(void **st)
     assert_non_null(strstr(line, ",\"end_of_epoch\":true,\"at_exit\":true}"));
 }
 
+
+/* The step model's fields (72-byte layout) round-trip; a 40-byte step (a
+ * file from before the step model) still decodes, its newer fields absent:
+ * -1 in the struct, left out of dump and jsonl. */
+static void test_step_model_fields_round_trip_and_old_steps_still_read(void **st)
+{
+    (void)st;
+    uint8_t buf[128];
+    char line[TM_INPROC_FORMAT_MAX];
+    tm_inproc_step s = {.step = 3, .start_ns = 100, .end_ns = 900, .data_wait_ns = 200,
+                        .boundary = TM_STEP_BY_OPTIMIZER, .phase = TM_STEP_TRAIN,
+                        .micro_batches = 4, .batches = 4, .prep_ns = -1, .prep_cpu_ns = -1};
+    int n = tm_inproc_encode_step(&s, buf, sizeof buf);
+    assert_int_equal(n, 72);
+    assert_int_equal(at_u32(buf, 40), TM_STEP_BY_OPTIMIZER);
+    assert_int_equal(at_u32(buf, 44), TM_STEP_TRAIN);
+    assert_int_equal(at_u32(buf, 48), 4);
+    assert_int_equal(at_u32(buf, 52), 4);
+    assert_true(at_u64(buf, 56) == UINT64_MAX && at_u64(buf, 64) == UINT64_MAX);
+    tm_record r = rec_of(TM_REC_STEP, buf, n);
+    tm_inproc_step o;
+    assert_int_equal(tm_inproc_decode_step(&r, &o), 0);
+    assert_true(o.boundary == TM_STEP_BY_OPTIMIZER && o.phase == TM_STEP_TRAIN &&
+                o.micro_batches == 4 && o.batches == 4 && o.prep_ns == -1);
+    assert_true(tm_inproc_format(&r, true, line, sizeof line) > 0);
+    assert_non_null(strstr(line, "\"boundary\":\"optimizer\",\"phase\":\"train\","
+                                 "\"micro_batches\":4,\"batches\":4"));
+    assert_null(strstr(line, "prep_ns")); /* -1: not measured */
+
+    /* an eval batch with batch preparation measured */
+    s.phase = TM_STEP_EVAL;
+    s.prep_ns = 50;
+    s.prep_cpu_ns = 40;
+    r = rec_of(TM_REC_STEP, buf, tm_inproc_encode_step(&s, buf, sizeof buf));
+    assert_true(tm_inproc_format(&r, false, line, sizeof line) > 0);
+    assert_non_null(strstr(line, " phase=eval "));
+    assert_non_null(strstr(line, " prep_ns=50 prep_cpu_ns=40"));
+
+    /* the old layout: 40 bytes, as before the step model */
+    tm_inproc_step old = {.step = 5, .start_ns = 1, .end_ns = 2, .data_wait_ns = 1};
+    n = tm_inproc_encode_step(&old, buf, sizeof buf);
+    assert_int_equal(n, 40);
+    r = rec_of(TM_REC_STEP, buf, n);
+    memset(&o, 0x55, sizeof o);
+    assert_int_equal(tm_inproc_decode_step(&r, &o), 0);
+    assert_true(o.step == 5 && o.boundary == 0 && o.phase == 0);
+    assert_true(o.micro_batches == -1 && o.batches == -1 && o.prep_ns == -1 &&
+                o.prep_cpu_ns == -1);
+    const tm_inproc_field *f;
+    size_t nf = tm_inproc_fields(TM_REC_STEP, &f);
+    tm_inproc_any a = {.step = o};
+    size_t absent = 0;
+    for (size_t i = 0; i < nf; i++)
+        absent += tm_inproc_get(&f[i], &a).absent;
+    assert_int_equal(absent, 6); /* boundary .. prep_cpu_ns */
+    assert_true(tm_inproc_format(&r, true, line, sizeof line) > 0);
+    assert_null(strstr(line, "boundary"));
+    assert_null(strstr(line, "phase"));
+    /* shorter than the old layout: refused */
+    r.len = 39;
+    assert_int_equal(tm_inproc_decode_step(&r, &o), -EINVAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -342,6 +405,7 @@ int main(void)
         cmocka_unit_test(test_phase_prints_its_action_and_an_unknown_enum_as_unknown),
         cmocka_unit_test(test_crafted_clocks_give_a_bounded_duration),
         cmocka_unit_test(test_step_flags_show_as_booleans_in_both_forms),
+        cmocka_unit_test(test_step_model_fields_round_trip_and_old_steps_still_read),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -137,6 +137,34 @@ static void test_window_sums_the_last_steps(void **st)
     assert_int_equal(tm_stepwin_sum(&w, 1000, &d, &q), TM_STEPWIN_MAX);
 }
 
+
+/* Eval batches (the step model's phase eval) are no training steps: out
+ * of the count, the fraction and the step total, counted apart. */
+static void test_eval_batches_are_counted_apart(void **st)
+{
+    (void)st;
+    tm_steptally t;
+    tm_steptally_init(&t);
+    tm_inproc_step s = step(0, 0, 100, 10);
+    s.phase = TM_STEP_TRAIN;
+    assert_true(tm_steptally_add(&t, &s));
+    s = step(1, 100, 100, 10);
+    assert_true(tm_steptally_add(&t, &s));
+    /* three eval batches of 300 ms, all waiting, numbered as training step 2 */
+    for (int i = 0; i < 3; i++) {
+        tm_inproc_step e = step(2, 200 + 300 * i, 300, 300);
+        e.phase = TM_STEP_EVAL;
+        assert_false(tm_step_times(&e, NULL, NULL));
+        assert_false(tm_steptally_add(&t, &e));
+    }
+    assert_int_equal(t.steps, 2);
+    assert_int_equal(t.eval_steps, 3);
+    assert_true(fabs(t.eval_s - 0.9) < 1e-9);
+    assert_int_equal(tm_steptally_total(&t, true), 2); /* not 3 from the eval's number */
+    /* the judged step (the second: the first is warm-up) waits 10 of 100 ms */
+    assert_true(fabs(tm_steptally_wait_fraction(&t) - 0.1) < 1e-12);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -148,6 +176,7 @@ int main(void)
         cmocka_unit_test(test_ring_total_is_the_highest_step_number),
         cmocka_unit_test(test_merge_adds_ranks),
         cmocka_unit_test(test_window_sums_the_last_steps),
+        cmocka_unit_test(test_eval_batches_are_counted_apart),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
