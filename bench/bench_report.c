@@ -73,16 +73,36 @@ int main(int argc, char **argv)
     if (tm_rec_open(&w, path, &so) < 0)
         return die(path);
     tm_rec_event(w, t0, "run_target", "{\"path\":\"/data\",\"disks\":[\"nvme0n1\"]}");
-    tm_diskrate dr = {.name = "nvme0n1", .r_s = 900, .w_s = 10, .d_s = 0, .f_s = 1,
-                      .rkb_s = 400000, .wkb_s = 100, .dkb_s = 0, .rrqm_s = 1, .wrqm_s = 1,
-                      .r_await = 0.3, .w_await = 0.2, .d_await = 0, .f_await = 0.1,
-                      .rareq_sz = 128, .wareq_sz = 4, .aqu_sz = 0.5, .util = 40};
-    tm_pressure_stats ps = {.valid = TM_PRESSURE_HAVE_IO | TM_PRESSURE_HAVE_CPU |
-                                     TM_PRESSURE_HAVE_MEM};
+    tm_diskrate dr = {.name = "nvme0n1",
+                      .r_s = 900,
+                      .w_s = 10,
+                      .d_s = 0,
+                      .f_s = 1,
+                      .rkb_s = 400000,
+                      .wkb_s = 100,
+                      .dkb_s = 0,
+                      .rrqm_s = 1,
+                      .wrqm_s = 1,
+                      .r_await = 0.3,
+                      .w_await = 0.2,
+                      .d_await = 0,
+                      .f_await = 0.1,
+                      .rareq_sz = 128,
+                      .wareq_sz = 4,
+                      .aqu_sz = 0.5,
+                      .util = 40};
+    tm_pressure_stats ps = {.valid =
+                                TM_PRESSURE_HAVE_IO | TM_PRESSURE_HAVE_CPU | TM_PRESSURE_HAVE_MEM};
     ps.io = ps.cpu = ps.mem = (tm_psi){.has_some = true, .has_full = true, .some_avg10 = 2};
-    tm_ptree_stats ts = {.root = 4242, .root_alive = true, .nproc = 33, .nproc_d = 1,
-                         .cpu_pct = 800, .read_bytes_s = 4e8, .rss_bytes = 6e10,
-                         .pss_bytes = 4e10, .cache_hit_hint = 0.5};
+    tm_ptree_stats ts = {.root = 4242,
+                         .root_alive = true,
+                         .nproc = 33,
+                         .nproc_d = 1,
+                         .cpu_pct = 800,
+                         .read_bytes_s = 4e8,
+                         .rss_bytes = 6e10,
+                         .pss_bytes = 4e10,
+                         .cache_hit_hint = 0.5};
     tm_gpu_stats g[NGPU];
     memset(g, 0, sizeof g);
     for (int i = 0; i < NGPU; i++) {
@@ -121,18 +141,29 @@ int main(int argc, char **argv)
         uint8_t buf[256];
         for (long s = 0; s < secs; s++) {
             int64_t t = t0 + s * 1000000000LL;
-            tm_inproc_step st = {.step = (uint64_t)s, .start_ns = t - 1000000000LL, .end_ns = t,
+            tm_inproc_step st = {.step = (uint64_t)s,
+                                 .start_ns = t - 1000000000LL,
+                                 .end_ns = t,
                                  .data_wait_ns = 20000000};
             int len = tm_inproc_encode_step(&st, buf, sizeof buf);
             if (len < 0 || tm_rec_append(w, TM_REC_STEP, t, buf, (uint32_t)len) < 0)
                 return die(path);
-            tm_inproc_capture c = {.source = TM_CAPTURE_STEP, .device = r, .step = (uint64_t)s,
+            tm_inproc_capture c = {.source = TM_CAPTURE_STEP,
+                                   .device = r,
+                                   .step = (uint64_t)s,
                                    .allocated = 40e9 + (double)(s % 100) * 1e6,
-                                   .reserved = 60e9, .peak_allocated = 55e9, .active = 41e9,
-                                   .inactive_split = 1e9, .requested = 40e9,
-                                   .free_device = NAN, .total_device = 85e9,
-                                   .num_alloc_retries = 0, .num_ooms = 0, .host_rss = 8e9,
-                                   .tag = "step", .tag_len = 4};
+                                   .reserved = 60e9,
+                                   .peak_allocated = 55e9,
+                                   .active = 41e9,
+                                   .inactive_split = 1e9,
+                                   .requested = 40e9,
+                                   .free_device = NAN,
+                                   .total_device = 85e9,
+                                   .num_alloc_retries = 0,
+                                   .num_ooms = 0,
+                                   .host_rss = 8e9,
+                                   .tag = "step",
+                                   .tag_len = 4};
             len = tm_inproc_encode_capture(&c, buf, sizeof buf);
             if (len < 0 || tm_rec_append(w, TM_REC_CAPTURE, t, buf, (uint32_t)len) < 0)
                 return die(path);

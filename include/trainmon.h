@@ -114,9 +114,9 @@ typedef struct tm_diskstat {
     uint32_t fl_ms;
 } tm_diskstat;
 
-/* Rates over an interval, the numbers of `iostat -x` (sysstat's iostat.c; Documentation/admin-guide/iostats.rst).
- * Units as iostat: per second, kB (1024 bytes), ms, percent.  Discard and
- * flush values are NAN when the kernel does not report them. */
+/* Rates over an interval, the numbers of `iostat -x` (sysstat's iostat.c;
+ * Documentation/admin-guide/iostats.rst). Units as iostat: per second, kB (1024 bytes), ms,
+ * percent.  Discard and flush values are NAN when the kernel does not report them. */
 typedef struct tm_diskrate {
     unsigned major, minor;
     char name[TM_DISK_NAME_MAX];
@@ -178,19 +178,19 @@ typedef struct tm_blkdev {
     char path[4096];       /* the resolved path */
     char mountpoint[4096]; /* the mount it lives on */
     char fstype[64];
-    char source[512];      /* the mount source (e.g. /dev/sda1, server:/x) */
+    char source[512]; /* the mount source (e.g. /dev/sda1, server:/x) */
     enum tm_fs_kind kind;
-    char top[TM_DISK_NAME_MAX];   /* the device the filesystem sees (dm-0, sda1) */
-    size_t nleaves;               /* whole disks behind it (sda, nvme0n1, loop1) */
+    char top[TM_DISK_NAME_MAX]; /* the device the filesystem sees (dm-0, sda1) */
+    size_t nleaves;             /* whole disks behind it (sda, nvme0n1, loop1) */
     char leaves[TM_BLKDEV_MAX_LEAVES][TM_DISK_NAME_MAX];
     char why[1024]; /* one sentence: how it was found, or what is still measured */
 } tm_blkdev;
 
-/* Resolves a path to the devices behind it (util-linux findmnt and /sys/dev/block; docs/ARCHITECTURE.md).  pid > 0
- * resolves inside that process's mount namespace (/proc/PID/root, its
- * mountinfo); pid == 0 uses the caller's.  A path with no block device is
- * not an error: kind says what it is and why explains what is measured.
- * Returns -ENOENT etc. when the path does not exist. */
+/* Resolves a path to the devices behind it (util-linux findmnt and /sys/dev/block;
+ * docs/ARCHITECTURE.md).  pid > 0 resolves inside that process's mount namespace (/proc/PID/root,
+ * its mountinfo); pid == 0 uses the caller's.  A path with no block device is not an error: kind
+ * says what it is and why explains what is measured. Returns -ENOENT etc. when the path does not
+ * exist. */
 int tm_blkdev_resolve(const char *path, pid_t pid, tm_blkdev *out);
 
 /* ----------------------------------------------------------- process tree */
@@ -217,20 +217,20 @@ typedef struct tm_procinfo {
  * (NAN on the first sample or when no process had the data); sums are NAN
  * when no process in the tree could be read for them. */
 typedef struct tm_ptree_stats {
-    int64_t t_ns;   /* monotonic */
-    pid_t root;     /* the root pid given to tm_ptree_open */
+    int64_t t_ns; /* monotonic */
+    pid_t root;   /* the root pid given to tm_ptree_open */
     bool root_alive;
-    size_t nproc;   /* live processes in the tree, root included */
-    size_t nproc_d; /* of which in D state (uninterruptible, usually I/O) */
-    size_t nproc_io_unreadable; /* processes whose /proc/PID/io gave EACCES */
-    size_t nproc_untracked; /* descendants beyond the tree's cap (4096): counted
-                               here (at least), not in nproc, procs or the sums */
-    double cpu_user_s, cpu_sys_s;   /* sums over live processes */
+    size_t nproc;                 /* live processes in the tree, root included */
+    size_t nproc_d;               /* of which in D state (uninterruptible, usually I/O) */
+    size_t nproc_io_unreadable;   /* processes whose /proc/PID/io gave EACCES */
+    size_t nproc_untracked;       /* descendants beyond the tree's cap (4096): counted
+                                     here (at least), not in nproc, procs or the sums */
+    double cpu_user_s, cpu_sys_s; /* sums over live processes */
     double read_bytes, write_bytes, rchar, wchar;
     double rss_bytes, pss_bytes;
-    double cpu_pct;          /* 100 = one core busy */
+    double cpu_pct; /* 100 = one core busy */
     double read_bytes_s, write_bytes_s, rchar_s;
-    double cache_hit_hint;   /* 1 - d(read_bytes)/d(rchar), in [0,1]; NAN if no reads */
+    double cache_hit_hint;    /* 1 - d(read_bytes)/d(rchar), in [0,1]; NAN if no reads */
     const tm_procinfo *procs; /* nproc entries, owned by the tree, valid until next call */
 } tm_ptree_stats;
 
@@ -271,7 +271,7 @@ enum {
 };
 
 typedef struct tm_pressure_stats {
-    unsigned valid; /* TM_PRESSURE_HAVE_* */
+    unsigned valid;      /* TM_PRESSURE_HAVE_* */
     tm_psi io, cpu, mem; /* system-wide */
     tm_psi cg_io;        /* the watched process's cgroup (v2) */
     tm_cgio cg_iostat;   /* summed over devices, v2 io.stat or v1 blkio */
@@ -297,11 +297,11 @@ enum {
     TM_GPU_HAVE_UTIL = 1u << 2,         /* util_gpu, util_mem */
     TM_GPU_HAVE_TEMP = 1u << 3,
     TM_GPU_HAVE_POWER = 1u << 4,
-    TM_GPU_HAVE_PCIE = 1u << 5,         /* pcie_rx_bytes_s, pcie_tx_bytes_s */
-    TM_GPU_HAVE_CLOCK = 1u << 6,        /* sm_clock_mhz */
-    TM_GPU_HAVE_THROTTLE = 1u << 7,     /* throttle_reasons */
-    TM_GPU_HAVE_PROCS = 1u << 8,        /* nprocs/procs: the compute processes */
-    TM_GPU_HAVE_PROC_UTIL = 1u << 9,    /* per-process sm_util/mem_util were asked */
+    TM_GPU_HAVE_PCIE = 1u << 5,      /* pcie_rx_bytes_s, pcie_tx_bytes_s */
+    TM_GPU_HAVE_CLOCK = 1u << 6,     /* sm_clock_mhz */
+    TM_GPU_HAVE_THROTTLE = 1u << 7,  /* throttle_reasons */
+    TM_GPU_HAVE_PROCS = 1u << 8,     /* nprocs/procs: the compute processes */
+    TM_GPU_HAVE_PROC_UTIL = 1u << 9, /* per-process sm_util/mem_util were asked */
 };
 
 /* Why a GPU's clocks are held down: trainmon's own bits, which each
@@ -324,16 +324,16 @@ enum {
  * drivers do not know pid namespaces). */
 typedef struct tm_gpu_proc {
     pid_t pid;
-    bool mem_valid;      /* false: the driver does not report it (used_bytes 0) */
+    bool mem_valid; /* false: the driver does not report it (used_bytes 0) */
     uint64_t used_bytes;
     double sm_util, mem_util; /* percent over the driver's last samples; NAN unavailable */
 } tm_gpu_proc;
 
 typedef struct tm_gpu_stats {
-    unsigned index;           /* trainmon's index of the GPU (docs/GPU.md, "Backends") */
+    unsigned index; /* trainmon's index of the GPU (docs/GPU.md, "Backends") */
     char name[96], uuid[96];
-    unsigned valid;           /* TM_GPU_HAVE_* for this sample */
-    bool lost;                /* fell off the bus: valid == 0 from then on */
+    unsigned valid; /* TM_GPU_HAVE_* for this sample */
+    bool lost;      /* fell off the bus: valid == 0 from then on */
     uint64_t mem_total, mem_used, mem_free, mem_reserved; /* bytes */
     double util_gpu, util_mem; /* percent of time a kernel / memory was busy; NAN unavailable */
     double temp_c, power_w;
@@ -341,7 +341,7 @@ typedef struct tm_gpu_stats {
     double sm_clock_mhz;
     uint64_t throttle_reasons; /* TM_GPU_THROTTLE_* mask */
     size_t nprocs;
-    const tm_gpu_proc *procs;  /* owned by the collector, valid until the next sample */
+    const tm_gpu_proc *procs; /* owned by the collector, valid until the next sample */
 } tm_gpu_stats;
 
 typedef struct tm_gpu tm_gpu;
@@ -416,9 +416,9 @@ enum tm_rec_type {
 };
 
 typedef struct tm_rec_opts {
-    const char *role;  /* "system", "rank0", "pid123": goes in the header */
-    int rank;          /* -1 if none */
-    uint64_t max_size; /* 0: grows without bound; else a ring of at most this many bytes */
+    const char *role;    /* "system", "rank0", "pid123": goes in the header */
+    int rank;            /* -1 if none */
+    uint64_t max_size;   /* 0: grows without bound; else a ring of at most this many bytes */
     uint32_t block_size; /* 0: default (64 KiB) */
 } tm_rec_opts;
 
@@ -482,7 +482,7 @@ void tm_procrec_free(tm_procrec **pr);
 typedef struct tm_rec_header {
     uint32_t version;
     uint32_t block_size;
-    uint64_t max_size;  /* 0 if unbounded */
+    uint64_t max_size; /* 0 if unbounded */
     int64_t start_real_ns, start_mono_ns;
     int32_t pid, rank;
     char host[64];
@@ -491,7 +491,7 @@ typedef struct tm_rec_header {
 
 typedef struct tm_record {
     uint16_t type;
-    int64_t t_ns;          /* monotonic, as written */
+    int64_t t_ns; /* monotonic, as written */
     uint32_t len;
     const uint8_t *payload; /* owned by the reader, valid until the next call */
     uint64_t offset;        /* of the record in the file */
@@ -582,11 +582,11 @@ enum tm_step_phase {
 };
 
 typedef struct tm_inproc_step {
-    uint64_t step;         /* 0, 1, ... in this process */
-    int64_t start_ns;      /* entry into the DataLoader __next__ that began it */
-    int64_t end_ns;        /* entry into the next one (or StopIteration, exit) */
-    int64_t data_wait_ns;  /* time inside that first __next__: waiting for data */
-    uint32_t flags;        /* TM_STEP_* */
+    uint64_t step;        /* 0, 1, ... in this process */
+    int64_t start_ns;     /* entry into the DataLoader __next__ that began it */
+    int64_t end_ns;       /* entry into the next one (or StopIteration, exit) */
+    int64_t data_wait_ns; /* time inside that first __next__: waiting for data */
+    uint32_t flags;       /* TM_STEP_* */
     /* Appended by the step model (absent in older files: boundary 0, the
      * counts and times -1).  For a step without a DataLoader batch,
      * data_wait_ns is prep_ns: the loop prepares its batches itself. */
@@ -606,9 +606,9 @@ enum tm_capture_source {
 };
 
 typedef struct tm_inproc_capture {
-    uint32_t source;  /* tm_capture_source */
-    int32_t device;   /* CUDA device index, -1 if none */
-    uint64_t step;    /* steps begun so far */
+    uint32_t source; /* tm_capture_source */
+    int32_t device;  /* CUDA device index, -1 if none */
+    uint64_t step;   /* steps begun so far */
     /* bytes, from torch's allocator ("<family>.all.current"/".peak") */
     double allocated, reserved, peak_allocated, active, inactive_split, requested;
     double free_device, total_device; /* cudaMemGetInfo */
@@ -631,12 +631,12 @@ typedef struct tm_inproc_phase {
 enum { TM_OOM_OBSERVER = 1, TM_OOM_EXCEPTION = 2 };
 
 typedef struct tm_inproc_oom {
-    int32_t device;  /* -1 if unknown */
-    uint32_t seq;    /* 1 for the first OOM seen by this process */
+    int32_t device; /* -1 if unknown */
+    uint32_t seq;   /* 1 for the first OOM seen by this process */
     uint64_t step;
     uint32_t source; /* TM_OOM_OBSERVER (torch >= 2.0) or TM_OOM_EXCEPTION (at exit) */
     double requested, free_device, total_device, allocated, reserved; /* bytes; NAN unknown */
-    const char *phase;    /* innermost phase, "" if none */
+    const char *phase; /* innermost phase, "" if none */
     uint16_t phase_len;
     const char *snapshot; /* file name of the allocator snapshot, "" if none */
     uint16_t snapshot_len;
@@ -645,14 +645,14 @@ typedef struct tm_inproc_oom {
 typedef struct tm_inproc_worker {
     int32_t worker_id;
     uint32_t pid;
-    uint64_t batch;   /* batches fetched by this worker so far, from 0 */
+    uint64_t batch;           /* batches fetched by this worker so far, from 0 */
     int64_t start_ns, end_ns; /* the fetch (dataset __getitem__ calls and collate) */
-    double cpu_s;     /* the worker's CPU time (user+system) so far */
-    double rss_bytes; /* its resident set after the batch */
+    double cpu_s;             /* the worker's CPU time (user+system) so far */
+    double rss_bytes;         /* its resident set after the batch */
 } tm_inproc_worker;
 
 typedef struct tm_inproc_optstep {
-    uint64_t step;      /* steps begun when it ran */
+    uint64_t step; /* steps begun when it ran */
     int64_t start_ns, end_ns;
     uint32_t optimizer; /* 0 for the first optimizer seen in the process, ... */
 } tm_inproc_optstep;
@@ -701,15 +701,15 @@ typedef enum tm_inproc_ctype {
 } tm_inproc_ctype;
 
 typedef struct tm_inproc_field {
-    const char *key;           /* its one name: "allocated", "start_ns", ... */
+    const char *key; /* its one name: "allocated", "start_ns", ... */
     tm_inproc_ctype type;
-    uint16_t offset;           /* in the payload (a string: of its u16 length) */
-    const char *unit;          /* "ns", "bytes", "count", "" */
-    const char *const *names;  /* an enum's value names by value, NULL-terminated
-                                  (NULL: not an enum; a value past the end is
-                                  "unknown") */
-    size_t member;             /* offsetof in the tm_inproc_* struct */
-    size_t len_member;         /* a string's uint16_t length member there */
+    uint16_t offset;          /* in the payload (a string: of its u16 length) */
+    const char *unit;         /* "ns", "bytes", "count", "" */
+    const char *const *names; /* an enum's value names by value, NULL-terminated
+                                 (NULL: not an enum; a value past the end is
+                                 "unknown") */
+    size_t member;            /* offsetof in the tm_inproc_* struct */
+    size_t len_member;        /* a string's uint16_t length member there */
 } tm_inproc_field;
 
 /* Any decoded in-process record; the member is the one of its type. */
@@ -725,13 +725,13 @@ typedef union tm_inproc_any {
 /* A field's value; strings point where the decoded record's do. */
 typedef struct tm_inproc_value {
     tm_inproc_ctype type;
-    uint64_t u;   /* U32, U64 */
-    int64_t i;    /* I32, I64 */
-    double f;     /* F64 */
+    uint64_t u;    /* U32, U64 */
+    int64_t i;     /* I32, I64 */
+    double f;      /* F64 */
     const char *s; /* STR: s[0..len), not NUL-terminated */
     size_t len;
-    bool absent;  /* a field of a newer layout in a record of an older one
-                     (dump and jsonl leave it out, read_records gives -1) */
+    bool absent; /* a field of a newer layout in a record of an older one
+                    (dump and jsonl leave it out, read_records gives -1) */
 } tm_inproc_value;
 
 #define TM_INPROC_FIELDS_MAX 16 /* no type has more stored fields */
@@ -781,13 +781,13 @@ bool tm_step_times(const tm_inproc_step *s, double *dur_s, double *wait_s);
 
 /* Running totals of one process's steps (plain struct: copy, zero, merge). */
 typedef struct tm_steptally {
-    uint64_t steps;               /* complete steps, warm-up included */
-    uint64_t warmup;              /* of which warm-up */
-    uint64_t next_step;           /* highest step number seen + 1 */
-    double step_s, wait_s;        /* after warm-up: durations, capped waits */
+    uint64_t steps;        /* complete steps, warm-up included */
+    uint64_t warmup;       /* of which warm-up */
+    uint64_t next_step;    /* highest step number seen + 1 */
+    double step_s, wait_s; /* after warm-up: durations, capped waits */
     double warm_step_s, warm_wait_s;
-    uint64_t eval_steps;          /* complete eval batches (phase TM_STEP_EVAL) */
-    double eval_s;                /* their summed duration */
+    uint64_t eval_steps; /* complete eval batches (phase TM_STEP_EVAL) */
+    double eval_s;       /* their summed duration */
     /* After warm-up, the steps whose data wait is batch preparation in the
      * main process (no DataLoader batch, prep_ns measured), and the training
      * thread's CPU time in it where measured (prep_cpu_known_s: their prep). */
@@ -852,19 +852,19 @@ size_t tm_stepwin_sum(const tm_stepwin *w, size_t last, double *dur_s, double *w
 
 /* What one training process's record file says so far.  NAN: unavailable. */
 typedef struct tm_follow_rank {
-    char label[32];      /* the rank ("0"), or the role outside a distributed job ("pid42") */
-    char file[256];      /* the record file's name in its run directory */
-    char host[64];       /* from the header */
-    int32_t rank;        /* from the header, -1 if none */
-    bool ring;           /* the header has a max_size: oldest records may be gone */
+    char label[32];        /* the rank ("0"), or the role outside a distributed job ("pid42") */
+    char file[256];        /* the record file's name in its run directory */
+    char host[64];         /* from the header */
+    int32_t rank;          /* from the header, -1 if none */
+    bool ring;             /* the header has a max_size: oldest records may be gone */
     uint64_t step_records; /* step records read (complete or not) */
-    tm_steptally tally;  /* every step read (steps.c) */
-    tm_stepwin win;      /* the judged steps (after warm-up), newest last */
+    tm_steptally tally;    /* every step read (steps.c) */
+    tm_stepwin win;        /* the judged steps (after warm-up), newest last */
     double allocated, reserved, peak_allocated, total_device; /* last capture, bytes */
-    uint64_t ooms;       /* OOM records read */
-    int64_t last_t_ns;   /* monotonic time of the newest record read (writer's clock); 0 none */
+    uint64_t ooms;                                            /* OOM records read */
+    int64_t last_t_ns;    /* monotonic time of the newest record read (writer's clock); 0 none */
     int64_t last_real_ns; /* the same in wall-clock ns since the epoch (header clock bases) */
-    uint64_t records;    /* records read */
+    uint64_t records;     /* records read */
     int64_t first_step_real_ns; /* wall clock of the first step record read; 0 none */
     /* Damage the reader found in the file (tm_reader_damage): how many
      * places, and the last one's offset and description; 0 when intact. */
@@ -874,10 +874,10 @@ typedef struct tm_follow_rank {
 } tm_follow_rank;
 
 typedef struct tm_follow_run {
-    const char *name;     /* the run directory's base name */
-    const char *host;     /* from the first header that names one; "" unknown */
+    const char *name;      /* the run directory's base name */
+    const char *host;      /* from the first header that names one; "" unknown */
     double newest_mtime_s; /* wall-clock seconds of the newest *.tmr change; 0: none */
-    size_t nranks;        /* training processes whose header was read */
+    size_t nranks;         /* training processes whose header was read */
 } tm_follow_run;
 
 typedef struct tm_follow tm_follow;
@@ -905,7 +905,6 @@ void tm_follow_close(tm_follow **f);
  * unavailable until the first step after it. */
 bool tm_follow_step(tm_steptally *t, tm_stepwin *w, const tm_inproc_step *s);
 
-
 /* --- runs: record files on one timeline, and what they mean
  *
  * A run is one or more run directories (several hosts' directories given
@@ -923,15 +922,15 @@ typedef struct tm_run tm_run;
 typedef struct tm_text tm_text;
 
 typedef struct tm_run_source {
-    const char *path;        /* DIR/FILE, DIR as given */
-    const char *dir;         /* the run directory it came from, as given */
-    const char *file;        /* base name: "system.tmr", "rank0.tmr", ... */
+    const char *path; /* DIR/FILE, DIR as given */
+    const char *dir;  /* the run directory it came from, as given */
+    const char *file; /* base name: "system.tmr", "rank0.tmr", ... */
     tm_rec_header header;
-    int64_t mono_to_wall_ns; /* wall = monotonic + this */
+    int64_t mono_to_wall_ns;   /* wall = monotonic + this */
     int64_t first_ns, last_ns; /* wall clock of its first and last record; 0: none */
-    uint64_t records;        /* records read */
-    size_t ndamage;          /* damaged places skipped */
-    bool torn_tail;          /* a torn last record was ignored */
+    uint64_t records;          /* records read */
+    size_t ndamage;            /* damaged places skipped */
+    bool torn_tail;            /* a torn last record was ignored */
 } tm_run_source;
 
 /* One series of one source.  t_ns and v hold n points; series sampled
@@ -1056,12 +1055,12 @@ const char *tm_severity_name(enum tm_severity s);
 const char *tm_confidence_name(enum tm_confidence c);
 
 typedef struct tm_finding {
-    const char *id;                /* "input.disk_bound", "gpu_mem.oom", ... */
+    const char *id; /* "input.disk_bound", "gpu_mem.oom", ... */
     enum tm_severity severity;
     enum tm_confidence confidence; /* how much data backs it */
-    int32_t rank;           /* the rank concerned, -1 for the whole run */
-    const char *title;      /* one line */
-    const char *evidence;   /* a JSON object text of the numbers */
+    int32_t rank;                  /* the rank concerned, -1 for the whole run */
+    const char *title;             /* one line */
+    const char *evidence;          /* a JSON object text of the numbers */
     const char *advice;
 } tm_finding;
 
@@ -1134,13 +1133,13 @@ int tm_prom_write_gpus(tm_text *t, const tm_gpu_stats *g, size_t n);
  * Counters are sums over the records read; NAN (or steps_valid false)
  * when the file has none of them. */
 typedef struct tm_prom_rank {
-    char rank[32];              /* label value: "0", "1", or the role ("pid42") */
-    uint64_t steps;             /* tm_steptally_total (ring: highest step number + 1) */
-    double step_seconds;        /* sum of complete steps' durations */
-    double data_wait_seconds;   /* sum of their data waits, each capped at its step */
-    double data_wait_fraction;  /* tm_steptally_wait_fraction; NAN none */
+    char rank[32];             /* label value: "0", "1", or the role ("pid42") */
+    uint64_t steps;            /* tm_steptally_total (ring: highest step number + 1) */
+    double step_seconds;       /* sum of complete steps' durations */
+    double data_wait_seconds;  /* sum of their data waits, each capped at its step */
+    double data_wait_fraction; /* tm_steptally_wait_fraction; NAN none */
     double allocated_bytes, reserved_bytes, peak_allocated_bytes; /* latest capture */
-    uint64_t ooms;              /* out-of-memory events recorded */
+    uint64_t ooms; /* out-of-memory events recorded */
     /* Ring files (--max-size): steps the ring dropped before they were read
      * (the step total less the complete steps seen) and the wall-clock time
      * (s since the epoch) the kept steps start at; NAN for other files. */
@@ -1153,8 +1152,8 @@ typedef struct tm_prom_rank {
 void tm_prom_rank_set(tm_prom_rank *out, const tm_follow_rank *k);
 
 typedef struct tm_prom_run {
-    const char *name;        /* the run directory's base name */
-    const char *host;        /* from the record headers, "" if unknown */
+    const char *name;         /* the run directory's base name */
+    const char *host;         /* from the record headers, "" if unknown */
     double last_record_age_s; /* seconds since a record file last changed */
     size_t nranks;
     const tm_prom_rank *ranks;
@@ -1164,11 +1163,11 @@ int tm_prom_write_runs(tm_text *t, const tm_prom_run *runs, size_t n);
 
 /* The exporter's own series. */
 typedef struct tm_prom_self {
-    double collect_s;        /* wall seconds the last collection took; NAN: left out */
-    uint64_t collects;       /* collections since start */
-    double collect_cpu_s;    /* CPU seconds spent collecting since start; NAN: left out */
+    double collect_s;         /* wall seconds the last collection took; NAN: left out */
+    uint64_t collects;        /* collections since start */
+    double collect_cpu_s;     /* CPU seconds spent collecting since start; NAN: left out */
     const char *const *names; /* collectors ... */
-    const bool *success;     /* ... and whether each one's last sample worked */
+    const bool *success;      /* ... and whether each one's last sample worked */
     size_t n;
 } tm_prom_self;
 
@@ -1185,11 +1184,11 @@ int tm_prom_escape(tm_text *t, const char *s);
  * The verdict is "degraded" when any limit is crossed, with one reason
  * each; docs/METRICS.md documents the rules.  A limit of NAN is off. */
 typedef struct tm_health_limits {
-    double disk_util_pct;    /* a disk is saturated when %util >= this ... */
-    double disk_await_ms;    /* ... and r_await or w_await > this (both) */
-    double gpu_mem_ratio;    /* GPU memory used / total > this: nearly full */
-    double io_full_avg10;    /* /proc/pressure/io full avg10 > this (percent) */
-    double mem_full_avg10;   /* /proc/pressure/memory full avg10 > this */
+    double disk_util_pct;  /* a disk is saturated when %util >= this ... */
+    double disk_await_ms;  /* ... and r_await or w_await > this (both) */
+    double gpu_mem_ratio;  /* GPU memory used / total > this: nearly full */
+    double io_full_avg10;  /* /proc/pressure/io full avg10 > this (percent) */
+    double mem_full_avg10; /* /proc/pressure/memory full avg10 > this */
 } tm_health_limits;
 
 /* 90 %, 50 ms, 0.95, 20 %, 10 %. */
@@ -1246,9 +1245,9 @@ int tm_health_write_files(tm_text *t, const tm_health_file *files, size_t n);
 enum tm_alert_op { TM_ALERT_GT, TM_ALERT_GE, TM_ALERT_LT, TM_ALERT_LE, TM_ALERT_EQ, TM_ALERT_NE };
 
 typedef struct tm_alert_rule {
-    char text[TM_ALERT_RULE_MAX];     /* as given, blanks trimmed */
+    char text[TM_ALERT_RULE_MAX]; /* as given, blanks trimmed */
     char metric[64];
-    char match[TM_ALERT_LABELS_MAX];  /* "k=v,..." that must all be in a label set; "" any */
+    char match[TM_ALERT_LABELS_MAX]; /* "k=v,..." that must all be in a label set; "" any */
     enum tm_alert_op op;
     double threshold;
     int64_t for_ns;
@@ -1271,7 +1270,7 @@ enum tm_alert_status { TM_ALERT_FIRING = 1, TM_ALERT_RESOLVED = 2 };
  * next tm_alert_next (or, in a callback, until it returns). */
 typedef struct tm_alert {
     enum tm_alert_status status;
-    const char *rule;   /* the rule's text */
+    const char *rule; /* the rule's text */
     const char *metric;
     const char *labels; /* "device=sda", "" for none */
     double value;       /* the value that fired it / that resolved it (NAN: unavailable) */
@@ -1381,22 +1380,22 @@ int tm_tb_close(tm_tb_writer **w);
  * parent's end so that slices on one thread always nest, as the viewers
  * require (a slice that starts inside another and ends after it is taken
  * as its child: right for a phase that outlived its step, while two
- * overlapping siblings lose the overlap from the later one).  Times are nanoseconds in, microseconds (3 decimals) out.
- * Strings are written as raw UTF-8 with " \ and control characters
+ * overlapping siblings lose the overlap from the later one).  Times are nanoseconds in,
+ * microseconds (3 decimals) out. Strings are written as raw UTF-8 with " \ and control characters
  * escaped.  args_json, where taken, is the text of a JSON object or NULL. */
 typedef struct tm_chrome tm_chrome;
 int tm_chrome_open(tm_chrome **out, const char *path);
 int tm_chrome_process_name(tm_chrome *c, int pid, const char *name);
 int tm_chrome_thread_name(tm_chrome *c, int pid, int tid, const char *name);
-int tm_chrome_slice(tm_chrome *c, int pid, int tid, const char *name, int64_t ts_ns,
-                    int64_t dur_ns, const char *args_json);
+int tm_chrome_slice(tm_chrome *c, int pid, int tid, const char *name, int64_t ts_ns, int64_t dur_ns,
+                    const char *args_json);
 /* A counter event: one track per key; NAN values are left out (and an
  * event with none is not written). */
 int tm_chrome_counter(tm_chrome *c, int pid, const char *name, int64_t ts_ns,
                       const char *const *keys, const double *values, size_t n);
 /* scope: 'g' global, 'p' process, 't' thread. */
-int tm_chrome_instant(tm_chrome *c, int pid, int tid, const char *name, int64_t ts_ns,
-                      char scope, const char *args_json);
+int tm_chrome_instant(tm_chrome *c, int pid, int tid, const char *name, int64_t ts_ns, char scope,
+                      const char *args_json);
 /* Writes the slices and the closing bracket; 0 or the first error.  On an
  * error a regular file is removed: nothing half-written is presented as valid.
  * *clipped (if not NULL) gets the number of slices clipped. */
@@ -1507,19 +1506,19 @@ typedef struct tm_sampler tm_sampler;
 typedef struct tm_alert_engine tm_alert_engine;
 
 typedef struct tm_sampler_opts {
-    bool disks_off;            /* no disk collector (paths with no block device) */
-    const char *const *disks;  /* device names; NULL or ndisks 0: every physical disk */
+    bool disks_off;           /* no disk collector (paths with no block device) */
+    const char *const *disks; /* device names; NULL or ndisks 0: every physical disk */
     size_t ndisks;
-    pid_t root_pid;            /* process tree rooted here; 0: none */
-    pid_t pressure_pid;        /* also this process's cgroup (falling back to
-                                  system-wide when it cannot be read); 0: system-wide */
-    bool gpu_off;              /* no GPU collector (--gpu none) */
-    const unsigned *gpus;      /* NVML indices; NULL or ngpus 0: all */
+    pid_t root_pid;       /* process tree rooted here; 0: none */
+    pid_t pressure_pid;   /* also this process's cgroup (falling back to
+                             system-wide when it cannot be read); 0: system-wide */
+    bool gpu_off;         /* no GPU collector (--gpu none) */
+    const unsigned *gpus; /* NVML indices; NULL or ngpus 0: all */
     size_t ngpus;
-    bool per_process;          /* also the tree's per-process series (tm_procrec) */
-    bool prom;                 /* keep the counters tm_sampler_prom writes */
-    tm_rec *rec;               /* series go here; NULL: nothing is recorded */
-    tm_alert_engine *alerts;   /* inputs fed here; NULL: none */
+    bool per_process;        /* also the tree's per-process series (tm_procrec) */
+    bool prom;               /* keep the counters tm_sampler_prom writes */
+    tm_rec *rec;             /* series go here; NULL: nothing is recorded */
+    tm_alert_engine *alerts; /* inputs fed here; NULL: none */
 } tm_sampler_opts;
 
 /* Opens every collector the options ask for.  A collector that cannot be

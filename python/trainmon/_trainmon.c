@@ -42,8 +42,20 @@
 #define PHASE_MAX 32
 #define THRESH_MAX 32
 
-enum { F_ALLOC, F_RESERVED, F_PEAK, F_ACTIVE, F_INACTIVE, F_REQUESTED, F_FREE, F_TOTAL,
-       F_RETRIES, F_OOMS, F_RSS, F_N };
+enum {
+    F_ALLOC,
+    F_RESERVED,
+    F_PEAK,
+    F_ACTIVE,
+    F_INACTIVE,
+    F_REQUESTED,
+    F_FREE,
+    F_TOTAL,
+    F_RETRIES,
+    F_OOMS,
+    F_RSS,
+    F_N
+};
 
 /* ------------------------------------------------------------ reporting */
 
@@ -89,8 +101,8 @@ static void swallow(int kind, const char *what)
 
 /* ---------------------------------------------------------------- state */
 
-static tm_rec *g_rec;         /* this process's record file, or NULL */
-static pid_t g_rec_pid;       /* who opened it */
+static tm_rec *g_rec;   /* this process's record file, or NULL */
+static pid_t g_rec_pid; /* who opened it */
 static char g_run_dir[4096];
 static int g_rank = -1;
 
@@ -100,12 +112,12 @@ static uint64_t g_wbatch;
 static unsigned long long g_max_size; /* open()'s max_size (--max-size): workers' too */
 
 /* torch callables, bound by __init__.py (NULL: no torch / no CUDA build) */
-static PyObject *g_memstats;   /* torch._C._cuda_memoryStats */
-static PyObject *g_is_init;    /* torch.cuda.is_initialized */
-static PyObject *g_meminfo;    /* torch.cuda.mem_get_info */
-static PyObject *g_curdev;     /* torch.cuda.current_device */
-static int g_cuda_ready;       /* is_initialized() said True */
-static int g_cuda_news;        /* ... and the glue has not been told yet */
+static PyObject *g_memstats; /* torch._C._cuda_memoryStats */
+static PyObject *g_is_init;  /* torch.cuda.is_initialized */
+static PyObject *g_meminfo;  /* torch.cuda.mem_get_info */
+static PyObject *g_curdev;   /* torch.cuda.current_device */
+static int g_cuda_ready;     /* is_initialized() said True */
+static int g_cuda_news;      /* ... and the glue has not been told yet */
 
 /* host RSS, cached */
 static int g_statm_fd = -1;
@@ -139,8 +151,17 @@ static int64_t g_opt_t0;
 static uint32_t g_ooms;
 
 /* thresholds */
-enum { M_DATA_WAIT_FRACTION, M_DATA_WAIT_S, M_STEP_TIME_S, M_ALLOC_FRACTION,
-       M_RESERVED_FRACTION, M_ALLOCATED_BYTES, M_RESERVED_BYTES, M_RETRIES, M_HOST_RSS };
+enum {
+    M_DATA_WAIT_FRACTION,
+    M_DATA_WAIT_S,
+    M_STEP_TIME_S,
+    M_ALLOC_FRACTION,
+    M_RESERVED_FRACTION,
+    M_ALLOCATED_BYTES,
+    M_RESERVED_BYTES,
+    M_RETRIES,
+    M_HOST_RSS
+};
 static const struct {
     const char *name;
     int metric;
@@ -177,7 +198,10 @@ static int g_need_rss; /* a threshold on host RSS exists */
 
 /* --------------------------------------------------------------- helpers */
 
-static int64_t now_ns(void) { return tm_now_mono_ns(); }
+static int64_t now_ns(void)
+{
+    return tm_now_mono_ns();
+}
 
 static double host_rss(int64_t t, int force)
 {
@@ -349,18 +373,28 @@ static tm_inproc_capture capture_of(uint32_t source, int dev, const double *f, c
                                     Py_ssize_t tlen)
 {
     tm_inproc_capture c = {
-        .source = source, .device = dev, .step = g_steps,
-        .allocated = f[F_ALLOC], .reserved = f[F_RESERVED], .peak_allocated = f[F_PEAK],
-        .active = f[F_ACTIVE], .inactive_split = f[F_INACTIVE], .requested = f[F_REQUESTED],
-        .free_device = f[F_FREE], .total_device = f[F_TOTAL],
-        .num_alloc_retries = f[F_RETRIES], .num_ooms = f[F_OOMS], .host_rss = f[F_RSS],
-        .tag = tag, .tag_len = (uint16_t)(tlen > TM_INPROC_NAME_MAX ? TM_INPROC_NAME_MAX : tlen),
+        .source = source,
+        .device = dev,
+        .step = g_steps,
+        .allocated = f[F_ALLOC],
+        .reserved = f[F_RESERVED],
+        .peak_allocated = f[F_PEAK],
+        .active = f[F_ACTIVE],
+        .inactive_split = f[F_INACTIVE],
+        .requested = f[F_REQUESTED],
+        .free_device = f[F_FREE],
+        .total_device = f[F_TOTAL],
+        .num_alloc_retries = f[F_RETRIES],
+        .num_ooms = f[F_OOMS],
+        .host_rss = f[F_RSS],
+        .tag = tag,
+        .tag_len = (uint16_t)(tlen > TM_INPROC_NAME_MAX ? TM_INPROC_NAME_MAX : tlen),
     };
     return c;
 }
 
-static void put_capture(uint32_t source, int dev, const double *f, const char *tag,
-                        Py_ssize_t tlen, int64_t t)
+static void put_capture(uint32_t source, int dev, const double *f, const char *tag, Py_ssize_t tlen,
+                        int64_t t)
 {
     char buf[256 + TM_INPROC_NAME_MAX];
     tm_inproc_capture c = capture_of(source, dev, f, tag, tlen);
@@ -538,10 +572,14 @@ static double window_value(int metric, int window)
     if (n == 0)
         return NAN;
     switch (metric) {
-    case M_DATA_WAIT_FRACTION: return dur > 0 ? wait / dur : NAN;
-    case M_DATA_WAIT_S: return wait / (double)n;
-    case M_STEP_TIME_S: return dur / (double)n;
-    default: return NAN;
+    case M_DATA_WAIT_FRACTION:
+        return dur > 0 ? wait / dur : NAN;
+    case M_DATA_WAIT_S:
+        return wait / (double)n;
+    case M_STEP_TIME_S:
+        return dur / (double)n;
+    default:
+        return NAN;
     }
 }
 
@@ -550,13 +588,20 @@ static double metric_value(const thresh *th, int64_t t)
     switch (th->metric) {
     case M_DATA_WAIT_FRACTION:
     case M_DATA_WAIT_S:
-    case M_STEP_TIME_S: return window_value(th->metric, th->window);
-    case M_ALLOC_FRACTION: return g_last[F_ALLOC] / g_total_dev;
-    case M_RESERVED_FRACTION: return g_last[F_RESERVED] / g_total_dev;
-    case M_ALLOCATED_BYTES: return g_last[F_ALLOC];
-    case M_RESERVED_BYTES: return g_last[F_RESERVED];
-    case M_RETRIES: return g_last[F_RETRIES];
-    case M_HOST_RSS: return host_rss(t, 0);
+    case M_STEP_TIME_S:
+        return window_value(th->metric, th->window);
+    case M_ALLOC_FRACTION:
+        return g_last[F_ALLOC] / g_total_dev;
+    case M_RESERVED_FRACTION:
+        return g_last[F_RESERVED] / g_total_dev;
+    case M_ALLOCATED_BYTES:
+        return g_last[F_ALLOC];
+    case M_RESERVED_BYTES:
+        return g_last[F_RESERVED];
+    case M_RETRIES:
+        return g_last[F_RETRIES];
+    case M_HOST_RSS:
+        return host_rss(t, 0);
     }
     return NAN;
 }
@@ -578,8 +623,9 @@ static int check_thresholds(int64_t t)
             th->value = v;
             th->step = g_steps;
             char json[256];
-            snprintf(json, sizeof json, "{\"index\":%d,\"value\":%.17g,\"above\":%.17g,\"step\":%llu}",
-                     i, v, th->above, (unsigned long long)g_steps);
+            snprintf(json, sizeof json,
+                     "{\"index\":%d,\"value\":%.17g,\"above\":%.17g,\"step\":%llu}", i, v,
+                     th->above, (unsigned long long)g_steps);
             if (lazy_open())
                 tm_rec_event(g_rec, t, "threshold", json);
         } else if (!th->armed && v <= th->above) {
@@ -635,13 +681,13 @@ typedef struct acc {
     int32_t batches, micro;
 } acc;
 
-static int g_level;          /* strongest boundary seen: 0 or a TM_STEP_BY_* */
-static int g_decided;        /* the boundary whose steps are written (0: loader/undecided) */
-static acc g_acc[4];         /* [TM_STEP_BY_BACKWARD], [TM_STEP_BY_OPTIMIZER] */
+static int g_level;   /* strongest boundary seen: 0 or a TM_STEP_BY_* */
+static int g_decided; /* the boundary whose steps are written (0: loader/undecided) */
+static acc g_acc[4];  /* [TM_STEP_BY_BACKWARD], [TM_STEP_BY_OPTIMIZER] */
 static tm_inproc_step g_pend[PEND_MAX]; /* backward steps held until decided */
 static int g_npend;
-static uint64_t g_written;   /* training steps written */
-static int g_bdepth;         /* backward nesting */
+static uint64_t g_written; /* training steps written */
+static int g_bdepth;       /* backward nesting */
 static long g_lead = -1, g_last_opt = -1;
 
 /* the last batch fetched on the training thread, until the next fetch */
@@ -657,10 +703,10 @@ static int g_have_closed;
 static tm_inproc_step g_closed;
 
 /* the first forward after a boundary */
-static PyObject *g_fwd_hooks;  /* torch.nn.modules.module._global_forward_pre_hooks */
-static PyObject *g_fwd_key;    /* our key in it */
-static PyObject *g_fwd_fn;     /* the hook */
-static PyObject *g_grad_on;    /* torch.is_grad_enabled */
+static PyObject *g_fwd_hooks; /* torch.nn.modules.module._global_forward_pre_hooks */
+static PyObject *g_fwd_key;   /* our key in it */
+static PyObject *g_fwd_fn;    /* the hook */
+static PyObject *g_grad_on;   /* torch.is_grad_enabled */
 static int g_fwd_armed;
 static int64_t g_fwd_t, g_arm_t, g_arm_cpu, g_fwd_cpu;
 
@@ -753,9 +799,17 @@ static void emit_train(tm_inproc_step *s)
 
 static void emit_eval(int64_t start, int64_t end, int64_t wait, uint32_t flags)
 {
-    tm_inproc_step s = {.step = g_written, .start_ns = start, .end_ns = end, .data_wait_ns = wait,
-                        .flags = flags, .boundary = TM_STEP_BY_LOADER, .phase = TM_STEP_EVAL,
-                        .micro_batches = 0, .batches = 1, .prep_ns = -1, .prep_cpu_ns = -1};
+    tm_inproc_step s = {.step = g_written,
+                        .start_ns = start,
+                        .end_ns = end,
+                        .data_wait_ns = wait,
+                        .flags = flags,
+                        .boundary = TM_STEP_BY_LOADER,
+                        .phase = TM_STEP_EVAL,
+                        .micro_batches = 0,
+                        .batches = 1,
+                        .prep_ns = -1,
+                        .prep_cpu_ns = -1};
     char buf[96];
     rec_put(TM_REC_STEP, end, buf, tm_inproc_encode_step(&s, buf, sizeof buf));
     tm_follow_step(&g_tally, &g_win, &s); /* counted apart: eval_steps */
@@ -796,9 +850,15 @@ static void close_acc(int level, int64_t t, uint32_t flags)
 {
     acc *a = &g_acc[level];
     int64_t start = a->start ? a->start : t;
-    tm_inproc_step s = {.start_ns = start, .end_ns = t, .data_wait_ns = a->wait, .flags = flags,
-                        .boundary = (uint32_t)level, .phase = TM_STEP_TRAIN,
-                        .micro_batches = a->micro, .batches = a->batches, .prep_ns = -1,
+    tm_inproc_step s = {.start_ns = start,
+                        .end_ns = t,
+                        .data_wait_ns = a->wait,
+                        .flags = flags,
+                        .boundary = (uint32_t)level,
+                        .phase = TM_STEP_TRAIN,
+                        .micro_batches = a->micro,
+                        .batches = a->batches,
+                        .prep_ns = -1,
                         .prep_cpu_ns = -1};
     if (!a->batches && g_fwd_t >= start && g_fwd_t <= t && g_arm_t <= start && !g_fwd_armed) {
         /* no DataLoader: the loop prepares its batches, and that is its
@@ -840,12 +900,17 @@ static void settle_batch(int64_t t, uint32_t flags)
         return;
     int64_t wait = g_b.exit - g_b.entry;
     if (!g_b.grad || (g_level >= TM_STEP_BY_BACKWARD && !g_b.bwd)) {
-        g_closed = (tm_inproc_step){.start_ns = g_b.entry, .end_ns = t, .data_wait_ns = wait,
-                                    .phase = TM_STEP_EVAL};
+        g_closed = (tm_inproc_step){
+            .start_ns = g_b.entry, .end_ns = t, .data_wait_ns = wait, .phase = TM_STEP_EVAL};
     } else if (g_level == 0) {
-        g_closed = (tm_inproc_step){.start_ns = g_b.entry, .end_ns = t, .data_wait_ns = wait,
-                                    .boundary = TM_STEP_BY_LOADER, .phase = TM_STEP_TRAIN,
-                                    .micro_batches = 0, .batches = 1, .prep_ns = -1,
+        g_closed = (tm_inproc_step){.start_ns = g_b.entry,
+                                    .end_ns = t,
+                                    .data_wait_ns = wait,
+                                    .boundary = TM_STEP_BY_LOADER,
+                                    .phase = TM_STEP_TRAIN,
+                                    .micro_batches = 0,
+                                    .batches = 1,
+                                    .prep_ns = -1,
                                     .prep_cpu_ns = -1};
     } else {
         return;
@@ -1049,11 +1114,11 @@ static PyObject *py_stats(PyObject *self, PyObject *noargs)
     double dur, wait;
     tm_stepwin_sum(&g_win, WINDOW_MAX, &dur, &wait);
     double frac = tm_steptally_wait_fraction(&g_tally);
-    PyObject *d = Py_BuildValue(
-        "{s:K,s:K,s:K,s:d,s:d,s:s}", "steps", (unsigned long long)g_steps, "steps_closed",
-        (unsigned long long)g_tally.steps, "steps_counted",
-        (unsigned long long)tm_steptally_total(&g_tally, false), "recent_data_wait_s", wait,
-        "recent_step_time_s", dur, "run_dir", g_run_dir);
+    PyObject *d =
+        Py_BuildValue("{s:K,s:K,s:K,s:d,s:d,s:s}", "steps", (unsigned long long)g_steps,
+                      "steps_closed", (unsigned long long)g_tally.steps, "steps_counted",
+                      (unsigned long long)tm_steptally_total(&g_tally, false), "recent_data_wait_s",
+                      wait, "recent_step_time_s", dur, "run_dir", g_run_dir);
     PyObject *f = isnan(frac) ? (Py_INCREF(Py_None), Py_None) : PyFloat_FromDouble(frac);
     if (!d || !f || PyDict_SetItemString(d, "data_wait_fraction", f) < 0) {
         Py_XDECREF(d);
@@ -1132,7 +1197,10 @@ static void phase_rec(uint32_t kind, PyObject *name, int depth, int64_t t)
     Py_ssize_t n;
     const char *s = utf8(name, &n);
     char buf[64 + TM_INPROC_NAME_MAX];
-    tm_inproc_phase p = {.kind = kind, .depth = (uint32_t)depth, .step = g_steps, .name = s,
+    tm_inproc_phase p = {.kind = kind,
+                         .depth = (uint32_t)depth,
+                         .step = g_steps,
+                         .name = s,
                          .name_len = (uint16_t)(n > TM_INPROC_NAME_MAX ? TM_INPROC_NAME_MAX : n)};
     rec_put(TM_REC_PHASE, t, buf, tm_inproc_encode_phase(&p, buf, sizeof buf));
     auto_sample(TM_CAPTURE_PHASE, s, n, t);
@@ -1203,7 +1271,9 @@ static PyObject *py_opt_post(PyObject *self, PyObject *arg)
     }
     int64_t t = now_ns();
     char buf[64];
-    tm_inproc_optstep o = {.step = g_steps, .start_ns = g_opt_t0 ? g_opt_t0 : t, .end_ns = t,
+    tm_inproc_optstep o = {.step = g_steps,
+                           .start_ns = g_opt_t0 ? g_opt_t0 : t,
+                           .end_ns = t,
                            .optimizer = (uint32_t)no};
     g_opt_t0 = 0;
     rec_put(TM_REC_OPTSTEP, t, buf, tm_inproc_encode_optstep(&o, buf, sizeof buf));
@@ -1311,8 +1381,12 @@ static PyObject *py_worker_batch(PyObject *self, PyObject *args)
     double cpu = NAN;
     if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) == 0)
         cpu = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-    tm_inproc_worker w = {.worker_id = wid, .pid = (uint32_t)me, .batch = g_wbatch++,
-                          .start_ns = t0, .end_ns = t, .cpu_s = cpu,
+    tm_inproc_worker w = {.worker_id = wid,
+                          .pid = (uint32_t)me,
+                          .batch = g_wbatch++,
+                          .start_ns = t0,
+                          .end_ns = t,
+                          .cpu_s = cpu,
                           .rss_bytes = host_rss(t, 1)};
     char buf[64];
     int len = tm_inproc_encode_worker(&w, buf, sizeof buf);
@@ -1347,12 +1421,20 @@ static PyObject *py_oom(PyObject *self, PyObject *args)
     Py_ssize_t pl = 0;
     const char *ps = ph ? utf8(ph, &pl) : "";
     char buf[128 + 2 * TM_INPROC_NAME_MAX];
-    tm_inproc_oom o = {.device = dev, .seq = ++g_ooms, .step = g_steps, .source = source,
-                       .requested = req, .free_device = fr, .total_device = tot,
-                       .allocated = f[F_ALLOC], .reserved = f[F_RESERVED],
-                       .phase = ps, .phase_len = (uint16_t)(pl > TM_INPROC_NAME_MAX ? TM_INPROC_NAME_MAX : pl),
-                       .snapshot = snap,
-                       .snapshot_len = (uint16_t)(snap_len > TM_INPROC_NAME_MAX ? TM_INPROC_NAME_MAX : snap_len)};
+    tm_inproc_oom o = {
+        .device = dev,
+        .seq = ++g_ooms,
+        .step = g_steps,
+        .source = source,
+        .requested = req,
+        .free_device = fr,
+        .total_device = tot,
+        .allocated = f[F_ALLOC],
+        .reserved = f[F_RESERVED],
+        .phase = ps,
+        .phase_len = (uint16_t)(pl > TM_INPROC_NAME_MAX ? TM_INPROC_NAME_MAX : pl),
+        .snapshot = snap,
+        .snapshot_len = (uint16_t)(snap_len > TM_INPROC_NAME_MAX ? TM_INPROC_NAME_MAX : snap_len)};
     rec_put(TM_REC_OOM, t, buf, tm_inproc_encode_oom(&o, buf, sizeof buf));
     put_capture(TM_CAPTURE_OOM, dev, f, "oom", 3, t);
     return PyLong_FromUnsignedLong(g_ooms);
@@ -1369,8 +1451,7 @@ typedef struct row {
 } row;
 
 typedef struct {
-    PyObject_HEAD
-    int device; /* -1: the current device */
+    PyObject_HEAD int device; /* -1: the current device */
     row *rows;
     size_t n, cap;
     int full; /* history could not grow */
@@ -1392,8 +1473,8 @@ static int Monitor_init(Monitor *m, PyObject *args, PyObject *kw)
             PyErr_Clear();
             return 0;
         }
-        PyObject *idx = PyLong_Check(dev) ? (Py_INCREF(dev), dev)
-                                          : PyObject_GetAttrString(dev, "index");
+        PyObject *idx =
+            PyLong_Check(dev) ? (Py_INCREF(dev), dev) : PyObject_GetAttrString(dev, "index");
         if (!idx) {
             PyErr_Clear();
         } else {
@@ -1481,11 +1562,15 @@ static PyObject *value_to_py(tm_inproc_value v)
     }
     switch (v.type) {
     case TM_INPROC_U32:
-    case TM_INPROC_U64: return PyLong_FromUnsignedLongLong(v.u);
+    case TM_INPROC_U64:
+        return PyLong_FromUnsignedLongLong(v.u);
     case TM_INPROC_I32:
-    case TM_INPROC_I64: return PyLong_FromLongLong(v.i);
-    case TM_INPROC_F64: return num_or_none(v.f);
-    case TM_INPROC_STR: return PyUnicode_DecodeUTF8(v.s, (Py_ssize_t)v.len, "replace");
+    case TM_INPROC_I64:
+        return PyLong_FromLongLong(v.i);
+    case TM_INPROC_F64:
+        return num_or_none(v.f);
+    case TM_INPROC_STR:
+        return PyUnicode_DecodeUTF8(v.s, (Py_ssize_t)v.len, "replace");
     }
     Py_RETURN_NONE;
 }
@@ -1543,7 +1628,10 @@ static PyObject *Monitor_clear(Monitor *m, PyObject *noargs)
     Py_RETURN_NONE;
 }
 
-static Py_ssize_t Monitor_len(Monitor *m) { return (Py_ssize_t)m->n; }
+static Py_ssize_t Monitor_len(Monitor *m)
+{
+    return (Py_ssize_t)m->n;
+}
 
 static PyObject *Monitor_get_device(Monitor *m, void *closure)
 {
@@ -1626,10 +1714,10 @@ static PyObject *py_read_records(PyObject *self, PyObject *args)
         return PyErr_Format(PyExc_OSError, "%s", tm_last_error());
     }
     const tm_rec_header *h = tm_reader_header(r);
-    PyObject *hd = Py_BuildValue("{s:i,s:i,s:s,s:s,s:L,s:L}", "pid", h->pid, "rank", h->rank,
-                                 "host", h->host, "role", h->role, "start_real_ns",
-                                 (long long)h->start_real_ns, "start_mono_ns",
-                                 (long long)h->start_mono_ns);
+    PyObject *hd =
+        Py_BuildValue("{s:i,s:i,s:s,s:s,s:L,s:L}", "pid", h->pid, "rank", h->rank, "host", h->host,
+                      "role", h->role, "start_real_ns", (long long)h->start_real_ns,
+                      "start_mono_ns", (long long)h->start_mono_ns);
     PyObject *l = PyList_New(0);
     PyObject *res = NULL;
     if (!hd || !l)
@@ -1649,7 +1737,8 @@ static PyObject *py_read_records(PyObject *self, PyObject *args)
     }
     const tm_damage *dm;
     size_t nd = tm_reader_damage(r, &dm);
-    res = Py_BuildValue("(OOnO)", hd, l, (Py_ssize_t)nd, tm_reader_torn_tail(r) ? Py_True : Py_False);
+    res =
+        Py_BuildValue("(OOnO)", hd, l, (Py_ssize_t)nd, tm_reader_torn_tail(r) ? Py_True : Py_False);
 out:
     Py_XDECREF(hd);
     Py_XDECREF(l);
@@ -1710,7 +1799,8 @@ static PyMethodDef methods[] = {
     {"loader_dropped", py_loader_dropped, METH_O, "a DataLoader iterator is deleted"},
     {"backward_enter", py_backward_enter, METH_NOARGS, "torch.autograd.backward entered"},
     {"backward_exit", py_backward_exit, METH_NOARGS, "torch.autograd.backward returned"},
-    {"bind_steps", py_bind_steps, METH_VARARGS, "bind_steps(global_forward_pre_hooks, is_grad_enabled)"},
+    {"bind_steps", py_bind_steps, METH_VARARGS,
+     "bind_steps(global_forward_pre_hooks, is_grad_enabled)"},
     {"now", py_now, METH_NOARGS, "CLOCK_MONOTONIC in ns"},
     {"redact_args", py_redact_args, METH_O, "redact_args(argv): secret-looking values redacted"},
     {"worker_batch", py_worker_batch, METH_VARARGS, "worker_batch(worker_id, t0_ns)"},
@@ -1721,8 +1811,15 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "trainmon._trainmon", "trainmon's in-process recorder (C).", -1,
-    methods, NULL, NULL, NULL, NULL,
+    PyModuleDef_HEAD_INIT,
+    "trainmon._trainmon",
+    "trainmon's in-process recorder (C).",
+    -1,
+    methods,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
 };
 
 PyMODINIT_FUNC PyInit__trainmon(void)

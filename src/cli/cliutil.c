@@ -65,11 +65,25 @@ bool cli_parse_size(const char *s, unsigned long long *out)
         return false;
     unsigned long long mul = 1;
     switch (*end) {
-    case '\0': break;
-    case 'k': case 'K': mul = 1ULL << 10; end++; break;
-    case 'm': case 'M': mul = 1ULL << 20; end++; break;
-    case 'g': case 'G': mul = 1ULL << 30; end++; break;
-    default: return false;
+    case '\0':
+        break;
+    case 'k':
+    case 'K':
+        mul = 1ULL << 10;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        mul = 1ULL << 20;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        mul = 1ULL << 30;
+        end++;
+        break;
+    default:
+        return false;
     }
     if (*end == 'i' || *end == 'B')
         end++;
@@ -156,11 +170,16 @@ void cli_add_dev(char (*devs)[TM_DISK_NAME_MAX], size_t *n, size_t cap, const ch
 const char *cli_fs_kind_name(enum tm_fs_kind k)
 {
     switch (k) {
-    case TM_FS_BLOCK: return "block";
-    case TM_FS_MEMORY: return "memory";
-    case TM_FS_NETWORK: return "network";
-    case TM_FS_FUSE: return "fuse";
-    default: return "other";
+    case TM_FS_BLOCK:
+        return "block";
+    case TM_FS_MEMORY:
+        return "memory";
+    case TM_FS_NETWORK:
+        return "network";
+    case TM_FS_FUSE:
+        return "fuse";
+    default:
+        return "other";
     }
 }
 

@@ -25,9 +25,9 @@
 
 struct exp {
     const tm_run *r;
-    FILE *f;          /* formats that stream text; NULL for path formats */
-    const char *out;  /* -o OUT as given (NULL: stdout) */
-    int64_t t0; /* the run's start: time_s = (t - t0) / 1e9 */
+    FILE *f;         /* formats that stream text; NULL for path formats */
+    const char *out; /* -o OUT as given (NULL: stdout) */
+    int64_t t0;      /* the run's start: time_s = (t - t0) / 1e9 */
     const tm_run_source *src;
     size_t nsrc;
     time_t last_sec; /* cache of the last formatted second */
@@ -110,13 +110,15 @@ static int export_csv(struct exp *e)
         snprintf(lab, sizeof lab, "tag=%s,step=%" PRIu64 ",device=%d", c->tag, c->step,
                  (int)c->device);
         static const char *const names[] = {
-            "memory.allocated_bytes",   "memory.reserved_bytes",   "memory.peak_allocated_bytes",
-            "memory.active_bytes",      "memory.inactive_split_bytes",
-            "memory.requested_bytes",   "memory.device_free_bytes", "memory.device_total_bytes",
-            "memory.alloc_retries",     "memory.ooms",             "memory.host_rss_bytes"};
-        const double v[] = {c->allocated,   c->reserved,       c->peak_allocated, c->active,
-                            c->inactive_split, c->requested,   c->free_device,    c->total_device,
-                            c->num_alloc_retries, c->num_ooms, c->host_rss};
+            "memory.allocated_bytes",      "memory.reserved_bytes",
+            "memory.peak_allocated_bytes", "memory.active_bytes",
+            "memory.inactive_split_bytes", "memory.requested_bytes",
+            "memory.device_free_bytes",    "memory.device_total_bytes",
+            "memory.alloc_retries",        "memory.ooms",
+            "memory.host_rss_bytes"};
+        const double v[] = {c->allocated,         c->reserved,  c->peak_allocated, c->active,
+                            c->inactive_split,    c->requested, c->free_device,    c->total_device,
+                            c->num_alloc_retries, c->num_ooms,  c->host_rss};
         for (size_t k = 0; k < sizeof v / sizeof v[0]; k++)
             csv_row(e, cp[i].t_ns, cp[i].source, names[k], lab, v[k]);
     }
@@ -335,10 +337,18 @@ int cmd_export(int argc, char **argv)
     optind = 1;
     while ((c = getopt_long(argc, argv, "f:o:h", opts, NULL)) != -1) {
         switch (c) {
-        case 'f': fmt = optarg; break;
-        case 'o': out = optarg; break;
-        case 'h': export_usage(stdout); return 0;
-        default: export_usage(stderr); return 2;
+        case 'f':
+            fmt = optarg;
+            break;
+        case 'o':
+            out = optarg;
+            break;
+        case 'h':
+            export_usage(stdout);
+            return 0;
+        default:
+            export_usage(stderr);
+            return 2;
         }
     }
     const struct export_format *ef = NULL;
@@ -346,7 +356,8 @@ int cmd_export(int argc, char **argv)
         if (strcmp(fmt, export_formats[i].name) == 0)
             ef = &export_formats[i];
     if (!fmt || !ef) {
-        cli_err("export: %s%s (try 'trainmon export --help')", fmt ? "unknown format " : "--format is required", fmt ? fmt : "");
+        cli_err("export: %s%s (try 'trainmon export --help')",
+                fmt ? "unknown format " : "--format is required", fmt ? fmt : "");
         return 2;
     }
     if (optind >= argc) {

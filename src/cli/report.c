@@ -72,11 +72,21 @@ int cmd_report(int argc, char **argv)
     optind = 1;
     while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
         switch (c) {
-        case 'j': json = true; break;
-        case 'o': out = optarg; break;
-        case 'H': html = optarg; break;
-        case 'h': report_usage(stdout); return 0;
-        default: report_usage(stderr); return 2;
+        case 'j':
+            json = true;
+            break;
+        case 'o':
+            out = optarg;
+            break;
+        case 'H':
+            html = optarg;
+            break;
+        case 'h':
+            report_usage(stdout);
+            return 0;
+        default:
+            report_usage(stderr);
+            return 2;
         }
     }
     if (optind >= argc) {

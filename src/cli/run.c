@@ -66,7 +66,7 @@
 
 #define RUN_MAX_DEVS 256
 #define RUN_MAX_TARGETS 64
-#define RUN_RATE_WINDOW 5 /* ticks over which the live steps/s is taken */
+#define RUN_RATE_WINDOW 5           /* ticks over which the live steps/s is taken */
 #define RUN_RECORDS_PER_PASS 200000 /* per record file per tick: bounds a catch-up */
 
 extern char **environ;
@@ -97,39 +97,40 @@ static void run_on_signal(int sig, siginfo_t *si, void *uctx)
 
 static void run_usage(FILE *f)
 {
-    fputs("usage: trainmon run [-o DIR] [-d PATH]... [-i SEC] [--max-size SIZE] [--no-python]\n"
-          "                    [--group-readable] [--keep-args]\n"
-          "                    [--serve ADDR] [--alert RULE [--on-alert CMD]]... [--] CMD [ARG...]\n"
-          "\n"
-          "Runs CMD, records the system and its Python processes into a run directory,\n"
-          "and prints the report when it ends.  Returns CMD's exit status (128+N when\n"
-          "it was killed by signal N).\n"
-          "\n"
-          "  -o DIR          the run directory (default ./trainmon-runs/<date>-<cmd>)\n"
-          "  -d PATH         a dataset path: watch the disk(s) behind it (repeatable;\n"
-          "                  default: every physical disk)\n"
-          "  -i SEC          sampling interval (default 1; accepts 500ms, 2s)\n"
-          "  --max-size SIZE bound each record file (flight-recorder ring, e.g. 64M)\n"
-          "  --no-python     do not inject the in-process recorder into Python\n"
-          "  --group-readable  make the run directory 0750 and its files 0640 (default\n"
-          "                  0700 and 0600: only the owner reads the recording)\n"
-          "  --keep-args     store the command line in meta.json as given (default: the\n"
-          "                  values of arguments named like token, key, password, passwd,\n"
-          "                  secret or credential, and of NAME_TOKEN=VALUE words, are\n"
-          "                  stored as <redacted>)\n"
-          "  --serve ADDR    also run the Prometheus exporter (trainmon serve) on ADDR\n"
-          "                  (e.g. 127.0.0.1:10436) for the run's directory\n"
-          "  --alert RULE    e.g. 'disk.r_await_ms > 50 for 3m', 'run.data_wait_fraction >\n"
-          "                  0.3 for 1m' (repeatable; docs/ALERTS.md)\n"
-          "  --on-alert CMD  run CMD on each alert firing and resolving (alert JSON on\n"
-          "                  stdin, TRAINMON_ALERT_* in the environment; repeatable)\n"
-          "\n"
-          "Environment: TRAINMON_PYTHONPATH names the directory holding the trainmon\n"
-          "Python package when it is neither beside the binary nor installed.\n"
-          "Exit status without a job: 2 usage (also a -d PATH that does not exist),\n"
-          "127 command not found, 126 not executable, 1 run directory not made (also an\n"
-          "existing DIR that is not a directory, not the caller's or writable by others).\n",
-          f);
+    fputs(
+        "usage: trainmon run [-o DIR] [-d PATH]... [-i SEC] [--max-size SIZE] [--no-python]\n"
+        "                    [--group-readable] [--keep-args]\n"
+        "                    [--serve ADDR] [--alert RULE [--on-alert CMD]]... [--] CMD [ARG...]\n"
+        "\n"
+        "Runs CMD, records the system and its Python processes into a run directory,\n"
+        "and prints the report when it ends.  Returns CMD's exit status (128+N when\n"
+        "it was killed by signal N).\n"
+        "\n"
+        "  -o DIR          the run directory (default ./trainmon-runs/<date>-<cmd>)\n"
+        "  -d PATH         a dataset path: watch the disk(s) behind it (repeatable;\n"
+        "                  default: every physical disk)\n"
+        "  -i SEC          sampling interval (default 1; accepts 500ms, 2s)\n"
+        "  --max-size SIZE bound each record file (flight-recorder ring, e.g. 64M)\n"
+        "  --no-python     do not inject the in-process recorder into Python\n"
+        "  --group-readable  make the run directory 0750 and its files 0640 (default\n"
+        "                  0700 and 0600: only the owner reads the recording)\n"
+        "  --keep-args     store the command line in meta.json as given (default: the\n"
+        "                  values of arguments named like token, key, password, passwd,\n"
+        "                  secret or credential, and of NAME_TOKEN=VALUE words, are\n"
+        "                  stored as <redacted>)\n"
+        "  --serve ADDR    also run the Prometheus exporter (trainmon serve) on ADDR\n"
+        "                  (e.g. 127.0.0.1:10436) for the run's directory\n"
+        "  --alert RULE    e.g. 'disk.r_await_ms > 50 for 3m', 'run.data_wait_fraction >\n"
+        "                  0.3 for 1m' (repeatable; docs/ALERTS.md)\n"
+        "  --on-alert CMD  run CMD on each alert firing and resolving (alert JSON on\n"
+        "                  stdin, TRAINMON_ALERT_* in the environment; repeatable)\n"
+        "\n"
+        "Environment: TRAINMON_PYTHONPATH names the directory holding the trainmon\n"
+        "Python package when it is neither beside the binary nor installed.\n"
+        "Exit status without a job: 2 usage (also a -d PATH that does not exist),\n"
+        "127 command not found, 126 not executable, 1 run directory not made (also an\n"
+        "existing DIR that is not a directory, not the caller's or writable by others).\n",
+        f);
 }
 
 /* --- small helpers */
@@ -179,12 +180,11 @@ struct run_target {
 
 /* --- the run */
 
-
 struct run {
     char dir[PATH_MAX];
-    int argc;        /* CMD */
+    int argc; /* CMD */
     char **argv;
-    int targc;       /* trainmon's own argv, for meta.json */
+    int targc; /* trainmon's own argv, for meta.json */
     char **targv;
     double interval;
     unsigned long long max_size;
@@ -224,8 +224,7 @@ static void run_rec_check(struct run *r, int rc)
     if (rc >= 0 || r->rec_failed)
         return;
     r->rec_failed = true;
-    cli_warn("%s/system.tmr: %s: system recording stopped; the job goes on", r->dir,
-             strerror(-rc));
+    cli_warn("%s/system.tmr: %s: system recording stopped; the job goes on", r->dir, strerror(-rc));
 }
 
 static void run_event(struct run *r, const char *name, const char *json)
@@ -242,9 +241,9 @@ static void run_json_args(FILE *f, const struct run *r, char *const *argv, int a
         char buf[512];
         if (i)
             fputs(", ", f);
-        cli_json_str(f, r->keep_args ? argv[i]
-                                     : tm_arg_redact((const char *const *)argv, argc, i, buf,
-                                                     sizeof buf));
+        cli_json_str(f, r->keep_args
+                            ? argv[i]
+                            : tm_arg_redact((const char *const *)argv, argc, i, buf, sizeof buf));
     }
 }
 
@@ -495,9 +494,8 @@ static void run_setup_python(const struct run *r)
     int pfd = dfd < 0 ? dfd
                       : tm_dir_make_temp(dfd, ".python-", r->group_readable ? 0750 : 0700, name,
                                          sizeof name);
-    int sfd = pfd < 0 ? pfd
-                      : tm_file_create_at(pfd, "sitecustomize.py",
-                                          r->group_readable ? 0640 : 0600);
+    int sfd =
+        pfd < 0 ? pfd : tm_file_create_at(pfd, "sitecustomize.py", r->group_readable ? 0640 : 0600);
     int rc = sfd;
     if (sfd >= 0) {
         FILE *f = fdopen(sfd, "w");
@@ -511,8 +509,8 @@ static void run_setup_python(const struct run *r)
         close(dfd);
     if (rc < 0) {
         if (sfd >= 0) /* a write error: the open ones set their message */
-            cli_warn("%s/%s/sitecustomize.py: %s: Python processes are not instrumented",
-                     r->dir, name, strerror(-rc));
+            cli_warn("%s/%s/sitecustomize.py: %s: Python processes are not instrumented", r->dir,
+                     name, strerror(-rc));
         else
             cli_warn("%s: Python processes are not instrumented", tm_last_error());
         return;
@@ -753,8 +751,8 @@ static void run_wait(int64_t deadline_ns)
 
 /* --- option parsing and set-up */
 
-static int run_parse(struct run *r, int argc, char **argv, const char **outdir,
-                     const char **paths, size_t *npaths)
+static int run_parse(struct run *r, int argc, char **argv, const char **outdir, const char **paths,
+                     size_t *npaths)
 {
     enum { OPT_MAXSIZE = 1000, OPT_NOPY, OPT_ALERT, OPT_ON_ALERT, OPT_SERVE, OPT_GROUP, OPT_KEEP };
     static const struct option opts[] = {
@@ -777,7 +775,9 @@ static int run_parse(struct run *r, int argc, char **argv, const char **outdir,
     /* "+": options end at the command, so that its own options stay its own. */
     while ((c = getopt_long(argc, argv, "+:o:d:i:h", opts, NULL)) != -1) {
         switch (c) {
-        case 'o': *outdir = optarg; break;
+        case 'o':
+            *outdir = optarg;
+            break;
         case 'd':
             if (*npaths >= RUN_MAX_TARGETS) {
                 cli_err("-d %s: at most %d data paths", optarg, RUN_MAX_TARGETS);
@@ -797,7 +797,9 @@ static int run_parse(struct run *r, int argc, char **argv, const char **outdir,
                 return 2;
             }
             break;
-        case OPT_NOPY: r->inject = false; break;
+        case OPT_NOPY:
+            r->inject = false;
+            break;
         case OPT_ALERT:
             if (cli_alerts_add_rule(&r->alerts, optarg))
                 return 2;
@@ -806,10 +808,18 @@ static int run_parse(struct run *r, int argc, char **argv, const char **outdir,
             if (cli_alerts_add_cmd(&r->alerts, optarg))
                 return 2;
             break;
-        case OPT_SERVE: r->serve_addr = optarg; break;
-        case OPT_GROUP: r->group_readable = true; break;
-        case OPT_KEEP: r->keep_args = true; break;
-        case 'h': run_usage(stdout); return 0;
+        case OPT_SERVE:
+            r->serve_addr = optarg;
+            break;
+        case OPT_GROUP:
+            r->group_readable = true;
+            break;
+        case OPT_KEEP:
+            r->keep_args = true;
+            break;
+        case 'h':
+            run_usage(stdout);
+            return 0;
         case ':':
             cli_err("%s: needs a value (try 'trainmon run --help')", argv[optind - 1]);
             return 2;

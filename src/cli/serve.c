@@ -146,20 +146,20 @@ static int serve_load_mhd(const char **why)
  * not touched until the total soft cap, which one address cannot reach.
  * libmicrohttpd's hard caps leave room for what one of its turns accepts
  * (at most 11) while the connections cut in the previous turn close. */
-#define SERVE_MAX_CONNS 512      /* libmicrohttpd's cap: refused beyond */
-#define SERVE_CONNS_SOFT 448     /* beyond, admission cuts the stalest */
-#define SERVE_MAX_PER_ADDR 256   /* libmicrohttpd's cap per client address */
-#define SERVE_PER_ADDR_SOFT 192  /* beyond, admission cuts the address's stalest */
-#define SERVE_HEADER_DEADLINE_MS 2000 /* accept (or last response) to request headers */
+#define SERVE_MAX_CONNS 512             /* libmicrohttpd's cap: refused beyond */
+#define SERVE_CONNS_SOFT 448            /* beyond, admission cuts the stalest */
+#define SERVE_MAX_PER_ADDR 256          /* libmicrohttpd's cap per client address */
+#define SERVE_PER_ADDR_SOFT 192         /* beyond, admission cuts the address's stalest */
+#define SERVE_HEADER_DEADLINE_MS 2000   /* accept (or last response) to request headers */
 #define SERVE_SERVING_DEADLINE_MS 10000 /* request headers to response sent */
-#define SERVE_SWEEP_MS 250        /* the watchdog checks the deadlines this often */
-#define SERVE_STOP_GRACE_MS 400   /* after SIGTERM, the main thread's time to finish */
-#define SERVE_STALE_MIN_S 5.0     /* /health: collection older than this (and */
-#define SERVE_STALE_INTERVALS 3.0 /* than 3 intervals) is stale: 503 */
-#define SERVE_CONN_TIMEOUT_S 10   /* idle (slow) clients are cut after this */
-#define SERVE_CONN_MEMORY (16 * 1024) /* per connection: request line + headers */
-#define SERVE_TEXT_CAP (8u << 20)   /* /metrics larger than this is an error */
-#define SERVE_HEALTH_WINDOW_S 10.0  /* /health judges disks over this window */
+#define SERVE_SWEEP_MS 250              /* the watchdog checks the deadlines this often */
+#define SERVE_STOP_GRACE_MS 400         /* after SIGTERM, the main thread's time to finish */
+#define SERVE_STALE_MIN_S 5.0           /* /health: collection older than this (and */
+#define SERVE_STALE_INTERVALS 3.0       /* than 3 intervals) is stale: 503 */
+#define SERVE_CONN_TIMEOUT_S 10         /* idle (slow) clients are cut after this */
+#define SERVE_CONN_MEMORY (16 * 1024)   /* per connection: request line + headers */
+#define SERVE_TEXT_CAP (8u << 20)       /* /metrics larger than this is an error */
+#define SERVE_HEALTH_WINDOW_S 10.0      /* /health judges disks over this window */
 #define SERVE_HEALTH_SLOTS 64
 
 #define SERVE_MAX_RUNS TM_FOLLOW_MAX_RUNS
@@ -351,12 +351,16 @@ static void serve_health_files(struct serve *s)
     tm_health_file files[16];
     size_t n = 0;
     const tm_follow_run *R;
-    for (size_t i = 0; (R = tm_follow_run_at(s->runs, i)) && n < sizeof files / sizeof files[0]; i++) {
+    for (size_t i = 0; (R = tm_follow_run_at(s->runs, i)) && n < sizeof files / sizeof files[0];
+         i++) {
         const tm_follow_rank *k;
-        for (size_t j = 0; (k = tm_follow_rank_at(s->runs, i, j)) && n < sizeof files / sizeof files[0]; j++)
+        for (size_t j = 0;
+             (k = tm_follow_rank_at(s->runs, i, j)) && n < sizeof files / sizeof files[0]; j++)
             if (k->damage)
-                files[n++] = (tm_health_file){.run = R->name, .file = k->file,
-                                              .places = k->damage, .offset = k->damage_offset,
+                files[n++] = (tm_health_file){.run = R->name,
+                                              .file = k->file,
+                                              .places = k->damage,
+                                              .offset = k->damage_offset,
                                               .what = k->damage_what};
     }
     tm_health_write_files(s->health, files, n);
@@ -384,12 +388,14 @@ static void serve_collect(struct serve *s)
         nh = serve_health_rates(s, raw, nraw);
     tm_sampler_prom(s->sampler, s->metrics);
 
-    if (serve_stop) return; /* stopping: the rest is not needed (a stuck one: serve_watchdog) */
+    if (serve_stop)
+        return; /* stopping: the rest is not needed (a stuck one: serve_watchdog) */
     if (s->runs) {
         s->runs_ok = tm_follow_poll(s->runs, SERVE_RECORDS_PER_PASS) == 0;
         if (tm_follow_truncated(s->runs) && !s->warned_many) {
             cli_warn("--runs: more than %d live runs or %d record files in a run: following "
-                     "the first ones", TM_FOLLOW_MAX_RUNS, TM_FOLLOW_MAX_FILES);
+                     "the first ones",
+                     TM_FOLLOW_MAX_RUNS, TM_FOLLOW_MAX_FILES);
             s->warned_many = true;
         }
         tm_prom_write_runs(s->metrics, s->runs_out,
@@ -475,10 +481,10 @@ static void serve_collect(struct serve *s)
 
 struct serve_conn {
     int fd;
-    bool serving;     /* its request's headers are in; the response is under way */
-    bool cut;         /* shut down here; libmicrohttpd has yet to close it */
-    int64_t since_ns; /* start of the current wait: accepted, request in, response out */
-    size_t li;        /* index in serve_http.live */
+    bool serving;           /* its request's headers are in; the response is under way */
+    bool cut;               /* shut down here; libmicrohttpd has yet to close it */
+    int64_t since_ns;       /* start of the current wait: accepted, request in, response out */
+    size_t li;              /* index in serve_http.live */
     unsigned char addr[17]; /* the client address without the port: family, bytes */
 };
 
@@ -489,8 +495,8 @@ static struct serve_http {
     size_t nlive;
     struct serve_conn *freel[SERVE_MAX_CONNS];
     size_t nfree;
-    int64_t stale_ns;    /* /health: published bodies older than this are stale */
-    atomic_bool done;    /* the main thread finished stopping */
+    int64_t stale_ns;             /* /health: published bodies older than this are stale */
+    atomic_bool done;             /* the main thread finished stopping */
     uint64_t cut_late, cut_admit; /* connections cut by deadline, by admission */
 } serve_http = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -759,8 +765,8 @@ static enum MHD_Result serve_handle(void *cls, struct MHD_Connection *c, const c
 
 static struct MHD_Response *serve_static(const char *body, const char *type)
 {
-    struct MHD_Response *r = MHD_create_response_from_buffer(
-        strlen(body), (void *)(uintptr_t)body, MHD_RESPMEM_PERSISTENT);
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), (void *)(uintptr_t)body,
+                                                             MHD_RESPMEM_PERSISTENT);
     if (r)
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
     return r;
@@ -786,7 +792,8 @@ static int serve_parse_listen(const char *arg, struct sockaddr_storage *ss, sock
     long port = strtol(colon + 1, &end, 10);
     if (*end || port < 0 || port > 65535)
         return -EINVAL;
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *res = NULL;
     int rc = getaddrinfo(host[0] ? host : NULL, colon + 1, &hints, &res);
@@ -913,8 +920,12 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o, struct cli_a
     optind = 1;
     while ((c = getopt_long(argc, argv, "d:i:h", opts, NULL)) != -1) {
         switch (c) {
-        case OPT_LISTEN: o->listen = optarg; break;
-        case OPT_RUNS: o->runs_dir = optarg; break;
+        case OPT_LISTEN:
+            o->listen = optarg;
+            break;
+        case OPT_RUNS:
+            o->runs_dir = optarg;
+            break;
         case 'd': {
             tm_blkdev bd;
             o->npaths++;
@@ -951,8 +962,12 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o, struct cli_a
             if (cli_alerts_add_cmd(al, optarg))
                 return 2;
             break;
-        case 'h': serve_usage(stdout); return 0;
-        default: serve_usage(stderr); return 2;
+        case 'h':
+            serve_usage(stdout);
+            return 0;
+        default:
+            serve_usage(stderr);
+            return 2;
         }
     }
     /* Rules are checked before anything is opened: a typo fails at once. */
@@ -1072,11 +1087,11 @@ static struct MHD_Daemon *serve_listen(struct serve *s, const struct serve_opts 
     /* The backlog holds a burst of connects while admission makes room, so
      * that a probe's SYN is not dropped (a dropped SYN is retried after 1 s). */
     struct MHD_Daemon *daemon = MHD_start_daemon(
-        flags, 0, NULL, NULL, serve_handle, s, MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)&o->ss,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)SERVE_MAX_CONNS, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-        (unsigned)SERVE_MAX_PER_ADDR, MHD_OPTION_NOTIFY_CONNECTION, serve_on_connection,
-        &serve_http, MHD_OPTION_NOTIFY_COMPLETED, serve_on_completed, NULL,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)SERVE_CONN_TIMEOUT_S,
+        flags, 0, NULL, NULL, serve_handle, s, MHD_OPTION_SOCK_ADDR,
+        (const struct sockaddr *)&o->ss, MHD_OPTION_CONNECTION_LIMIT, (unsigned)SERVE_MAX_CONNS,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)SERVE_MAX_PER_ADDR,
+        MHD_OPTION_NOTIFY_CONNECTION, serve_on_connection, &serve_http, MHD_OPTION_NOTIFY_COMPLETED,
+        serve_on_completed, NULL, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)SERVE_CONN_TIMEOUT_S,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SERVE_CONN_MEMORY,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, 4096u, MHD_OPTION_END);
     if (!daemon)

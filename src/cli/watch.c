@@ -181,9 +181,9 @@ static void json_gpu(FILE *f, const tm_gpu_stats *g, size_t n)
 }
 
 static void watch_print_json(FILE *f, double interval_s, const tm_diskrate *rates, size_t nrates,
-                             const tm_pressure_stats *ps, bool have_ps,
-                             const tm_ptree_stats *ts, bool have_tree, pid_t pid,
-                             const tm_gpu_stats *gpus, size_t ngpus, bool gpu_on)
+                             const tm_pressure_stats *ps, bool have_ps, const tm_ptree_stats *ts,
+                             bool have_tree, pid_t pid, const tm_gpu_stats *gpus, size_t ngpus,
+                             bool gpu_on)
 {
     int64_t now = tm_now_real_ns();
     time_t secs = (time_t)(now / 1000000000LL);
@@ -286,10 +286,11 @@ static void watch_print_header(FILE *f, bool have_tree, bool gpu_on)
     if (have_tree)
         fprintf(f, " %6s %8s %5s %7s %4s", "procs", "tr_rMB/s", "hit", "cpu%", "D");
     if (gpu_on)
-        fprintf(f, " %5s %8s %7s %6s%s", "gpu%", "gmem", "gtotal", "gpuW", have_tree ? "  tr_gmem" : "");
+        fprintf(f, " %5s %8s %7s %6s%s", "gpu%", "gmem", "gtotal", "gpuW",
+                have_tree ? "  tr_gmem" : "");
     fputc('\n', f);
-    fprintf(f, "%-8s %-10s %8s %8s %8s %8s %8s %8s %7s %6s %7s %7s", "", "", "", "", "ms", "",
-            "", "ms", "", "", "%", "%");
+    fprintf(f, "%-8s %-10s %8s %8s %8s %8s %8s %8s %7s %6s %7s %7s", "", "", "", "", "ms", "", "",
+            "ms", "", "", "%", "%");
     if (have_tree)
         fprintf(f, " %6s %8s %5s %7s %4s", "", "", "", "", "");
     if (gpu_on)
@@ -298,9 +299,9 @@ static void watch_print_header(FILE *f, bool have_tree, bool gpu_on)
 }
 
 static void watch_print_text(FILE *f, const tm_diskrate *rates, size_t nrates,
-                             const tm_pressure_stats *ps, bool have_ps,
-                             const tm_ptree_stats *ts, bool have_tree, bool tree_on,
-                             const tm_gpu_stats *gpus, size_t ngpus, bool gpu_on)
+                             const tm_pressure_stats *ps, bool have_ps, const tm_ptree_stats *ts,
+                             bool have_tree, bool tree_on, const tm_gpu_stats *gpus, size_t ngpus,
+                             bool gpu_on)
 {
     /* GPUs are summed into one set of columns: the mean utilization, the
      * memory and power of all watched GPUs.  --json has each GPU. */
@@ -524,10 +525,14 @@ static int watch_parse(struct watch *w, int argc, char **argv)
 {
     enum { OPT_JSON = 1000, OPT_MAXSIZE, OPT_GPU, OPT_ALERT, OPT_ON_ALERT };
     static const struct option opts[] = {
-        {"pid", required_argument, NULL, 'p'},   {"interval", required_argument, NULL, 'i'},
-        {"count", required_argument, NULL, 'n'}, {"json", no_argument, NULL, OPT_JSON},
-        {"output", required_argument, NULL, 'o'}, {"max-size", required_argument, NULL, OPT_MAXSIZE},
-        {"gpu", required_argument, NULL, OPT_GPU}, {"help", no_argument, NULL, 'h'},
+        {"pid", required_argument, NULL, 'p'},
+        {"interval", required_argument, NULL, 'i'},
+        {"count", required_argument, NULL, 'n'},
+        {"json", no_argument, NULL, OPT_JSON},
+        {"output", required_argument, NULL, 'o'},
+        {"max-size", required_argument, NULL, OPT_MAXSIZE},
+        {"gpu", required_argument, NULL, OPT_GPU},
+        {"help", no_argument, NULL, 'h'},
         {"alert", required_argument, NULL, OPT_ALERT},
         {"on-alert", required_argument, NULL, OPT_ON_ALERT},
         {NULL, 0, NULL, 0},
@@ -559,8 +564,12 @@ static int watch_parse(struct watch *w, int argc, char **argv)
                 return 2;
             }
             break;
-        case OPT_JSON: w->json = true; break;
-        case 'o': w->outdir = optarg; break;
+        case OPT_JSON:
+            w->json = true;
+            break;
+        case 'o':
+            w->outdir = optarg;
+            break;
         case OPT_MAXSIZE:
             if (!cli_parse_size(optarg, &w->max_size)) {
                 cli_err("--max-size %s: not a size (e.g. 64M)", optarg);
@@ -581,8 +590,12 @@ static int watch_parse(struct watch *w, int argc, char **argv)
             if (cli_alerts_add_cmd(&w->al, optarg))
                 return 2;
             break;
-        case 'h': watch_usage(stdout); return 0;
-        default: watch_usage(stderr); return 2;
+        case 'h':
+            watch_usage(stdout);
+            return 0;
+        default:
+            watch_usage(stderr);
+            return 2;
         }
     }
     /* Rules are checked before anything is opened: a typo fails at once. */
@@ -678,8 +691,8 @@ static int watch_open(struct watch *w, int argc, char **argv)
     if (w->outdir) {
         /* watch_rec_open makes the directory itself (0700, parents
          * included) and refuses one that is not safely ours. */
-        if (watch_rec_open(&w->wr, w->outdir, w->max_size, argc, argv, w->targets,
-                           w->ntargets) < 0) {
+        if (watch_rec_open(&w->wr, w->outdir, w->max_size, argc, argv, w->targets, w->ntargets) <
+            0) {
             cli_err("%s", tm_last_error());
             return 1;
         }

@@ -91,8 +91,8 @@ static const char *skip_blanks(const char *p)
 
 static bool is_name_char(char c)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '.';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '.';
 }
 
 /* {k=v, k="v"} into "k=v,k=v".  Returns the position after '}' or NULL. */
@@ -201,13 +201,12 @@ int tm_alert_rule_parse(const char *text, tm_alert_rule *out)
     if (mlen == 0)
         return tm_seterr(-EINVAL, "'%s': expected a metric name (see docs/ALERTS.md)", t);
     if (mlen >= sizeof out->metric)
-        return tm_seterr(-EINVAL, "'%s': unknown metric '%.*s' (see docs/ALERTS.md)", t,
-                         (int)mlen, m);
+        return tm_seterr(-EINVAL, "'%s': unknown metric '%.*s' (see docs/ALERTS.md)", t, (int)mlen,
+                         m);
     memcpy(out->metric, m, mlen);
     out->metric[mlen] = '\0';
     if (!tm_alert_metric_help(out->metric))
-        return tm_seterr(-EINVAL, "'%s': unknown metric '%s' (see docs/ALERTS.md)", t,
-                         out->metric);
+        return tm_seterr(-EINVAL, "'%s': unknown metric '%s' (see docs/ALERTS.md)", t, out->metric);
     p = skip_blanks(p);
     if (*p == '{') {
         p = parse_matchers(p, out->match, sizeof out->match);
@@ -254,8 +253,8 @@ int tm_alert_rule_parse(const char *text, tm_alert_rule *out)
         p = skip_blanks(dend);
     }
     if (*p)
-        return tm_seterr(-EINVAL, "'%s': unexpected '%s' (want METRIC OP VALUE [for DURATION])",
-                         t, p);
+        return tm_seterr(-EINVAL, "'%s': unexpected '%s' (want METRIC OP VALUE [for DURATION])", t,
+                         p);
     return 0;
 }
 
@@ -328,7 +327,10 @@ int tm_alert_add_rule(tm_alert_engine *e, const char *text)
     return (int)e->nrules++;
 }
 
-size_t tm_alert_nrules(const tm_alert_engine *e) { return e->nrules; }
+size_t tm_alert_nrules(const tm_alert_engine *e)
+{
+    return e->nrules;
+}
 
 void tm_alert_set_callback(tm_alert_engine *e, tm_alert_fn fn, void *ctx)
 {
@@ -341,7 +343,10 @@ void tm_alert_set_clock(tm_alert_engine *e, int64_t real_minus_mono_ns)
     e->real_minus_mono = real_minus_mono_ns;
 }
 
-uint64_t tm_alert_dropped(const tm_alert_engine *e) { return e->dropped; }
+uint64_t tm_alert_dropped(const tm_alert_engine *e)
+{
+    return e->dropped;
+}
 
 void tm_alert_free(tm_alert_engine **e)
 {
@@ -381,12 +386,18 @@ static bool alert_holds(const tm_alert_rule *r, double v)
     if (isnan(v))
         return false;
     switch (r->op) {
-    case TM_ALERT_GT: return v > r->threshold;
-    case TM_ALERT_GE: return v >= r->threshold;
-    case TM_ALERT_LT: return v < r->threshold;
-    case TM_ALERT_LE: return v <= r->threshold;
-    case TM_ALERT_EQ: return v == r->threshold;
-    case TM_ALERT_NE: return v != r->threshold;
+    case TM_ALERT_GT:
+        return v > r->threshold;
+    case TM_ALERT_GE:
+        return v >= r->threshold;
+    case TM_ALERT_LT:
+        return v < r->threshold;
+    case TM_ALERT_LE:
+        return v <= r->threshold;
+    case TM_ALERT_EQ:
+        return v == r->threshold;
+    case TM_ALERT_NE:
+        return v != r->threshold;
     }
     return false;
 }
@@ -422,7 +433,7 @@ static void alert_build(tm_alert_engine *e, const struct alert_trans *tr, tm_ale
     tm_buf_reset(b);
     int bad = 0;
     bad |= tm_buf_printf(b, "{\"status\":\"%s\",\"rule\":\"",
-                  tr->status == TM_ALERT_FIRING ? "firing" : "resolved");
+                         tr->status == TM_ALERT_FIRING ? "firing" : "resolved");
     bad |= tm_buf_json_str(b, r->text, strlen(r->text));
     bad |= tm_buf_add(b, "\",\"metric\":\"", sizeof "\",\"metric\":\"" - 1);
     bad |= tm_buf_json_str(b, r->metric, strlen(r->metric));
@@ -445,8 +456,8 @@ static void alert_build(tm_alert_engine *e, const struct alert_trans *tr, tm_ale
         bad |= tm_buf_add(b, "null", sizeof "null" - 1);
     else
         bad |= tm_buf_printf(b, "%.10g", tr->value);
-    bad |= tm_buf_printf(b, ",\"threshold\":%.10g,\"for_seconds\":%.10g,\"starts_at\":", r->threshold,
-                  a->for_s);
+    bad |= tm_buf_printf(
+        b, ",\"threshold\":%.10g,\"for_seconds\":%.10g,\"starts_at\":", r->threshold, a->for_s);
     bad |= json_time(b, a->starts_real_ns);
     bad |= tm_buf_add(b, ",\"ends_at\":", sizeof ",\"ends_at\":" - 1);
     if (a->ends_real_ns)
@@ -464,8 +475,11 @@ static void alert_build(tm_alert_engine *e, const struct alert_trans *tr, tm_ale
 static void alert_emit(tm_alert_engine *e, size_t rule, const struct alert_series *s,
                        enum tm_alert_status st, double value, int64_t t)
 {
-    struct alert_trans tr = {.rule = (uint32_t)rule, .status = st, .value = value,
-                             .start_ns = s->fired_at, .end_ns = st == TM_ALERT_RESOLVED ? t : 0};
+    struct alert_trans tr = {.rule = (uint32_t)rule,
+                             .status = st,
+                             .value = value,
+                             .start_ns = s->fired_at,
+                             .end_ns = st == TM_ALERT_RESOLVED ? t : 0};
     memcpy(tr.labels, s->labels, sizeof tr.labels);
     if (e->fn) {
         tm_alert a;
@@ -614,8 +628,8 @@ void tm_alert_feed_pressure(tm_alert_engine *e, const tm_pressure_stats *ps, int
     feed_psi(e, "psi.io_some_pct", "psi.io_full_pct", &ps->io, ps->valid & TM_PRESSURE_HAVE_IO,
              t_ns);
     feed_psi(e, "psi.cpu_some_pct", NULL, &ps->cpu, ps->valid & TM_PRESSURE_HAVE_CPU, t_ns);
-    feed_psi(e, "psi.mem_some_pct", "psi.mem_full_pct", &ps->mem,
-             ps->valid & TM_PRESSURE_HAVE_MEM, t_ns);
+    feed_psi(e, "psi.mem_some_pct", "psi.mem_full_pct", &ps->mem, ps->valid & TM_PRESSURE_HAVE_MEM,
+             t_ns);
 }
 
 void tm_alert_feed_gpus(tm_alert_engine *e, const tm_gpu_stats *g, size_t n, int64_t t_ns)
@@ -634,8 +648,7 @@ void tm_alert_feed_gpus(tm_alert_engine *e, const tm_gpu_stats *g, size_t n, int
         tm_alert_feed(e, "gpu.mem_used_pct", labels,
                       mem ? 100.0 * (double)s->mem_used / (double)s->mem_total : NAN, t_ns);
         tm_alert_feed(e, "gpu.mem_used_bytes", labels, mem ? (double)s->mem_used : NAN, t_ns);
-        tm_alert_feed(e, "gpu.temp_c", labels, s->valid & TM_GPU_HAVE_TEMP ? s->temp_c : NAN,
-                      t_ns);
+        tm_alert_feed(e, "gpu.temp_c", labels, s->valid & TM_GPU_HAVE_TEMP ? s->temp_c : NAN, t_ns);
         tm_alert_feed(e, "gpu.power_w", labels, s->valid & TM_GPU_HAVE_POWER ? s->power_w : NAN,
                       t_ns);
     }
@@ -681,8 +694,7 @@ void tm_alert_feed_runs(tm_alert_engine *e, const tm_follow *f, int64_t t_ns)
             feed_label_value(rank, sizeof rank, k->label);
             snprintf(labels, sizeof labels, "run=%s,rank=%s", run, rank);
             /* A process that wrote no step record yet has no count, not 0. */
-            double steps =
-                k->step_records ? (double)tm_steptally_total(&k->tally, k->ring) : NAN;
+            double steps = k->step_records ? (double)tm_steptally_total(&k->tally, k->ring) : NAN;
             double d, q;
             size_t n = tm_stepwin_sum(&k->win, TM_FOLLOW_WINDOW, &d, &q);
             tm_alert_feed(e, "run.steps", labels, steps, t_ns);
@@ -865,8 +877,8 @@ static int runner_start(tm_alert_runner *r, struct alert_job *j)
         _exit(127);
     }
     setpgid(pid, pid); /* also here: no race with the kill of an overdue one */
-    r->run[r->nrun++] = (struct alert_child){.pid = pid, .cmd = j->cmd,
-                                              .started_ns = tm_now_mono_ns()};
+    r->run[r->nrun++] =
+        (struct alert_child){.pid = pid, .cmd = j->cmd, .started_ns = tm_now_mono_ns()};
 out:
     if (fds[0] >= 0)
         close(fds[0]);
@@ -894,8 +906,8 @@ int tm_alert_exec(tm_alert_runner *r, const tm_alert *a)
     for (size_t i = 0; i < r->ncmds; i++) {
         struct alert_job j = {.cmd = i};
         j.json = strdup(a->json);
-        j.env[0] = env_str("TRAINMON_ALERT_STATUS",
-                           a->status == TM_ALERT_FIRING ? "firing" : "resolved");
+        j.env[0] =
+            env_str("TRAINMON_ALERT_STATUS", a->status == TM_ALERT_FIRING ? "firing" : "resolved");
         j.env[1] = env_str("TRAINMON_ALERT_RULE", a->rule);
         j.env[2] = env_str("TRAINMON_ALERT_METRIC", a->metric);
         j.env[3] = env_str("TRAINMON_ALERT_VALUE", value);

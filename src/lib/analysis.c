@@ -163,8 +163,13 @@ void tm_an_add(struct an *an, enum tm_severity sev, enum tm_confidence conf, int
      * a bug in this file's table or in the rule, and the table wins. */
     if (sev > an->rule->max)
         sev = an->rule->max;
-    a->f[a->nf++] = (tm_finding){.id = an->rule->id, .severity = sev, .confidence = conf,
-                                 .rank = rank, .title = t, .evidence = ev, .advice = adv};
+    a->f[a->nf++] = (tm_finding){.id = an->rule->id,
+                                 .severity = sev,
+                                 .confidence = conf,
+                                 .rank = rank,
+                                 .title = t,
+                                 .evidence = ev,
+                                 .advice = adv};
     return;
 nomem:
     free(ev);
@@ -192,8 +197,7 @@ int tm_analyze(const tm_run *r, tm_analysis **out)
     if (!a)
         return tm_seterr(-ENOMEM, "analysis: out of memory");
     tm_runview v;
-    if (tm_runsum_view_open(&v, r) < 0 ||
-        tm_runsum_build(&v, &a->sum, &a->ranks, &a->nranks) < 0) {
+    if (tm_runsum_view_open(&v, r) < 0 || tm_runsum_build(&v, &a->sum, &a->ranks, &a->nranks) < 0) {
         tm_runsum_view_close(&v);
         tm_analysis_free(&a);
         return tm_seterr(-ENOMEM, "analysis: out of memory");

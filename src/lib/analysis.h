@@ -31,28 +31,28 @@
  * storage verdict needs positive evidence (workers in D state, or the disk
  * behind the data busy while the workers read from it): workers that are
  * merely not at 100% CPU may be starved of CPU or sleeping. */
-#define TM_AN_DISK_AWAIT_S 0.010        /* mean read await */
-#define TM_AN_DISK_UTIL 0.80            /* mean %util/100 (with a queue) */
-#define TM_AN_DISK_CEILING_NEAR 0.85    /* a sample within 85% of the max ... */
-#define TM_AN_DISK_CEILING_SHARE 0.50   /* ... in half the samples: a plateau */
+#define TM_AN_DISK_AWAIT_S 0.010             /* mean read await */
+#define TM_AN_DISK_UTIL 0.80                 /* mean %util/100 (with a queue) */
+#define TM_AN_DISK_CEILING_NEAR 0.85         /* a sample within 85% of the max ... */
+#define TM_AN_DISK_CEILING_SHARE 0.50        /* ... in half the samples: a plateau */
 #define TM_AN_DISK_MIN_BPS (1024.0 * 1024.0) /* below 1 MiB/s no plateau counts */
-#define TM_AN_PSI_IO_SOME 0.10          /* mean io "some" avg10 (ratio) */
-#define TM_AN_WORKER_D_SHARE 0.25       /* workers in D state in 25% of samples */
+#define TM_AN_PSI_IO_SOME 0.10               /* mean io "some" avg10 (ratio) */
+#define TM_AN_WORKER_D_SHARE 0.25            /* workers in D state in 25% of samples */
 /* Below this block-layer read rate (all workers together) the workers do
  * not read from a disk: a busy disk is someone else's. */
 #define TM_AN_WORKER_READ_MIN_BPS (256.0 * 1024.0)
 /* CPU signals. */
-#define TM_AN_WORKER_BUSY 0.80          /* CPU s per s of fetching: CPU-bound fetch */
-#define TM_AN_WORKER_IDLE 0.50          /* below: the fetch waits on something */
-#define TM_AN_PSI_CPU_SOME 0.10         /* mean cpu "some" avg10: tasks wait for a core */
-#define TM_AN_WORKER_CPU_MIN 0.20       /* starved: still this much CPU per fetch-second */
+#define TM_AN_WORKER_BUSY 0.80    /* CPU s per s of fetching: CPU-bound fetch */
+#define TM_AN_WORKER_IDLE 0.50    /* below: the fetch waits on something */
+#define TM_AN_PSI_CPU_SOME 0.10   /* mean cpu "some" avg10: tasks wait for a core */
+#define TM_AN_WORKER_CPU_MIN 0.20 /* starved: still this much CPU per fetch-second */
 /* gpu.underutilized: the TensorBoard profiler's "GPU util < 50%". */
 #define TM_AN_GPU_UTIL 0.50
 /* gpu_mem.near_capacity: the profiler's "peak > 90% of device memory". */
 #define TM_AN_MEM_NEAR 0.90
 /* gpu_mem.growth: a steady rise of the per-step floor of allocated. */
 #define TM_AN_GROWTH_MIN_STEPS 20
-#define TM_AN_GROWTH_WARMUP 0.10        /* first 10% of steps left out */
+#define TM_AN_GROWTH_WARMUP 0.10 /* first 10% of steps left out */
 #define TM_AN_GROWTH_R2 0.80
 #define TM_AN_GROWTH_MIN_BYTES (32.0 * 1024 * 1024)
 /* gpu_mem.fragmentation: inactive split blocks at peak reserved. */

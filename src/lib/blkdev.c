@@ -1,5 +1,6 @@
 /*
- * blkdev.c - which block devices are behind a path (util-linux findmnt and /sys/dev/block; docs/ARCHITECTURE.md).
+ * blkdev.c - which block devices are behind a path (util-linux findmnt and /sys/dev/block;
+ * docs/ARCHITECTURE.md).
  *
  * The mount is chosen by path, not by st_dev: the longest mountpoint that
  * is a prefix of the canonical path on component boundaries, the last entry

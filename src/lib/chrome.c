@@ -39,7 +39,7 @@ struct tm_chrome {
     int err; /* first error, sticky */
     bool first;
     bool regular; /* removed on error only if a regular file (not /dev/stdout) */
-    tm_buf b; /* the event being written */
+    tm_buf b;     /* the event being written */
     struct chrome_slice *s;
     size_t n, cap;
 };
@@ -167,8 +167,8 @@ int tm_chrome_thread_name(tm_chrome *c, int pid, int tid, const char *name)
     return chrome_meta(c, "thread_name", pid, tid, true, name);
 }
 
-int tm_chrome_slice(tm_chrome *c, int pid, int tid, const char *name, int64_t ts_ns,
-                    int64_t dur_ns, const char *args_json)
+int tm_chrome_slice(tm_chrome *c, int pid, int tid, const char *name, int64_t ts_ns, int64_t dur_ns,
+                    const char *args_json)
 {
     if (c->err)
         return c->err;
@@ -226,8 +226,8 @@ int tm_chrome_counter(tm_chrome *c, int pid, const char *name, int64_t ts_ns,
     return chrome_end(c, bad);
 }
 
-int tm_chrome_instant(tm_chrome *c, int pid, int tid, const char *name, int64_t ts_ns,
-                      char scope, const char *args_json)
+int tm_chrome_instant(tm_chrome *c, int pid, int tid, const char *name, int64_t ts_ns, char scope,
+                      const char *args_json)
 {
     if (scope != 'g' && scope != 'p' && scope != 't')
         scope = 't';

@@ -63,11 +63,11 @@ struct tm_collector_ops {
 /* One collector in a sampler. */
 struct tm_coll {
     const struct tm_collector_ops *ops;
-    void *p;      /* the collector's state, owned by its open/close */
-    bool wanted;  /* the options asked for it (open did not say TM_COLL_OFF) */
-    bool on;      /* opened */
-    bool valid;   /* the last sample worked */
-    int err;      /* open's or the last sample's negative errno, 0 if none */
+    void *p;     /* the collector's state, owned by its open/close */
+    bool wanted; /* the options asked for it (open did not say TM_COLL_OFF) */
+    bool on;     /* opened */
+    bool valid;  /* the last sample worked */
+    int err;     /* open's or the last sample's negative errno, 0 if none */
     char errmsg[256];
 };
 

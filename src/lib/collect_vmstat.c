@@ -42,7 +42,10 @@ struct vm_field {
     size_t off;
 };
 
-#define VM_FIELD(n, bit, member) {n, sizeof n - 1, bit, offsetof(tm_vmstat, member)}
+#define VM_FIELD(n, bit, member)                                                                   \
+    {                                                                                              \
+        n, sizeof n - 1, bit, offsetof(tm_vmstat, member)                                          \
+    }
 
 static void vm_parse(const char *buf, size_t len, tm_vmstat *out, const struct vm_field *f,
                      size_t nf, uint64_t scale)
@@ -113,9 +116,9 @@ void tm_vmstat_rate(const tm_vmstat *prev, const tm_vmstat *cur, double dt, tm_v
 {
     out->majfault_s =
         vm_rate(prev, cur, TM_VM_HAVE_MAJFAULT, prev ? prev->pgmajfault : 0, cur->pgmajfault, dt);
-    out->pagein_bytes_s = vm_rate(prev, cur, TM_VM_HAVE_PGPGIN, prev ? prev->pgpgin_kib : 0,
-                                  cur->pgpgin_kib, dt) *
-                          1024.0;
+    out->pagein_bytes_s =
+        vm_rate(prev, cur, TM_VM_HAVE_PGPGIN, prev ? prev->pgpgin_kib : 0, cur->pgpgin_kib, dt) *
+        1024.0;
     out->refault_s =
         vm_rate(prev, cur, TM_VM_HAVE_REFAULT, prev ? prev->refault : 0, cur->refault, dt);
     out->cached_bytes = cur->valid & TM_VM_HAVE_CACHED ? (double)cur->cached_bytes : NAN;
@@ -216,7 +219,8 @@ static int vmstat_record(struct tm_coll *c, tm_rec *w, int64_t t_ns)
 }
 
 static const struct tm_coll_metric vmstat_alert_metrics[] = {
-    {"vm.major_faults_s", "major page faults per second, system-wide (reads that waited for a disk)"},
+    {"vm.major_faults_s",
+     "major page faults per second, system-wide (reads that waited for a disk)"},
     {"vm.pagein_mb_s", "data paged in from block devices, MiB/s, system-wide"},
     {"vm.refaults_s", "page-cache refaults per second: cached data evicted and read again "
                       "(the dataset does not fit in the cache)"},
@@ -236,8 +240,8 @@ static void vmstat_alert(struct tm_coll *c, tm_alert_engine *e, int64_t t_ns)
 static void vmstat_prom_one(tm_text *t, const char *name, const char *type, const char *help,
                             uint64_t v)
 {
-    tm_text_printf(t, "# HELP %s %s\n# TYPE %s %s\n%s %" PRIu64 "\n", name, help, name, type,
-                   name, v);
+    tm_text_printf(t, "# HELP %s %s\n# TYPE %s %s\n%s %" PRIu64 "\n", name, help, name, type, name,
+                   v);
 }
 
 /* The counters themselves, not rates: Prometheus takes rate() itself. */

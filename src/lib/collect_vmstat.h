@@ -44,7 +44,6 @@ typedef struct tm_vmrate {
 int tm_vmstat_parse(const char *buf, size_t len, tm_vmstat *out);
 int tm_meminfo_parse(const char *buf, size_t len, tm_vmstat *out);
 /* prev may be NULL (the first sample: gauges only). */
-void tm_vmstat_rate(const tm_vmstat *prev, const tm_vmstat *cur, double interval_s,
-                    tm_vmrate *out);
+void tm_vmstat_rate(const tm_vmstat *prev, const tm_vmstat *cur, double interval_s, tm_vmrate *out);
 
 #endif

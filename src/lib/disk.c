@@ -1,7 +1,7 @@
 /*
  * disk.c - /proc/diskstats with the semantics of `iostat -x` (sysstat's iostat.c;
- * Documentation/admin-guide/iostats.rst): a parser, the rate arithmetic, the physical-disk test and a
- * collector that keeps the file open so that a sample is one pread().
+ * Documentation/admin-guide/iostats.rst): a parser, the rate arithmetic, the physical-disk test and
+ * a collector that keeps the file open so that a sample is one pread().
  *
  * The collector owns every buffer it hands out.  Buffers are sized at open
  * and grown only when the machine grows (more devices, a longer file), so a

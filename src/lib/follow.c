@@ -128,7 +128,8 @@ static void follow_record(tm_follow_rank *k, int64_t mono_to_wall, const tm_reco
             k->total_device = o.total_device;
         break;
     }
-    default: break;
+    default:
+        break;
     }
 }
 
@@ -442,7 +443,10 @@ int tm_follow_poll(tm_follow *f, size_t max_records_per_file)
                        : follow_poll_one(f, max_records_per_file);
 }
 
-size_t tm_follow_nruns(const tm_follow *f) { return f ? f->nruns : 0; }
+size_t tm_follow_nruns(const tm_follow *f)
+{
+    return f ? f->nruns : 0;
+}
 
 const tm_follow_run *tm_follow_run_at(const tm_follow *f, size_t i)
 {
@@ -454,7 +458,10 @@ const tm_follow_rank *tm_follow_rank_at(const tm_follow *f, size_t run, size_t j
     return f && run < f->nruns && j < f->runs[run].nranks ? f->runs[run].ranks[j] : NULL;
 }
 
-bool tm_follow_truncated(const tm_follow *f) { return f && f->truncated; }
+bool tm_follow_truncated(const tm_follow *f)
+{
+    return f && f->truncated;
+}
 
 void tm_follow_close(tm_follow **f)
 {

@@ -6,7 +6,8 @@
  * Why these rules (docs/METRICS.md "/health"):
  *   - A disk is saturated only when it is busy nearly all the time AND its
  *     requests wait: %util alone is no saturation signal for devices that
- *     serve requests in parallel (NVMe, RAID, loop; sysstat's iostat.c; Documentation/admin-guide/iostats.rst).
+ *     serve requests in parallel (NVMe, RAID, loop; sysstat's iostat.c;
+ * Documentation/admin-guide/iostats.rst).
  *   - GPU memory above 95% of the device leaves no room for the caching
  *     allocator's next block: the next larger batch or fragmentation OOMs.
  *   - io "full" pressure means every runnable task was stalled on I/O.

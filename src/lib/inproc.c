@@ -88,10 +88,17 @@ static const view phase_view[] = {
 };
 
 static const view oom_view[] = {
-    {.a = F_OOM_seq},          {.a = F_OOM_device},       {.a = F_OOM_step},
-    {.a = F_OOM_phase},        {.a = F_OOM_requested},    {.a = F_OOM_free_device},
-    {.a = F_OOM_total_device}, {.a = F_OOM_allocated},    {.a = F_OOM_reserved},
-    {.a = F_OOM_source},       {.omit = OMIT_EMPTY, .a = F_OOM_snapshot},
+    {.a = F_OOM_seq},
+    {.a = F_OOM_device},
+    {.a = F_OOM_step},
+    {.a = F_OOM_phase},
+    {.a = F_OOM_requested},
+    {.a = F_OOM_free_device},
+    {.a = F_OOM_total_device},
+    {.a = F_OOM_allocated},
+    {.a = F_OOM_reserved},
+    {.a = F_OOM_source},
+    {.omit = OMIT_EMPTY, .a = F_OOM_snapshot},
 };
 
 static const view worker_view[] = {
@@ -138,8 +145,14 @@ typedef struct schema {
 } schema;
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
-#define SCHEMA(nm, hdr, f, v) {nm, hdr, hdr, f, N(f), v, N(v)}
-#define SCHEMA_GREW(nm, hdr, min, f, v) {nm, hdr, min, f, N(f), v, N(v)}
+#define SCHEMA(nm, hdr, f, v)                                                                      \
+    {                                                                                              \
+        nm, hdr, hdr, f, N(f), v, N(v)                                                             \
+    }
+#define SCHEMA_GREW(nm, hdr, min, f, v)                                                            \
+    {                                                                                              \
+        nm, hdr, min, f, N(f), v, N(v)                                                             \
+    }
 
 /* Indexed by type - TM_REC_STEP. */
 static const schema schemas[] = {
@@ -160,7 +173,10 @@ FITS(oom_fields);
 FITS(worker_fields);
 FITS(optstep_fields);
 
-bool tm_inproc_is(uint16_t type) { return type >= TM_REC_STEP && type <= TM_REC_OPTSTEP; }
+bool tm_inproc_is(uint16_t type)
+{
+    return type >= TM_REC_STEP && type <= TM_REC_OPTSTEP;
+}
 
 static const schema *schema_of(uint16_t type)
 {
@@ -181,7 +197,10 @@ const char *tm_inproc_type_name(uint16_t type)
     return sc ? sc->name : NULL;
 }
 
-double tm_clock_diff_s(int64_t a_ns, int64_t b_ns) { return tm_ns_diff_s(a_ns, b_ns); }
+double tm_clock_diff_s(int64_t a_ns, int64_t b_ns)
+{
+    return tm_ns_diff_s(a_ns, b_ns);
+}
 
 /* ----------------------------------------------------- values in structs */
 
@@ -189,11 +208,14 @@ static size_t ctype_size(tm_inproc_ctype t)
 {
     switch (t) {
     case TM_INPROC_U32:
-    case TM_INPROC_I32: return 4;
+    case TM_INPROC_I32:
+        return 4;
     case TM_INPROC_U64:
     case TM_INPROC_I64:
-    case TM_INPROC_F64: return 8;
-    case TM_INPROC_STR: return 2; /* its length */
+    case TM_INPROC_F64:
+        return 8;
+    case TM_INPROC_STR:
+        return 2; /* its length */
     }
     return 0;
 }
@@ -238,9 +260,15 @@ tm_inproc_value tm_inproc_get(const tm_inproc_field *f, const tm_inproc_any *rec
         v.i = x;
         break;
     }
-    case TM_INPROC_U64: memcpy(&v.u, base + f->member, 8); break;
-    case TM_INPROC_I64: memcpy(&v.i, base + f->member, 8); break;
-    case TM_INPROC_F64: memcpy(&v.f, base + f->member, 8); break;
+    case TM_INPROC_U64:
+        memcpy(&v.u, base + f->member, 8);
+        break;
+    case TM_INPROC_I64:
+        memcpy(&v.i, base + f->member, 8);
+        break;
+    case TM_INPROC_F64:
+        memcpy(&v.f, base + f->member, 8);
+        break;
     case TM_INPROC_STR: {
         uint16_t n;
         memcpy(&v.s, base + f->member, sizeof v.s);
@@ -256,7 +284,8 @@ tm_inproc_value tm_inproc_get(const tm_inproc_field *f, const tm_inproc_any *rec
 
 static void put_member(const tm_inproc_field *f, tm_inproc_any *rec, const void *src)
 {
-    memcpy((char *)rec + f->member, src, f->type == TM_INPROC_STR ? sizeof(char *) : ctype_size(f->type));
+    memcpy((char *)rec + f->member, src,
+           f->type == TM_INPROC_STR ? sizeof(char *) : ctype_size(f->type));
 }
 
 /* A string's stored length: cut at TM_INPROC_NAME_MAX, 0 for NULL. */
@@ -310,9 +339,15 @@ int tm_inproc_encode(uint16_t type, const tm_inproc_any *rec, void *buf, size_t 
             memcpy(p + f->offset, &x, 4);
             break;
         }
-        case TM_INPROC_U64: memcpy(p + f->offset, &v.u, 8); break;
-        case TM_INPROC_I64: memcpy(p + f->offset, &v.i, 8); break;
-        case TM_INPROC_F64: memcpy(p + f->offset, &v.f, 8); break;
+        case TM_INPROC_U64:
+            memcpy(p + f->offset, &v.u, 8);
+            break;
+        case TM_INPROC_I64:
+            memcpy(p + f->offset, &v.i, 8);
+            break;
+        case TM_INPROC_F64:
+            memcpy(p + f->offset, &v.f, 8);
+            break;
         case TM_INPROC_STR: {
             uint16_t n = name_len(v.s, v.len);
             memcpy(p + f->offset, &n, 2);
@@ -434,13 +469,13 @@ int tm_inproc_decode(const tm_record *rec, tm_inproc_any *out)
 }
 
 /* The typed decoders write only their own struct, never a whole union. */
-#define DECODE_AS(type, member)                                                                   \
-    do {                                                                                          \
-        tm_inproc_any a;                                                                          \
-        int rc = decode_as(rec, type, &a);                                                        \
-        if (rc == 0)                                                                              \
-            *out = a.member;                                                                      \
-        return rc;                                                                                \
+#define DECODE_AS(type, member)                                                                    \
+    do {                                                                                           \
+        tm_inproc_any a;                                                                           \
+        int rc = decode_as(rec, type, &a);                                                         \
+        if (rc == 0)                                                                               \
+            *out = a.member;                                                                       \
+        return rc;                                                                                 \
     } while (0)
 
 int tm_inproc_decode_step(const tm_record *rec, tm_inproc_step *out)

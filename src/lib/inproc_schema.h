@@ -46,7 +46,8 @@
 static const char *const tm_capture_sources[] = {"unknown", "user", "step", "phase", "oom", NULL};
 static const char *const tm_phase_actions[] = {"unknown", "enter", "exit", NULL};
 static const char *const tm_oom_sources[] = {"unknown", "observer", "exception", NULL};
-static const char *const tm_step_boundaries[] = {"unknown", "loader", "backward", "optimizer", NULL};
+static const char *const tm_step_boundaries[] = {"unknown", "loader", "backward", "optimizer",
+                                                 NULL};
 static const char *const tm_step_phases[] = {"unknown", "train", "eval", NULL};
 
 /* clang-format off */
@@ -138,13 +139,13 @@ enum { TM_SCHEMA_OPTSTEP(TM_IDX_OPTSTEP) F_OPTSTEP_N };
 #define TM_LEN_I64(S, m) 0
 #define TM_LEN_F64(S, m) 0
 #define TM_LEN_STR(S, m) offsetof(S, m##_len)
-#define TM_ROW(S, k, m, t, o, u, n)                                                               \
-    {.key = k,                                                                                    \
-     .type = TM_INPROC_##t,                                                                       \
-     .offset = o,                                                                                 \
-     .unit = u,                                                                                   \
-     .names = n,                                                                                  \
-     .member = offsetof(S, m),                                                                    \
+#define TM_ROW(S, k, m, t, o, u, n)                                                                \
+    {.key = k,                                                                                     \
+     .type = TM_INPROC_##t,                                                                        \
+     .offset = o,                                                                                  \
+     .unit = u,                                                                                    \
+     .names = n,                                                                                   \
+     .member = offsetof(S, m),                                                                     \
      .len_member = TM_LEN_##t(S, m)},
 
 #endif /* TM_INPROC_SCHEMA_H */

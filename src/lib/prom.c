@@ -45,7 +45,10 @@ const char *tm_text_data(const tm_text *t, size_t *len)
     return t->b.data ? t->b.data : "";
 }
 
-int tm_text_error(const tm_text *t) { return t->rc; }
+int tm_text_error(const tm_text *t)
+{
+    return t->rc;
+}
 
 void tm_text_truncate(tm_text *t, size_t len)
 {
@@ -77,7 +80,10 @@ void tm_text_add(tm_text *t, const char *s, size_t len)
     t->rc = tm_buf_add(&t->b, s, len);
 }
 
-void tm_text_puts(tm_text *t, const char *s) { tm_text_add(t, s, strlen(s)); }
+void tm_text_puts(tm_text *t, const char *s)
+{
+    tm_text_add(t, s, strlen(s));
+}
 
 void tm_text_printf(tm_text *t, const char *fmt, ...)
 {
@@ -189,9 +195,8 @@ static bool prom_same_device(const tm_diskstat *a, const tm_diskstat *b)
 {
     return a->major == b->major && a->minor == b->minor && strcmp(a->name, b->name) == 0 &&
            b->rd_ios >= a->rd_ios && b->wr_ios >= a->wr_ios && b->rd_sec >= a->rd_sec &&
-           b->wr_sec >= a->wr_sec && b->rd_merges >= a->rd_merges &&
-           b->wr_merges >= a->wr_merges && b->dc_ios >= a->dc_ios && b->fl_ios >= a->fl_ios &&
-           b->nfields == a->nfields;
+           b->wr_sec >= a->wr_sec && b->rd_merges >= a->rd_merges && b->wr_merges >= a->wr_merges &&
+           b->dc_ios >= a->dc_ios && b->fl_ios >= a->fl_ios && b->nfields == a->nfields;
 }
 
 int tm_prom_disks_update(tm_prom_disks *d, const tm_diskstat *raw, size_t n)
@@ -323,7 +328,8 @@ int tm_prom_write_disks(tm_text *t, const tm_prom_disks *d)
                 tm_text_printf(t, "%" PRIu64 "\n", v);
                 break;
             case DK_SECTORS:
-                /* A sector here is always 512 bytes (sysstat's iostat.c; Documentation/admin-guide/iostats.rst). */
+                /* A sector here is always 512 bytes (sysstat's iostat.c;
+                 * Documentation/admin-guide/iostats.rst). */
                 memcpy(&v, (const char *)&dev->last + fam->off, sizeof v);
                 tm_text_printf(t, "%" PRIu64 "\n", v * 512u);
                 break;
@@ -331,7 +337,9 @@ int tm_prom_write_disks(tm_text *t, const tm_prom_disks *d)
                 v = dev->ms[fam->off];
                 tm_text_printf(t, "%" PRIu64 ".%03u\n", v / 1000u, (unsigned)(v % 1000u));
                 break;
-            case DK_INFLIGHT: tm_text_printf(t, "%u\n", dev->last.inflight); break;
+            case DK_INFLIGHT:
+                tm_text_printf(t, "%u\n", dev->last.inflight);
+                break;
             }
         }
     }
@@ -366,7 +374,8 @@ int tm_prom_write_pressure(tm_text *t, const tm_pressure_stats *ps)
                      res[i].res);
             tx_family(t, name, "counter", help);
             us = p->some_total_us;
-            tm_text_printf(t, "%s %" PRIu64 ".%06u\n", name, us / 1000000u, (unsigned)(us % 1000000u));
+            tm_text_printf(t, "%s %" PRIu64 ".%06u\n", name, us / 1000000u,
+                           (unsigned)(us % 1000000u));
         }
         if (p->has_full) {
             snprintf(name, sizeof name, "trainmon_pressure_%s_stalled_seconds_total", res[i].res);
@@ -375,7 +384,8 @@ int tm_prom_write_pressure(tm_text *t, const tm_pressure_stats *ps)
                      res[i].res);
             tx_family(t, name, "counter", help);
             us = p->full_total_us;
-            tm_text_printf(t, "%s %" PRIu64 ".%06u\n", name, us / 1000000u, (unsigned)(us % 1000000u));
+            tm_text_printf(t, "%s %" PRIu64 ".%06u\n", name, us / 1000000u,
+                           (unsigned)(us % 1000000u));
         }
     }
     return t->rc;
@@ -391,8 +401,18 @@ static void tx_gpu_labels(tm_text *t, const tm_gpu_stats *g)
 }
 
 enum gpu_val {
-    GV_MEM_USED, GV_MEM_TOTAL, GV_MEM_FREE, GV_MEM_RESERVED, GV_UTIL, GV_UTIL_MEM, GV_TEMP,
-    GV_POWER, GV_PCIE_RX, GV_PCIE_TX, GV_CLOCK, GV_THROTTLE,
+    GV_MEM_USED,
+    GV_MEM_TOTAL,
+    GV_MEM_FREE,
+    GV_MEM_RESERVED,
+    GV_UTIL,
+    GV_UTIL_MEM,
+    GV_TEMP,
+    GV_POWER,
+    GV_PCIE_RX,
+    GV_PCIE_TX,
+    GV_CLOCK,
+    GV_THROTTLE,
 };
 
 static const struct {
@@ -408,8 +428,8 @@ static const struct {
     {"trainmon_gpu_memory_reserved_bytes", "GPU memory reserved by the driver, in bytes.",
      TM_GPU_HAVE_MEM_RESERVED, GV_MEM_RESERVED},
     {"trainmon_gpu_utilization_ratio",
-     "Share of the last sample period in which a kernel ran on the GPU (0..1).",
-     TM_GPU_HAVE_UTIL, GV_UTIL},
+     "Share of the last sample period in which a kernel ran on the GPU (0..1).", TM_GPU_HAVE_UTIL,
+     GV_UTIL},
     {"trainmon_gpu_memory_utilization_ratio",
      "Share of the last sample period in which device memory was read or written (0..1).",
      TM_GPU_HAVE_UTIL, GV_UTIL_MEM},
@@ -421,35 +441,50 @@ static const struct {
     {"trainmon_gpu_pcie_tx_bytes_per_second", "PCIe transmit throughput in bytes per second.",
      TM_GPU_HAVE_PCIE, GV_PCIE_TX},
     {"trainmon_gpu_sm_clock_hertz", "SM clock in hertz.", TM_GPU_HAVE_CLOCK, GV_CLOCK},
-    {"trainmon_gpu_throttle_reasons", "GPU clock throttle reasons as a bit mask: 1 idle, 2 application clocks, 4 software power cap, 8 hardware slowdown, 16 sync boost, 32 software thermal, 64 hardware thermal, 128 power brake, 256 display clocks.",
+    {"trainmon_gpu_throttle_reasons",
+     "GPU clock throttle reasons as a bit mask: 1 idle, 2 application clocks, 4 software power "
+     "cap, 8 hardware slowdown, 16 sync boost, 32 software thermal, 64 hardware thermal, 128 power "
+     "brake, 256 display clocks.",
      TM_GPU_HAVE_THROTTLE, GV_THROTTLE},
 };
 
 static double prom_gpu_value(const tm_gpu_stats *g, enum gpu_val v)
 {
     switch (v) {
-    case GV_MEM_USED: return (double)g->mem_used;
-    case GV_MEM_TOTAL: return (double)g->mem_total;
-    case GV_MEM_FREE: return (double)g->mem_free;
-    case GV_MEM_RESERVED: return (double)g->mem_reserved;
-    case GV_UTIL: return g->util_gpu / 100.0;
-    case GV_UTIL_MEM: return g->util_mem / 100.0;
-    case GV_TEMP: return g->temp_c;
-    case GV_POWER: return g->power_w;
-    case GV_PCIE_RX: return g->pcie_rx_bytes_s;
-    case GV_PCIE_TX: return g->pcie_tx_bytes_s;
-    case GV_CLOCK: return g->sm_clock_mhz * 1e6;
-    case GV_THROTTLE: return (double)g->throttle_reasons;
+    case GV_MEM_USED:
+        return (double)g->mem_used;
+    case GV_MEM_TOTAL:
+        return (double)g->mem_total;
+    case GV_MEM_FREE:
+        return (double)g->mem_free;
+    case GV_MEM_RESERVED:
+        return (double)g->mem_reserved;
+    case GV_UTIL:
+        return g->util_gpu / 100.0;
+    case GV_UTIL_MEM:
+        return g->util_mem / 100.0;
+    case GV_TEMP:
+        return g->temp_c;
+    case GV_POWER:
+        return g->power_w;
+    case GV_PCIE_RX:
+        return g->pcie_rx_bytes_s;
+    case GV_PCIE_TX:
+        return g->pcie_tx_bytes_s;
+    case GV_CLOCK:
+        return g->sm_clock_mhz * 1e6;
+    case GV_THROTTLE:
+        return (double)g->throttle_reasons;
     }
     return NAN;
 }
 
 /* The bits tm_gpu_throttle_names knows, in bit order. */
 static const uint64_t prom_throttle_bits[] = {
-    TM_GPU_THROTTLE_GPU_IDLE,      TM_GPU_THROTTLE_APPLICATIONS_CLOCKS,
-    TM_GPU_THROTTLE_SW_POWER_CAP,  TM_GPU_THROTTLE_HW_SLOWDOWN,
-    TM_GPU_THROTTLE_SYNC_BOOST,    TM_GPU_THROTTLE_SW_THERMAL,
-    TM_GPU_THROTTLE_HW_THERMAL,    TM_GPU_THROTTLE_HW_POWER_BRAKE,
+    TM_GPU_THROTTLE_GPU_IDLE,       TM_GPU_THROTTLE_APPLICATIONS_CLOCKS,
+    TM_GPU_THROTTLE_SW_POWER_CAP,   TM_GPU_THROTTLE_HW_SLOWDOWN,
+    TM_GPU_THROTTLE_SYNC_BOOST,     TM_GPU_THROTTLE_SW_THERMAL,
+    TM_GPU_THROTTLE_HW_THERMAL,     TM_GPU_THROTTLE_HW_POWER_BRAKE,
     TM_GPU_THROTTLE_DISPLAY_CLOCKS,
 };
 
@@ -510,7 +545,7 @@ int tm_prom_write_gpus(tm_text *t, const tm_gpu_stats *g, size_t n)
             tm_text_puts(t, "trainmon_gpu_throttle_active");
             tx_gpu_labels(t, &g[i]);
             tm_text_printf(t, ",reason=\"%s\"} %d\n", name[0],
-                      (g[i].throttle_reasons & prom_throttle_bits[b]) ? 1 : 0);
+                           (g[i].throttle_reasons & prom_throttle_bits[b]) ? 1 : 0);
         }
     }
     header = false;
@@ -528,7 +563,7 @@ int tm_prom_write_gpus(tm_text *t, const tm_gpu_stats *g, size_t n)
             tm_text_puts(t, "trainmon_gpu_process_memory_used_bytes");
             tx_gpu_labels(t, &g[i]);
             tm_text_printf(t, ",pid=\"%d\"} %" PRIu64 "\n", (int)g[i].procs[j].pid,
-                      g[i].procs[j].used_bytes);
+                           g[i].procs[j].used_bytes);
         }
     }
     return t->rc;
@@ -547,8 +582,18 @@ static void tx_run_labels(tm_text *t, const tm_prom_run *r, const tm_prom_rank *
     tm_text_puts(t, "\"} ");
 }
 
-enum run_val { RV_STEPS, RV_STEP_S, RV_WAIT_S, RV_WAIT_FRAC, RV_ALLOC, RV_RESERVED, RV_PEAK,
-               RV_OOMS, RV_RING_DROPPED, RV_RING_FROM };
+enum run_val {
+    RV_STEPS,
+    RV_STEP_S,
+    RV_WAIT_S,
+    RV_WAIT_FRAC,
+    RV_ALLOC,
+    RV_RESERVED,
+    RV_PEAK,
+    RV_OOMS,
+    RV_RING_DROPPED,
+    RV_RING_FROM
+};
 
 static const struct {
     const char *name, *type, *help;
@@ -582,16 +627,26 @@ static const struct {
 static double prom_rank_value(const tm_prom_rank *k, enum run_val v)
 {
     switch (v) {
-    case RV_STEPS: return k->steps_valid ? (double)k->steps : NAN;
-    case RV_STEP_S: return k->steps_valid ? k->step_seconds : NAN;
-    case RV_WAIT_S: return k->steps_valid ? k->data_wait_seconds : NAN;
-    case RV_WAIT_FRAC: return k->steps_valid ? k->data_wait_fraction : NAN;
-    case RV_ALLOC: return k->memory_valid ? k->allocated_bytes : NAN;
-    case RV_RESERVED: return k->memory_valid ? k->reserved_bytes : NAN;
-    case RV_PEAK: return k->memory_valid ? k->peak_allocated_bytes : NAN;
-    case RV_OOMS: return (double)k->ooms;
-    case RV_RING_DROPPED: return k->steps_valid ? k->ring_steps_dropped : NAN;
-    case RV_RING_FROM: return k->steps_valid ? k->ring_kept_from_s : NAN;
+    case RV_STEPS:
+        return k->steps_valid ? (double)k->steps : NAN;
+    case RV_STEP_S:
+        return k->steps_valid ? k->step_seconds : NAN;
+    case RV_WAIT_S:
+        return k->steps_valid ? k->data_wait_seconds : NAN;
+    case RV_WAIT_FRAC:
+        return k->steps_valid ? k->data_wait_fraction : NAN;
+    case RV_ALLOC:
+        return k->memory_valid ? k->allocated_bytes : NAN;
+    case RV_RESERVED:
+        return k->memory_valid ? k->reserved_bytes : NAN;
+    case RV_PEAK:
+        return k->memory_valid ? k->peak_allocated_bytes : NAN;
+    case RV_OOMS:
+        return (double)k->ooms;
+    case RV_RING_DROPPED:
+        return k->steps_valid ? k->ring_steps_dropped : NAN;
+    case RV_RING_FROM:
+        return k->steps_valid ? k->ring_kept_from_s : NAN;
     }
     return NAN;
 }

@@ -157,11 +157,11 @@ struct tm_rec {
     uint64_t seq;      /* the block being filled */
     uint8_t *map;      /* the mapping, NULL after a failed move */
     size_t map_len;
-    uint64_t win_idx;  /* file block index of the first block mapped */
-    uint64_t win_n;    /* blocks mapped from there */
-    uint8_t *blk;   /* the block inside the mapping */
-    uint32_t pos;   /* next record offset in the block */
-    uint64_t bytes; /* atomic */
+    uint64_t win_idx; /* file block index of the first block mapped */
+    uint64_t win_n;   /* blocks mapped from there */
+    uint8_t *blk;     /* the block inside the mapping */
+    uint32_t pos;     /* next record offset in the block */
+    uint64_t bytes;   /* atomic */
 
     rec_series *series;
     size_t nseries, series_cap;

@@ -75,8 +75,8 @@ struct tm_reader {
     bool loaded;  /* blk holds block seq */
     bool at_end;  /* next() returned 0; refresh() resumes */
     uint8_t *blk;
-    uint64_t budget;   /* CRC bytes left for the loaded block */
-    bool verified;     /* the record at pos passed its check in rd_resync */
+    uint64_t budget; /* CRC bytes left for the loaded block */
+    bool verified;   /* the record at pos passed its check in rd_resync */
 
     tm_reader_counters stats;
 

@@ -195,7 +195,8 @@ static void write_ring_json(tm_text *t, const tm_run *r)
     }
     char when[48];
     tm_rpt_iso_time(when, sizeof when, ri.kept_from_ns);
-    tm_text_printf(t, "{\"files\":%" PRIu32 ",\"steps_total\":%" PRIu64 ",\"steps_dropped\":%" PRIu64,
+    tm_text_printf(t,
+                   "{\"files\":%" PRIu32 ",\"steps_total\":%" PRIu64 ",\"steps_dropped\":%" PRIu64,
                    ri.source, ri.steps_total, ri.steps_dropped);
     if (ri.steps_dropped)
         tm_text_printf(t, ",\"kept_from\":\"%s\",\"kept_from_ns\":%" PRId64 "}", when,
@@ -302,8 +303,8 @@ static void write_text(tm_text *t, const tm_run *r, const tm_analysis *a)
         tm_text_puts(t, " ");
         tm_text_puts(t, dirs[i]);
     }
-    tm_text_printf(t, "\n  %s .. %s (%.0f s), %zu record files, host ", x, y,
-                   tm_ns_diff_s(s1, s0), ns);
+    tm_text_printf(t, "\n  %s .. %s (%.0f s), %zu record files, host ", x, y, tm_ns_diff_s(s1, s0),
+                   ns);
     tx_line(t, "", ns ? src[0].header.host : "?", ns ? strlen(src[0].header.host) : 1);
     size_t len = 0;
     const char *cmd = NULL;
@@ -320,16 +321,21 @@ static void write_text(tm_text *t, const tm_run *r, const tm_analysis *a)
     if (dropped)
         tm_rpt_iso_time(z, sizeof z, ri.kept_from_ns);
     if (a->nranks <= 1 && dropped)
-        tm_text_printf(t, "  steps              %" PRIu64 " (ring: the oldest %" PRIu64
-                       " dropped; data kept from %s)\n", ri.steps_total, ri.steps_dropped, z);
+        tm_text_printf(t,
+                       "  steps              %" PRIu64 " (ring: the oldest %" PRIu64
+                       " dropped; data kept from %s)\n",
+                       ri.steps_total, ri.steps_dropped, z);
     else if (a->nranks <= 1)
         tm_text_printf(t, "  steps              %zu\n", S->steps_total);
     else
-        tm_text_printf(t, "  steps              %zu per process (the most), %zu over %zu processes\n",
+        tm_text_printf(t,
+                       "  steps              %zu per process (the most), %zu over %zu processes\n",
                        S->steps, S->steps_total, a->nranks);
     if (a->nranks > 1 && dropped)
-        tm_text_printf(t, "  ring               %" PRIu64 " steps in all, the oldest %" PRIu64
-                       " dropped; data kept from %s\n", ri.steps_total, ri.steps_dropped, z);
+        tm_text_printf(t,
+                       "  ring               %" PRIu64 " steps in all, the oldest %" PRIu64
+                       " dropped; data kept from %s\n",
+                       ri.steps_total, ri.steps_dropped, z);
     tm_rpt_fmt_num(x, sizeof x, S->step_median_s, 4, " s");
     tm_rpt_fmt_num(y, sizeof y, S->compute_median_s, 4, " s");
     tm_text_printf(t, "  step time          median %s (compute %s)\n", x, y);

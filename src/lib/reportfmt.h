@@ -5,8 +5,8 @@
 #ifndef TM_REPORTFMT_H
 #define TM_REPORTFMT_H
 
-#include <stddef.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "trainmon.h"

@@ -274,7 +274,8 @@ struct bucket {
 
 static double px_x(const struct page *pg, int64_t t)
 {
-    return ML + (double)tm_sat_sub64(t, pg->t0) / (double)tm_sat_sub64(pg->t1, pg->t0) * (CW - ML - MR);
+    return ML +
+           (double)tm_sat_sub64(t, pg->t0) / (double)tm_sat_sub64(pg->t1, pg->t0) * (CW - ML - MR);
 }
 
 static double px_y(double v, double ymin, double ymax)

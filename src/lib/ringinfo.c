@@ -17,8 +17,7 @@
 /* One source's entry from its step records st[0..n). */
 static tm_ringinfo ring_of(const tm_run_source *src, uint32_t s, const tm_run_step *st, size_t n)
 {
-    tm_ringinfo ri = {.source = s, .ring = src->header.max_size > 0,
-                      .kept_from_ns = src->first_ns};
+    tm_ringinfo ri = {.source = s, .ring = src->header.max_size > 0, .kept_from_ns = src->first_ns};
     tm_steptally t;
     tm_steptally_init(&t);
     bool any = false;

@@ -257,10 +257,10 @@ void tm_rule_input_main_prep(struct an *an)
     if (w.kind != IN_PREP)
         return;
     double cpu = S->prep_cpu_share;
-    const char *cause = isnan(cpu)                         ? "unknown"
-                        : cpu >= TM_AN_PREP_CPU_BOUND      ? "cpu"
-                        : cpu <= TM_AN_PREP_WAITING        ? "waiting"
-                                                           : "mixed";
+    const char *cause = isnan(cpu)                    ? "unknown"
+                        : cpu >= TM_AN_PREP_CPU_BOUND ? "cpu"
+                        : cpu <= TM_AN_PREP_WAITING   ? "waiting"
+                                                      : "mixed";
     struct ev e;
     char buf[1024], adv[2048];
     tm_an_ev_open(&e);

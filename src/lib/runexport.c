@@ -20,8 +20,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "series.h"
 #include "util.h"
@@ -82,7 +82,8 @@ int tm_export_chrome(const tm_run *r, const char *path, size_t *clipped)
         snprintf(name, sizeof name, "step %llu", (unsigned long long)s->step);
         snprintf(args, sizeof args, "{\"step\":%llu,\"data_wait_s\":%.9g}",
                  (unsigned long long)s->step, (double)s->data_wait_ns / 1e9);
-        rc = tm_chrome_slice(c, pid, 1, name, s->start_ns, tm_sat_sub64(s->end_ns, s->start_ns), args);
+        rc = tm_chrome_slice(c, pid, 1, name, s->start_ns, tm_sat_sub64(s->end_ns, s->start_ns),
+                             args);
         if (rc >= 0 && s->data_wait_ns > 0)
             rc = tm_chrome_slice(c, pid, 1, "data wait", s->start_ns, s->data_wait_ns, NULL);
     }
@@ -137,17 +138,17 @@ int tm_export_chrome(const tm_run *r, const char *path, size_t *clipped)
     static const char *const mem_keys[] = {"allocated", "reserved", "peak_allocated"};
     for (size_t i = 0; i < n && rc >= 0; i++) {
         double v[] = {cap[i].c.allocated, cap[i].c.reserved, cap[i].c.peak_allocated};
-        rc = tm_chrome_counter(c, (int)cap[i].source + 1, "gpu_mem bytes", cap[i].t_ns, mem_keys,
-                               v, 3);
+        rc = tm_chrome_counter(c, (int)cap[i].source + 1, "gpu_mem bytes", cap[i].t_ns, mem_keys, v,
+                               3);
     }
 
     const tm_run_oom *oom;
     n = tm_run_ooms(r, &oom);
     for (size_t i = 0; i < n && rc >= 0; i++) {
         const tm_inproc_oom *o = &oom[i].o;
-        snprintf(args, sizeof args, "{\"device\":%d,\"step\":%llu,\"requested\":%.15g,\"free\":%.15g}",
-                 (int)o->device, (unsigned long long)o->step,
-                 isfinite(o->requested) ? o->requested : -1,
+        snprintf(args, sizeof args,
+                 "{\"device\":%d,\"step\":%llu,\"requested\":%.15g,\"free\":%.15g}", (int)o->device,
+                 (unsigned long long)o->step, isfinite(o->requested) ? o->requested : -1,
                  isfinite(o->free_device) ? o->free_device : -1);
         rc = tm_chrome_instant(c, (int)oom[i].source + 1, 1, "out of memory", oom[i].t_ns, 'p',
                                args);
@@ -194,8 +195,7 @@ static int tb_mkdir(const char *path)
 }
 
 /* The writer of source s, opened on first use in OUT/<rankR|file>/. */
-static int tb_writer_for(tm_tb_writer **w, const char *out, const tm_run_source *s,
-                         int64_t wall_ns)
+static int tb_writer_for(tm_tb_writer **w, const char *out, const tm_run_source *s, int64_t wall_ns)
 {
     if (*w)
         return 0;
@@ -238,7 +238,8 @@ int tm_export_tensorboard(const tm_run *r, const char *out)
             rc = tm_tb_scalar(w[k], "step_time_s", step, wall,
                               (float)(tm_ns_diff_s(s->end_ns, s->start_ns)));
         if (rc >= 0 && s->data_wait_ns >= 0)
-            rc = tm_tb_scalar(w[k], "data_wait_s", step, wall, (float)((double)s->data_wait_ns / 1e9));
+            rc = tm_tb_scalar(w[k], "data_wait_s", step, wall,
+                              (float)((double)s->data_wait_ns / 1e9));
     }
     const tm_run_capture *cap;
     n = tm_run_captures(r, &cap);

@@ -554,8 +554,7 @@ static void summarize_run(tm_runview *v, tm_an_summary *S, const tm_an_rank *ran
     workers_of(wk, nwk, true, -1, x, &S->workers, &S->worker_batch_median_s, &S->worker_busy);
     S->eval_steps = (size_t)all->eval_steps;
     S->prep_steps = (size_t)all->prep_steps;
-    S->prep_cpu_share =
-        all->prep_cpu_known_s > 0 ? all->prep_cpu_s / all->prep_cpu_known_s : NAN;
+    S->prep_cpu_share = all->prep_cpu_known_s > 0 ? all->prep_cpu_s / all->prep_cpu_known_s : NAN;
 }
 
 int tm_runsum_build(tm_runview *v, tm_an_summary *S, tm_an_rank **ranks, size_t *nranks)

@@ -89,8 +89,7 @@ static int safe_open_err(int rc, int dirfd, const char *name, const char *shown)
             return tm_seterr(rc, "%s: not a directory (%s)", shown,
                              S_ISREG(st.st_mode) ? "a regular file" : safe_kind(st.st_mode));
         if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
-            return tm_seterr(-EINVAL, "%s: not a regular file (%s)", shown,
-                             safe_kind(st.st_mode));
+            return tm_seterr(-EINVAL, "%s: not a regular file (%s)", shown, safe_kind(st.st_mode));
     }
     return tm_seterr(rc, "%s: %s", shown, strerror(-rc));
 }
@@ -304,8 +303,7 @@ int tm_dir_make_temp(int dirfd, const char *prefix, mode_t mode, char *name, siz
         }
         return fd;
     }
-    return tm_seterr(-EEXIST, "%s: no free temporary name after %d tries", prefix,
-                     SAFE_TEMP_TRIES);
+    return tm_seterr(-EEXIST, "%s: no free temporary name after %d tries", prefix, SAFE_TEMP_TRIES);
 }
 
 /* --- files */
@@ -316,8 +314,7 @@ int tm_file_create_at(int dirfd, const char *name, mode_t mode)
         return tm_seterr(-EINVAL, "file: bad name");
     int fd;
     do
-        fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                    mode & 0777);
+        fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode & 0777);
     while (fd < 0 && errno == EINTR);
     char shown[PATH_MAX + 64];
     if (fd < 0) {
@@ -467,8 +464,8 @@ int tm_file_open_output(const char *path, mode_t mode)
 /* Whether the name [s, s+n) holds one of the words that mark a secret. */
 static bool safe_secret_name(const char *s, size_t n)
 {
-    static const char *const words[] = {"token", "key", "password", "passwd", "secret",
-                                        "credential"};
+    static const char *const words[] = {"token",  "key",    "password",
+                                        "passwd", "secret", "credential"};
     for (size_t w = 0; w < TM_ARRAY_LEN(words); w++) {
         size_t wl = strlen(words[w]);
         for (size_t i = 0; i + wl <= n; i++)

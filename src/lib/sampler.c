@@ -65,10 +65,8 @@ int tm_sampler_next_warning(tm_sampler *s, tm_sampler_warning *out)
     s->out = s->warn[s->warn_head];
     s->warn_head = (s->warn_head + 1) % SAMPLER_WARN_CAP;
     s->warn_n--;
-    *out = (tm_sampler_warning){.kind = s->out.kind,
-                                .collector = s->out.collector,
-                                .err = s->out.err,
-                                .msg = s->out.msg};
+    *out = (tm_sampler_warning){
+        .kind = s->out.kind, .collector = s->out.collector, .err = s->out.err, .msg = s->out.msg};
     return 1;
 }
 

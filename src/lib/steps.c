@@ -49,7 +49,10 @@ bool tm_step_times(const tm_inproc_step *s, double *dur_s, double *wait_s)
     return true;
 }
 
-void tm_steptally_init(tm_steptally *t) { memset(t, 0, sizeof *t); }
+void tm_steptally_init(tm_steptally *t)
+{
+    memset(t, 0, sizeof *t);
+}
 
 bool tm_steptally_add(tm_steptally *t, const tm_inproc_step *s)
 {

@@ -15,7 +15,7 @@
 #include "util.h"
 
 int tm_sysrec_put(tm_rec *w, int64_t t_ns, const char *labels, const struct tm_sysrec_val *vals,
-                      size_t n)
+                  size_t n)
 {
     uint32_t ids[64];
     double values[64];
@@ -74,10 +74,12 @@ static size_t sysrec_psi(struct tm_sysrec_val *out, const char *names[6], const 
     size_t k = 0;
     out[k++] = (struct tm_sysrec_val){names[0], "ratio", p->has_some ? p->some_avg10 / 100.0 : NAN};
     out[k++] = (struct tm_sysrec_val){names[1], "ratio", p->has_some ? p->some_avg60 / 100.0 : NAN};
-    out[k++] = (struct tm_sysrec_val){names[2], "s", p->has_some ? (double)p->some_total_us / 1e6 : NAN};
+    out[k++] =
+        (struct tm_sysrec_val){names[2], "s", p->has_some ? (double)p->some_total_us / 1e6 : NAN};
     out[k++] = (struct tm_sysrec_val){names[3], "ratio", p->has_full ? p->full_avg10 / 100.0 : NAN};
     out[k++] = (struct tm_sysrec_val){names[4], "ratio", p->has_full ? p->full_avg60 / 100.0 : NAN};
-    out[k++] = (struct tm_sysrec_val){names[5], "s", p->has_full ? (double)p->full_total_us / 1e6 : NAN};
+    out[k++] =
+        (struct tm_sysrec_val){names[5], "s", p->has_full ? (double)p->full_total_us / 1e6 : NAN};
     return k;
 }
 
@@ -85,18 +87,20 @@ int tm_sysrec_pressure(tm_rec *w, int64_t t_ns, const tm_pressure_stats *ps)
 {
     if (t_ns == 0)
         t_ns = tm_now_mono_ns();
-    static const char *io[6] = {TM_SER_PSI_IO_SOME_AVG10, TM_SER_PSI_IO_SOME_AVG60,
+    static const char *io[6] = {TM_SER_PSI_IO_SOME_AVG10,         TM_SER_PSI_IO_SOME_AVG60,
                                 TM_SER_PSI_IO_SOME_SECONDS_TOTAL, TM_SER_PSI_IO_FULL_AVG10,
-                                TM_SER_PSI_IO_FULL_AVG60, TM_SER_PSI_IO_FULL_SECONDS_TOTAL};
-    static const char *cpu[6] = {TM_SER_PSI_CPU_SOME_AVG10, TM_SER_PSI_CPU_SOME_AVG60,
-                                 TM_SER_PSI_CPU_SOME_SECONDS_TOTAL, TM_SER_PSI_CPU_FULL_AVG10,
-                                 TM_SER_PSI_CPU_FULL_AVG60, TM_SER_PSI_CPU_FULL_SECONDS_TOTAL};
-    static const char *mem[6] = {TM_SER_PSI_MEMORY_SOME_AVG10, TM_SER_PSI_MEMORY_SOME_AVG60,
-                                 TM_SER_PSI_MEMORY_SOME_SECONDS_TOTAL, TM_SER_PSI_MEMORY_FULL_AVG10,
-                                 TM_SER_PSI_MEMORY_FULL_AVG60, TM_SER_PSI_MEMORY_FULL_SECONDS_TOTAL};
-    static const char *cg[6] = {TM_SER_CGROUP_IO_SOME_AVG10, TM_SER_CGROUP_IO_SOME_AVG60,
-                                TM_SER_CGROUP_IO_SOME_SECONDS_TOTAL, TM_SER_CGROUP_IO_FULL_AVG10,
-                                TM_SER_CGROUP_IO_FULL_AVG60, TM_SER_CGROUP_IO_FULL_SECONDS_TOTAL};
+                                TM_SER_PSI_IO_FULL_AVG60,         TM_SER_PSI_IO_FULL_SECONDS_TOTAL};
+    static const char *cpu[6] = {
+        TM_SER_PSI_CPU_SOME_AVG10, TM_SER_PSI_CPU_SOME_AVG60, TM_SER_PSI_CPU_SOME_SECONDS_TOTAL,
+        TM_SER_PSI_CPU_FULL_AVG10, TM_SER_PSI_CPU_FULL_AVG60, TM_SER_PSI_CPU_FULL_SECONDS_TOTAL};
+    static const char *mem[6] = {
+        TM_SER_PSI_MEMORY_SOME_AVG10,         TM_SER_PSI_MEMORY_SOME_AVG60,
+        TM_SER_PSI_MEMORY_SOME_SECONDS_TOTAL, TM_SER_PSI_MEMORY_FULL_AVG10,
+        TM_SER_PSI_MEMORY_FULL_AVG60,         TM_SER_PSI_MEMORY_FULL_SECONDS_TOTAL};
+    static const char *cg[6] = {
+        TM_SER_CGROUP_IO_SOME_AVG10,         TM_SER_CGROUP_IO_SOME_AVG60,
+        TM_SER_CGROUP_IO_SOME_SECONDS_TOTAL, TM_SER_CGROUP_IO_FULL_AVG10,
+        TM_SER_CGROUP_IO_FULL_AVG60,         TM_SER_CGROUP_IO_FULL_SECONDS_TOTAL};
     struct tm_sysrec_val vals[32];
     size_t k = 0;
     if (ps->valid & TM_PRESSURE_HAVE_IO)
@@ -112,10 +116,14 @@ int tm_sysrec_pressure(tm_rec *w, int64_t t_ns, const tm_pressure_stats *ps)
     if (ps->valid & TM_PRESSURE_HAVE_CG_IO)
         k += sysrec_psi(vals + k, cg, &ps->cg_io);
     if (ps->valid & TM_PRESSURE_HAVE_CG_IOSTAT && ps->cg_iostat.valid) {
-        vals[k++] = (struct tm_sysrec_val){TM_SER_CGROUP_READ_BYTES_TOTAL, "B", (double)ps->cg_iostat.rbytes};
-        vals[k++] = (struct tm_sysrec_val){TM_SER_CGROUP_WRITE_BYTES_TOTAL, "B", (double)ps->cg_iostat.wbytes};
-        vals[k++] = (struct tm_sysrec_val){TM_SER_CGROUP_READS_TOTAL, "", (double)ps->cg_iostat.rios};
-        vals[k++] = (struct tm_sysrec_val){TM_SER_CGROUP_WRITES_TOTAL, "", (double)ps->cg_iostat.wios};
+        vals[k++] = (struct tm_sysrec_val){TM_SER_CGROUP_READ_BYTES_TOTAL, "B",
+                                           (double)ps->cg_iostat.rbytes};
+        vals[k++] = (struct tm_sysrec_val){TM_SER_CGROUP_WRITE_BYTES_TOTAL, "B",
+                                           (double)ps->cg_iostat.wbytes};
+        vals[k++] =
+            (struct tm_sysrec_val){TM_SER_CGROUP_READS_TOTAL, "", (double)ps->cg_iostat.rios};
+        vals[k++] =
+            (struct tm_sysrec_val){TM_SER_CGROUP_WRITES_TOTAL, "", (double)ps->cg_iostat.wios};
     }
     char labels[600];
     snprintf(labels, sizeof labels, "cgroup=%s", ps->cgroup);

@@ -113,11 +113,14 @@ int tm_procrec_write(tm_procrec *pr, tm_rec *w, int64_t t_ns, const tm_ptree_sta
         }
         const struct tm_sysrec_val vals[] = {
             {TM_SER_PROC_PROCESS_CPU_UTILIZATION, "cores", cpu},
-            {TM_SER_PROC_PROCESS_STATE_D, "", (p->valid & TM_PROC_HAVE_STAT) ? (p->state == 'D') : NAN},
+            {TM_SER_PROC_PROCESS_STATE_D, "",
+             (p->valid & TM_PROC_HAVE_STAT) ? (p->state == 'D') : NAN},
             {TM_SER_PROC_PROCESS_READ_BYTES_PER_SECOND, "B/s", rd},
             {TM_SER_PROC_PROCESS_RCHAR_BYTES_PER_SECOND, "B/s", rchar},
-            {TM_SER_PROC_PROCESS_RSS_BYTES, "B", (p->valid & TM_PROC_HAVE_RSS) ? (double)p->rss_bytes : NAN},
-            {TM_SER_PROC_PROCESS_PSS_BYTES, "B", (p->valid & TM_PROC_HAVE_PSS) ? (double)p->pss_bytes : NAN},
+            {TM_SER_PROC_PROCESS_RSS_BYTES, "B",
+             (p->valid & TM_PROC_HAVE_RSS) ? (double)p->rss_bytes : NAN},
+            {TM_SER_PROC_PROCESS_PSS_BYTES, "B",
+             (p->valid & TM_PROC_HAVE_PSS) ? (double)p->pss_bytes : NAN},
         };
         char labels[96];
         procrec_labels(labels, sizeof labels, p);

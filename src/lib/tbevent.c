@@ -238,7 +238,10 @@ int tm_tb_scalar(tm_tb_writer *w, const char *tag, int64_t step, double wall_tim
     return rc;
 }
 
-const char *tm_tb_path(const tm_tb_writer *w) { return w ? w->path : ""; }
+const char *tm_tb_path(const tm_tb_writer *w)
+{
+    return w ? w->path : "";
+}
 
 int tm_tb_close(tm_tb_writer **wp)
 {

@@ -223,16 +223,15 @@ struct pseries {
     /* Series sampled together (one sampler call) have the same times: the
      * first series of their records leads, and the others share its time
      * array (a day of samples of 150 series is 100 MB of times otherwise). */
-    size_t lead;     /* index + 1 of the series leading every record it is in */
-    bool mixed;      /* led by different series: keeps its own times */
-    bool shared;     /* uses the lead's time array */
+    size_t lead; /* index + 1 of the series leading every record it is in */
+    bool mixed;  /* led by different series: keeps its own times */
+    bool shared; /* uses the lead's time array */
 };
 
 enum { V_STEP, V_CAPTURE, V_PHASE, V_OOM, V_WORKER, V_OPTSTEP, V_EVENT, V_N };
-static const size_t vec_el[V_N] = {sizeof(tm_run_step),   sizeof(tm_run_capture),
-                                   sizeof(tm_run_phase),  sizeof(tm_run_oom),
-                                   sizeof(tm_run_worker), sizeof(tm_run_optstep),
-                                   sizeof(tm_run_event)};
+static const size_t vec_el[V_N] = {
+    sizeof(tm_run_step),   sizeof(tm_run_capture), sizeof(tm_run_phase), sizeof(tm_run_oom),
+    sizeof(tm_run_worker), sizeof(tm_run_optstep), sizeof(tm_run_event)};
 
 struct part {
     char *path;
@@ -249,9 +248,9 @@ struct part {
     size_t nseries, series_cap;
     uint32_t *id2s; /* series id -> index + 1 (0: undefined) */
     size_t id2s_cap;
-    uint32_t src;   /* its index among the sources */
-    size_t cnt[V_N]; /* records of each kind counted by the first pass, */
-    size_t got[V_N]; /* stored by the second, */
+    uint32_t src;     /* its index among the sources */
+    size_t cnt[V_N];  /* records of each kind counted by the first pass, */
+    size_t got[V_N];  /* stored by the second, */
     size_t base[V_N]; /* at this index of the run's arrays */
     char *dst[V_N];
     union {
@@ -484,14 +483,22 @@ static int part_event(struct part *p, const tm_record *rec, int64_t t)
 static int rec_kind(uint16_t type)
 {
     switch (type) {
-    case TM_REC_STEP: return V_STEP;
-    case TM_REC_CAPTURE: return V_CAPTURE;
-    case TM_REC_PHASE: return V_PHASE;
-    case TM_REC_OOM: return V_OOM;
-    case TM_REC_WORKER: return V_WORKER;
-    case TM_REC_OPTSTEP: return V_OPTSTEP;
-    case TM_REC_EVENT: return V_EVENT;
-    default: return V_N;
+    case TM_REC_STEP:
+        return V_STEP;
+    case TM_REC_CAPTURE:
+        return V_CAPTURE;
+    case TM_REC_PHASE:
+        return V_PHASE;
+    case TM_REC_OOM:
+        return V_OOM;
+    case TM_REC_WORKER:
+        return V_WORKER;
+    case TM_REC_OPTSTEP:
+        return V_OPTSTEP;
+    case TM_REC_EVENT:
+        return V_EVENT;
+    default:
+        return V_N;
     }
 }
 
@@ -547,8 +554,8 @@ static void part_count(struct part *p)
         /* Every record holding s is led by L (which is in each of them once)
          * and both have as many points: they were in the same records. */
         const struct pseries *l = s->lead ? &p->series[s->lead - 1] : NULL;
-        s->shared = l && l != s && !s->mixed && !l->mixed && l->lead == s->lead &&
-                    l->want == s->want;
+        s->shared =
+            l && l != s && !s->mixed && !l->mixed && l->lead == s->lead && l->want == s->want;
         if ((!s->shared && big_reserve(&s->t, s->want * sizeof(int64_t)) < 0) ||
             big_reserve(&s->v, s->want * sizeof(double)) < 0)
             goto nomem;
@@ -819,10 +826,16 @@ static int run_merge(tm_run *r)
         p->nnotes = 0;
         if (!p->ok)
             continue;
-        r->sources[r->nsources++] = (tm_run_source){
-            .path = p->path, .dir = p->dir, .file = p->file, .header = p->hdr,
-            .mono_to_wall_ns = p->off, .first_ns = p->first, .last_ns = p->last,
-            .records = p->records, .ndamage = p->ndamage, .torn_tail = p->torn};
+        r->sources[r->nsources++] = (tm_run_source){.path = p->path,
+                                                    .dir = p->dir,
+                                                    .file = p->file,
+                                                    .header = p->hdr,
+                                                    .mono_to_wall_ns = p->off,
+                                                    .first_ns = p->first,
+                                                    .last_ns = p->last,
+                                                    .records = p->records,
+                                                    .ndamage = p->ndamage,
+                                                    .torn_tail = p->torn};
         if (p->records) {
             if (!r->start || p->first < r->start)
                 r->start = p->first;
@@ -831,10 +844,14 @@ static int run_merge(tm_run *r)
         }
         for (size_t j = 0; j < p->nseries; j++) {
             const struct pseries *s = &p->series[j];
-            r->series[r->nseries++] = (tm_run_series){
-                .source = p->src, .name = s->name, .labels = s->labels, .unit = s->unit,
-                .n = s->n, .t_ns = s->shared ? p->series[s->lead - 1].t.p : s->t.p,
-                .v = s->v.p};
+            r->series[r->nseries++] =
+                (tm_run_series){.source = p->src,
+                                .name = s->name,
+                                .labels = s->labels,
+                                .unit = s->unit,
+                                .n = s->n,
+                                .t_ns = s->shared ? p->series[s->lead - 1].t.p : s->t.p,
+                                .v = s->v.p};
         }
         for (int k = 0; k < V_N; k++) {
             char *to = (char *)r->v[k].p + r->nv[k] * vec_el[k];
@@ -848,8 +865,8 @@ static int run_merge(tm_run *r)
 
 _Static_assert(offsetof(tm_run_step, source) == 0 && offsetof(tm_run_capture, source) == 0 &&
                    offsetof(tm_run_phase, source) == 0 && offsetof(tm_run_oom, source) == 0 &&
-                   offsetof(tm_run_worker, source) == 0 &&
-                   offsetof(tm_run_optstep, source) == 0 && offsetof(tm_run_event, source) == 0,
+                   offsetof(tm_run_worker, source) == 0 && offsetof(tm_run_optstep, source) == 0 &&
+                   offsetof(tm_run_event, source) == 0,
                "run records start with their source");
 
 int tm_run_load(tm_run **out, const char *const *dirs, size_t n)
@@ -919,8 +936,8 @@ int tm_run_load(tm_run **out, const char *const *dirs, size_t n)
             if (strncmp(r->notes[i], r->parts[0].path, plen) == 0 && r->notes[i][plen] == ':')
                 first = r->notes[i];
         if (first)
-            rc = tm_seterr(-ENOENT, "%s: no readable trainmon record files (%s)", r->dirs[0],
-                           first);
+            rc =
+                tm_seterr(-ENOENT, "%s: no readable trainmon record files (%s)", r->dirs[0], first);
         else
             rc = tm_seterr(-ENOENT, "%s: %s", r->dirs[0],
                            r->nparts ? "no readable trainmon record files" : why);

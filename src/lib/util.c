@@ -13,7 +13,10 @@
 
 static __thread char tm_errbuf[512];
 
-const char *tm_last_error(void) { return tm_errbuf; }
+const char *tm_last_error(void)
+{
+    return tm_errbuf;
+}
 
 int tm_seterr(int rc, const char *fmt, ...)
 {
@@ -67,8 +70,14 @@ static int64_t tm_clock_ns(clockid_t id)
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-int64_t tm_now_mono_ns(void) { return tm_clock_ns(CLOCK_MONOTONIC); }
-int64_t tm_now_real_ns(void) { return tm_clock_ns(CLOCK_REALTIME); }
+int64_t tm_now_mono_ns(void)
+{
+    return tm_clock_ns(CLOCK_MONOTONIC);
+}
+int64_t tm_now_real_ns(void)
+{
+    return tm_clock_ns(CLOCK_REALTIME);
+}
 
 ssize_t tm_read_full(int fd, void *buf, size_t len)
 {
@@ -168,9 +177,8 @@ ssize_t tm_read_file(const char *path, char *buf, size_t cap)
     return tm_read_fd_file(fd, path, buf, cap);
 }
 
-__attribute__((format(printf, 4, 0))) static int tm_root_path(char *buf, size_t cap,
-                                                              const char *root, const char *fmt,
-                                                              va_list ap)
+__attribute__((format(printf, 4, 0))) static int
+tm_root_path(char *buf, size_t cap, const char *root, const char *fmt, va_list ap)
 {
     int a = snprintf(buf, cap, "%s/", root);
     if (a < 0 || (size_t)a >= cap)
@@ -373,11 +381,21 @@ static const char *esc_ascii(tm_esc how, unsigned char c, char tmp[8], size_t *n
         break;
     case TM_ESC_JSON:
         switch (c) {
-        case '"': r = "\\\""; break;
-        case '\\': r = "\\\\"; break;
-        case '\n': r = "\\n"; break;
-        case '\t': r = "\\t"; break;
-        case '\r': r = "\\r"; break;
+        case '"':
+            r = "\\\"";
+            break;
+        case '\\':
+            r = "\\\\";
+            break;
+        case '\n':
+            r = "\\n";
+            break;
+        case '\t':
+            r = "\\t";
+            break;
+        case '\r':
+            r = "\\r";
+            break;
         default:
             if (ctl) {
                 snprintf(tmp, 8, "\\u%04x", c);
@@ -390,11 +408,21 @@ static const char *esc_ascii(tm_esc how, unsigned char c, char tmp[8], size_t *n
         break;
     case TM_ESC_HTML:
         switch (c) {
-        case '&': r = "&amp;"; break;
-        case '<': r = "&lt;"; break;
-        case '>': r = "&gt;"; break;
-        case '"': r = "&quot;"; break;
-        case '\'': r = "&#39;"; break;
+        case '&':
+            r = "&amp;";
+            break;
+        case '<':
+            r = "&lt;";
+            break;
+        case '>':
+            r = "&gt;";
+            break;
+        case '"':
+            r = "&quot;";
+            break;
+        case '\'':
+            r = "&#39;";
+            break;
         default:
             /* HTML has no escape for them (&#1; is a parse error too). */
             if (ctl && c != '\t' && c != '\n' && c != '\r')
@@ -445,7 +473,10 @@ int tm_escape(tm_esc how, const char *s, size_t len, tm_esc_put put, void *ctx)
     return i > from ? put(ctx, s + from, i - from) : 0;
 }
 
-static int buf_put(void *ctx, const char *p, size_t n) { return tm_buf_add(ctx, p, n); }
+static int buf_put(void *ctx, const char *p, size_t n)
+{
+    return tm_buf_add(ctx, p, n);
+}
 
 int tm_buf_esc(tm_buf *b, tm_esc how, const char *s, size_t len)
 {

@@ -90,6 +90,9 @@ static inline int64_t tm_sat_sub64(int64_t a, int64_t b)
     return r;
 }
 /* (a - b) in seconds, saturated. */
-static inline double tm_ns_diff_s(int64_t a, int64_t b) { return (double)tm_sat_sub64(a, b) / 1e9; }
+static inline double tm_ns_diff_s(int64_t a, int64_t b)
+{
+    return (double)tm_sat_sub64(a, b) / 1e9;
+}
 
 #endif /* TM_UTIL_H */

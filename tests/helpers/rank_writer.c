@@ -74,10 +74,19 @@ int main(int argc, char **argv)
     if (rc == 0)
         rc = len < 0 ? len : tm_rec_append(w, TM_REC_CAPTURE, 0, buf, (uint32_t)len);
     for (unsigned i = 0; i < ooms && rc == 0; i++) {
-        tm_inproc_oom e = {.device = 0, .seq = i + 1, .step = steps, .source = TM_OOM_OBSERVER,
-                           .requested = 1e9, .free_device = 1e8, .total_device = 8e9,
-                           .allocated = 7e9, .reserved = 7.5e9, .phase = "", .phase_len = 0,
-                           .snapshot = "", .snapshot_len = 0};
+        tm_inproc_oom e = {.device = 0,
+                           .seq = i + 1,
+                           .step = steps,
+                           .source = TM_OOM_OBSERVER,
+                           .requested = 1e9,
+                           .free_device = 1e8,
+                           .total_device = 8e9,
+                           .allocated = 7e9,
+                           .reserved = 7.5e9,
+                           .phase = "",
+                           .phase_len = 0,
+                           .snapshot = "",
+                           .snapshot_len = 0};
         len = tm_inproc_encode_oom(&e, buf, sizeof buf);
         rc = len < 0 ? len : tm_rec_append(w, TM_REC_OOM, 0, buf, (uint32_t)len);
     }

@@ -60,8 +60,8 @@ static int pack(int argc, char **argv)
 int main(int argc, char **argv)
 {
     if (argc >= 5 && strcmp(argv[1], "far") == 0) {
-        long n = craft_far(argv[2], strtoull(argv[3], NULL, 0),
-                           (uint32_t)strtoul(argv[4], NULL, 0));
+        long n =
+            craft_far(argv[2], strtoull(argv[3], NULL, 0), (uint32_t)strtoul(argv[4], NULL, 0));
         if (n < 0) {
             fprintf(stderr, "tmr_craft: %s: %s\n", argv[2], strerror((int)-n));
             return 1;

@@ -115,8 +115,8 @@ static inline long craft_far(const char *path, uint64_t size, uint32_t bs)
 
 /* Clock values at the edges, for headers and records. */
 static const int64_t craft_clock_edges[] = {
-    INT64_MAX, INT64_MIN, INT64_MAX - 1, INT64_MIN + 1, 0, -1, 1, INT64_MAX / 2, INT64_MIN / 2,
-    1700000000000000000LL,
+    INT64_MAX, INT64_MIN, INT64_MAX - 1, INT64_MIN + 1, 0,
+    -1,        1,         INT64_MAX / 2, INT64_MIN / 2, 1700000000000000000LL,
 };
 #define CRAFT_NCLOCKS (sizeof craft_clock_edges / sizeof craft_clock_edges[0])
 
@@ -150,8 +150,13 @@ static inline int craft_clocks_file(const char *path, int32_t rank, int64_t real
         int n = tm_inproc_encode_step(&s, buf, sizeof buf);
         if (n > 0)
             tm_rec_append(w, TM_REC_STEP, a, buf, (uint32_t)n);
-        tm_inproc_worker wk = {.worker_id = (int32_t)i, .pid = 7, .batch = i, .start_ns = b,
-                               .end_ns = a, .cpu_s = 1e300, .rss_bytes = -1};
+        tm_inproc_worker wk = {.worker_id = (int32_t)i,
+                               .pid = 7,
+                               .batch = i,
+                               .start_ns = b,
+                               .end_ns = a,
+                               .cpu_s = 1e300,
+                               .rss_bytes = -1};
         n = tm_inproc_encode_worker(&wk, buf, sizeof buf);
         if (n > 0)
             tm_rec_append(w, TM_REC_WORKER, a, buf, (uint32_t)n);
@@ -160,13 +165,21 @@ static inline int craft_clocks_file(const char *path, int32_t rank, int64_t real
         if (n > 0)
             tm_rec_append(w, TM_REC_OPTSTEP, a, buf, (uint32_t)n);
         tm_inproc_phase ph = {.kind = i % 2 ? TM_PHASE_EXIT : TM_PHASE_ENTER,
-                              .depth = (uint32_t)i, .step = i, .name = "fwd", .name_len = 3};
+                              .depth = (uint32_t)i,
+                              .step = i,
+                              .name = "fwd",
+                              .name_len = 3};
         n = tm_inproc_encode_phase(&ph, buf, sizeof buf);
         if (n > 0)
             tm_rec_append(w, TM_REC_PHASE, a, buf, (uint32_t)n);
-        tm_inproc_capture c = {.source = TM_CAPTURE_STEP, .device = 0, .step = i,
-                               .allocated = 1e18, .reserved = -1, .peak_allocated = 1e308,
-                               .tag = "step", .tag_len = 4};
+        tm_inproc_capture c = {.source = TM_CAPTURE_STEP,
+                               .device = 0,
+                               .step = i,
+                               .allocated = 1e18,
+                               .reserved = -1,
+                               .peak_allocated = 1e308,
+                               .tag = "step",
+                               .tag_len = 4};
         n = tm_inproc_encode_capture(&c, buf, sizeof buf);
         if (n > 0)
             tm_rec_append(w, TM_REC_CAPTURE, a, buf, (uint32_t)n);

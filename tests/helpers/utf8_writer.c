@@ -81,24 +81,38 @@ static int write_training(const char *path, int rank, const char *role, double a
     int64_t t0 = tm_now_mono_ns() - 5000000000LL;
     static const char phase[] = "ph\xED\xA0\x80se";     /* U+D800 */
     static const char phase2[] = "q\"uo\x01te\xC3\xA9"; /* quote, control, e acute */
-    tm_inproc_phase p = {.kind = TM_PHASE_ENTER, .depth = 1, .step = 0, .name = phase,
-                         .name_len = sizeof phase - 1};
+    tm_inproc_phase p = {
+        .kind = TM_PHASE_ENTER, .depth = 1, .step = 0, .name = phase, .name_len = sizeof phase - 1};
     rc = rc ? rc : put(w, TM_REC_PHASE, t0, buf, tm_inproc_encode_phase(&p, buf, sizeof buf));
-    tm_inproc_phase p2 = {.kind = TM_PHASE_ENTER, .depth = 2, .step = 0, .name = phase2,
+    tm_inproc_phase p2 = {.kind = TM_PHASE_ENTER,
+                          .depth = 2,
+                          .step = 0,
+                          .name = phase2,
                           .name_len = sizeof phase2 - 1};
     rc = rc ? rc : put(w, TM_REC_PHASE, t0, buf, tm_inproc_encode_phase(&p2, buf, sizeof buf));
     for (uint64_t i = 0; i < 20 && !rc; i++) {
         int64_t s = t0 + (int64_t)i * 100000000;
-        tm_inproc_step st = {.step = i, .start_ns = s, .end_ns = s + 100000000,
-                             .data_wait_ns = 60000000};
+        tm_inproc_step st = {
+            .step = i, .start_ns = s, .end_ns = s + 100000000, .data_wait_ns = 60000000};
         rc = put(w, TM_REC_STEP, s + 100000000, buf, tm_inproc_encode_step(&st, buf, sizeof buf));
     }
     static const char tag[] = "tag\xC0\xAF\xFF-\xE2\x82"; /* overlong '/', lone FF, cut */
-    tm_inproc_capture c = {.source = TM_CAPTURE_USER, .device = 0, .step = 20,
-                           .allocated = allocated, .reserved = allocated, .peak_allocated = allocated,
-                           .active = NAN, .inactive_split = NAN, .requested = NAN,
-                           .free_device = NAN, .total_device = 8e9, .num_alloc_retries = 0,
-                           .num_ooms = 0, .host_rss = NAN, .tag = tag, .tag_len = sizeof tag - 1};
+    tm_inproc_capture c = {.source = TM_CAPTURE_USER,
+                           .device = 0,
+                           .step = 20,
+                           .allocated = allocated,
+                           .reserved = allocated,
+                           .peak_allocated = allocated,
+                           .active = NAN,
+                           .inactive_split = NAN,
+                           .requested = NAN,
+                           .free_device = NAN,
+                           .total_device = 8e9,
+                           .num_alloc_retries = 0,
+                           .num_ooms = 0,
+                           .host_rss = NAN,
+                           .tag = tag,
+                           .tag_len = sizeof tag - 1};
     int64_t te = t0 + 2100000000;
     rc = rc ? rc : put(w, TM_REC_CAPTURE, te, buf, tm_inproc_encode_capture(&c, buf, sizeof buf));
     p2.kind = TM_PHASE_EXIT;
@@ -107,10 +121,18 @@ static int write_training(const char *path, int rank, const char *role, double a
     rc = rc ? rc : put(w, TM_REC_PHASE, te, buf, tm_inproc_encode_phase(&p, buf, sizeof buf));
     rc = rc ? rc : tm_rec_event(w, te, "ev\xFF", "{\"k\":\"v\xFE\xF4\x90\x80\x80\"}");
     static const char ophase[] = "fwd\xFF", snap[] = "oom\xF8\x88.pickle";
-    tm_inproc_oom e = {.device = 0, .seq = 1, .step = 20, .source = TM_OOM_OBSERVER,
-                       .requested = 1e9, .free_device = 1e8, .total_device = 8e9,
-                       .allocated = allocated, .reserved = allocated, .phase = ophase,
-                       .phase_len = sizeof ophase - 1, .snapshot = snap,
+    tm_inproc_oom e = {.device = 0,
+                       .seq = 1,
+                       .step = 20,
+                       .source = TM_OOM_OBSERVER,
+                       .requested = 1e9,
+                       .free_device = 1e8,
+                       .total_device = 8e9,
+                       .allocated = allocated,
+                       .reserved = allocated,
+                       .phase = ophase,
+                       .phase_len = sizeof ophase - 1,
+                       .snapshot = snap,
                        .snapshot_len = sizeof snap - 1};
     rc = rc ? rc : put(w, TM_REC_OOM, te, buf, tm_inproc_encode_oom(&e, buf, sizeof buf));
     tm_rec_close(&w);
@@ -173,7 +195,8 @@ int main(int argc, char **argv)
     FILE *f = fopen(path, "w");
     if (!f)
         return fail(path);
-    fputs("{\"command\": [\"python\", \"tr\xE2\x82" "ain.py\", \"--name=\xFF\"], \"host\": \"h\xFE\"}\n",
+    fputs("{\"command\": [\"python\", \"tr\xE2\x82"
+          "ain.py\", \"--name=\xFF\"], \"host\": \"h\xFE\"}\n",
           f);
     return fclose(f) == 0 ? 0 : 1;
 }

@@ -115,8 +115,7 @@ static void test_bad_rules_are_refused_with_a_reason(void **state)
         tm_alert_rule r;
         assert_int_equal(tm_alert_rule_parse(cases[i].text, &r), -EINVAL);
         if (!strstr(tm_last_error(), cases[i].why))
-            fail_msg("'%s': message '%s' lacks '%s'", cases[i].text, tm_last_error(),
-                     cases[i].why);
+            fail_msg("'%s': message '%s' lacks '%s'", cases[i].text, tm_last_error(), cases[i].why);
         assert_null(strchr(tm_last_error(), '\n'));
     }
 }
@@ -124,13 +123,28 @@ static void test_bad_rules_are_refused_with_a_reason(void **state)
 static void test_every_documented_metric_is_known(void **state)
 {
     (void)state;
-    static const char *names[] = {
-        "disk.r_await_ms", "disk.w_await_ms", "disk.util_pct", "disk.r_mb_s", "disk.w_mb_s",
-        "disk.aqu_sz", "psi.io_some_pct", "psi.io_full_pct", "psi.cpu_some_pct",
-        "psi.mem_some_pct", "psi.mem_full_pct", "gpu.util_pct", "gpu.mem_used_pct",
-        "gpu.mem_used_bytes", "gpu.temp_c", "gpu.power_w", "proc.cpu_pct", "proc.d_state",
-        "proc.read_mb_s", "proc.rss_bytes", "run.data_wait_fraction",
-        "run.gpu_memory_allocated_fraction"};
+    static const char *names[] = {"disk.r_await_ms",
+                                  "disk.w_await_ms",
+                                  "disk.util_pct",
+                                  "disk.r_mb_s",
+                                  "disk.w_mb_s",
+                                  "disk.aqu_sz",
+                                  "psi.io_some_pct",
+                                  "psi.io_full_pct",
+                                  "psi.cpu_some_pct",
+                                  "psi.mem_some_pct",
+                                  "psi.mem_full_pct",
+                                  "gpu.util_pct",
+                                  "gpu.mem_used_pct",
+                                  "gpu.mem_used_bytes",
+                                  "gpu.temp_c",
+                                  "gpu.power_w",
+                                  "proc.cpu_pct",
+                                  "proc.d_state",
+                                  "proc.read_mb_s",
+                                  "proc.rss_bytes",
+                                  "run.data_wait_fraction",
+                                  "run.gpu_memory_allocated_fraction"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         assert_non_null(tm_alert_metric_help(names[i]));
     assert_null(tm_alert_metric_help("disk"));

@@ -75,7 +75,8 @@ static void test_metadata_names_processes_and_threads(void **state)
     assert_int_equal(tm_chrome_thread_name(c, 1, 2, "phases"), 0);
     assert_int_equal(tm_chrome_close(&c, NULL), 0);
     const char *t = slurp(tpath);
-    pos_of(t, "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":1,\"args\":{\"name\":\"rank 0\"}},\n");
+    pos_of(t,
+           "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":1,\"args\":{\"name\":\"rank 0\"}},\n");
     pos_of(t, "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":1,\"tid\":2,"
               "\"args\":{\"name\":\"phases\"}}\n]}");
 }
@@ -112,7 +113,9 @@ static void test_counter_leaves_out_unavailable_values(void **state)
     assert_int_equal(tm_chrome_counter(c, 3, "gpu_mem", 6000, keys, v2, 2), 0);
     assert_int_equal(tm_chrome_close(&c, NULL), 0);
     const char *t = slurp(tpath);
-    pos_of(t, "{\"ph\":\"C\",\"name\":\"gpu_mem\",\"pid\":3,\"ts\":5.000,\"args\":{\"allocated\":1024}}");
+    pos_of(
+        t,
+        "{\"ph\":\"C\",\"name\":\"gpu_mem\",\"pid\":3,\"ts\":5.000,\"args\":{\"allocated\":1024}}");
     assert_null(strstr(t, "reserved"));
     assert_null(strstr(t, "\"ts\":6.000"));
 }
@@ -197,14 +200,21 @@ static void test_open_in_missing_directory_fails(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_empty_trace_is_a_document_with_no_events, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_empty_trace_is_a_document_with_no_events, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_metadata_names_processes_and_threads, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_times_are_microseconds_with_three_decimals, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_strings_escape_quote_backslash_and_controls_only, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_counter_leaves_out_unavailable_values, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_slices_are_sorted_by_start_parent_first, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_child_overrunning_its_parent_is_clipped, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_slices_on_other_threads_do_not_clip_each_other, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_times_are_microseconds_with_three_decimals, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_strings_escape_quote_backslash_and_controls_only,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_counter_leaves_out_unavailable_values, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_slices_are_sorted_by_start_parent_first, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_child_overrunning_its_parent_is_clipped, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_slices_on_other_threads_do_not_clip_each_other, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_slice_args_are_copied_in, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_slices_are_refused, setup, teardown),
         cmocka_unit_test(test_open_in_missing_directory_fails),

@@ -89,8 +89,11 @@ static tm_rec *open_file(const char *sub, const char *name, const char *role, in
 static void put_step(tm_rec *w, uint64_t n, int64_t start_ms, int64_t dur_ms, int64_t wait_ms,
                      uint32_t flags)
 {
-    tm_inproc_step s = {.step = n, .start_ns = start_ms * MS, .end_ns = (start_ms + dur_ms) * MS,
-                        .data_wait_ns = wait_ms * MS, .flags = flags};
+    tm_inproc_step s = {.step = n,
+                        .start_ns = start_ms * MS,
+                        .end_ns = (start_ms + dur_ms) * MS,
+                        .data_wait_ns = wait_ms * MS,
+                        .flags = flags};
     uint8_t buf[128];
     int len = tm_inproc_encode_step(&s, buf, sizeof buf);
     assert_true(len > 0);
@@ -99,11 +102,21 @@ static void put_step(tm_rec *w, uint64_t n, int64_t start_ms, int64_t dur_ms, in
 
 static void put_capture(tm_rec *w, double allocated, double reserved, double total)
 {
-    tm_inproc_capture c = {.source = TM_CAPTURE_STEP, .device = 0, .allocated = allocated,
-                           .reserved = reserved, .peak_allocated = allocated, .active = NAN,
-                           .inactive_split = NAN, .requested = NAN, .free_device = NAN,
-                           .total_device = total, .num_alloc_retries = 0, .num_ooms = 0,
-                           .host_rss = NAN, .tag = "step", .tag_len = 4};
+    tm_inproc_capture c = {.source = TM_CAPTURE_STEP,
+                           .device = 0,
+                           .allocated = allocated,
+                           .reserved = reserved,
+                           .peak_allocated = allocated,
+                           .active = NAN,
+                           .inactive_split = NAN,
+                           .requested = NAN,
+                           .free_device = NAN,
+                           .total_device = total,
+                           .num_alloc_retries = 0,
+                           .num_ooms = 0,
+                           .host_rss = NAN,
+                           .tag = "step",
+                           .tag_len = 4};
     uint8_t buf[512];
     int len = tm_inproc_encode_capture(&c, buf, sizeof buf);
     assert_true(len > 0);
@@ -251,8 +264,7 @@ static void test_steps_are_those_of_the_one_step_accounting(void **st)
     assert_true(fabs(pr.data_wait_seconds - 0.16) < 1e-9); /* 50 + 10 + 100 ms */
     assert_true(fabs(pr.data_wait_fraction - 0.55) < 1e-9);
     assert_false(pr.memory_valid);
-    tm_prom_run run = {.name = "r", .host = "h", .last_record_age_s = 0, .nranks = 1,
-                       .ranks = &pr};
+    tm_prom_run run = {.name = "r", .host = "h", .last_record_age_s = 0, .nranks = 1, .ranks = &pr};
     tm_text *t = tm_text_new(1 << 16);
     assert_int_equal(tm_prom_write_runs(t, &run, 1), 0);
     const char *s = tm_text_data(t, NULL);
@@ -277,8 +289,8 @@ static void test_window_never_holds_the_warmup(void **st)
     assert_true(tm_follow_step(&t, &w, &s));
     assert_int_equal(t.steps, 1);
     assert_int_equal(tm_stepwin_sum(&w, 10, &d, &q), 0); /* no windowed value yet */
-    s = (tm_inproc_step){.step = 1, .start_ns = 100 * MS, .end_ns = 300 * MS,
-                         .data_wait_ns = 20 * MS};
+    s = (tm_inproc_step){
+        .step = 1, .start_ns = 100 * MS, .end_ns = 300 * MS, .data_wait_ns = 20 * MS};
     assert_true(tm_follow_step(&t, &w, &s));
     assert_int_equal(tm_stepwin_sum(&w, 10, &d, &q), 1);
     assert_true(fabs(d - 0.2) < 1e-9 && fabs(q - 0.02) < 1e-9);
@@ -517,8 +529,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(
             test_a_replaced_file_starts_from_nothing_and_a_vanished_one_is_dropped, setup,
             teardown),
-        cmocka_unit_test_setup_teardown(
-            test_last_capture_is_kept_and_the_device_size_is_remembered, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_last_capture_is_kept_and_the_device_size_is_remembered,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_under_a_runs_dir_only_live_runs_are_followed, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_symlinked_run_in_the_runs_dir_is_not_followed, setup,

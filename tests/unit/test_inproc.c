@@ -27,7 +27,10 @@ static void test_step_round_trips(void **st)
 {
     (void)st;
     uint8_t buf[64];
-    tm_inproc_step s = {.step = 7, .start_ns = 100, .end_ns = 300, .data_wait_ns = 50,
+    tm_inproc_step s = {.step = 7,
+                        .start_ns = 100,
+                        .end_ns = 300,
+                        .data_wait_ns = 50,
                         .flags = TM_STEP_ENDED_BY_STOP};
     int n = tm_inproc_encode_step(&s, buf, sizeof buf);
     assert_int_equal(n, 40);
@@ -42,12 +45,22 @@ static void test_capture_round_trips_with_nan_and_tag(void **st)
 {
     (void)st;
     uint8_t buf[256];
-    tm_inproc_capture c = {.source = TM_CAPTURE_USER, .device = -1, .step = 3,
-                           .allocated = NAN, .reserved = 2e9, .peak_allocated = NAN,
-                           .active = NAN, .inactive_split = NAN, .requested = NAN,
-                           .free_device = NAN, .total_device = NAN,
-                           .num_alloc_retries = NAN, .num_ooms = NAN, .host_rss = 1e8,
-                           .tag = "fwd", .tag_len = 3};
+    tm_inproc_capture c = {.source = TM_CAPTURE_USER,
+                           .device = -1,
+                           .step = 3,
+                           .allocated = NAN,
+                           .reserved = 2e9,
+                           .peak_allocated = NAN,
+                           .active = NAN,
+                           .inactive_split = NAN,
+                           .requested = NAN,
+                           .free_device = NAN,
+                           .total_device = NAN,
+                           .num_alloc_retries = NAN,
+                           .num_ooms = NAN,
+                           .host_rss = 1e8,
+                           .tag = "fwd",
+                           .tag_len = 3};
     int n = tm_inproc_encode_capture(&c, buf, sizeof buf);
     assert_int_equal(n, 108 + 3);
     tm_record r = rec_of(TM_REC_CAPTURE, buf, n);
@@ -74,10 +87,19 @@ static void test_oom_round_trips_phase_and_snapshot(void **st)
 {
     (void)st;
     uint8_t buf[256];
-    tm_inproc_oom o = {.device = 1, .seq = 2, .step = 40, .source = TM_OOM_OBSERVER,
-                       .requested = 1073741824.0, .free_device = 5e6, .total_device = 8e10,
-                       .allocated = NAN, .reserved = NAN, .phase = "backward", .phase_len = 8,
-                       .snapshot = "oom-rank0-1.pickle", .snapshot_len = 18};
+    tm_inproc_oom o = {.device = 1,
+                       .seq = 2,
+                       .step = 40,
+                       .source = TM_OOM_OBSERVER,
+                       .requested = 1073741824.0,
+                       .free_device = 5e6,
+                       .total_device = 8e10,
+                       .allocated = NAN,
+                       .reserved = NAN,
+                       .phase = "backward",
+                       .phase_len = 8,
+                       .snapshot = "oom-rank0-1.pickle",
+                       .snapshot_len = 18};
     int n = tm_inproc_encode_oom(&o, buf, sizeof buf);
     tm_record r = rec_of(TM_REC_OOM, buf, n);
     tm_inproc_oom d;
@@ -114,11 +136,21 @@ static void test_format_leaves_unavailable_fields_out_and_escapes_tags(void **st
     (void)st;
     uint8_t buf[256];
     char line[TM_INPROC_FORMAT_MAX];
-    tm_inproc_capture c = {.source = TM_CAPTURE_USER, .device = -1, .allocated = NAN,
-                           .reserved = NAN, .peak_allocated = NAN, .active = NAN,
-                           .inactive_split = NAN, .requested = NAN, .free_device = NAN,
-                           .total_device = NAN, .num_alloc_retries = NAN, .num_ooms = NAN,
-                           .host_rss = 4096, .tag = "a\"b", .tag_len = 3};
+    tm_inproc_capture c = {.source = TM_CAPTURE_USER,
+                           .device = -1,
+                           .allocated = NAN,
+                           .reserved = NAN,
+                           .peak_allocated = NAN,
+                           .active = NAN,
+                           .inactive_split = NAN,
+                           .requested = NAN,
+                           .free_device = NAN,
+                           .total_device = NAN,
+                           .num_alloc_retries = NAN,
+                           .num_ooms = NAN,
+                           .host_rss = 4096,
+                           .tag = "a\"b",
+                           .tag_len = 3};
     tm_record r = rec_of(TM_REC_CAPTURE, buf, tm_inproc_encode_capture(&c, buf, sizeof buf));
     assert_true(tm_inproc_format(&r, true, line, sizeof line) > 0);
     assert_string_equal(line, "\"type\":\"capture\",\"source\":\"user\",\"tag\":\"a\\\"b\","
@@ -178,11 +210,22 @@ static void test_layouts_stay_at_the_documented_offsets(void **st)
     assert_true(at_u32(b, 32) == 5 && at_u32(b, 36) == 0);
 
     memset(b, 0xee, sizeof b);
-    tm_inproc_capture c = {.source = 4, .device = -1, .step = 9, .allocated = 16, .reserved = 24,
-                           .peak_allocated = 32, .active = 40, .inactive_split = 48,
-                           .requested = 56, .free_device = 64, .total_device = 72,
-                           .num_alloc_retries = 80, .num_ooms = 88, .host_rss = 96,
-                           .tag = "xy", .tag_len = 2};
+    tm_inproc_capture c = {.source = 4,
+                           .device = -1,
+                           .step = 9,
+                           .allocated = 16,
+                           .reserved = 24,
+                           .peak_allocated = 32,
+                           .active = 40,
+                           .inactive_split = 48,
+                           .requested = 56,
+                           .free_device = 64,
+                           .total_device = 72,
+                           .num_alloc_retries = 80,
+                           .num_ooms = 88,
+                           .host_rss = 96,
+                           .tag = "xy",
+                           .tag_len = 2};
     assert_int_equal(tm_inproc_encode_capture(&c, b, sizeof b), 110);
     assert_true(at_u32(b, 0) == 4 && at_u32(b, 4) == 0xffffffffu && at_u64(b, 8) == 9);
     for (size_t off = 16; off <= 96; off += 8)
@@ -196,9 +239,19 @@ static void test_layouts_stay_at_the_documented_offsets(void **st)
     assert_true(at_u16(b, 16) == 1 && at_u16(b, 18) == 0 && b[20] == 'n');
 
     memset(b, 0xee, sizeof b);
-    tm_inproc_oom o = {.device = 1, .seq = 2, .step = 3, .source = 2, .requested = 24,
-                       .free_device = 32, .total_device = 40, .allocated = 48, .reserved = 56,
-                       .phase = "p", .phase_len = 1, .snapshot = "sn", .snapshot_len = 2};
+    tm_inproc_oom o = {.device = 1,
+                       .seq = 2,
+                       .step = 3,
+                       .source = 2,
+                       .requested = 24,
+                       .free_device = 32,
+                       .total_device = 40,
+                       .allocated = 48,
+                       .reserved = 56,
+                       .phase = "p",
+                       .phase_len = 1,
+                       .snapshot = "sn",
+                       .snapshot_len = 2};
     assert_int_equal(tm_inproc_encode_oom(&o, b, sizeof b), 71);
     assert_true(at_u32(b, 0) == 1 && at_u32(b, 4) == 2 && at_u64(b, 8) == 3);
     assert_true(at_u32(b, 16) == 2 && at_u32(b, 20) == 0);
@@ -207,8 +260,13 @@ static void test_layouts_stay_at_the_documented_offsets(void **st)
     assert_true(at_u16(b, 64) == 1 && at_u16(b, 66) == 2 && memcmp(b + 68, "psn", 3) == 0);
 
     memset(b, 0xee, sizeof b);
-    tm_inproc_worker w = {.worker_id = -2, .pid = 3, .batch = 4, .start_ns = 5, .end_ns = 6,
-                          .cpu_s = 7, .rss_bytes = 8};
+    tm_inproc_worker w = {.worker_id = -2,
+                          .pid = 3,
+                          .batch = 4,
+                          .start_ns = 5,
+                          .end_ns = 6,
+                          .cpu_s = 7,
+                          .rss_bytes = 8};
     assert_int_equal(tm_inproc_encode_worker(&w, b, sizeof b), 48);
     assert_true(at_u32(b, 0) == (uint32_t)-2 && at_u32(b, 4) == 3 && at_u64(b, 8) == 4);
     assert_true(at_u64(b, 16) == 5 && at_u64(b, 24) == 6 && at_f64(b, 32) == 7 &&
@@ -255,10 +313,19 @@ static void test_json_members_are_the_dump_line_after_its_type(void **st)
     (void)st;
     uint8_t buf[256];
     char line[TM_INPROC_FORMAT_MAX], members[TM_INPROC_FORMAT_MAX];
-    tm_inproc_oom o = {.device = 0, .seq = 1, .step = 40, .source = TM_OOM_OBSERVER,
-                       .requested = 2e9, .free_device = NAN, .total_device = 8e9,
-                       .allocated = NAN, .reserved = NAN, .phase = "fwd", .phase_len = 3,
-                       .snapshot = "", .snapshot_len = 0};
+    tm_inproc_oom o = {.device = 0,
+                       .seq = 1,
+                       .step = 40,
+                       .source = TM_OOM_OBSERVER,
+                       .requested = 2e9,
+                       .free_device = NAN,
+                       .total_device = 8e9,
+                       .allocated = NAN,
+                       .reserved = NAN,
+                       .phase = "fwd",
+                       .phase_len = 3,
+                       .snapshot = "",
+                       .snapshot_len = 0};
     tm_record r = rec_of(TM_REC_OOM, buf, tm_inproc_encode_oom(&o, buf, sizeof buf));
     tm_inproc_any a;
     assert_int_equal(tm_inproc_decode(&r, &a), 0);
@@ -279,8 +346,8 @@ static void test_phase_prints_its_action_and_an_unknown_enum_as_unknown(void **s
     (void)st;
     uint8_t buf[64];
     char line[TM_INPROC_FORMAT_MAX];
-    tm_inproc_phase p = {.kind = TM_PHASE_ENTER, .depth = 1, .step = 3, .name = "eval",
-                         .name_len = 4};
+    tm_inproc_phase p = {
+        .kind = TM_PHASE_ENTER, .depth = 1, .step = 3, .name = "eval", .name_len = 4};
     tm_record r = rec_of(TM_REC_PHASE, buf, tm_inproc_encode_phase(&p, buf, sizeof buf));
     assert_true(tm_inproc_format(&r, false, line, sizeof line) > 0);
     assert_string_equal(line, "phase enter \"eval\" depth=1 step=3");
@@ -316,15 +383,17 @@ static void test_step_flags_show_as_booleans_in_both_forms(void **st)
     (void)st;
     uint8_t buf[64];
     char line[TM_INPROC_FORMAT_MAX];
-    tm_inproc_step s = {.step = 2, .start_ns = 0, .end_ns = 1000000000,
+    tm_inproc_step s = {.step = 2,
+                        .start_ns = 0,
+                        .end_ns = 1000000000,
                         .flags = TM_STEP_ENDED_BY_STOP | TM_STEP_ENDED_AT_EXIT};
     tm_record r = rec_of(TM_REC_STEP, buf, tm_inproc_encode_step(&s, buf, sizeof buf));
     assert_true(tm_inproc_format(&r, false, line, sizeof line) > 0);
-    assert_string_equal(line, "step 2 dur=1.000000s wait=0.000000s start_ns=0 end_of_epoch at_exit");
+    assert_string_equal(line,
+                        "step 2 dur=1.000000s wait=0.000000s start_ns=0 end_of_epoch at_exit");
     assert_true(tm_inproc_format(&r, true, line, sizeof line) > 0);
     assert_non_null(strstr(line, ",\"end_of_epoch\":true,\"at_exit\":true}"));
 }
-
 
 /* The step model's fields (72-byte layout) round-trip; a 40-byte step (a
  * file from before the step model) still decodes, its newer fields absent:
@@ -334,9 +403,16 @@ static void test_step_model_fields_round_trip_and_old_steps_still_read(void **st
     (void)st;
     uint8_t buf[128];
     char line[TM_INPROC_FORMAT_MAX];
-    tm_inproc_step s = {.step = 3, .start_ns = 100, .end_ns = 900, .data_wait_ns = 200,
-                        .boundary = TM_STEP_BY_OPTIMIZER, .phase = TM_STEP_TRAIN,
-                        .micro_batches = 4, .batches = 4, .prep_ns = -1, .prep_cpu_ns = -1};
+    tm_inproc_step s = {.step = 3,
+                        .start_ns = 100,
+                        .end_ns = 900,
+                        .data_wait_ns = 200,
+                        .boundary = TM_STEP_BY_OPTIMIZER,
+                        .phase = TM_STEP_TRAIN,
+                        .micro_batches = 4,
+                        .batches = 4,
+                        .prep_ns = -1,
+                        .prep_cpu_ns = -1};
     int n = tm_inproc_encode_step(&s, buf, sizeof buf);
     assert_int_equal(n, 72);
     assert_int_equal(at_u32(buf, 40), TM_STEP_BY_OPTIMIZER);
@@ -371,8 +447,7 @@ static void test_step_model_fields_round_trip_and_old_steps_still_read(void **st
     memset(&o, 0x55, sizeof o);
     assert_int_equal(tm_inproc_decode_step(&r, &o), 0);
     assert_true(o.step == 5 && o.boundary == 0 && o.phase == 0);
-    assert_true(o.micro_batches == -1 && o.batches == -1 && o.prep_ns == -1 &&
-                o.prep_cpu_ns == -1);
+    assert_true(o.micro_batches == -1 && o.batches == -1 && o.prep_ns == -1 && o.prep_cpu_ns == -1);
     const tm_inproc_field *f;
     size_t nf = tm_inproc_fields(TM_REC_STEP, &f);
     tm_inproc_any a = {.step = o};

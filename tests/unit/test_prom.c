@@ -101,7 +101,8 @@ static void test_disks_exposition_is_exact_for_a_20_field_line(void **state)
     tm_text *t = text();
     assert_int_equal(tm_prom_write_disks(t, acc), 0);
     const char *want =
-        "# HELP trainmon_disk_reads_completed_total The total number of reads completed successfully.\n"
+        "# HELP trainmon_disk_reads_completed_total The total number of reads completed "
+        "successfully.\n"
         "# TYPE trainmon_disk_reads_completed_total counter\n"
         "trainmon_disk_reads_completed_total{device=\"vda\"} 152119\n"
         "# HELP trainmon_disk_reads_merged_total The total number of reads merged.\n"
@@ -110,10 +111,12 @@ static void test_disks_exposition_is_exact_for_a_20_field_line(void **state)
         "# HELP trainmon_disk_read_bytes_total The total number of bytes read successfully.\n"
         "# TYPE trainmon_disk_read_bytes_total counter\n"
         "trainmon_disk_read_bytes_total{device=\"vda\"} 11351438336\n"
-        "# HELP trainmon_disk_read_time_seconds_total The total number of seconds spent by all reads.\n"
+        "# HELP trainmon_disk_read_time_seconds_total The total number of seconds spent by all "
+        "reads.\n"
         "# TYPE trainmon_disk_read_time_seconds_total counter\n"
         "trainmon_disk_read_time_seconds_total{device=\"vda\"} 83.331\n"
-        "# HELP trainmon_disk_writes_completed_total The total number of writes completed successfully.\n"
+        "# HELP trainmon_disk_writes_completed_total The total number of writes completed "
+        "successfully.\n"
         "# TYPE trainmon_disk_writes_completed_total counter\n"
         "trainmon_disk_writes_completed_total{device=\"vda\"} 59230\n"
         "# HELP trainmon_disk_writes_merged_total The number of writes merged.\n"
@@ -122,7 +125,8 @@ static void test_disks_exposition_is_exact_for_a_20_field_line(void **state)
         "# HELP trainmon_disk_written_bytes_total The total number of bytes written successfully.\n"
         "# TYPE trainmon_disk_written_bytes_total counter\n"
         "trainmon_disk_written_bytes_total{device=\"vda\"} 21550813184\n"
-        "# HELP trainmon_disk_write_time_seconds_total This is the total number of seconds spent by all writes.\n"
+        "# HELP trainmon_disk_write_time_seconds_total This is the total number of seconds spent "
+        "by all writes.\n"
         "# TYPE trainmon_disk_write_time_seconds_total counter\n"
         "trainmon_disk_write_time_seconds_total{device=\"vda\"} 314.564\n"
         "# HELP trainmon_disk_io_now The number of I/Os currently in progress.\n"
@@ -131,25 +135,31 @@ static void test_disks_exposition_is_exact_for_a_20_field_line(void **state)
         "# HELP trainmon_disk_io_time_seconds_total Total seconds spent doing I/Os.\n"
         "# TYPE trainmon_disk_io_time_seconds_total counter\n"
         "trainmon_disk_io_time_seconds_total{device=\"vda\"} 56.920\n"
-        "# HELP trainmon_disk_io_time_weighted_seconds_total The weighted number of seconds spent doing I/Os.\n"
+        "# HELP trainmon_disk_io_time_weighted_seconds_total The weighted number of seconds spent "
+        "doing I/Os.\n"
         "# TYPE trainmon_disk_io_time_weighted_seconds_total counter\n"
         "trainmon_disk_io_time_weighted_seconds_total{device=\"vda\"} 425.817\n"
-        "# HELP trainmon_disk_discards_completed_total The total number of discards completed successfully.\n"
+        "# HELP trainmon_disk_discards_completed_total The total number of discards completed "
+        "successfully.\n"
         "# TYPE trainmon_disk_discards_completed_total counter\n"
         "trainmon_disk_discards_completed_total{device=\"vda\"} 26023\n"
         "# HELP trainmon_disk_discards_merged_total The total number of discards merged.\n"
         "# TYPE trainmon_disk_discards_merged_total counter\n"
         "trainmon_disk_discards_merged_total{device=\"vda\"} 33\n"
-        "# HELP trainmon_disk_discarded_sectors_total The total number of sectors discarded successfully.\n"
+        "# HELP trainmon_disk_discarded_sectors_total The total number of sectors discarded "
+        "successfully.\n"
         "# TYPE trainmon_disk_discarded_sectors_total counter\n"
         "trainmon_disk_discarded_sectors_total{device=\"vda\"} 44515712\n"
-        "# HELP trainmon_disk_discard_time_seconds_total This is the total number of seconds spent by all discards.\n"
+        "# HELP trainmon_disk_discard_time_seconds_total This is the total number of seconds spent "
+        "by all discards.\n"
         "# TYPE trainmon_disk_discard_time_seconds_total counter\n"
         "trainmon_disk_discard_time_seconds_total{device=\"vda\"} 24.332\n"
-        "# HELP trainmon_disk_flush_requests_total The total number of flush requests completed successfully.\n"
+        "# HELP trainmon_disk_flush_requests_total The total number of flush requests completed "
+        "successfully.\n"
         "# TYPE trainmon_disk_flush_requests_total counter\n"
         "trainmon_disk_flush_requests_total{device=\"vda\"} 5904\n"
-        "# HELP trainmon_disk_flush_requests_time_seconds_total This is the total number of seconds spent by all flush requests.\n"
+        "# HELP trainmon_disk_flush_requests_time_seconds_total This is the total number of "
+        "seconds spent by all flush requests.\n"
         "# TYPE trainmon_disk_flush_requests_time_seconds_total counter\n"
         "trainmon_disk_flush_requests_time_seconds_total{device=\"vda\"} 3.589\n";
     assert_string_equal(tm_text_data(t, NULL), want);
@@ -189,7 +199,8 @@ static void test_disks_without_discard_fields_leave_those_families_out(void **st
     tm_text *t = text();
     assert_int_equal(tm_prom_write_disks(t, acc), 0);
     const char *s = tm_text_data(t, NULL);
-    assert_non_null(strstr(s, "trainmon_disk_io_time_weighted_seconds_total{device=\"sda\"} 0.000"));
+    assert_non_null(
+        strstr(s, "trainmon_disk_io_time_weighted_seconds_total{device=\"sda\"} 0.000"));
     assert_null(strstr(s, "discard"));
     assert_null(strstr(s, "flush"));
     tm_text_free(&t);
@@ -391,7 +402,8 @@ static void test_gpu_exposition_has_base_units_and_labels(void **state)
         strstr(s, "trainmon_gpu_memory_used_bytes{gpu=\"0\",uuid=\"GPU-1234\"} 42949672960\n"));
     assert_non_null(
         strstr(s, "trainmon_gpu_memory_total_bytes{gpu=\"0\",uuid=\"GPU-1234\"} 85899345920\n"));
-    assert_non_null(strstr(s, "trainmon_gpu_utilization_ratio{gpu=\"0\",uuid=\"GPU-1234\"} 0.87\n"));
+    assert_non_null(
+        strstr(s, "trainmon_gpu_utilization_ratio{gpu=\"0\",uuid=\"GPU-1234\"} 0.87\n"));
     assert_non_null(strstr(s, "trainmon_gpu_power_watts{gpu=\"0\",uuid=\"GPU-1234\"} 312.5\n"));
     assert_non_null(strstr(s, "trainmon_gpu_throttle_reasons{gpu=\"0\",uuid=\"GPU-1234\"} 4\n"));
     assert_non_null(strstr(s, "trainmon_gpu_throttle_active{gpu=\"0\",uuid=\"GPU-1234\","
@@ -441,8 +453,8 @@ static void test_run_rank_series_are_labelled_by_run_and_rank(void **state)
     k[0].memory_valid = true;
     k[0].ooms = 1;
     snprintf(k[1].rank, sizeof k[1].rank, "1"); /* no steps, no memory yet */
-    tm_prom_run r = {.name = "exp1", .host = "node7", .last_record_age_s = 0.25, .nranks = 2,
-                     .ranks = k};
+    tm_prom_run r = {
+        .name = "exp1", .host = "node7", .last_record_age_s = 0.25, .nranks = 2, .ranks = k};
     tm_text *t = text();
     assert_int_equal(tm_prom_write_runs(t, &r, 1), 0);
     const char *s = tm_text_data(t, NULL);
@@ -467,7 +479,8 @@ static void test_text_over_its_cap_fails_and_stays_failed(void **state)
     (void)state;
     tm_text *t = tm_text_new(64);
     assert_non_null(t);
-    tm_prom_run r = {.name = "a-run-name-long-enough-to-overflow-a-tiny-text", .host = "h",
+    tm_prom_run r = {.name = "a-run-name-long-enough-to-overflow-a-tiny-text",
+                     .host = "h",
                      .last_record_age_s = 1};
     assert_int_equal(tm_prom_write_runs(t, &r, 1), -E2BIG);
     assert_int_equal(tm_text_error(t), -E2BIG);
@@ -486,8 +499,12 @@ static void test_exporter_series_name_version_and_collectors(void **state)
     (void)state;
     const char *names[2] = {"disk", "gpu"};
     bool ok[2] = {true, false};
-    tm_prom_self self = {.collect_s = 0.000206, .collects = 3, .collect_cpu_s = 0.0005,
-                         .names = names, .success = ok, .n = 2};
+    tm_prom_self self = {.collect_s = 0.000206,
+                         .collects = 3,
+                         .collect_cpu_s = 0.0005,
+                         .names = names,
+                         .success = ok,
+                         .n = 2};
     tm_text *t = text();
     assert_int_equal(tm_prom_write_exporter(t, &self), 0);
     const char *s = tm_text_data(t, NULL);
@@ -534,8 +551,8 @@ static void test_health_names_damaged_files_without_degrading_the_node(void **st
     tm_text *t = text();
     bool bad = true;
     assert_int_equal(tm_health_write_json(t, &l, NULL, 0, NULL, NULL, 0, &bad), 0);
-    tm_health_file f = {.run = "exp\"1", .file = "rank0.tmr", .places = 2, .offset = 4496,
-                        .what = "bad CRC"};
+    tm_health_file f = {
+        .run = "exp\"1", .file = "rank0.tmr", .places = 2, .offset = 4496, .what = "bad CRC"};
     assert_int_equal(tm_health_write_files(t, &f, 1), 0);
     const char *d = tm_text_data(t, NULL);
     assert_non_null(strstr(d, "{\"status\":\"ok\""));

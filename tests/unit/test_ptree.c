@@ -217,10 +217,11 @@ static void test_stat_rss_in_bytes_from_field_24(void **state)
     (void)state;
     tm_procinfo p;
     memset(&p, 0, sizeof p);
-    assert_int_equal(tm_parse_proc_stat(S("42 (bash) S 1 42 42 0 -1 4194560 1 0 0 0 5 6 0 0 20 0 1 0 "
-                                          "777 5124096 1032 18446744073709551615\n"),
-                                        &p, NULL),
-                     0);
+    assert_int_equal(
+        tm_parse_proc_stat(S("42 (bash) S 1 42 42 0 -1 4194560 1 0 0 0 5 6 0 0 20 0 1 0 "
+                             "777 5124096 1032 18446744073709551615\n"),
+                           &p, NULL),
+        0);
     assert_true(p.valid & TM_PROC_HAVE_RSS);
     assert_int_equal(p.rss_bytes, 1032ull * (uint64_t)sysconf(_SC_PAGESIZE));
 }
@@ -231,10 +232,11 @@ static void test_stat_of_kernel_thread_has_no_rss(void **state)
     tm_procinfo p;
     memset(&p, 0, sizeof p);
     /* flags 0x208040: PF_KTHREAD (0x00200000) set. */
-    assert_int_equal(tm_parse_proc_stat(S("2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 1 0 0 20 0 1 0 "
-                                          "3 0 0 18446744073709551615\n"),
-                                        &p, NULL),
-                     0);
+    assert_int_equal(
+        tm_parse_proc_stat(S("2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 1 0 0 20 0 1 0 "
+                             "3 0 0 18446744073709551615\n"),
+                           &p, NULL),
+        0);
     assert_true(p.valid & TM_PROC_HAVE_STAT);
     assert_false(p.valid & TM_PROC_HAVE_RSS);
 }
@@ -366,7 +368,8 @@ static void test_pss_is_reread_at_most_every_5s_rss_every_sample(void **state)
     assert_non_null(p);
     assert_true(p->valid & TM_PROC_HAVE_PSS);
     double pss0 = (double)p->pss_bytes, rss0 = (double)p->rss_bytes;
-    put("106/smaps_rollup", "00400000-7ffd0000 ---p 00000000 00:00 0 [rollup]\nRss: 9999 kB\nPss: 7777 kB\n");
+    put("106/smaps_rollup",
+        "00400000-7ffd0000 ---p 00000000 00:00 0 [rollup]\nRss: 9999 kB\nPss: 7777 kB\n");
     put("106/stat", "106 (x) S 101 106 106 0 -1 4194560 0 0 0 0 7 3 0 0 20 0 1 0 1400 5124096 "
                     "2222\n");
     assert_int_equal(tm_ptree_sample(t, &s), 0);

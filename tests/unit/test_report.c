@@ -60,7 +60,10 @@ static tm_rec *open_rec(const char *file, const char *role, int rank)
     return w;
 }
 
-static int64_t at(double s) { return T0 + (int64_t)(s * (double)S_NS); }
+static int64_t at(double s)
+{
+    return T0 + (int64_t)(s * (double)S_NS);
+}
 
 /* Steps of dur seconds, of which wait waiting for data, from time start. */
 static void put_steps(tm_rec *w, size_t n, double start, double dur, double wait)
@@ -84,13 +87,22 @@ struct cap {
 static void put_capture(tm_rec *w, double t, uint64_t step, struct cap c)
 {
     uint8_t buf[256];
-    tm_inproc_capture k = {.source = TM_CAPTURE_STEP, .device = 0, .step = step,
-                           .allocated = c.allocated, .reserved = c.reserved,
-                           .peak_allocated = c.peak, .active = NAN,
-                           .inactive_split = c.inactive, .requested = NAN,
-                           .free_device = NAN, .total_device = c.total,
-                           .num_alloc_retries = c.retries, .num_ooms = NAN, .host_rss = NAN,
-                           .tag = "step", .tag_len = 4};
+    tm_inproc_capture k = {.source = TM_CAPTURE_STEP,
+                           .device = 0,
+                           .step = step,
+                           .allocated = c.allocated,
+                           .reserved = c.reserved,
+                           .peak_allocated = c.peak,
+                           .active = NAN,
+                           .inactive_split = c.inactive,
+                           .requested = NAN,
+                           .free_device = NAN,
+                           .total_device = c.total,
+                           .num_alloc_retries = c.retries,
+                           .num_ooms = NAN,
+                           .host_rss = NAN,
+                           .tag = "step",
+                           .tag_len = 4};
     int len = tm_inproc_encode_capture(&k, buf, sizeof buf);
     assert_true(len > 0);
     assert_int_equal(tm_rec_append(w, TM_REC_CAPTURE, at(t), buf, (uint32_t)len), 0);
@@ -105,12 +117,14 @@ static void put_value(tm_rec *w, double t, const char *name, const char *labels,
 }
 
 /* Batches of one worker: fetch seconds each, busy CPU share of it. */
-static void put_worker_batches(tm_rec *w, int id, unsigned pid, size_t n, double fetch,
-                               double busy, double rss0, double rss_step)
+static void put_worker_batches(tm_rec *w, int id, unsigned pid, size_t n, double fetch, double busy,
+                               double rss0, double rss_step)
 {
     uint8_t buf[64];
     for (size_t b = 0; b < n; b++) {
-        tm_inproc_worker k = {.worker_id = id, .pid = pid, .batch = b,
+        tm_inproc_worker k = {.worker_id = id,
+                              .pid = pid,
+                              .batch = b,
                               .start_ns = at((double)b * fetch),
                               .end_ns = at((double)(b + 1) * fetch),
                               .cpu_s = busy * fetch * (double)(b + 1),
@@ -123,8 +137,8 @@ static void put_worker_batches(tm_rec *w, int id, unsigned pid, size_t n, double
 
 /* A worker's own record file (worker-r<rank>-<pid>.tmr), as the
  * extension writes it in each DataLoader worker. */
-static void put_worker_file(int id, unsigned pid, size_t n, double fetch, double busy,
-                            double rss0, double rss_step)
+static void put_worker_file(int id, unsigned pid, size_t n, double fetch, double busy, double rss0,
+                            double rss_step)
 {
     char file[64], role[32];
     snprintf(file, sizeof file, "worker-r0-%u.tmr", pid);
@@ -358,7 +372,8 @@ static void test_sleeping_workers_on_a_busy_machine_are_not_cpu_bound(void **st)
     done(&run, &a);
 }
 
-static void test_workers_in_d_state_on_a_disk_at_its_ceiling_are_disk_bound_under_cpu_pressure(void **st)
+static void
+test_workers_in_d_state_on_a_disk_at_its_ceiling_are_disk_bound_under_cpu_pressure(void **st)
 {
     (void)st;
     tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
@@ -367,8 +382,8 @@ static void test_workers_in_d_state_on_a_disk_at_its_ceiling_are_disk_bound_unde
     put_worker_file(0, 600, 20, 0.5, 0.05, 300 * MiB, 0);
     put_worker_file(1, 601, 20, 0.5, 0.05, 300 * MiB, 0);
     tm_rec *s = open_rec("system.tmr", "system", -1);
-    assert_int_equal(tm_rec_event(s, at(0), "run_target",
-                                  "{\"path\":\"/d\",\"disks\":[\"loop0\"]}"), 0);
+    assert_int_equal(
+        tm_rec_event(s, at(0), "run_target", "{\"path\":\"/d\",\"disks\":[\"loop0\"]}"), 0);
     for (int i = 0; i <= 100; i++) {
         double t = i * 0.1;
         /* A read throttle above the device: the rate is flat, await is not. */
@@ -452,7 +467,9 @@ static void test_the_first_steps_wait_is_warmup_and_not_counted(void **st)
         /* 0.5 s steps; the first waits 1 s more for the workers. */
         double start = i == 0 ? 0 : 1.0 + 0.5 * (double)i;
         double dur = i == 0 ? 1.5 : 0.5;
-        tm_inproc_step k = {.step = i, .start_ns = at(start), .end_ns = at(start + dur),
+        tm_inproc_step k = {.step = i,
+                            .start_ns = at(start),
+                            .end_ns = at(start + dur),
                             .data_wait_ns = (int64_t)((i == 0 ? 1.0 : 0.005) * S_NS)};
         int len = tm_inproc_encode_step(&k, buf, sizeof buf);
         assert_true(len > 0);
@@ -569,7 +586,8 @@ static void test_warmup_then_flat_memory_is_not_growth(void **st)
     for (int i = 0; i < 100; i++) {
         /* Optimizer state appears in the first steps, then noise only. */
         double floor = i < 5 ? 1 * GiB * (i + 1) : 6 * GiB + (i % 7) * MiB;
-        put_capture(w, i * 0.1, (uint64_t)i, (struct cap){floor, 10 * GiB, 9 * GiB, 0, 40 * GiB, 0});
+        put_capture(w, i * 0.1, (uint64_t)i,
+                    (struct cap){floor, 10 * GiB, 9 * GiB, 0, 40 * GiB, 0});
     }
     tm_rec_close(&w);
     tm_run *run;
@@ -620,11 +638,19 @@ static void put_oom(tm_rec *w, double t, uint32_t seq, uint64_t step, const char
                     const char *snapshot)
 {
     uint8_t buf[512];
-    tm_inproc_oom o = {.device = 0, .seq = seq, .step = step, .source = TM_OOM_OBSERVER,
-                       .requested = requested, .free_device = free_dev,
-                       .total_device = 80 * GiB, .allocated = allocated, .reserved = reserved,
-                       .phase = phase, .phase_len = (uint16_t)strlen(phase),
-                       .snapshot = snapshot, .snapshot_len = (uint16_t)strlen(snapshot)};
+    tm_inproc_oom o = {.device = 0,
+                       .seq = seq,
+                       .step = step,
+                       .source = TM_OOM_OBSERVER,
+                       .requested = requested,
+                       .free_device = free_dev,
+                       .total_device = 80 * GiB,
+                       .allocated = allocated,
+                       .reserved = reserved,
+                       .phase = phase,
+                       .phase_len = (uint16_t)strlen(phase),
+                       .snapshot = snapshot,
+                       .snapshot_len = (uint16_t)strlen(snapshot)};
     int len = tm_inproc_encode_oom(&o, buf, sizeof buf);
     assert_true(len > 0);
     assert_int_equal(tm_rec_append(w, TM_REC_OOM, at(t), buf, (uint32_t)len), 0);
@@ -848,7 +874,8 @@ static void test_series_sampled_together_share_times_and_gaps_keep_their_own(voi
 {
     (void)st;
     tm_rec *w = open_rec("system.tmr", "system", -1);
-    uint32_t a = (uint32_t)tm_rec_series(w, "a", "", ""), b = (uint32_t)tm_rec_series(w, "b", "", ""),
+    uint32_t a = (uint32_t)tm_rec_series(w, "a", "", ""),
+             b = (uint32_t)tm_rec_series(w, "b", "", ""),
              c = (uint32_t)tm_rec_series(w, "c", "", "");
     /* a, b, c at 1 s; a, c at 2 s (b unavailable); a, b, c at 3 s */
     uint32_t all[] = {a, b, c}, ac[] = {a, c};

@@ -31,8 +31,10 @@ static void write_steps(const char *name, const char *role, int rank, uint64_t m
     assert_int_equal(tm_rec_open(&w, path, &o), 0);
     int64_t t0 = tm_now_mono_ns();
     for (uint64_t i = from; i < from + n; i++) {
-        tm_inproc_step s = {.step = i, .start_ns = t0 + (int64_t)i * MS,
-                            .end_ns = t0 + (int64_t)(i + 1) * MS, .data_wait_ns = MS / 2};
+        tm_inproc_step s = {.step = i,
+                            .start_ns = t0 + (int64_t)i * MS,
+                            .end_ns = t0 + (int64_t)(i + 1) * MS,
+                            .data_wait_ns = MS / 2};
         uint8_t buf[128];
         int len = tm_inproc_encode_step(&s, buf, sizeof buf);
         assert_true(len > 0);

@@ -460,9 +460,18 @@ static const char *redact(const char *const *argv, int argc, int i)
 static void test_secret_arguments_are_redacted(void **state)
 {
     (void)state;
-    const char *argv[] = {"python",         "train.py", "--api-key=abc", "--password",
-                          "xyz",            "HF_TOKEN=zzz", "--lr=0.1", "--Client-Secret",
-                          "--verbose",      "--epochs", "3", "data_key_file.txt",
+    const char *argv[] = {"python",
+                          "train.py",
+                          "--api-key=abc",
+                          "--password",
+                          "xyz",
+                          "HF_TOKEN=zzz",
+                          "--lr=0.1",
+                          "--Client-Secret",
+                          "--verbose",
+                          "--epochs",
+                          "3",
+                          "data_key_file.txt",
                           "--ACCESS_TOKEN=q"};
     int n = (int)(sizeof argv / sizeof argv[0]);
     assert_string_equal(redact(argv, n, 0), "python");
@@ -484,26 +493,42 @@ static void test_secret_arguments_are_redacted(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_create_at_makes_a_new_file_with_exactly_the_mode, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_create_at_refuses_a_planted_symlink_and_leaves_its_target, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_create_at_makes_a_new_file_with_exactly_the_mode,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_create_at_refuses_a_planted_symlink_and_leaves_its_target, setup, teardown),
         cmocka_unit_test_setup_teardown(test_create_at_refuses_an_existing_file, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_create_refuses_a_symlink_and_reuse_does_not_truncate_through_it, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_reuse_truncates_a_regular_file_of_ours, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_create_refuses_a_symlink_and_reuse_does_not_truncate_through_it, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reuse_truncates_a_regular_file_of_ours, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_fifo_is_refused_without_blocking, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hard_link_is_refused, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_output_is_created_or_truncated_and_may_go_through_a_symlinked_dir, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_output_refuses_a_symlink_at_the_last_component, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_file_mode_follows_the_directory_read_bits, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_replace_writes_the_content_and_replaces_a_planted_symlink, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_replace_ignores_a_planted_temporary_name, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_replace_is_atomic_a_reader_sees_old_or_new_never_a_mix, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_dir_open_checked_refuses_a_symlink_even_with_a_trailing_slash, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_dir_writable_by_others_is_refused_unless_allowed, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_output_is_created_or_truncated_and_may_go_through_a_symlinked_dir, setup,
+            teardown),
+        cmocka_unit_test_setup_teardown(test_output_refuses_a_symlink_at_the_last_component, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_file_mode_follows_the_directory_read_bits, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(
+            test_replace_writes_the_content_and_replaces_a_planted_symlink, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_replace_ignores_a_planted_temporary_name, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_replace_is_atomic_a_reader_sees_old_or_new_never_a_mix,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_dir_open_checked_refuses_a_symlink_even_with_a_trailing_slash, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dir_writable_by_others_is_refused_unless_allowed,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_dir_of_another_user_is_refused, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_file_of_another_user_is_not_overwritten, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_make_private_creates_the_last_component_only_with_exact_mode, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_file_of_another_user_is_not_overwritten, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(
+            test_make_private_creates_the_last_component_only_with_exact_mode, setup, teardown),
         cmocka_unit_test_setup_teardown(test_make_private_refuses_a_regular_file, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_make_temp_never_reuses_and_is_private, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_make_temp_never_reuses_and_is_private, setup,
+                                        teardown),
         cmocka_unit_test(test_secret_arguments_are_redacted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

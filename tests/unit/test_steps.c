@@ -19,8 +19,10 @@
 
 static tm_inproc_step step(uint64_t n, int64_t start_ms, int64_t dur_ms, int64_t wait_ms)
 {
-    return (tm_inproc_step){.step = n, .start_ns = start_ms * MS,
-                            .end_ns = (start_ms + dur_ms) * MS, .data_wait_ns = wait_ms * MS};
+    return (tm_inproc_step){.step = n,
+                            .start_ns = start_ms * MS,
+                            .end_ns = (start_ms + dur_ms) * MS,
+                            .data_wait_ns = wait_ms * MS};
 }
 
 static void test_step_at_exit_or_without_duration_does_not_count(void **st)
@@ -136,7 +138,6 @@ static void test_window_sums_the_last_steps(void **st)
     assert_true(fabs(d - 1.0) < 1e-9 && fabs(q - 1.0) < 1e-9); /* capped: 10 x 0.1 */
     assert_int_equal(tm_stepwin_sum(&w, 1000, &d, &q), TM_STEPWIN_MAX);
 }
-
 
 /* Eval batches (the step model's phase eval) are no training steps: out
  * of the count, the fraction and the step total, counted apart. */

@@ -69,8 +69,9 @@ static void test_file_version_record_matches_the_reference_vector(void **state)
     (void)state;
     uint8_t ev[128];
     int n = tm_tb_encode_event(ev, sizeof ev, 1.0, false, 0, "brain.Event:2", NULL, 0);
-    assert_record(ev, n, "1800000000000000 a37f4b22 "
-                         "09000000000000f03f1a0d627261696e2e4576656e743a32 86bf577a");
+    assert_record(ev, n,
+                  "1800000000000000 a37f4b22 "
+                  "09000000000000f03f1a0d627261696e2e4576656e743a32 86bf577a");
 }
 
 static void test_scalar_record_matches_the_reference_vector(void **state)
@@ -78,8 +79,9 @@ static void test_scalar_record_matches_the_reference_vector(void **state)
     (void)state;
     uint8_t ev[128];
     int n = tm_tb_encode_event(ev, sizeof ev, 1.0, true, 1, NULL, "loss", 0.5f);
-    assert_record(ev, n, "1a00000000000000 129bd82d "
-                         "09000000000000f03f10012a0d0a0b0a046c6f7373150000003f 27f95db1");
+    assert_record(ev, n,
+                  "1a00000000000000 129bd82d "
+                  "09000000000000f03f10012a0d0a0b0a046c6f7373150000003f 27f95db1");
 }
 
 static void test_long_tag_uses_multibyte_varint_lengths(void **state)
@@ -105,8 +107,7 @@ static void test_encode_refuses_a_buffer_too_small(void **state)
 {
     (void)state;
     uint8_t ev[16];
-    assert_int_equal(tm_tb_encode_event(ev, sizeof ev, 1.0, true, 1, NULL, "loss", 0.5f),
-                     -ENOSPC);
+    assert_int_equal(tm_tb_encode_event(ev, sizeof ev, 1.0, true, 1, NULL, "loss", 0.5f), -ENOSPC);
 }
 
 static void test_negative_step_is_ten_byte_varint(void **state)

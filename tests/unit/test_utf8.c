@@ -31,16 +31,20 @@ static const char *esc_n(tm_esc how, const char *s, size_t len)
     return b.data ? b.data : "";
 }
 
-static const char *esc(tm_esc how, const char *s) { return esc_n(how, s, strlen(s)); }
+static const char *esc(tm_esc how, const char *s)
+{
+    return esc_n(how, s, strlen(s));
+}
 
 static void test_well_formed_multibyte_passes_unchanged(void **st)
 {
     (void)st;
     /* U+00E9, U+20AC, U+1D11E, U+D7FF (last before the surrogates),
      * U+E000 (first after), U+FFFF, U+10000, U+10FFFF (the last code point) */
-    static const char *const ok[] = {"\xC3\xA9",         "\xE2\x82\xAC",     "\xF0\x9D\x84\x9E",
-                                     "\xED\x9F\xBF",     "\xEE\x80\x80",     "\xEF\xBF\xBF",
-                                     "\xF0\x90\x80\x80", "\xF4\x8F\xBF\xBF", "caf\xC3\xA9 \xE2\x82\xAC"};
+    static const char *const ok[] = {
+        "\xC3\xA9",         "\xE2\x82\xAC",     "\xF0\x9D\x84\x9E",
+        "\xED\x9F\xBF",     "\xEE\x80\x80",     "\xEF\xBF\xBF",
+        "\xF0\x90\x80\x80", "\xF4\x8F\xBF\xBF", "caf\xC3\xA9 \xE2\x82\xAC"};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         assert_string_equal(esc(TM_ESC_JSON, ok[i]), ok[i]);
         assert_int_equal(tm_utf8_valid_prefix(ok[i], strlen(ok[i])), strlen(ok[i]));
@@ -121,12 +125,19 @@ static void test_truncated_sequence_is_one_replacement(void **st)
      * ill-formed subpart: one U+FFFD, and what follows is read afresh. */
     assert_string_equal(esc(TM_ESC_JSON, "a\xC3"), "a" R);
     assert_string_equal(esc(TM_ESC_JSON, "a\xE2\x82"), "a" R);
-    assert_string_equal(esc(TM_ESC_JSON, "a\xE2\x82" "b"), "a" R "b");
+    assert_string_equal(esc(TM_ESC_JSON, "a\xE2\x82"
+                                         "b"),
+                        "a" R "b");
     assert_string_equal(esc(TM_ESC_JSON, "\xF0\x9F\x98"), R);
     assert_string_equal(esc(TM_ESC_JSON, "\xF0\x9F\x98\xC3\xA9"), R "\xC3\xA9");
-    assert_string_equal(esc(TM_ESC_JSON, "\xF0\x9F" "\"x"), R "\\\"x");
+    assert_string_equal(esc(TM_ESC_JSON, "\xF0\x9F"
+                                         "\"x"),
+                        R "\\\"x");
     uint32_t cp;
-    assert_int_equal(tm_utf8_decode("\xF0\x9F\x98" "x", 4, &cp), 3);
+    assert_int_equal(tm_utf8_decode("\xF0\x9F\x98"
+                                    "x",
+                                    4, &cp),
+                     3);
     assert_int_equal(cp, TM_UTF8_BAD);
     /* A sequence cut by the length given, not by a NUL. */
     assert_int_equal(tm_utf8_decode("\xE2\x82\xAC", 2, &cp), 2);
@@ -158,7 +169,8 @@ static void test_each_format_escapes_its_own_characters(void **st)
     assert_string_equal(esc(TM_ESC_PROM, in), "<a\\\\'&\\\"\\n\x01\x7f" R ">");
     assert_string_equal(esc(TM_ESC_HTML, in), "&lt;a\\&#39;&amp;&quot;\n" R R R "&gt;");
     assert_string_equal(esc(TM_ESC_CSV, in), "<a\\'&\"\"\n\x01\x7f" R ">");
-    assert_string_equal(esc(TM_ESC_TEXT, in), "<a\\'&\"??" "?" R ">");
+    assert_string_equal(esc(TM_ESC_TEXT, in), "<a\\'&\"??"
+                                              "?" R ">");
     assert_string_equal(esc(TM_ESC_HTML, "tab\there\r\n"), "tab\there\r\n");
 }
 

@@ -62,7 +62,7 @@ static void test_vmstat_new_kernel_takes_file_refaults(void **state)
                                   TM_VM_HAVE_CACHED | TM_VM_HAVE_DIRTY);
     assert_int_equal(v.pgmajfault, 6000); /* not pgmajfault_s 17: a longer name */
     assert_int_equal(v.pgpgin_kib, 5000000);
-    assert_int_equal(v.refault, 86000);   /* workingset_refault_file, not _anon 700 */
+    assert_int_equal(v.refault, 86000); /* workingset_refault_file, not _anon 700 */
     /* meminfo "kB" are KiB: 655020 * 1024 and 8556 * 1024.  SwapCached is
      * not Cached. */
     assert_int_equal(v.cached_bytes, 670740480ull);
@@ -104,11 +104,12 @@ static void test_vmstat_rates_by_hand(void **state)
     tm_vmstat a = parse_dir(FIX "/t0"), b = parse_dir(FIX "/t1");
     tm_vmrate r;
     tm_vmstat_rate(&a, &b, 2.0, &r);
-    assert_near(r.majfault_s, 125.0);          /* (6250 - 6000) / 2 s */
-    assert_near(r.pagein_bytes_s, 209715200.0); /* (5409600 - 5000000) KiB * 1024 / 2 s = 200 MiB/s */
-    assert_near(r.refault_s, 250.0);           /* (86500 - 86000) / 2 s */
-    assert_near(r.cached_bytes, 716800000.0);  /* 700000 kB * 1024, the newer sample */
-    assert_near(r.dirty_bytes, 102400.0);      /* 100 kB * 1024 */
+    assert_near(r.majfault_s, 125.0); /* (6250 - 6000) / 2 s */
+    assert_near(r.pagein_bytes_s,
+                209715200.0);                 /* (5409600 - 5000000) KiB * 1024 / 2 s = 200 MiB/s */
+    assert_near(r.refault_s, 250.0);          /* (86500 - 86000) / 2 s */
+    assert_near(r.cached_bytes, 716800000.0); /* 700000 kB * 1024, the newer sample */
+    assert_near(r.dirty_bytes, 102400.0);     /* 100 kB * 1024 */
 }
 
 static void test_vmstat_rates_first_sample_backwards_and_no_time(void **state)
@@ -237,8 +238,8 @@ static void test_collector_records_series_over_two_ticks(void **state)
     tm_rec_close(&w);
     /* The differences of test_vmstat_rates_by_hand (250 faults, 400 MiB
      * paged in, 500 refaults between t0 and t1), over 5 s instead of 2. */
-    assert_near(last_value(TM_SER_VM_MAJOR_FAULTS_PER_SECOND), 50.0);      /* 250 / 5 */
-    assert_near(last_value(TM_SER_VM_PAGEIN_BYTES_PER_SECOND), 83886080.0); /* 400 MiB / 5 */
+    assert_near(last_value(TM_SER_VM_MAJOR_FAULTS_PER_SECOND), 50.0);         /* 250 / 5 */
+    assert_near(last_value(TM_SER_VM_PAGEIN_BYTES_PER_SECOND), 83886080.0);   /* 400 MiB / 5 */
     assert_near(last_value(TM_SER_VM_PAGE_CACHE_REFAULTS_PER_SECOND), 100.0); /* 500 / 5 */
     assert_near(last_value(TM_SER_VM_PAGE_CACHE_BYTES), 716800000.0);
     assert_near(last_value(TM_SER_VM_DIRTY_BYTES), 102400.0);
@@ -347,14 +348,13 @@ int main(void)
         cmocka_unit_test(test_vmstat_missing_and_malformed_lines_stay_unavailable),
         cmocka_unit_test(test_vmstat_rates_by_hand),
         cmocka_unit_test(test_vmstat_rates_first_sample_backwards_and_no_time),
-        cmocka_unit_test_setup_teardown(test_collector_without_proc_vmstat_is_said_not_fatal,
-                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_collector_without_proc_vmstat_is_said_not_fatal, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_collector_reads_at_most_every_five_seconds, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_collector_records_series_over_two_ticks, setup,
                                         teardown),
-        cmocka_unit_test_setup_teardown(test_collector_writes_prometheus_counters, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(test_collector_writes_prometheus_counters, setup, teardown),
         cmocka_unit_test_setup_teardown(test_collector_feeds_alert_inputs, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
