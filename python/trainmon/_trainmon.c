@@ -443,12 +443,18 @@ static struct {
 
 static int lazy_open(void)
 {
-    pid_t me = getpid();
-    if (g_rec && g_rec_pid == me)
+    /* The hot path (every record) makes no system call: once a writer is
+     * open it is used, also in a forked child, where the record writer's
+     * atfork handler makes every append a harmless -ECHILD; and a failed or
+     * foreign open is tried once. */
+    if (g_rec)
         return 1;
-    if (g_lazy.pid != me || g_lazy.tried)
+    if (g_lazy.tried)
         return 0;
     g_lazy.tried = 1;
+    pid_t me = getpid();
+    if (g_lazy.pid != me)
+        return 0; /* a forked child of a process that never recorded */
     char path[4200], role[64];
     snprintf(path, sizeof path, "%s", g_lazy.path);
     snprintf(role, sizeof role, "%s", g_lazy.role);
@@ -510,6 +516,8 @@ static PyObject *py_open(PyObject *self, PyObject *args)
     g_lazy.max_size = max_size;
     g_lazy.tried = 0;
     g_lazy.pid = getpid();
+    if (g_rec && g_rec_pid != g_lazy.pid)
+        g_rec = NULL; /* a forked child's own file: the parent's writer stays mapped, unused */
     g_rank = rank;
     g_max_size = max_size;
     snprintf(g_run_dir, sizeof g_run_dir, "%s", run_dir);
