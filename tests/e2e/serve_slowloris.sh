@@ -40,6 +40,11 @@ fail() { echo "FAIL: $*"; exit 1; }
 free_port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 asan=0
 nm "$TRAINMON" 2>/dev/null | grep -q __asan_init && asan=1
+# The promise (every /health probe within 1 s) is the plain build's.  Under
+# AddressSanitizer serve's one network thread is several times slower, and
+# that build is here for memory errors under attack: it gets 3 s.
+probe_s=1
+[ "$asan" = 1 ] && probe_s=3
 rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status" 2>/dev/null; }
 now_ms() { date +%s%3N; }
 
@@ -77,7 +82,7 @@ probe() {
     local end=$((SECONDS + $1))
     : > "$2"
     while [ $SECONDS -lt $end ]; do
-        curl -s --max-time 1 -o /dev/null -w '%{http_code} %{time_total}\n' "$base/health" >> "$2"
+        curl -s --max-time "$probe_s" -o /dev/null -w '%{http_code} %{time_total}\n' "$base/health" >> "$2"
         sleep 0.5
     done
 }
@@ -98,16 +103,16 @@ attack() {
     wait "$rpid"
     kill -0 "$spid" 2>/dev/null || fail "serve died under the $mode attack: $(tail -5 "$tmp/serve.log")"
     echo "attacker ($mode $count): $(cat "$tmp/attack.out")"
-    $PY - "$tmp/probes" "$tmp/attack.out" "$count" "$secs" <<'EOF' || fail "$mode attack: probes"
+    $PY - "$tmp/probes" "$tmp/attack.out" "$count" "$secs" "$probe_s" <<'EOF' || fail "$mode attack: probes"
 import sys
 lines = [l.split() for l in open(sys.argv[1]) if l.strip()]
 kv = dict(f.split("=") for f in open(sys.argv[2]).read().split())
-count, secs = int(sys.argv[3]), int(sys.argv[4])
-bad = [l for l in lines if l[0] != "200" or float(l[1]) >= 1.0]
+count, secs, limit = int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+bad = [l for l in lines if l[0] != "200" or float(l[1]) >= limit]
 times = sorted(float(l[1]) for l in lines)
-print(f"probes: {len(lines)}, failed or slower than 1 s: {len(bad)}, "
+print(f"probes: {len(lines)}, failed or slower than {limit:g} s: {len(bad)}, "
       f"slowest {times[-1] * 1000:.0f} ms, median {times[len(times) // 2] * 1000:.0f} ms")
-assert not bad, f"probes that failed or took 1 s or more: {bad}"
+assert not bad, f"probes that failed or took {limit:g} s or more: {bad}"
 assert len(lines) >= secs, f"only {len(lines)} probes in {secs} s"
 assert int(kv["opened"]) >= count, f"the attacker opened only {kv['opened']} of {count}"
 EOF
