@@ -76,8 +76,21 @@ def _report(msg):
         pass
 
 
+def _torch_version():
+    return getattr(sys.modules.get("torch"), "__version__", None)
+
+
 def _report_exc(what, exc):
-    _report("%s failed (%s: %s); going on without it" % (what, type(exc).__name__, exc))
+    """One line: the measure that is off, the torch it is off on and why;
+    the job runs unchanged."""
+    tv = _torch_version()
+    _report("%s off%s (%s: %s); the job runs unchanged"
+            % (what, " on torch %s" % tv if tv else "", type(exc).__name__, exc))
+
+
+def _moved(what, missing):
+    """A torch internal the agent needs is not where it was: one line."""
+    _report_exc(what, LookupError("%s not found" % missing))
 
 
 # --------------------------------------------------------------- recorder
@@ -845,6 +858,12 @@ def attach(run_dir=None, memory_history=None):
         try:
             nnm = sys.modules.get("torch.nn.modules.module")
             dlm = sys.modules.get("torch.utils.data.dataloader")
+            if not isinstance(getattr(nnm, "_global_forward_pre_hooks", None), dict):
+                _moved("batch preparation timing (loops without a DataLoader)",
+                       "torch.nn.modules.module._global_forward_pre_hooks")
+            if getattr(dlm, "_MultiProcessingDataLoaderIter", None) is None:
+                _moved("worker handoff timing",
+                       "torch.utils.data.dataloader._MultiProcessingDataLoaderIter")
             _c.bind_steps(getattr(nnm, "_global_forward_pre_hooks", None),
                           getattr(torch, "is_grad_enabled", None),
                           getattr(dlm, "_MultiProcessingDataLoaderIter", None))

@@ -719,6 +719,10 @@ static int64_t g_in_cpu = -1;
 /* Stragglers: backward and collectives timed on the training thread. */
 static int64_t g_bwd_t0, g_coll_t0;
 static int g_cdepth, g_coll_seen;
+/* What the step model saw, for a loop it cannot segment (the
+ * inproc.boundaries event at exit): batches fetched on the training
+ * thread, backward passes, lead-optimizer steps, a forward seen. */
+static uint64_t g_n_batches, g_n_bwd, g_n_opt;
 
 /* a record made at a fetch entry, written at its exit (flags known then) */
 static int g_have_closed;
@@ -1019,6 +1023,7 @@ static PyObject *py_next_exit(PyObject *self, PyObject *arg)
         }
         g_b.grad = grad_enabled();
         g_steps = g_written + 1;
+        g_n_batches++;
     }
     Py_RETURN_NONE;
 }
@@ -1052,6 +1057,7 @@ static PyObject *py_backward_exit(PyObject *self, PyObject *noargs)
     if (PyThread_get_thread_ident() != g_thread || g_bdepth <= 0 || --g_bdepth > 0)
         return PyLong_FromLong(0);
     int64_t t = now_ns();
+    g_n_bwd++;
     if (g_bwd_t0 && t > g_bwd_t0)
         for (int L = TM_STEP_BY_BACKWARD; L <= TM_STEP_BY_OPTIMIZER; L++)
             g_acc[L].bwd += t - g_bwd_t0;
@@ -1110,7 +1116,8 @@ static PyObject *py_loader_dropped(PyObject *self, PyObject *it)
 static PyObject *py_shutdown(PyObject *self, PyObject *noargs)
 {
     (void)self, (void)noargs;
-    if (g_rec_pid != getpid())
+    pid_t me = getpid();
+    if (g_rec_pid != me && !(g_lazy.pid == me && !g_rec)) /* opened, or to open lazily here */
         Py_RETURN_NONE;
     g_shut = 1;
     int64_t t = now_ns();
@@ -1126,6 +1133,22 @@ static PyObject *py_shutdown(PyObject *self, PyObject *noargs)
     }
     fwd_disarm();
     g_pending_flags = 0;
+    /* A process that ran the model tells what boundaries it saw, so that
+     * a report with no steps can say why (docs/DIAGNOSIS.md,
+     * steps.unsegmented); one that did nothing (torchrun's agent) writes
+     * nothing, and gets no file. */
+    if (g_fwd_t || g_n_batches || g_n_bwd || g_n_opt) {
+        char js[192];
+        snprintf(js, sizeof js,
+                 "{\"loader_batches\":%llu,\"backward_passes\":%llu,\"optimizer_steps\":%llu,"
+                 "\"forward_seen\":%s,\"steps\":%llu}",
+                 (unsigned long long)g_n_batches, (unsigned long long)g_n_bwd,
+                 (unsigned long long)g_n_opt, g_fwd_t ? "true" : "false",
+                 (unsigned long long)g_written);
+        lazy_open();
+        if (g_rec)
+            tm_rec_event(g_rec, 0, "inproc.boundaries", js);
+    }
     Py_RETURN_NONE;
 }
 
@@ -1137,6 +1160,7 @@ static PyObject *py_reset_steps(PyObject *self, PyObject *noargs)
     g_depth = g_bdepth = g_cdepth = 0;
     g_bwd_t0 = g_coll_t0 = 0;
     g_coll_seen = 0;
+    g_n_batches = g_n_bwd = g_n_opt = 0;
     g_in_cpu = -1;
     g_have_closed = 0;
     memset(&g_b, 0, sizeof g_b);
@@ -1368,6 +1392,7 @@ static PyObject *py_opt_post(PyObject *self, PyObject *arg)
     if (!lead)
         return PyLong_FromLong(0);
     g_lead = no;
+    g_n_opt++;
     g_level = TM_STEP_BY_OPTIMIZER;
     confirm_batch();
     close_acc(TM_STEP_BY_OPTIMIZER, t, 0);

@@ -68,6 +68,8 @@ void tm_rule_input_main_prep(struct an *an);
 /* rules_handoff.c: the loop waits for batches its idle workers have ready */
 bool tm_an_input_is_handoff(const tm_an_summary *S);
 void tm_rule_input_handoff(struct an *an);
+/* rules_steps.c: the agent ran but no step could be cut */
+void tm_rule_steps_unsegmented(struct an *an);
 /* rules_gpu.c */
 void tm_rule_gpu_underutilized(struct an *an);
 /* rules_gpu_mem.c: per training process. */

@@ -11,6 +11,7 @@
  * the report agrees with /metrics, the run.* alerts and the status line.
  * Which record files are training processes is tm_rec_is_training.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -230,6 +231,61 @@ static bool disk_is_target(const tm_runview *v, const char *dev, bool *any_named
     }
     *any_named = named;
     return !named;
+}
+
+/* The number after "key": in an event's JSON text (NAN when absent); the
+ * text is the writer's and not trusted: strtod stops at its end. */
+static double event_num(const char *json, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(json, pat);
+    if (!p)
+        return NAN;
+    p += strlen(pat);
+    char *end;
+    double v = strtod(p, &end);
+    return end == p || !isfinite(v) || v < 0 ? NAN : v;
+}
+
+/* What the in-process agent said of itself: the processes it started in
+ * and the boundaries they saw (for a loop it cannot segment). */
+static void summarize_agent(const tm_runview *v, tm_an_summary *S)
+{
+    const tm_run_event *ev;
+    size_t n = tm_run_events(v->r, &ev);
+    for (size_t i = 0; i < n; i++) {
+        const char *js = ev[i].json ? ev[i].json : "";
+        if (!strcmp(ev[i].name, "inproc.start")) {
+            S->agent_procs++;
+            const char *t = strstr(js, "\"torch\": \"");
+            size_t skip = 10;
+            if (!t) {
+                t = strstr(js, "\"torch\":\"");
+                skip = 9;
+            }
+            if (t && !S->torch_version[0]) {
+                t += skip;
+                size_t k = 0;
+                while (t[k] && t[k] != '"' && k + 1 < sizeof S->torch_version &&
+                       (isalnum((unsigned char)t[k]) || strchr(".+-_", t[k])))
+                    k++;
+                memcpy(S->torch_version, t, k);
+                S->torch_version[k] = '\0';
+            }
+        } else if (!strcmp(ev[i].name, "inproc.boundaries")) {
+            S->agent_told++;
+            double x;
+            if (!isnan(x = event_num(js, "loader_batches")))
+                S->seen_batches += x;
+            if (!isnan(x = event_num(js, "backward_passes")))
+                S->seen_backward += x;
+            if (!isnan(x = event_num(js, "optimizer_steps")))
+                S->seen_optimizer += x;
+            if (strstr(js, "\"forward_seen\":true"))
+                S->seen_forward = true;
+        }
+    }
 }
 
 static void summarize_system(const tm_runview *v, tm_an_summary *S)
@@ -711,6 +767,7 @@ int tm_runsum_build(tm_runview *v, tm_an_summary *S, tm_an_rank **ranks, size_t 
     S->win_start = v->w0;
     S->win_end = v->w1;
     summarize_system(v, S);
+    summarize_agent(v, S);
     free(x.all);
     free(x.all_c);
     free(x.tmp);

@@ -66,6 +66,13 @@ typedef struct tm_an_summary {
     double worker_util;
     size_t worker_restarts;
     double restart_wait_share, wait_per_batch_s, recv_cpu_share, worker_cpu_per_batch_s;
+    /* the agent's own account (inproc.start / inproc.boundaries events):
+     * processes it ran in, what step boundaries they saw in all, whether
+     * any ran a module forward, and the torch version of the first */
+    size_t agent_procs, agent_told;
+    double seen_batches, seen_backward, seen_optimizer;
+    bool seen_forward;
+    char torch_version[32];
 } tm_an_summary;
 
 /* The run as the summary and the rules read it: its arrays, the analysis
