@@ -126,12 +126,13 @@ VENV       ?= .venv
 VENV_TORCH ?= torch==2.13.0
 VENV_PY    := $(VENV)/bin/python
 venv:
-	@if [ -x $(VENV_PY) ] && $(VENV_PY) -c 'import torch, pytest, setuptools' 2>/dev/null; then \
+	@if [ -x $(VENV_PY) ] && $(VENV_PY) -c 'import torch, pytest, setuptools, tensorboard, pandas' 2>/dev/null; then \
 	    echo "venv: $(VENV) has torch $$($(VENV_PY) -c 'import torch; print(torch.__version__)')"; \
 	else \
-	    echo "venv: creating $(VENV) with $(VENV_TORCH) (CPU) and pytest"; \
+	    echo "venv: creating $(VENV) with $(VENV_TORCH) (CPU), pytest and the official readers (tensorboard, pandas)"; \
 	    python3 -m venv $(VENV) && \
 	    $(VENV_PY) -m pip install -q --disable-pip-version-check $(VENV_TORCH) pytest setuptools numpy \
+	        tensorboard pandas \
 	    || echo "venv: could not install $(VENV_TORCH) (package index unreachable?): the torch 2.x tests will be skipped"; \
 	fi
 
