@@ -81,6 +81,14 @@ $(BUILD)/libtrainmon.a: $(LIB_OBJ)
 $(BUILD)/libtrainmon.so: $(LIB_OBJ)
 	$(CC) $(CFLAGS) -shared -Wl,-soname,libtrainmon.so.0 -o $@ $^ $(LDFLAGS) $(LDLIBS)
 
+# The sitecustomize `trainmon run` writes for the job (src/cli/sitecustomize.py)
+# is compiled into the binary as a C string.
+$(BUILD)/gen/sitecustomize.inc: src/cli/sitecustomize.py Makefile
+	@mkdir -p $(dir $@)
+	sed -e 's/[\\"?]/\\&/g' -e 's/^/"/' -e 's/$$/\\n"/' $< > $@.tmp && mv $@.tmp $@
+$(BUILD)/src/cli/run.o: $(BUILD)/gen/sitecustomize.inc
+$(BUILD)/src/cli/run.o: override CFLAGS += -I$(BUILD)/gen
+
 $(BUILD)/trainmon: $(CLI_OBJ) $(BUILD)/libtrainmon.a
 	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libtrainmon.a $(LDFLAGS) $(LDLIBS)
 
