@@ -135,6 +135,7 @@ static void run_usage(FILE *f)
         "built for its interpreter; else it runs unrecorded, with one line on stderr\n"
         "naming the interpreter and the pip command that fixes it (the report says\n"
         "so too).  TRAINMON_PYTHONPATH names another directory holding trainmon/.\n"
+        "\n"
         "Exit status without a job: 2 usage (also a -d PATH that does not exist),\n"
         "127 command not found, 126 not executable, 1 run directory not made (also an\n"
         "existing DIR that is not a directory, not the caller's or writable by others).\n",

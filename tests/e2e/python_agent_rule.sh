@@ -96,6 +96,19 @@ ls -d "$scratch/own/trainmon-$version.dist-info" > /dev/null || fail "pip made n
 torch_job own_same "$TRAINMON" "$SYS_PY" PYTHONPATH="$scratch/own"
 [ "$file" = "$scratch/own/trainmon/__init__.py" ] || fail "own_same: loaded $file, not its own"
 
+# TRAINMON_PYTHONPATH names the package beside the binary; one that others
+# may write is refused with one warning, and nothing is loaded from it
+torch_job envpath "$TRAINMON" "$SYS_PY" TRAINMON_PYTHONPATH="$scratch/own"
+[ "$file" = "$scratch/own/trainmon/__init__.py" ] || fail "envpath: loaded $file"
+cp -r "$scratch/own" "$scratch/open" && chmod o+w "$scratch/open"
+TRAINMON_PYTHONPATH="$scratch/open" "$TRAINMON" run -o "$scratch/openrun" -- "$SYS_PY" -c \
+    'import sys; print("LOADED", "trainmon" in sys.modules)' > "$scratch/open.out" 2> "$scratch/open.err" ||
+    { cat "$scratch/open.err"; fail "open: trainmon run"; }
+grep -q "^trainmon: warning: $scratch/open: writable by others: not loaded into the job's Python" "$scratch/open.err" &&
+    grep -qx 'LOADED False' "$scratch/open.out" ||
+    { cat "$scratch/open.out" "$scratch/open.err"; fail "open: a package others may write was loaded"; }
+echo "ok: TRAINMON_PYTHONPATH used, and refused when others may write it"
+
 # 3. its own trainmon of another version: never run, the bundled one instead
 mkdir -p "$scratch/other/trainmon"
 cat > "$scratch/other/trainmon/__init__.py" << EOF
