@@ -4,7 +4,8 @@
  * (src/lib/agentnote.c): the note as the sitecustomize writes it, what a
  * crafted one cannot do (move the terminal's cursor, overflow a field,
  * nest), and the directory scan (no symlink followed, no FIFO opened, the
- * lowest pid kept, loaded notes not counted).
+ * lowest pid kept, loaded notes not counted), and the finding the report
+ * makes of them: run.agent_not_loaded, high when the run has no steps.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,6 +22,7 @@
 #include <cmocka.h>
 
 #include "agentnote.h"
+#include "trainmon.h"
 
 static const char written[] =
     "{\"pid\": 7798, \"python\": \"/root/.pyenv/versions/3.12.1/bin/python3.12\", "
@@ -149,6 +151,70 @@ static void test_scan_keeps_the_lowest_pid_and_follows_no_symlink_nor_fifo(void 
     assert_int_equal(system(cmd), 0);
 }
 
+/* A record file of role with n steps of 10 ms (n 0: only its header). */
+static void write_rank(const char *dir, const char *name, const char *role, int rank, int n)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    tm_rec_opts o = {.role = role, .rank = rank};
+    tm_rec *w = NULL;
+    assert_int_equal(tm_rec_open(&w, path, &o), 0);
+    int64_t t0 = tm_now_mono_ns();
+    for (int i = 0; i < n; i++) {
+        tm_inproc_step s = {.step = (uint64_t)i,
+                            .start_ns = t0 + i * 10000000LL,
+                            .end_ns = t0 + (i + 1) * 10000000LL,
+                            .data_wait_ns = 1000000};
+        uint8_t buf[128];
+        int len = tm_inproc_encode_step(&s, buf, sizeof buf);
+        assert_true(len > 0);
+        assert_int_equal(tm_rec_append(w, TM_REC_STEP, s.end_ns, buf, (uint32_t)len), 0);
+    }
+    tm_rec_close(&w);
+}
+
+/* The finding run.agent_not_loaded of the run in dir, or NULL; *sev its
+ * severity. */
+static bool agent_finding(const char *dir, enum tm_severity *sev, char *advice, size_t cap)
+{
+    tm_run *r = NULL;
+    const char *dirs[] = {dir};
+    assert_int_equal(tm_run_load(&r, dirs, 1), 0);
+    tm_analysis *a = NULL;
+    assert_int_equal(tm_analyze(r, &a), 0);
+    const tm_finding *f = tm_analysis_find(a, "run.agent_not_loaded");
+    if (f) {
+        *sev = f->severity;
+        snprintf(advice, cap, "%s", f->advice);
+    }
+    tm_analysis_free(&a);
+    tm_run_free(&r);
+    return f != NULL;
+}
+
+static void test_report_says_the_recorder_did_not_load_high_without_steps(void **st)
+{
+    (void)st;
+    char dir[] = "/tmp/tm-agentnote-run-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    write_rank(dir, "system.tmr", "system", -1, 0);
+    enum tm_severity sev = TM_SEV_INFO;
+    char advice[2048] = "";
+    assert_false(agent_finding(dir, &sev, advice, sizeof advice));
+    put(dir, "agent-7798.json", written);
+    assert_true(agent_finding(dir, &sev, advice, sizeof advice));
+    assert_int_equal(sev, TM_SEV_HIGH);
+    assert_non_null(strstr(advice, "has no extension built for it"));
+    assert_non_null(strstr(advice, "-m pip install /src"));
+    /* another process recorded steps: that one's are missing, not all */
+    write_rank(dir, "rank0.tmr", "rank0", 0, 20);
+    assert_true(agent_finding(dir, &sev, advice, sizeof advice));
+    assert_int_equal(sev, TM_SEV_MEDIUM);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -157,6 +223,7 @@ int main(void)
         cmocka_unit_test(test_a_long_string_is_cut_to_its_field),
         cmocka_unit_test(test_not_a_flat_object_is_refused),
         cmocka_unit_test(test_scan_keeps_the_lowest_pid_and_follows_no_symlink_nor_fifo),
+        cmocka_unit_test(test_report_says_the_recorder_did_not_load_high_without_steps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
