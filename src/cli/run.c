@@ -396,8 +396,8 @@ static int run_make_dir(struct run *r, const char *outdir)
 }
 
 /* Whether the job's interpreter may load trainmon from a directory (the
- * job may run as root): owned by root or the caller and writable by nobody else, itself
- * and its trainmon/ package (another user's json.py or trainmon/ there
+ * job may run as root): owned by root or the caller and writable by nobody
+ * else, itself and its trainmon/ package (another user's trainmon/ there
  * would run as the job).  Says why not, once. */
 static bool run_pkg_trusted(const char *dir)
 {

@@ -59,8 +59,9 @@ def _trainmon_version(os, spec):
     metadata beside it (NAME-VERSION.dist-info), else a literal
     __version__ = '...' in its __init__.py; None when neither says."""
     import re
-    pkg = os.path.dirname(spec.origin)
-    entry = os.path.dirname(pkg)
+    entry = os.path.dirname(spec.origin)
+    if spec.submodule_search_locations is not None:  # a package, not trainmon.py
+        entry = os.path.dirname(entry)
     try:
         found = [n[len('trainmon-'):-len('.dist-info')] for n in os.listdir(entry)
                  if n.startswith('trainmon-') and n.endswith('.dist-info')]
