@@ -7,6 +7,8 @@
 #      the job's own `import trainmon`, which gets that same module; steps > 0;
 #   2. the interpreter's own trainmon of the binary's version (pip install
 #      --target of this tree, on the job's PYTHONPATH): that one is used;
+#      the same directory named by TRAINMON_PYTHONPATH is the package beside
+#      the binary, and is refused (one warning) when others may write it;
 #   3. its own trainmon of another version (a package saying
 #      __version__ = "0.0.1"): the bundled one is used, the other is never
 #      run, and the job's `import trainmon` gets the bundled one;
@@ -87,27 +89,31 @@ else
 fi
 
 # 2. its own trainmon of this version: pip install of a clean copy of the sources
-mkdir "$scratch/src"
-git -C "$root" archive --format=tar HEAD | tar -x -C "$scratch/src" || fail "git archive"
-(cd "$scratch/src" && env -u CC -u CFLAGS -u LDFLAGS -u LDLIBS "$SYS_PY" -m pip install -q \
-    --no-build-isolation --no-index --no-deps --target "$scratch/own" . > "$scratch/pip.log" 2>&1) ||
-    { tail -n 20 "$scratch/pip.log"; fail "pip install"; }
-ls -d "$scratch/own/trainmon-$version.dist-info" > /dev/null || fail "pip made no trainmon-$version.dist-info"
-torch_job own_same "$TRAINMON" "$SYS_PY" PYTHONPATH="$scratch/own"
-[ "$file" = "$scratch/own/trainmon/__init__.py" ] || fail "own_same: loaded $file, not its own"
+if git -C "$root" rev-parse HEAD > /dev/null 2>&1 && "$SYS_PY" -m pip --version > /dev/null 2>&1; then
+    mkdir "$scratch/src"
+    git -C "$root" archive --format=tar HEAD | tar -x -C "$scratch/src" || fail "git archive"
+    (cd "$scratch/src" && env -u CC -u CFLAGS -u LDFLAGS -u LDLIBS "$SYS_PY" -m pip install -q \
+        --no-build-isolation --no-index --no-deps --target "$scratch/own" . > "$scratch/pip.log" 2>&1) ||
+        { tail -n 20 "$scratch/pip.log"; fail "pip install"; }
+    ls -d "$scratch/own/trainmon-$version.dist-info" > /dev/null || fail "pip made no trainmon-$version.dist-info"
+    torch_job own_same "$TRAINMON" "$SYS_PY" PYTHONPATH="$scratch/own"
+    [ "$file" = "$scratch/own/trainmon/__init__.py" ] || fail "own_same: loaded $file, not its own"
 
-# TRAINMON_PYTHONPATH names the package beside the binary; one that others
-# may write is refused with one warning, and nothing is loaded from it
-torch_job envpath "$TRAINMON" "$SYS_PY" TRAINMON_PYTHONPATH="$scratch/own"
-[ "$file" = "$scratch/own/trainmon/__init__.py" ] || fail "envpath: loaded $file"
-cp -r "$scratch/own" "$scratch/open" && chmod o+w "$scratch/open"
-TRAINMON_PYTHONPATH="$scratch/open" "$TRAINMON" run -o "$scratch/openrun" -- "$SYS_PY" -c \
-    'import sys; print("LOADED", "trainmon" in sys.modules)' > "$scratch/open.out" 2> "$scratch/open.err" ||
-    { cat "$scratch/open.err"; fail "open: trainmon run"; }
-grep -q "^trainmon: warning: $scratch/open: writable by others: not loaded into the job's Python" "$scratch/open.err" &&
-    grep -qx 'LOADED False' "$scratch/open.out" ||
-    { cat "$scratch/open.out" "$scratch/open.err"; fail "open: a package others may write was loaded"; }
-echo "ok: TRAINMON_PYTHONPATH used, and refused when others may write it"
+    # TRAINMON_PYTHONPATH names the package beside the binary; one that
+    # others may write is refused with one warning, and nothing is loaded
+    torch_job envpath "$TRAINMON" "$SYS_PY" TRAINMON_PYTHONPATH="$scratch/own"
+    [ "$file" = "$scratch/own/trainmon/__init__.py" ] || fail "envpath: loaded $file"
+    cp -r "$scratch/own" "$scratch/open" && chmod o+w "$scratch/open"
+    TRAINMON_PYTHONPATH="$scratch/open" "$TRAINMON" run -o "$scratch/openrun" -- "$SYS_PY" -c \
+        'import sys; print("LOADED", "trainmon" in sys.modules)' > "$scratch/open.out" 2> "$scratch/open.err" ||
+        { cat "$scratch/open.err"; fail "open: trainmon run"; }
+    grep -q "^trainmon: warning: $scratch/open: writable by others: not loaded into the job's Python" "$scratch/open.err" &&
+        grep -qx 'LOADED False' "$scratch/open.out" ||
+        { cat "$scratch/open.out" "$scratch/open.err"; fail "open: a package others may write was loaded"; }
+    echo "ok: TRAINMON_PYTHONPATH used, and refused when others may write it"
+else
+    echo "skipped: the own-install half (not a git checkout, or no pip for $SYS_PY)"
+fi
 
 # 3. its own trainmon of another version: never run, the bundled one instead
 mkdir -p "$scratch/other/trainmon"
