@@ -158,11 +158,11 @@ def _trainmon_note(os, note):
     """TRAINMON_RUN_DIR/agent-<pid>.json: new (O_EXCL, no symlink
     followed), readable as the run directory's files are (0600, 0640 in a
     group-readable one)."""
-    import json
     d = os.environ.get('TRAINMON_RUN_DIR')
     if not d:
         return
     try:
+        import json
         mode = 0o640 if os.stat(d).st_mode & 0o050 == 0o050 else 0o600
         path = os.path.join(d, 'agent-%d.json' % note['pid'])
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
