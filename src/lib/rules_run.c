@@ -13,7 +13,7 @@
 void tm_rule_run_agent_not_loaded(struct an *an)
 {
     const tm_an_summary *S = &an->a->sum;
-    const tm_agent_notes *g = &S->agent;
+    const tm_agent_notes *g = &S->agent_notes;
     if (g->not_loaded == 0)
         return;
     const tm_agent_note *n = &g->first;

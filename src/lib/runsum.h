@@ -76,7 +76,7 @@ typedef struct tm_an_summary {
     char torch_version[32];
     /* Python processes of the job in which the in-process recorder did not
      * load, from their DIR/agent-<pid>.json (run.agent_not_loaded) */
-    tm_agent_notes agent;
+    tm_agent_notes agent_notes;
 } tm_an_summary;
 
 /* The run as the summary and the rules read it: its arrays, the analysis
