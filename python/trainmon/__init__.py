@@ -752,6 +752,38 @@ def _at_exit():
         pass
 
 
+def _record_threads(torch, why):
+    """The process's torch thread counts as a torch_threads event, at attach
+    and after each set_num_threads / set_num_interop_threads: the report
+    counts the intra-op threads of every rank against the cores the job may
+    use (host.cpu_oversubscribed).  Only in the process that opened the
+    record file: a forked DataLoader worker (torch sets 1 thread in each)
+    is not a rank."""
+    if _state["pid"] != os.getpid():
+        return
+    d = {"why": why, "intra_op": int(torch.get_num_threads()),
+         "inter_op": int(torch.get_num_interop_threads())}
+    try:
+        d["affinity_cpus"] = len(os.sched_getaffinity(0))
+    except Exception:
+        pass
+    _c.event("torch_threads", json.dumps(d))
+
+
+def _make_set_threads(orig, torch):
+    def set_threads(*args, **kwargs):
+        r = orig(*args, **kwargs)
+        try:
+            _record_threads(torch, orig.__name__)
+        except Exception:
+            pass
+        return r
+    set_threads._trainmon = True
+    set_threads.__name__ = getattr(orig, "__name__", "set_threads")
+    set_threads.__doc__ = getattr(orig, "__doc__", None)
+    return set_threads
+
+
 def attach(run_dir=None, memory_history=None):
     """Instruments the job with no other code change: steps and data wait
     (every DataLoader), per-batch worker time, CPU and RSS, optimizer steps,
@@ -770,6 +802,14 @@ def attach(run_dir=None, memory_history=None):
         torch = sys.modules.get("torch")
         if torch is None:
             return
+        try:
+            _record_threads(torch, "attach")
+            for name in ("set_num_threads", "set_num_interop_threads"):
+                f = torch.__dict__.get(name)
+                if f is not None and not getattr(f, "_trainmon", False):
+                    _patch(torch, name, _make_set_threads(f, torch))
+        except Exception as e:
+            _report_exc("torch thread counts", e)
         try:
             import torch.utils.data.dataloader as dl
             it = dl._BaseDataLoaderIter
