@@ -46,6 +46,19 @@
 #define TM_AN_WORKER_IDLE 0.50    /* below: the fetch waits on something */
 #define TM_AN_PSI_CPU_SOME 0.10   /* mean cpu "some" avg10: tasks wait for a core */
 #define TM_AN_WORKER_CPU_MIN 0.20 /* starved: still this much CPU per fetch-second */
+/* host.cpu_oversubscribed: more runnable threads (intra-op threads x
+ * ranks + DataLoader workers) than the CPUs the job may use (affinity,
+ * cgroup quota), confirmed by tasks waiting for a CPU (PSI cpu some, the
+ * input rules' TM_AN_PSI_CPU_SOME) or by compute per step well above its
+ * own fastest tenth.  1.5: run-to-run spread of CPU step time on an idle
+ * machine is within 10-20% (PyTorch's own benchmark guidance treats
+ * differences under ~10% as noise); half again is contention, not noise.
+ * High severity: the kernel's "some" pressure above 30% (the input rules'
+ * TM_AN_DATA_WAIT_HIGH scale) or compute at twice its fastest tenth. */
+#define TM_AN_CPU_OVERSUB_RATIO 1.0 /* runnable threads per usable CPU above this */
+#define TM_AN_CPU_SLOWDOWN 1.5      /* compute median / fastest tenth */
+#define TM_AN_CPU_SLOWDOWN_HIGH 2.0
+#define TM_AN_PSI_CPU_SOME_HIGH 0.30
 /* gpu.underutilized: the TensorBoard profiler's "GPU util < 50%". */
 #define TM_AN_GPU_UTIL 0.50
 /* gpu_mem.near_capacity: the profiler's "peak > 90% of device memory". */

@@ -359,38 +359,43 @@ double tm_machine_workers_fit(double usable, size_t ranks)
 }
 
 double tm_machine_workers_advice(char *buf, size_t cap, double need, double now, double usable,
-                                 size_t ranks, bool gpu, bool *capped)
+                                 size_t ranks, bool gpu, const char *why, bool *capped)
 {
     const char *cheaper = gpu ? "make each sample cheaper (decode smaller images, move "
                                 "augmentation to the GPU, cache decoded data)"
                               : "make each sample cheaper (decode smaller images, cache "
                                 "decoded data, pre-process the data set once ahead)";
+    char paren[384];
+    snprintf(paren, sizeof paren, "(%s%snow %.0f)", why ? why : "", why && why[0] ? "; " : "", now);
     double fit = tm_machine_workers_fit(usable, ranks);
     if (capped)
         *capped = false;
     if (isnan(fit)) {
         snprintf(buf, cap,
-                 "Set num_workers=%.0f if the machine has %.0f free cores per rank; otherwise %s.",
-                 need, need, cheaper);
+                 "About %.0f workers per rank would keep up %s. Set num_workers=%.0f if the "
+                 "machine has %.0f free cores per rank; otherwise %s.",
+                 need, paren, need, need, cheaper);
         return need;
     }
-    char per[32];
+    char per[48];
     if (ranks > 1)
-        snprintf(per, sizeof per, ", %.3g per rank", usable / (double)ranks);
+        snprintf(per, sizeof per, " (%.3g per rank)", usable / (double)ranks);
     else
         per[0] = '\0';
     if (need <= fit) {
-        snprintf(buf, cap, "Set num_workers=%.0f: it fits the %.3g cores the job may use%s.", need,
-                 usable, per);
+        snprintf(buf, cap,
+                 "About %.0f workers per rank would keep up %s. Set num_workers=%.0f: it fits "
+                 "the %.3g cores the job may use%s.",
+                 need, paren, need, usable, per);
         return need;
     }
     if (capped)
         *capped = true;
-    size_t len = (size_t)snprintf(
-        buf, cap,
-        "It would need about %.0f workers per rank but the job may use %.3g cores%s, one of "
-        "them kept for the training loop: %s, or give the job more cores",
-        need, usable, per, cheaper);
+    size_t len = (size_t)snprintf(buf, cap,
+                                  "It would need about %.0f workers per rank %s but the job may "
+                                  "use %.3g cores%s, one per rank kept for the training loop: "
+                                  "%s, or give the job more cores",
+                                  need, paren, usable, per, cheaper);
     if (len >= cap)
         return fit;
     if (now > fit)

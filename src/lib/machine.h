@@ -52,13 +52,14 @@ double tm_machine_usable(const tm_machine *m);
 double tm_machine_workers_fit(double usable, size_t ranks);
 
 /* The advice of a DataLoader worker count, one implementation for every
- * rule that proposes one: need workers per rank would keep up, now are
- * used; usable CPUs (NAN: unknown) are shared by ranks training processes
- * on the host (tm_machine_workers_fit); gpu says whether the job has a
- * GPU to move work to.  Writes one or two sentences into buf and returns
- * the count advised: the need when it fits (or usable is unknown), else
- * what fits.  *capped (may be NULL) says whether the need did not fit. */
+ * rule that proposes one: need workers per rank would keep up (why: the
+ * arithmetic behind it, "" for none), now are used; usable CPUs (NAN:
+ * unknown) are shared by ranks training processes on the host
+ * (tm_machine_workers_fit); gpu says whether the job has a GPU to move
+ * work to.  Writes the advice into buf and returns the count advised: the
+ * need when it fits (or usable is unknown), else what fits, never more.
+ * *capped (may be NULL) says whether the need did not fit. */
 double tm_machine_workers_advice(char *buf, size_t cap, double need, double now, double usable,
-                                 size_t ranks, bool gpu, bool *capped);
+                                 size_t ranks, bool gpu, const char *why, bool *capped);
 
 #endif
