@@ -8,7 +8,10 @@
  * cgroup quota, meta.json of `trainmon run`).  An excess alone is not a
  * finding (workers that mostly sleep on a full prefetch queue take no
  * core); tasks waiting for a CPU (PSI cpu some) or compute per step well
- * above its own fastest tenth must show that it costs.
+ * above its own fastest tenth must show that it costs.  A loop that waits
+ * for data is not computing while it waits: there the workers are what it
+ * needs, the input findings say why it waits, and this one speaks only
+ * when torch's own threads can be cut (never advising fewer workers).
  */
 #include <math.h>
 #include <stdio.h>
@@ -29,6 +32,9 @@ void tm_rule_host_cpu_oversubscribed(struct an *an)
     bool v_slow = slow >= TM_AN_CPU_SLOWDOWN;
     if (!v_psi && !v_slow)
         return;
+    bool input_bound = S->data_wait_fraction >= TM_AN_DATA_WAIT_FRACTION;
+    if (input_bound && !(S->torch_threads > 1))
+        return;
     double nr = (double)S->host_ranks, nw = (double)S->host_workers;
     /* The fix: N intra-op threads per rank so that N x ranks + workers <=
      * usable; when even one thread each leaves no room for the workers,
@@ -37,7 +43,8 @@ void tm_rule_host_cpu_oversubscribed(struct an *an)
     double w_fit = NAN;
     if (n < 1) {
         n = 1;
-        w_fit = tm_machine_workers_fit(usable, S->host_ranks);
+        if (!input_bound)
+            w_fit = tm_machine_workers_fit(usable, S->host_ranks);
     }
     double after = n * nr + (isnan(w_fit) ? nw : w_fit * nr);
 
@@ -61,6 +68,7 @@ void tm_rule_host_cpu_oversubscribed(struct an *an)
     tm_an_ev_num(&e, "compute_slowdown", slow);
     tm_an_ev_num(&e, "compute_slowdown_vs_early", slow_early);
     tm_an_ev_num(&e, "slowdown_threshold", TM_AN_CPU_SLOWDOWN);
+    tm_an_ev_num(&e, "data_wait_fraction", S->data_wait_fraction);
     tm_an_ev_num(&e, "advised_threads_per_rank", n);
     if (!isnan(w_fit))
         tm_an_ev_num(&e, "advised_workers_per_rank", w_fit);
@@ -88,15 +96,20 @@ void tm_rule_host_cpu_oversubscribed(struct an *an)
         usable, n, n);
     if (len < sizeof adv && !isnan(w_fit))
         len += (size_t)snprintf(adv + len, sizeof adv - len,
-                                " and use fewer DataLoader workers: num_workers=%.0f per rank "
-                                "(now %.0f)",
+                                " and, if the input still keeps up, fewer DataLoader workers: "
+                                "num_workers=%.0f per rank (now %.0f)",
                                 w_fit, nw / nr);
+    const char *rest = "";
+    if (after > usable && nr > usable)
+        rest = "; more ranks than CPUs: run fewer ranks on this host";
+    else if (after > usable)
+        rest = "; the workers the loop waits for still take the rest (the input finding says "
+               "how to make each batch cheaper)";
     if (len < sizeof adv)
         snprintf(adv + len, sizeof adv - len,
                  ": %.0f thread(s) x %.0f rank(s) + %.0f worker(s) = %.0f runnable threads for "
                  "%.3g CPU(s)%s.",
-                 n, nr, isnan(w_fit) ? nw : w_fit * nr, after, usable,
-                 after > usable ? ": more ranks than CPUs, run fewer ranks on this host" : "");
+                 n, nr, isnan(w_fit) ? nw : w_fit * nr, after, usable, rest);
     enum tm_severity sev =
         S->psi_cpu_some >= TM_AN_PSI_CPU_SOME_HIGH || slow >= TM_AN_CPU_SLOWDOWN_HIGH
             ? TM_SEV_HIGH

@@ -439,6 +439,53 @@ static void test_unknown_thread_counts_are_no_oversubscription_finding(void **st
     tm_run_free(&run);
 }
 
+/* The demo on a busy 2-core machine: the loop waits for data 90% of the
+ * time, 1 torch thread + 2 workers on 2 CPUs.  The workers are what the
+ * loop needs: no oversubscription finding (the input finding says why it
+ * waits), and never "fewer workers". */
+static void test_a_loop_waiting_for_data_with_one_thread_is_not_oversubscribed(void **st)
+{
+    (void)st;
+    write_meta("{\"host\": \"h\", \"usable_cpus\": 2.000}\n");
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    assert_int_equal(tm_rec_event(r0, at(0), "torch_threads", "{\"intra_op\": 1}"), 0);
+    const double comp[] = {0.06, 0.06, 0.06, 0.02};
+    put_steps(r0, 60, comp, 4, 0.5);
+    tm_rec_close(&r0);
+    for (int k = 0; k < 2; k++)
+        put_worker_file(k, 300u + (unsigned)k, 20, 1.0, 0.2);
+    put_psi_cpu(0.9, 35);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    assert_null(tm_analysis_find(a, "host.cpu_oversubscribed"));
+    tm_analysis_free(&a);
+    tm_run_free(&run);
+}
+
+/* The same loop with 4 torch threads: cut the threads, keep the workers. */
+static void test_a_loop_waiting_for_data_is_told_to_cut_threads_not_workers(void **st)
+{
+    (void)st;
+    write_meta("{\"host\": \"h\", \"usable_cpus\": 2.000}\n");
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    assert_int_equal(tm_rec_event(r0, at(0), "torch_threads", "{\"intra_op\": 4}"), 0);
+    const double comp[] = {0.06};
+    put_steps(r0, 60, comp, 1, 0.5);
+    tm_rec_close(&r0);
+    for (int k = 0; k < 2; k++)
+        put_worker_file(k, 300u + (unsigned)k, 20, 1.0, 0.2);
+    put_psi_cpu(0.9, 35);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "host.cpu_oversubscribed");
+    assert_non_null(f);
+    assert_non_null(strstr(f->advice, "torch.set_num_threads(1)"));
+    assert_null(strstr(f->advice, "num_workers="));
+    assert_true(isnan(ev_num(f, "advised_workers_per_rank")));
+    tm_analysis_free(&a);
+    tm_run_free(&run);
+}
+
 /* The demo's scenario on a 2-core machine: a worker takes 0.25 s per batch,
  * a step computes in 0.02 s, 13 workers would keep up. */
 static void test_cpu_bound_advice_fits_the_usable_cores_and_knows_no_gpu(void **st)
@@ -531,6 +578,8 @@ int main(void)
         RUN_TEST(test_threads_within_usable_cpus_are_not_oversubscribed),
         RUN_TEST(test_excess_threads_without_pressure_or_slowdown_are_not_a_finding),
         RUN_TEST(test_unknown_thread_counts_are_no_oversubscription_finding),
+        RUN_TEST(test_a_loop_waiting_for_data_with_one_thread_is_not_oversubscribed),
+        RUN_TEST(test_a_loop_waiting_for_data_is_told_to_cut_threads_not_workers),
         RUN_TEST(test_cpu_bound_advice_fits_the_usable_cores_and_knows_no_gpu),
         RUN_TEST(test_data_wait_advice_without_gpu_or_data_paths),
         RUN_TEST(test_data_wait_advice_does_not_repeat_the_d_option_given),
