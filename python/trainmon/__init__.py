@@ -177,6 +177,7 @@ def _ensure_recorder(run_dir=None):
                 "python": sys.version.split()[0], "trainmon": __version__,
                 "torch": getattr(torch, "__version__", None) if torch else None,
             }
+            meta.update(_thread_counts(torch))
             _state.update(run_dir=d, role=role, rank=-1 if rank is None else rank)
             # TRAINMON_MAX_SIZE (bytes): flight-recorder mode, newest data kept.
             max_size = _env_int("TRAINMON_MAX_SIZE") or 0
@@ -752,29 +753,44 @@ def _at_exit():
         pass
 
 
-def _record_threads(torch, why):
-    """The process's torch thread counts as a torch_threads event, at attach
-    and after each set_num_threads / set_num_interop_threads: the report
-    counts the intra-op threads of every rank against the cores the job may
-    use (host.cpu_oversubscribed).  Only in the process that opened the
-    record file: a forked DataLoader worker (torch sets 1 thread in each)
-    is not a rank."""
-    if _state["pid"] != os.getpid():
-        return
-    d = {"why": why, "intra_op": int(torch.get_num_threads()),
-         "inter_op": int(torch.get_num_interop_threads())}
+def _thread_counts(torch):
+    """torch's thread counts and the CPUs this process may run on: the
+    report counts the intra-op threads of every rank against the cores the
+    job may use (host.cpu_oversubscribed).  {} when unknown (no torch, a
+    stand-in torch in tests)."""
+    d = {}
     try:
-        d["affinity_cpus"] = len(os.sched_getaffinity(0))
+        get = getattr(torch, "get_num_threads", None)
+        get_interop = getattr(torch, "get_num_interop_threads", None)
+        if get is not None:
+            d["intra_op"] = int(get())
+        if get_interop is not None:
+            d["inter_op"] = int(get_interop())
+        if d:
+            d["affinity_cpus"] = len(os.sched_getaffinity(0))
     except Exception:
         pass
-    _c.event("torch_threads", json.dumps(d))
+    return d
+
+
+def _record_threads(torch):
+    """After set_num_threads / set_num_interop_threads: the new counts as a
+    torch_threads event (the ones at attach are in the file's meta, which
+    makes no file by itself).  Only in the process that opened the record
+    file: a forked DataLoader worker (torch sets 1 thread in each) is not a
+    rank."""
+    if _state["pid"] != os.getpid():
+        return
+    d = _thread_counts(torch)
+    if d:
+        _c.event("torch_threads", json.dumps(d))
 
 
 def _make_set_threads(orig, torch):
     def set_threads(*args, **kwargs):
         r = orig(*args, **kwargs)
         try:
-            _record_threads(torch, orig.__name__)
+            _record_threads(torch)
         except Exception:
             pass
         return r
@@ -803,7 +819,6 @@ def attach(run_dir=None, memory_history=None):
         if torch is None:
             return
         try:
-            _record_threads(torch, "attach")
             for name in ("set_num_threads", "set_num_interop_threads"):
                 f = torch.__dict__.get(name)
                 if f is not None and not getattr(f, "_trainmon", False):

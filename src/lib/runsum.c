@@ -604,22 +604,31 @@ static double event_num(const char *json, const char *key)
     return end == p + strlen(pat) || !isfinite(d) ? NAN : d;
 }
 
-/* The last torch_threads event of source s: intra-op, inter-op threads and
- * the affinity the agent saw (each NAN when unknown). */
+/* The thread counts of source s: its last torch_threads event (written
+ * after each torch.set_num_threads), else those of its inproc.start event
+ * (the agent's meta at attach): intra-op, inter-op threads and the
+ * affinity the agent saw (each NAN when unknown). */
 static void source_threads(const tm_runview *v, uint32_t s, double *intra, double *inter,
                            double *affinity)
 {
     const tm_run_event *ev;
     size_t n = tm_run_events(v->r, &ev);
     int64_t last = INT64_MIN;
+    bool from_set = false;
     *intra = *inter = *affinity = NAN;
     for (size_t i = 0; i < n; i++) {
-        if (ev[i].source != s || strcmp(ev[i].name, "torch_threads") != 0 || ev[i].t_ns < last)
+        if (ev[i].source != s)
+            continue;
+        bool set = strcmp(ev[i].name, "torch_threads") == 0;
+        if (!set && (from_set || strcmp(ev[i].name, "inproc.start") != 0))
+            continue;
+        if (set == from_set && ev[i].t_ns < last)
             continue;
         double t = event_num(ev[i].json, "intra_op");
         if (!(t >= 1))
             continue;
         last = ev[i].t_ns;
+        from_set = set;
         *intra = t;
         *inter = event_num(ev[i].json, "inter_op");
         *affinity = event_num(ev[i].json, "affinity_cpus");

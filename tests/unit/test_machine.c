@@ -387,6 +387,35 @@ static void test_threads_and_workers_above_usable_cpus_with_pressure_is_oversubs
     tm_run_free(&run);
 }
 
+/* The counts at attach are in the agent's meta (inproc.start); a later
+ * torch.set_num_threads event wins over them, whatever the order. */
+static void test_thread_counts_come_from_set_num_threads_else_the_meta(void **st)
+{
+    (void)st;
+    write_meta("{\"host\": \"h\", \"usable_cpus\": 1.000}\n");
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    assert_int_equal(tm_rec_event(r0, at(0.02), "inproc.start", "{\"pid\": 1, \"intra_op\": 2}"),
+                     0);
+    assert_int_equal(tm_rec_event(r0, at(0.01), "torch_threads", "{\"intra_op\": 6}"), 0);
+    const double comp[] = {0.4, 0.05};
+    put_steps(r0, 60, comp, 2, 0.001);
+    tm_rec_close(&r0);
+    tm_rec *r1 = open_rec("rank1.tmr", "rank1", 1);
+    assert_int_equal(tm_rec_event(r1, at(0), "inproc.start", "{\"pid\": 2, \"intra_op\": 3}"), 0);
+    put_steps(r1, 60, comp, 2, 0.001);
+    tm_rec_close(&r1);
+    put_psi_cpu(0.5, 15);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "host.cpu_oversubscribed");
+    assert_non_null(f);
+    assert_true(ev_num(f, "torch_threads_per_rank") == 6); /* the largest of 6 and 3 */
+    assert_true(ev_num(f, "ranks_on_host") == 2);
+    assert_true(ev_num(f, "runnable_threads") == 12);
+    tm_analysis_free(&a);
+    tm_run_free(&run);
+}
+
 static void test_threads_within_usable_cpus_are_not_oversubscribed(void **st)
 {
     (void)st;
@@ -553,6 +582,31 @@ static void test_data_wait_advice_does_not_repeat_the_d_option_given(void **st)
     tm_run_free(&run);
 }
 
+static void test_data_wait_advice_with_a_gpu_speaks_of_the_gpu(void **st)
+{
+    (void)st;
+    tm_rec *r0 = open_rec("pid42.tmr", "pid42", -1);
+    const double comp[] = {0.08};
+    put_steps(r0, 50, comp, 1, 0.02);
+    tm_rec_close(&r0);
+    tm_rec *s = open_rec("system.tmr", "system", -1);
+    int id = tm_rec_series(s, TM_SER_GPU_UTILIZATION, "gpu=0", "");
+    assert_true(id > 0);
+    uint32_t u = (uint32_t)id;
+    double v = 0.6;
+    for (double t = 0; t <= 5; t += 0.5)
+        assert_int_equal(tm_rec_sample(s, at(t), &u, &v, 1), 0);
+    tm_rec_close(&s);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "input.data_wait");
+    assert_non_null(f);
+    assert_non_null(strstr(f->advice, "keeps the GPU waiting"));
+    assert_non_null(strstr(f->advice, "pin_memory=True"));
+    tm_analysis_free(&a);
+    tm_run_free(&run);
+}
+
 #define RUN_TEST(t) cmocka_unit_test_setup_teardown(t, setup_dir, teardown_dir)
 
 int main(void)
@@ -575,6 +629,7 @@ int main(void)
         cmocka_unit_test(test_advice_on_unknown_cores_keeps_the_need_with_its_condition),
         cmocka_unit_test(test_advice_with_workers_already_above_the_cores_says_so),
         RUN_TEST(test_threads_and_workers_above_usable_cpus_with_pressure_is_oversubscribed),
+        RUN_TEST(test_thread_counts_come_from_set_num_threads_else_the_meta),
         RUN_TEST(test_threads_within_usable_cpus_are_not_oversubscribed),
         RUN_TEST(test_excess_threads_without_pressure_or_slowdown_are_not_a_finding),
         RUN_TEST(test_unknown_thread_counts_are_no_oversubscription_finding),
@@ -583,6 +638,7 @@ int main(void)
         RUN_TEST(test_cpu_bound_advice_fits_the_usable_cores_and_knows_no_gpu),
         RUN_TEST(test_data_wait_advice_without_gpu_or_data_paths),
         RUN_TEST(test_data_wait_advice_does_not_repeat_the_d_option_given),
+        RUN_TEST(test_data_wait_advice_with_a_gpu_speaks_of_the_gpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
