@@ -350,11 +350,11 @@ double tm_machine_usable(const tm_machine *m)
 
 /* --- advice */
 
-double tm_machine_workers_fit(double usable, size_t ranks)
+double tm_machine_workers_fit(double usable, size_t ranks, bool keep_loop_core)
 {
     if (!(usable > 0))
         return NAN;
-    double per = floor(usable / (double)(ranks ? ranks : 1) + 1e-9) - 1;
+    double per = floor(usable / (double)(ranks ? ranks : 1) + 1e-9) - (keep_loop_core ? 1 : 0);
     return per > 0 ? per : 0;
 }
 
@@ -367,7 +367,7 @@ double tm_machine_workers_advice(char *buf, size_t cap, double need, double now,
                                 "decoded data, pre-process the data set once ahead)";
     char paren[384];
     snprintf(paren, sizeof paren, "(%s%snow %.0f)", why ? why : "", why && why[0] ? "; " : "", now);
-    double fit = tm_machine_workers_fit(usable, ranks);
+    double fit = tm_machine_workers_fit(usable, ranks, false);
     if (capped)
         *capped = false;
     if (isnan(fit)) {
@@ -393,8 +393,7 @@ double tm_machine_workers_advice(char *buf, size_t cap, double need, double now,
         *capped = true;
     size_t len = (size_t)snprintf(buf, cap,
                                   "It would need about %.0f workers per rank %s but the job may "
-                                  "use %.3g cores%s, one per rank kept for the training loop: "
-                                  "%s, or give the job more cores",
+                                  "use %.3g cores%s: %s, or give the job more cores",
                                   need, paren, usable, per, cheaper);
     if (len >= cap)
         return fit;

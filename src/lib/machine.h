@@ -46,15 +46,17 @@ int tm_machine_parse_v1_cpu_path(const char *buf, size_t len, char *out, size_t 
 double tm_machine_usable(const tm_machine *m);
 
 /* How many DataLoader workers per rank fit in usable CPUs shared by ranks
- * training processes, each keeping one core for its own loop (so that
- * threads x ranks + workers <= usable with one thread per rank): at least
- * 0; NAN when usable is unknown. */
-double tm_machine_workers_fit(double usable, size_t ranks);
+ * training processes: the cores per rank, less the one its training loop
+ * keeps when keep_loop_core (a loop that computes most of the time; one
+ * that waits for data takes little of its core).  At least 0; NAN when
+ * usable is unknown. */
+double tm_machine_workers_fit(double usable, size_t ranks, bool keep_loop_core);
 
 /* The advice of a DataLoader worker count, one implementation for every
- * rule that proposes one: need workers per rank would keep up (why: the
- * arithmetic behind it, "" for none), now are used; usable CPUs (NAN:
- * unknown) are shared by ranks training processes on the host
+ * rule that proposes one (the input rules: the loop waits for data, so
+ * the workers may have every core): need workers per rank would keep up
+ * (why: the arithmetic behind it, "" for none), now are used; usable CPUs
+ * (NAN: unknown) are shared by ranks training processes on the host
  * (tm_machine_workers_fit); gpu says whether the job has a GPU to move
  * work to.  Writes the advice into buf and returns the count advised: the
  * need when it fits (or usable is unknown), else what fits, never more.

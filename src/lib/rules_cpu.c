@@ -44,7 +44,7 @@ void tm_rule_host_cpu_oversubscribed(struct an *an)
     if (n < 1) {
         n = 1;
         if (!input_bound)
-            w_fit = tm_machine_workers_fit(usable, S->host_ranks);
+            w_fit = tm_machine_workers_fit(usable, S->host_ranks, true);
     }
     double after = n * nr + (isnan(w_fit) ? nw : w_fit * nr);
 

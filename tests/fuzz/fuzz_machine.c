@@ -40,7 +40,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t ranks = (size_t)(data[0] % 9);
         double got = tm_machine_workers_advice(adv, sizeof adv, v[0], v[1], v[2], ranks,
                                                data[1] & 1, "why", &capped);
-        double fit = tm_machine_workers_fit(v[2], ranks);
+        double fit = tm_machine_workers_fit(v[2], ranks, false);
         if (capped && !(got <= fit))
             __builtin_trap();
         if (strnlen(adv, sizeof adv) >= sizeof adv)

@@ -184,7 +184,7 @@ static void test_advice_never_proposes_more_workers_than_usable_cores(void **st)
     double n = tm_machine_workers_advice(buf, sizeof buf, 13, 1, 2.0, 1, false, "x", &capped);
     assert_true(capped);
     assert_true(n <= 2);
-    assert_true(n == 1); /* one core kept for the training loop */
+    assert_true(n == 2); /* the loop waits for data: the workers may have both cores */
     assert_non_null(strstr(buf, "would need about 13 workers per rank"));
     assert_non_null(strstr(buf, "may use 2 cores"));
     assert_null(strstr(buf, "num_workers=13"));
@@ -219,7 +219,7 @@ static void test_advice_with_workers_already_above_the_cores_says_so(void **st)
     (void)st;
     char buf[1024];
     double n = tm_machine_workers_advice(buf, sizeof buf, 8, 4, 2.0, 1, false, "", NULL);
-    assert_true(n == 1);
+    assert_true(n == 2);
     assert_non_null(strstr(buf, "already oversubscribe"));
 }
 
