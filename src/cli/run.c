@@ -736,11 +736,13 @@ static void run_sample(struct run *r, double dt, bool status)
      * feeds the system alert inputs. */
     tm_sampler_tick(r->sampler, t);
     /* The job's own CPUs (a job started through taskset or a launcher that
-     * sets its affinity differs from trainmon's): the last reading wins,
-     * and one of a job already gone keeps the one before. */
+     * sets its affinity differs from trainmon's): the last full reading
+     * wins; a job already gone (its affinity unreadable) or one whose
+     * cgroup could no longer be read (a quota lost at exit) keeps the one
+     * before. */
     tm_machine m;
     tm_machine_read(&m, r->pid);
-    if (isfinite(m.usable))
+    if (m.affinity > 0 && !(isnan(m.quota) && isfinite(r->mach.quota)))
         r->mach = m;
     run_sampler_warnings(r);
     const tm_diskrate *rates = NULL;

@@ -370,6 +370,11 @@ double tm_machine_workers_advice(char *buf, size_t cap, double need, double now,
     double fit = tm_machine_workers_fit(usable, ranks, false);
     if (capped)
         *capped = false;
+    if (!(need >= 0)) { /* the batch or compute time was not measured */
+        snprintf(buf, cap, "The workers' time per batch is unknown %s: %s%s.", paren, cheaper,
+                 isnan(fit) ? "" : ", or add workers while cores are free");
+        return NAN;
+    }
     if (isnan(fit)) {
         snprintf(buf, cap,
                  "About %.0f workers per rank would keep up %s. Set num_workers=%.0f if the "

@@ -210,8 +210,9 @@ void tm_rule_input_cpu_bound(struct an *an)
     tm_an_ev_num(&e, "workers_per_rank", (double)nw);
     tm_an_ev_num(&e, "workers_needed", need);
     /* The count advised fits the cores the job may use (machine.c). */
-    char why[128];
-    snprintf(why, sizeof why, "%.3f s per batch / %.3f s of compute per step", per, comp);
+    char why[128] = "";
+    if (isfinite(per) && isfinite(comp))
+        snprintf(why, sizeof why, "%.3f s per batch / %.3f s of compute per step", per, comp);
     size_t host_ranks = S->host_ranks ? S->host_ranks : an->a->nranks ? an->a->nranks : 1;
     double advised = tm_machine_workers_advice(adv, sizeof adv, need, (double)nw, S->usable_cpus,
                                                host_ranks, S->gpu, why, NULL);

@@ -214,6 +214,16 @@ static void test_advice_on_unknown_cores_keeps_the_need_with_its_condition(void 
     assert_non_null(strstr(buf, "num_workers=5 if the machine has 5 free cores"));
 }
 
+static void test_advice_without_a_need_proposes_no_count(void **st)
+{
+    (void)st;
+    char buf[1024];
+    double n = tm_machine_workers_advice(buf, sizeof buf, NAN, 2, 4.0, 1, false, "", NULL);
+    assert_true(isnan(n));
+    assert_null(strstr(buf, "num_workers="));
+    assert_null(strstr(buf, "nan"));
+}
+
 static void test_advice_with_workers_already_above_the_cores_says_so(void **st)
 {
     (void)st;
@@ -627,6 +637,7 @@ int main(void)
         cmocka_unit_test(test_advice_never_proposes_more_workers_than_usable_cores),
         cmocka_unit_test(test_advice_within_the_cores_is_the_need),
         cmocka_unit_test(test_advice_on_unknown_cores_keeps_the_need_with_its_condition),
+        cmocka_unit_test(test_advice_without_a_need_proposes_no_count),
         cmocka_unit_test(test_advice_with_workers_already_above_the_cores_says_so),
         RUN_TEST(test_threads_and_workers_above_usable_cpus_with_pressure_is_oversubscribed),
         RUN_TEST(test_thread_counts_come_from_set_num_threads_else_the_meta),
