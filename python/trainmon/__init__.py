@@ -76,8 +76,21 @@ def _report(msg):
         pass
 
 
+def _torch_version():
+    return getattr(sys.modules.get("torch"), "__version__", None)
+
+
 def _report_exc(what, exc):
-    _report("%s failed (%s: %s); going on without it" % (what, type(exc).__name__, exc))
+    """One line: the measure that is off, the torch it is off on and why;
+    the job runs unchanged."""
+    tv = _torch_version()
+    _report("%s off%s (%s: %s); the job runs unchanged"
+            % (what, " on torch %s" % tv if tv else "", type(exc).__name__, exc))
+
+
+def _moved(what, missing):
+    """A torch internal the agent needs is not where it was: one line."""
+    _report_exc(what, LookupError("%s not found" % missing))
 
 
 # --------------------------------------------------------------- recorder
@@ -460,7 +473,7 @@ def _make_next(orig):
 
     def __next__(self):
         try:
-            flags = enter()
+            flags = enter(self)
             if flags:
                 _on_boundary(flags)
         except Exception as e:
@@ -499,16 +512,17 @@ def _make_del(orig):
 
 
 def _make_fetch(orig, get_worker_info):
-    now, batch = _c.now, _c.worker_batch
+    now, batch, cpu = _c.now, _c.worker_batch, _c.worker_cpu
 
     def fetch(self, possibly_batched_index):
         info = get_worker_info()
         if info is None:  # the main process (num_workers=0): counted as data wait
             return orig(self, possibly_batched_index)
+        c0 = cpu()
         t0 = now()
         data = orig(self, possibly_batched_index)
         try:
-            batch(info.id, t0)
+            batch(info.id, t0, c0)
         except Exception as e:
             _report_exc("worker batch timing", e)
         return data
@@ -591,6 +605,43 @@ def _wrap_step(step):
                 _report_exc("step boundary", e)
     wrapper._trainmon = True
     return wrapper
+
+
+# Blocking collectives a loop calls itself (dist.all_reduce(loss), a
+# barrier): their wall time is the rank's wait for the others.  The DDP
+# reducer's gradient all-reduce is not among them (C++): its wait shows in
+# the backward pass, timed per step (docs/DIAGNOSIS.md, ranks.straggler).
+_COLLECTIVES = ("all_reduce", "barrier", "all_gather", "broadcast", "reduce_scatter",
+                "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all", "reduce",
+                "gather", "scatter", "all_gather_object", "broadcast_object_list",
+                "monitored_barrier")
+
+
+def _make_collective(orig):
+    import functools
+    enter, leave = _c.coll_enter, _c.coll_exit
+
+    @functools.wraps(orig)
+    def collective(*args, **kwargs):
+        if kwargs.get("async_op"):  # its wait is in Work.wait(), not here
+            return orig(*args, **kwargs)
+        enter()
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            leave()
+    collective._trainmon = True
+    return collective
+
+
+def _install_collectives(torch):
+    dist = getattr(torch, "distributed", None)
+    if dist is None or not getattr(dist, "is_available", lambda: False)():
+        return
+    for name in _COLLECTIVES:
+        fn = dist.__dict__.get(name)
+        if fn is not None and callable(fn) and not getattr(fn, "_trainmon", False):
+            _patch(dist, name, _make_collective(fn))
 
 
 def _install_optimizer(torch):
@@ -861,10 +912,22 @@ def attach(run_dir=None, memory_history=None):
             _report_exc("backward timing", e)
         try:
             nnm = sys.modules.get("torch.nn.modules.module")
+            dlm = sys.modules.get("torch.utils.data.dataloader")
+            if not isinstance(getattr(nnm, "_global_forward_pre_hooks", None), dict):
+                _moved("batch preparation timing (loops without a DataLoader)",
+                       "torch.nn.modules.module._global_forward_pre_hooks")
+            if getattr(dlm, "_MultiProcessingDataLoaderIter", None) is None:
+                _moved("worker handoff timing",
+                       "torch.utils.data.dataloader._MultiProcessingDataLoaderIter")
             _c.bind_steps(getattr(nnm, "_global_forward_pre_hooks", None),
-                          getattr(torch, "is_grad_enabled", None))
+                          getattr(torch, "is_grad_enabled", None),
+                          getattr(dlm, "_MultiProcessingDataLoaderIter", None))
         except Exception as e:
             _report_exc("batch preparation timing", e)
+        try:
+            _install_collectives(torch)
+        except Exception as e:
+            _report_exc("collective timing", e)
         if sys.excepthook is not _excepthook:
             _orig_excepthook = sys.excepthook
             sys.excepthook = _excepthook

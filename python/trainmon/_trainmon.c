@@ -687,6 +687,10 @@ typedef struct acc {
     int64_t start; /* 0: nothing begun since the last boundary of this kind */
     int64_t wait;
     int32_t batches, micro;
+    int64_t bwd;    /* time in backward passes */
+    int64_t coll;   /* time in blocking collectives */
+    int64_t wcpu;   /* training-thread CPU in multi-process loader waits */
+    int32_t wcpu_n; /* batches with wcpu measured */
 } acc;
 
 static int g_level;   /* strongest boundary seen: 0 or a TM_STEP_BY_* */
@@ -704,7 +708,21 @@ static struct {
     uintptr_t iter; /* the iterator that returned it (identity only) */
     int64_t entry, exit;
     int32_t bwd;
+    int64_t cpu; /* training-thread CPU inside the fetch; -1 not measured */
 } g_b;
+
+/* Handoff: the training thread's CPU is read around a fetch only for a
+ * multi-process DataLoader (its wait is receiving batches from workers);
+ * two clock reads per batch, none for other loaders. */
+static PyTypeObject *g_mp_iter; /* torch's _MultiProcessingDataLoaderIter */
+static int64_t g_in_cpu = -1;
+/* Stragglers: backward and collectives timed on the training thread. */
+static int64_t g_bwd_t0, g_coll_t0;
+static int g_cdepth, g_coll_seen;
+/* What the step model saw, for a loop it cannot segment (the
+ * inproc.boundaries event at exit): batches fetched on the training
+ * thread, backward passes, lead-optimizer steps, a forward seen. */
+static uint64_t g_n_batches, g_n_bwd, g_n_opt;
 
 /* a record made at a fetch entry, written at its exit (flags known then) */
 static int g_have_closed;
@@ -795,7 +813,7 @@ static void emit_train(tm_inproc_step *s)
 {
     s->step = g_written++;
     g_steps = g_written;
-    char buf[96];
+    char buf[128];
     rec_put(TM_REC_STEP, s->end_ns, buf, tm_inproc_encode_step(s, buf, sizeof buf));
     if (s->flags & TM_STEP_ENDED_AT_EXIT)
         return;
@@ -817,8 +835,11 @@ static void emit_eval(int64_t start, int64_t end, int64_t wait, uint32_t flags)
                         .micro_batches = 0,
                         .batches = 1,
                         .prep_ns = -1,
-                        .prep_cpu_ns = -1};
-    char buf[96];
+                        .prep_cpu_ns = -1,
+                        .backward_ns = -1,
+                        .wait_cpu_ns = -1,
+                        .collective_ns = -1};
+    char buf[128];
     rec_put(TM_REC_STEP, end, buf, tm_inproc_encode_step(&s, buf, sizeof buf));
     tm_follow_step(&g_tally, &g_win, &s); /* counted apart: eval_steps */
     /* a training step that had done nothing yet starts after the eval run */
@@ -867,7 +888,10 @@ static void close_acc(int level, int64_t t, uint32_t flags)
                         .micro_batches = a->micro,
                         .batches = a->batches,
                         .prep_ns = -1,
-                        .prep_cpu_ns = -1};
+                        .prep_cpu_ns = -1,
+                        .backward_ns = a->micro ? a->bwd : -1,
+                        .wait_cpu_ns = a->wcpu_n ? a->wcpu : -1,
+                        .collective_ns = g_coll_seen ? a->coll : -1};
     if (!a->batches && g_fwd_t >= start && g_fwd_t <= t && g_arm_t <= start && !g_fwd_armed) {
         /* no DataLoader: the loop prepares its batches, and that is its
          * data wait (the first step's start is its first forward) */
@@ -894,6 +918,10 @@ static void confirm_batch(void)
             a->start = g_b.entry;
         a->batches++;
         a->wait += g_b.exit - g_b.entry;
+        if (g_b.cpu >= 0) {
+            a->wcpu += g_b.cpu;
+            a->wcpu_n++;
+        }
     }
 }
 
@@ -919,7 +947,10 @@ static void settle_batch(int64_t t, uint32_t flags)
                                     .micro_batches = 0,
                                     .batches = 1,
                                     .prep_ns = -1,
-                                    .prep_cpu_ns = -1};
+                                    .prep_cpu_ns = -1,
+                                    .backward_ns = -1,
+                                    .wait_cpu_ns = g_b.cpu,
+                                    .collective_ns = -1};
     } else {
         return;
     }
@@ -954,13 +985,14 @@ static PyObject *take_flags(void)
 /* Entry into DataLoader __next__: the batch fetched before it is settled
  * here (written at the exit, when it is known whether this call raised).
  * Returns the flags of threshold callbacks due (the caller runs them). */
-static PyObject *py_next_enter(PyObject *self, PyObject *noargs)
+static PyObject *py_next_enter(PyObject *self, PyObject *it)
 {
-    (void)self, (void)noargs;
+    (void)self;
     if (!on_thread() || g_depth++ > 0)
         return PyLong_FromLong(0);
     int64_t t = now_ns();
     g_in_t = t;
+    g_in_cpu = g_mp_iter && Py_TYPE(it) == g_mp_iter ? thread_cpu_ns() : -1;
     settle_batch(t, 0);
     if (g_memstats && !g_cuda_ready)
         cuda_ready();
@@ -984,8 +1016,14 @@ static PyObject *py_next_exit(PyObject *self, PyObject *arg)
         g_b.entry = g_in_t;
         g_b.iter = (uintptr_t)arg;
         g_b.exit = t;
+        g_b.cpu = -1;
+        if (g_in_cpu >= 0) {
+            int64_t c = thread_cpu_ns();
+            g_b.cpu = c >= g_in_cpu ? c - g_in_cpu : -1;
+        }
         g_b.grad = grad_enabled();
         g_steps = g_written + 1;
+        g_n_batches++;
     }
     Py_RETURN_NONE;
 }
@@ -1008,6 +1046,7 @@ static PyObject *py_backward_enter(PyObject *self, PyObject *noargs)
             a->start = g_fwd_t && g_fwd_t <= t ? g_fwd_t : t;
         a->micro++;
     }
+    g_bwd_t0 = t;
     g_steps = g_written + 1;
     Py_RETURN_NONE;
 }
@@ -1017,9 +1056,41 @@ static PyObject *py_backward_exit(PyObject *self, PyObject *noargs)
     (void)self, (void)noargs;
     if (PyThread_get_thread_ident() != g_thread || g_bdepth <= 0 || --g_bdepth > 0)
         return PyLong_FromLong(0);
+    int64_t t = now_ns();
+    g_n_bwd++;
+    if (g_bwd_t0 && t > g_bwd_t0)
+        for (int L = TM_STEP_BY_BACKWARD; L <= TM_STEP_BY_OPTIMIZER; L++)
+            g_acc[L].bwd += t - g_bwd_t0;
+    g_bwd_t0 = 0;
     if (g_decided <= TM_STEP_BY_BACKWARD)
-        close_acc(TM_STEP_BY_BACKWARD, now_ns(), 0);
+        close_acc(TM_STEP_BY_BACKWARD, t, 0);
     return take_flags();
+}
+
+/* A blocking torch.distributed collective (all_reduce, barrier, ...)
+ * called on the training thread: its wall time is the step's
+ * collective_ns (the time this rank waited for the others, mostly). */
+static PyObject *py_coll_enter(PyObject *self, PyObject *noargs)
+{
+    (void)self, (void)noargs;
+    if (g_thread && PyThread_get_thread_ident() == g_thread && g_cdepth++ == 0) {
+        g_coll_t0 = now_ns();
+        g_coll_seen = 1;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_coll_exit(PyObject *self, PyObject *noargs)
+{
+    (void)self, (void)noargs;
+    if (!g_thread || PyThread_get_thread_ident() != g_thread || g_cdepth <= 0 || --g_cdepth > 0)
+        Py_RETURN_NONE;
+    int64_t t = now_ns();
+    if (g_coll_t0 && t > g_coll_t0)
+        for (int L = TM_STEP_BY_BACKWARD; L <= TM_STEP_BY_OPTIMIZER; L++)
+            g_acc[L].coll += t - g_coll_t0;
+    g_coll_t0 = 0;
+    Py_RETURN_NONE;
 }
 
 static int g_shut; /* shutdown ran: nothing more is closed */
@@ -1045,7 +1116,8 @@ static PyObject *py_loader_dropped(PyObject *self, PyObject *it)
 static PyObject *py_shutdown(PyObject *self, PyObject *noargs)
 {
     (void)self, (void)noargs;
-    if (g_rec_pid != getpid())
+    pid_t me = getpid();
+    if (g_rec_pid != me && !(g_lazy.pid == me && !g_rec)) /* opened, or to open lazily here */
         Py_RETURN_NONE;
     g_shut = 1;
     int64_t t = now_ns();
@@ -1061,6 +1133,22 @@ static PyObject *py_shutdown(PyObject *self, PyObject *noargs)
     }
     fwd_disarm();
     g_pending_flags = 0;
+    /* A process that ran the model tells what boundaries it saw, so that
+     * a report with no steps can say why (docs/DIAGNOSIS.md,
+     * steps.unsegmented); one that did nothing (torchrun's agent) writes
+     * nothing, and gets no file. */
+    if (g_fwd_t || g_n_batches || g_n_bwd || g_n_opt) {
+        char js[192];
+        snprintf(js, sizeof js,
+                 "{\"loader_batches\":%llu,\"backward_passes\":%llu,\"optimizer_steps\":%llu,"
+                 "\"forward_seen\":%s,\"steps\":%llu}",
+                 (unsigned long long)g_n_batches, (unsigned long long)g_n_bwd,
+                 (unsigned long long)g_n_opt, g_fwd_t ? "true" : "false",
+                 (unsigned long long)g_written);
+        lazy_open();
+        if (g_rec)
+            tm_rec_event(g_rec, 0, "inproc.boundaries", js);
+    }
     Py_RETURN_NONE;
 }
 
@@ -1069,7 +1157,11 @@ static PyObject *py_reset_steps(PyObject *self, PyObject *noargs)
     (void)self, (void)noargs;
     fwd_disarm();
     g_thread = 0;
-    g_depth = g_bdepth = 0;
+    g_depth = g_bdepth = g_cdepth = 0;
+    g_bwd_t0 = g_coll_t0 = 0;
+    g_coll_seen = 0;
+    g_n_batches = g_n_bwd = g_n_opt = 0;
+    g_in_cpu = -1;
     g_have_closed = 0;
     memset(&g_b, 0, sizeof g_b);
     memset(g_acc, 0, sizeof g_acc);
@@ -1083,14 +1175,20 @@ static PyObject *py_reset_steps(PyObject *self, PyObject *noargs)
     Py_RETURN_NONE;
 }
 
-/* bind_steps(global_forward_pre_hooks, is_grad_enabled): what the step
- * model needs of torch (None: not there); arms the first-forward hook. */
+/* bind_steps(global_forward_pre_hooks, is_grad_enabled[, mp_iter_type]):
+ * what the step model needs of torch (None: not there); arms the
+ * first-forward hook. */
 static PyObject *py_bind_steps(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *hooks, *grad;
-    if (!PyArg_ParseTuple(args, "OO", &hooks, &grad))
+    PyObject *hooks, *grad, *mp = Py_None;
+    if (!PyArg_ParseTuple(args, "OO|O", &hooks, &grad, &mp))
         return NULL;
+    Py_CLEAR(g_mp_iter);
+    if (PyType_Check(mp)) {
+        Py_INCREF(mp);
+        g_mp_iter = (PyTypeObject *)mp;
+    }
     fwd_disarm();
     Py_CLEAR(g_fwd_hooks);
     Py_CLEAR(g_grad_on);
@@ -1294,6 +1392,7 @@ static PyObject *py_opt_post(PyObject *self, PyObject *arg)
     if (!lead)
         return PyLong_FromLong(0);
     g_lead = no;
+    g_n_opt++;
     g_level = TM_STEP_BY_OPTIMIZER;
     confirm_batch();
     close_acc(TM_STEP_BY_OPTIMIZER, t, 0);
@@ -1306,6 +1405,16 @@ static PyObject *py_now(PyObject *self, PyObject *noargs)
 {
     (void)self, (void)noargs;
     return PyLong_FromLongLong(now_ns());
+}
+
+/* worker_cpu(): this process's CPU time (s), taken at a worker's fetch start. */
+static PyObject *py_worker_cpu(PyObject *self, PyObject *noargs)
+{
+    (void)self, (void)noargs;
+    struct timespec ts;
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0)
+        return PyFloat_FromDouble(NAN);
+    return PyFloat_FromDouble((double)ts.tv_sec + (double)ts.tv_nsec / 1e9);
 }
 
 /* redact_args(list of str) -> list of str: what the record file's meta may
@@ -1350,7 +1459,8 @@ static PyObject *py_worker_batch(PyObject *self, PyObject *args)
     (void)self;
     int wid;
     long long t0;
-    if (!PyArg_ParseTuple(args, "iL", &wid, &t0)) {
+    double cpu0 = NAN; /* the worker's CPU time at the fetch's start (worker_cpu()) */
+    if (!PyArg_ParseTuple(args, "iL|d", &wid, &t0, &cpu0)) {
         swallow(R_WORKER, "worker_batch");
         Py_RETURN_NONE;
     }
@@ -1389,13 +1499,17 @@ static PyObject *py_worker_batch(PyObject *self, PyObject *args)
     double cpu = NAN;
     if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) == 0)
         cpu = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    if (!(cpu0 >= 0 && cpu0 <= cpu))
+        cpu0 = NAN;
     tm_inproc_worker w = {.worker_id = wid,
                           .pid = (uint32_t)me,
                           .batch = g_wbatch++,
                           .start_ns = t0,
                           .end_ns = t,
                           .cpu_s = cpu,
-                          .rss_bytes = host_rss(t, 1)};
+                          .rss_bytes = host_rss(t, 1),
+                          .layout = 2,
+                          .cpu_start_s = cpu0};
     char buf[64];
     int len = tm_inproc_encode_worker(&w, buf, sizeof buf);
     int rc = tm_rec_append(g_wrec, TM_REC_WORKER, t, buf, (uint32_t)len);
@@ -1791,7 +1905,10 @@ static PyMethodDef methods[] = {
     {"recording", py_recording, METH_NOARGS, "whether records are being written"},
     {"event", py_event, METH_VARARGS, "event(name, json)"},
     {"bind_torch", py_bind_torch, METH_VARARGS, "bind_torch(memstats, is_init, meminfo, curdev)"},
-    {"next_enter", py_next_enter, METH_NOARGS, "DataLoader __next__ entered"},
+    {"next_enter", py_next_enter, METH_O, "DataLoader __next__ entered (the iterator)"},
+    {"worker_cpu", py_worker_cpu, METH_NOARGS, "this process's CPU time (s)"},
+    {"coll_enter", py_coll_enter, METH_NOARGS, "a blocking torch.distributed collective entered"},
+    {"coll_exit", py_coll_exit, METH_NOARGS, "a blocking torch.distributed collective returned"},
     {"next_exit", py_next_exit, METH_O, "DataLoader __next__ returned (True) or raised"},
     {"shutdown", py_shutdown, METH_NOARGS, "close the open step"},
     {"reset_steps", py_reset_steps, METH_NOARGS, "forget step state (detach)"},

@@ -42,8 +42,20 @@
  * not read from a disk: a busy disk is someone else's. */
 #define TM_AN_WORKER_READ_MIN_BPS (256.0 * 1024.0)
 /* CPU signals. */
-#define TM_AN_WORKER_BUSY 0.80    /* CPU s per s of fetching: CPU-bound fetch */
-#define TM_AN_WORKER_IDLE 0.50    /* below: the fetch waits on something */
+#define TM_AN_WORKER_BUSY 0.80 /* CPU s per s of fetching: CPU-bound fetch */
+#define TM_AN_WORKER_IDLE 0.50 /* below: the fetch waits on something */
+/* input.handoff: the workers fetched less than this share of their
+ * lifetime.  A worker holds at most prefetch_factor batches in flight and
+ * takes a new index only when the main process has received one of its
+ * batches (torch/utils/data/dataloader.py, _try_put_index): a worker that
+ * is not fetching has its batches done and waiting to be received, so a
+ * loop that still waits, waits on the handoff.  Half, not any idle time:
+ * start-up and epoch ends idle the workers too. */
+#define TM_AN_HANDOFF_WORKER_UTIL 0.50
+/* input.handoff: the longest waits, one per worker restart, above this
+ * share of all the wait: the restarts (a new worker set each epoch) are
+ * worth persistent_workers=True. */
+#define TM_AN_HANDOFF_RESTART_SHARE 0.30
 #define TM_AN_PSI_CPU_SOME 0.10   /* mean cpu "some" avg10: tasks wait for a core */
 #define TM_AN_WORKER_CPU_MIN 0.20 /* starved: still this much CPU per fetch-second */
 /* host.cpu_oversubscribed: more runnable threads (intra-op threads x
@@ -86,6 +98,13 @@
 #define TM_AN_RANK_MIN_DIFF_S 0.005
 #define TM_AN_RANK_MEM_MIN_DIFF (1024.0 * 1024 * 1024)
 #define TM_AN_RANK_MIN_STEPS 10
+/* ranks.straggler: the other ranks wait for one rank in the gradient sync
+ * (their backward passes are longer than its by the wait: DDP's reducer
+ * finishes backward only when every rank's buckets are reduced,
+ * torch/csrc/distributed/c10d/reducer.cpp finalize_backward) or in the
+ * collectives the loop calls.  A straggler when the others' median wait
+ * is at least this share of the step and TM_AN_RANK_MIN_DIFF_S. */
+#define TM_AN_STRAGGLER_WAIT_SHARE 0.10
 
 /* The result of tm_analyze: the run summary (runsum.h) the report writers
  * print, and the findings, most severe first.  Everything is owned:

@@ -236,6 +236,11 @@ static void write_summary_json(tm_text *t, const tm_run *r, const tm_analysis *a
     j_kn(t, "worker_batch_time_median_s", S->worker_batch_median_s, true);
     j_kn(t, "worker_cpu_per_fetch_second", S->worker_busy, true);
     j_kn(t, "worker_d_state_share", S->worker_d_share, true);
+    j_kn(t, "worker_fetch_share", S->worker_util, true);
+    j_kn(t, "worker_cpu_per_batch_s", S->worker_cpu_per_batch_s, true);
+    j_kn(t, "worker_restarts", (double)S->worker_restarts, true);
+    j_kn(t, "wait_per_batch_median_s", S->wait_per_batch_s, true);
+    j_kn(t, "receive_cpu_share", S->recv_cpu_share, true);
     tm_text_puts(t, ",\"ranks\":[");
     for (size_t i = 0; i < a->nranks; i++) {
         const tm_an_rank *R = &a->ranks[i];
@@ -254,6 +259,8 @@ static void write_summary_json(tm_text *t, const tm_run *r, const tm_analysis *a
         j_kn(t, "ooms", (double)R->ooms, true);
         j_kn(t, "workers", (double)R->workers, true);
         j_kn(t, "worker_batch_time_median_s", R->worker_batch_median_s, true);
+        j_kn(t, "backward_time_median_s", R->backward_median_s, true);
+        j_kn(t, "collective_time_median_s", R->collective_median_s, true);
         tm_text_puts(t, "}");
     }
     tm_text_puts(t, "]}");

@@ -40,7 +40,7 @@ static const char *in_record_d(const tm_an_summary *S, const char *suggest)
     return S->data_paths ? "" : suggest;
 }
 
-enum input_kind { IN_NONE, IN_OK, IN_DISK, IN_CPU, IN_WAIT, IN_PREP };
+enum input_kind { IN_NONE, IN_OK, IN_DISK, IN_CPU, IN_WAIT, IN_PREP, IN_HANDOFF };
 
 /* The votes of the system signals and the verdict they give. */
 struct votes {
@@ -64,6 +64,13 @@ static struct votes input_verdict(const tm_an_summary *S)
      * disks of a DataLoader are not the cause; input.main_prep says it. */
     if (S->prep_steps > 0 && 2 * S->prep_steps > S->steps_total) {
         w.kind = IN_PREP;
+        return w;
+    }
+    /* Idle workers: their batches were ready, the wait is the handoff
+     * (rules_handoff.c says it).  Neither their CPU nor the disk is the
+     * limit: more workers would not help. */
+    if (tm_an_input_is_handoff(S)) {
+        w.kind = IN_HANDOFF;
         return w;
     }
     /* Votes: which resource the waiting points at.  Storage needs positive

@@ -11,6 +11,7 @@
  * the report agrees with /metrics, the run.* alerts and the status line.
  * Which record files are training processes is tm_rec_is_training.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -232,6 +233,61 @@ static bool disk_is_target(const tm_runview *v, const char *dev, bool *any_named
     return !named;
 }
 
+/* The number after "key": in an event's JSON text (NAN when absent); the
+ * text is the writer's and not trusted: strtod stops at its end. */
+static double event_num(const char *json, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(json, pat);
+    if (!p)
+        return NAN;
+    p += strlen(pat);
+    char *end;
+    double v = strtod(p, &end);
+    return end == p || !isfinite(v) || v < 0 ? NAN : v;
+}
+
+/* What the in-process agent said of itself: the processes it started in
+ * and the boundaries they saw (for a loop it cannot segment). */
+static void summarize_agent(const tm_runview *v, tm_an_summary *S)
+{
+    const tm_run_event *ev;
+    size_t n = tm_run_events(v->r, &ev);
+    for (size_t i = 0; i < n; i++) {
+        const char *js = ev[i].json ? ev[i].json : "";
+        if (!strcmp(ev[i].name, "inproc.start")) {
+            S->agent_procs++;
+            const char *t = strstr(js, "\"torch\": \"");
+            size_t skip = 10;
+            if (!t) {
+                t = strstr(js, "\"torch\":\"");
+                skip = 9;
+            }
+            if (t && !S->torch_version[0]) {
+                t += skip;
+                size_t k = 0;
+                while (t[k] && t[k] != '"' && k + 1 < sizeof S->torch_version &&
+                       (isalnum((unsigned char)t[k]) || strchr(".+-_", t[k])))
+                    k++;
+                memcpy(S->torch_version, t, k);
+                S->torch_version[k] = '\0';
+            }
+        } else if (!strcmp(ev[i].name, "inproc.boundaries")) {
+            S->agent_told++;
+            double x;
+            if (!isnan(x = event_num(js, "loader_batches")))
+                S->seen_batches += x;
+            if (!isnan(x = event_num(js, "backward_passes")))
+                S->seen_backward += x;
+            if (!isnan(x = event_num(js, "optimizer_steps")))
+                S->seen_optimizer += x;
+            if (strstr(js, "\"forward_seen\":true"))
+                S->seen_forward = true;
+        }
+    }
+}
+
 static void summarize_system(const tm_runview *v, tm_an_summary *S)
 {
     S->gpu_util_mean = tm_runsum_ser_mean_all(v, TM_SER_GPU_UTILIZATION, &S->ngpus);
@@ -375,6 +431,7 @@ static void rank_steps(tm_an_rank *R, const tm_run_step *st, size_t n, struct sc
         if (p->end_ns > *w1)
             *w1 = p->end_ns;
     }
+
     R->steps = (size_t)t->steps;
     R->data_wait_fraction = tm_steptally_wait_fraction(t);
     R->step_median_s = tm_runsum_median(x->tmp, k);
@@ -392,6 +449,19 @@ static void rank_steps(tm_an_rank *R, const tm_run_step *st, size_t n, struct sc
             x->tmp[kc++] = w;
     }
     R->wait_median_s = tm_runsum_median(x->tmp, kc);
+    /* backward and collective time per judged step, where recorded */
+    size_t kb = 0;
+    for (size_t i = 0; i < n; i++)
+        if (tm_step_times(&st[i].s, NULL, NULL) && st[i].s.step >= TM_STEP_WARMUP &&
+            st[i].s.backward_ns >= 0)
+            x->tmp[kb++] = (double)st[i].s.backward_ns / 1e9;
+    R->backward_median_s = tm_runsum_median(x->tmp, kb);
+    kb = 0;
+    for (size_t i = 0; i < n; i++)
+        if (tm_step_times(&st[i].s, NULL, NULL) && st[i].s.step >= TM_STEP_WARMUP &&
+            st[i].s.collective_ns >= 0)
+            x->tmp[kb++] = (double)st[i].s.collective_ns / 1e9;
+    R->collective_median_s = tm_runsum_median(x->tmp, kb);
 }
 
 /* GPU and host memory of one process: its captures cp[0..n) and the OOMs
@@ -482,7 +552,104 @@ static void workers_of(const tm_run_worker *wk, size_t nwk, bool all, int32_t ra
     }
     *nworkers = count_distinct(x->keys, kb);
     *batch_median_s = tm_runsum_median(x->tmp, kb);
+    /* The fetch's own CPU where the worker recorded it at the fetch's
+     * start (layout 2): the difference of consecutive batches counts the
+     * handoff between them too (pickling into the queue), which made a
+     * single-threaded fetch look like more than one CPU. */
+    double own = 0, own_fetch = 0;
+    for (size_t i = 0; i < nwk; i++) {
+        const tm_inproc_worker *w = &wk[i].w;
+        double ft = tm_ns_diff_s(w->end_ns, w->start_ns);
+        if ((!all && wk[i].rank != rank) || ft < 0 || w->layout < 2 || !(w->cpu_start_s >= 0) ||
+            !(w->cpu_s >= w->cpu_start_s))
+            continue;
+        own += w->cpu_s - w->cpu_start_s;
+        own_fetch += ft;
+    }
+    if (own_fetch > 0) {
+        cpu = own;
+        fetch = own_fetch;
+    }
     *busy = fetch > 0 ? cpu / fetch : NAN;
+}
+
+/* The workers' handoff numbers (all ranks): their fetching share of their
+ * lifetime (from each worker process's first fetch start to its last
+ * fetch end), the worker processes started beyond the first set, and the
+ * fetch's own CPU per batch (layout 2). */
+static void workers_handoff(const tm_run_worker *wk, size_t nwk, tm_an_summary *S,
+                            struct scratch *x)
+{
+    double util = 0, weight = 0;
+    size_t pids = 0, kc = 0;
+    for (size_t i = 0; i < nwk;) {
+        size_t j = i;
+        int64_t first = wk[i].w.start_ns, last = wk[i].w.end_ns;
+        double f = 0;
+        while (j < nwk && wk[j].source == wk[i].source) {
+            const tm_inproc_worker *w = &wk[j].w;
+            double ft = tm_ns_diff_s(w->end_ns, w->start_ns);
+            if (ft >= 0) {
+                f += ft;
+                if (w->start_ns < first)
+                    first = w->start_ns;
+                if (w->end_ns > last)
+                    last = w->end_ns;
+            }
+            if (w->layout >= 2 && w->cpu_start_s >= 0 && w->cpu_s >= w->cpu_start_s)
+                x->tmp[kc++] = w->cpu_s - w->cpu_start_s;
+            j++;
+        }
+        pids++;
+        /* each process's share weighted by its batches: a persistent
+         * eval loader's workers, idle through training and busy a few
+         * batches per eval, weigh little */
+        double span = tm_ns_diff_s(last, first);
+        if (j - i >= 2 && span > 0) {
+            util += (double)(j - i) * (f < span ? f / span : 1.0);
+            weight += (double)(j - i);
+        }
+        i = j;
+    }
+    S->worker_util = weight > 0 ? util / weight : NAN;
+    S->worker_restarts = pids > S->workers ? pids - S->workers : 0;
+    S->worker_cpu_per_batch_s = tm_runsum_median(x->tmp, kc);
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x > y ? -1 : x < y;
+}
+
+/* Over the judged steps of every process: the data wait per batch
+ * (median), and the share of all the wait in the n longest waits (n: the
+ * worker restarts, each a new set of workers starting). */
+static void waits_of(const tm_run_step *st, size_t nst, const tm_runview *v, tm_an_summary *S,
+                     struct scratch *x)
+{
+    size_t k = 0, kb = 0;
+    double total = 0;
+    for (size_t i = 0; i < nst; i++) {
+        const tm_inproc_step *s = &st[i].s;
+        double d, w;
+        if (st[i].source >= v->nsrc || !tm_rec_is_training(&v->src[st[i].source].header) ||
+            !tm_step_times(s, &d, &w) || s->step < TM_STEP_WARMUP)
+            continue;
+        total += w;
+        x->all[k++] = w;
+        if (s->batches > 0)
+            x->tmp[kb++] = w / s->batches;
+    }
+    S->wait_per_batch_s = tm_runsum_median(x->tmp, kb);
+    S->restart_wait_share = NAN;
+    if (S->worker_restarts && k && total > 0) {
+        qsort(x->all, k, sizeof *x->all, cmp_desc);
+        double top = 0;
+        for (size_t i = 0; i < k && i < S->worker_restarts; i++)
+            top += x->all[i];
+        S->restart_wait_share = top / total;
+    }
 }
 
 /* Records of source s in a source-grouped array: [*b, *e) from *e on. */
@@ -555,6 +722,12 @@ static void summarize_run(tm_runview *v, tm_an_summary *S, const tm_an_rank *ran
     S->eval_steps = (size_t)all->eval_steps;
     S->prep_steps = (size_t)all->prep_steps;
     S->prep_cpu_share = all->prep_cpu_known_s > 0 ? all->prep_cpu_s / all->prep_cpu_known_s : NAN;
+    S->recv_cpu_share = all->recv_known_s > 0 ? all->recv_cpu_s / all->recv_known_s : NAN;
+    workers_handoff(wk, nwk, S, x);
+    const tm_run_step *st;
+    size_t nst = tm_run_steps(v->r, &st);
+    x->nall = 0; /* all[] is free again: the medians above are taken */
+    waits_of(st, nst, v, S, x);
 }
 
 /* --- the machine and its threads (host.cpu_oversubscribed, the advice) */
@@ -589,19 +762,6 @@ static bool meta_host_is(const char *meta, const char *host)
         p++;
     size_t n = strlen(host);
     return *p == '"' && strncmp(p + 1, host, n) == 0 && p[1 + n] == '"';
-}
-
-/* The number after "key": in an event's JSON details; NAN when absent. */
-static double event_num(const char *json, const char *key)
-{
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\":", key);
-    const char *p = json ? strstr(json, pat) : NULL;
-    if (!p)
-        return NAN;
-    char *end;
-    double d = strtod(p + strlen(pat), &end);
-    return end == p + strlen(pat) || !isfinite(d) ? NAN : d;
 }
 
 /* The thread counts of source s: its last torch_threads event (written
@@ -798,6 +958,7 @@ int tm_runsum_build(tm_runview *v, tm_an_summary *S, tm_an_rank **ranks, size_t 
     S->win_end = v->w1;
     summarize_system(v, S);
     summarize_machine(v, S, *ranks, *nranks);
+    summarize_agent(v, S);
     free(x.all);
     free(x.all_c);
     free(x.tmp);

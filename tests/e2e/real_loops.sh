@@ -14,7 +14,9 @@
 # verdict: a loop without a DataLoader whose own batch preparation is slow
 # (CPU work here) gets input.main_prep with cause cpu and no DataLoader
 # advice (input.data_wait / input.cpu_bound), the same loop with fast
-# preparation (llm_memmap_fast: JOB_PREP_S=0, a wider model) gets input.ok.
+# preparation (llm_memmap_fast: JOB_PREP_S=0, a wider model) gets input.ok;
+# a DataLoader whose 2 workers idle over in-memory data while the loop
+# waits (idle_workers) gets input.handoff and never input.cpu_bound.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -36,12 +38,14 @@ run, job = sys.argv[1], sys.argv[2]
 # the input finding each job must get (and the ones it must not)
 EXPECT = {"llm_memmap": ("input.main_prep", "cpu"), "manual_sgd": ("input.main_prep", "cpu"),
           "llm_memmap_fast": ("input.ok", None), "grad_accum": (None, None),
-          "train_eval": (None, None), "break_early": (None, None)}
+          "train_eval": (None, None), "break_early": (None, None),
+          "idle_workers": ("input.handoff", None)}
 NEVER = {"llm_memmap": {"input.data_wait", "input.cpu_bound", "input.disk_bound"},
          "manual_sgd": {"input.data_wait", "input.cpu_bound", "input.disk_bound"},
          "llm_memmap_fast": {"input.main_prep", "input.data_wait"},
          "grad_accum": {"input.main_prep"}, "train_eval": {"input.main_prep"},
-         "break_early": {"input.main_prep"}}
+         "break_early": {"input.main_prep"},
+         "idle_workers": {"input.cpu_bound", "input.disk_bound", "input.data_wait", "input.main_prep"}}
 out = [l for l in open(run + ".out") if l.startswith("{")]
 oracle = json.loads(out[-1])
 rep = json.load(open(run + "/report.json"))
@@ -97,7 +101,7 @@ half() { # name python
         echo "$name: skipped: $PY has no torch or numpy"; return 0
     fi
     echo "$name: $PY (torch $tv)"
-    for job in ${REAL_LOOPS_JOBS:-llm_memmap llm_memmap_fast grad_accum train_eval manual_sgd break_early}; do
+    for job in ${REAL_LOOPS_JOBS:-llm_memmap llm_memmap_fast grad_accum train_eval manual_sgd break_early idle_workers}; do
         local run=$scratch/$name-$job script=$job envs=()
         [ "$job" = llm_memmap_fast ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=2048); }
         ran=$((ran + 1))
