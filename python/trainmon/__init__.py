@@ -634,6 +634,31 @@ def _make_collective(orig):
     return collective
 
 
+def _make_train(orig):
+    """Module.train(mode) (eval() calls it): the outermost call tells the
+    step model that an eval span begins or ends (recursive calls on the
+    children pass straight through)."""
+    import functools
+    mode_changed = _c.train_mode
+    depth = [0]
+
+    @functools.wraps(orig)
+    def train(self, mode=True):
+        if depth[0]:
+            return orig(self, mode)
+        depth[0] = 1
+        try:
+            try:
+                mode_changed(mode)
+            except Exception as e:
+                _report_exc("eval timing (loops without a DataLoader)", e)
+            return orig(self, mode)
+        finally:
+            depth[0] = 0
+    train._trainmon = True
+    return train
+
+
 def _install_collectives(torch):
     dist = getattr(torch, "distributed", None)
     if dist is None or not getattr(dist, "is_available", lambda: False)():
@@ -928,6 +953,16 @@ def attach(run_dir=None, memory_history=None):
             _install_collectives(torch)
         except Exception as e:
             _report_exc("collective timing", e)
+        try:
+            nnm = sys.modules.get("torch.nn.modules.module")
+            Module = getattr(nnm, "Module", None)
+            tr = Module.__dict__.get("train") if Module is not None else None
+            if tr is None:
+                _moved("eval timing (loops without a DataLoader)", "torch.nn.Module.train")
+            elif not getattr(tr, "_trainmon", False):
+                _patch(Module, "train", _make_train(tr))
+        except Exception as e:
+            _report_exc("eval timing (loops without a DataLoader)", e)
         if sys.excepthook is not _excepthook:
             _orig_excepthook = sys.excepthook
             sys.excepthook = _excepthook

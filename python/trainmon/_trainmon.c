@@ -823,7 +823,7 @@ static void emit_train(tm_inproc_step *s)
         g_pending_flags |= check_thresholds(s->end_ns);
 }
 
-static void emit_eval(int64_t start, int64_t end, int64_t wait, uint32_t flags)
+static void emit_eval(int64_t start, int64_t end, int64_t wait, uint32_t flags, int32_t batches)
 {
     tm_inproc_step s = {.step = g_written,
                         .start_ns = start,
@@ -833,7 +833,7 @@ static void emit_eval(int64_t start, int64_t end, int64_t wait, uint32_t flags)
                         .boundary = TM_STEP_BY_LOADER,
                         .phase = TM_STEP_EVAL,
                         .micro_batches = 0,
-                        .batches = 1,
+                        .batches = batches,
                         .prep_ns = -1,
                         .prep_cpu_ns = -1,
                         .backward_ns = -1,
@@ -965,7 +965,7 @@ static void write_closed(uint32_t flags)
     g_have_closed = 0;
     g_closed.flags |= flags;
     if (g_closed.phase == TM_STEP_EVAL)
-        emit_eval(g_closed.start_ns, g_closed.end_ns, g_closed.data_wait_ns, g_closed.flags);
+        emit_eval(g_closed.start_ns, g_closed.end_ns, g_closed.data_wait_ns, g_closed.flags, 1);
     else
         emit_train(&g_closed);
 }
@@ -1093,7 +1093,53 @@ static PyObject *py_coll_exit(PyObject *self, PyObject *noargs)
     Py_RETURN_NONE;
 }
 
+/* Eval without a DataLoader: module.eval() ... module.train() (the
+ * outermost calls, on the training thread; the glue wraps Module.train).
+ * A span in which a module forward ran and no DataLoader batch was fetched
+ * is one eval record (batches 0); a training step that had done nothing
+ * yet starts where it ended (emit_eval), and the first-forward hook is
+ * armed again there to time the next step's batch preparation. */
 static int g_shut; /* shutdown ran: nothing more is closed */
+static int g_in_eval;
+static int64_t g_eval_t0;
+static uint64_t g_eval_nb; /* g_n_batches at the span's start */
+
+static PyObject *py_train_mode(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    int mode = PyObject_IsTrue(arg);
+    if (mode < 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    if (!g_thread || PyThread_get_thread_ident() != g_thread || g_shut)
+        Py_RETURN_NONE;
+    if (!mode) {
+        if (g_in_eval)
+            Py_RETURN_NONE;
+        g_in_eval = 1;
+        g_eval_t0 = now_ns();
+        g_eval_nb = g_n_batches;
+        fwd_disarm();
+        fwd_arm(g_eval_t0); /* to see whether a forward runs in the span */
+        Py_RETURN_NONE;
+    }
+    if (!g_in_eval)
+        Py_RETURN_NONE; /* model.train() at every step (HF Trainer): nothing to do */
+    g_in_eval = 0;
+    int64_t t = now_ns();
+    int ran = !g_fwd_armed && g_fwd_t >= g_eval_t0;
+    if (g_level < TM_STEP_BY_BACKWARD)
+        Py_RETURN_NONE; /* before training, or a loader-ended loop: its eval batches tell */
+    if (ran && g_n_batches == g_eval_nb)
+        emit_eval(g_eval_t0, t, 0, 0, 0);
+    /* the hook again for the next step's preparation (timed only from a
+     * start the span moved to t: a step with work before it keeps its) */
+    fwd_disarm();
+    if (!g_acc[g_level].batches)
+        fwd_arm(t);
+    Py_RETURN_NONE;
+}
 
 /* loader_dropped(iterator): a DataLoader iterator is being deleted (its
  * __del__).  A loop that `break`s drops its iterator right there: in a
@@ -1161,6 +1207,7 @@ static PyObject *py_reset_steps(PyObject *self, PyObject *noargs)
     g_bwd_t0 = g_coll_t0 = 0;
     g_coll_seen = 0;
     g_n_batches = g_n_bwd = g_n_opt = 0;
+    g_in_eval = 0;
     g_in_cpu = -1;
     g_have_closed = 0;
     memset(&g_b, 0, sizeof g_b);
@@ -1907,6 +1954,7 @@ static PyMethodDef methods[] = {
     {"bind_torch", py_bind_torch, METH_VARARGS, "bind_torch(memstats, is_init, meminfo, curdev)"},
     {"next_enter", py_next_enter, METH_O, "DataLoader __next__ entered (the iterator)"},
     {"worker_cpu", py_worker_cpu, METH_NOARGS, "this process's CPU time (s)"},
+    {"train_mode", py_train_mode, METH_O, "Module.train(mode) called (outermost)"},
     {"coll_enter", py_coll_enter, METH_NOARGS, "a blocking torch.distributed collective entered"},
     {"coll_exit", py_coll_exit, METH_NOARGS, "a blocking torch.distributed collective returned"},
     {"next_exit", py_next_exit, METH_O, "DataLoader __next__ returned (True) or raised"},

@@ -34,6 +34,7 @@
  * other are applied rank by rank, so that the findings of one rank stay
  * together in the report. */
 static const struct tm_rule rules[] = {
+    {.id = "run.agent_not_loaded", .max = TM_SEV_HIGH, .run = tm_rule_run_agent_not_loaded},
     {.id = "steps.unsegmented", .max = TM_SEV_LOW, .run = tm_rule_steps_unsegmented},
     {.id = "input.ok", .max = TM_SEV_INFO, .run = tm_rule_input_ok},
     {.id = "input.disk_bound", .max = TM_SEV_HIGH, .run = tm_rule_input_disk_bound},

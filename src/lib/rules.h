@@ -86,6 +86,8 @@ void tm_rule_host_cpu_oversubscribed(struct an *an);
 void tm_rule_ranks_imbalance(struct an *an);
 void tm_rule_ranks_straggler(struct an *an);
 
+/* rules_run.c: the run itself (the in-process recorder did not load) */
+void tm_rule_run_agent_not_loaded(struct an *an);
 /* The rule table, in the order the rules are applied; NULL-free. */
 size_t tm_an_rules(const struct tm_rule **list);
 

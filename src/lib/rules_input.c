@@ -288,16 +288,22 @@ void tm_rule_input_main_prep(struct an *an)
     if (w.kind != IN_PREP)
         return;
     double cpu = S->prep_cpu_share;
-    const char *cause = isnan(cpu)                    ? "unknown"
-                        : cpu >= TM_AN_PREP_CPU_BOUND ? "cpu"
-                        : cpu <= TM_AN_PREP_WAITING   ? "waiting"
-                                                      : "mixed";
+    /* CPU work starved of a core: on a CPU part of the time and waiting
+     * for one (CPU pressure) the rest, as for the workers' votes: CPU
+     * taken by other load still makes the preparation CPU-bound. */
+    bool starved = cpu >= TM_AN_WORKER_CPU_MIN && cpu < TM_AN_PREP_CPU_BOUND &&
+                   cpu + S->psi_cpu_some >= TM_AN_PREP_CPU_BOUND;
+    const char *cause = isnan(cpu)                               ? "unknown"
+                        : cpu >= TM_AN_PREP_CPU_BOUND || starved ? "cpu"
+                        : cpu <= TM_AN_PREP_WAITING              ? "waiting"
+                                                                 : "mixed";
     struct ev e;
     char buf[1024], adv[2048];
     tm_an_ev_open(&e);
     ev_input_common(&e, S);
     tm_an_ev_num(&e, "prep_steps", (double)S->prep_steps);
     tm_an_ev_num(&e, "prep_cpu_share", cpu);
+    tm_an_ev_num(&e, "psi_cpu_some", S->psi_cpu_some);
     tm_an_ev_str(&e, "cause", cause);
     snprintf(buf, sizeof buf,
              "input-bound: the loop's own batch preparation (no DataLoader) took %.0f%% of "
@@ -312,7 +318,13 @@ void tm_rule_input_main_prep(struct an *an)
                  "the same batches, with num_workers>0, overlaps it with compute; or prepare "
                  "the data once ahead (pre-tokenize, store tensors).",
                  100 * cpu);
-    else if (!strcmp(cause, "waiting"))
+    if (starved) {
+        size_t len = strlen(adv);
+        snprintf(adv + len, sizeof adv - len,
+                 " Tasks waited for a CPU %.0f%% of the time: the thread was runnable, not "
+                 "waiting on I/O, and other processes took the cores; free cores first.",
+                 100 * S->psi_cpu_some);
+    } else if (!strcmp(cause, "waiting"))
         snprintf(adv, sizeof adv,
                  "The batches are made on the training thread, and that mostly waits (on a CPU "
                  "only %.0f%% of it): page faults of a memmap or reads of a file on slow "

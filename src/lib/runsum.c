@@ -959,6 +959,12 @@ int tm_runsum_build(tm_runview *v, tm_an_summary *S, tm_an_rank **ranks, size_t 
     summarize_system(v, S);
     summarize_machine(v, S, *ranks, *nranks);
     summarize_agent(v, S);
+    /* The Python processes in which the in-process recorder did not load
+     * said so in their run directory (agentnote.h). */
+    const char *const *dirs;
+    size_t ndirs = tm_run_dirs(v->r, &dirs);
+    for (size_t i = 0; i < ndirs; i++)
+        (void)tm_agent_notes_scan(dirs[i], &S->agent_notes);
     free(x.all);
     free(x.all_c);
     free(x.tmp);

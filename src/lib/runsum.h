@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "agentnote.h"
 #include "trainmon.h"
 
 /* One training process (a source with steps, captures or an OOM). */
@@ -89,6 +90,9 @@ typedef struct tm_an_summary {
     double seen_batches, seen_backward, seen_optimizer;
     bool seen_forward;
     char torch_version[32];
+    /* Python processes of the job in which the in-process recorder did not
+     * load, from their DIR/agent-<pid>.json (run.agent_not_loaded) */
+    tm_agent_notes agent_notes;
 } tm_an_summary;
 
 /* The run as the summary and the rules read it: its arrays, the analysis

@@ -16,7 +16,10 @@
 # advice (input.data_wait / input.cpu_bound), the same loop with fast
 # preparation (llm_memmap_fast: JOB_PREP_S=0, a wider model) gets input.ok;
 # a DataLoader whose 2 workers idle over in-memory data while the loop
-# waits (idle_workers) gets input.handoff and never input.cpu_bound.
+# waits (idle_workers) gets input.handoff and never input.cpu_bound; the
+# memmap loop with nanoGPT's eval every 10 steps (llm_memmap_eval: no
+# DataLoader, eval seen through model.eval()/train()) has its eval spans
+# recorded apart and out of the steps and the wait share.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -39,13 +42,14 @@ run, job = sys.argv[1], sys.argv[2]
 EXPECT = {"llm_memmap": ("input.main_prep", "cpu"), "manual_sgd": ("input.main_prep", "cpu"),
           "llm_memmap_fast": ("input.ok", None), "grad_accum": (None, None),
           "train_eval": (None, None), "break_early": (None, None),
-          "idle_workers": ("input.handoff", None)}
+          "idle_workers": ("input.handoff", None), "llm_memmap_eval": ("input.main_prep", "cpu")}
 NEVER = {"llm_memmap": {"input.data_wait", "input.cpu_bound", "input.disk_bound"},
          "manual_sgd": {"input.data_wait", "input.cpu_bound", "input.disk_bound"},
          "llm_memmap_fast": {"input.main_prep", "input.data_wait"},
          "grad_accum": {"input.main_prep"}, "train_eval": {"input.main_prep"},
          "break_early": {"input.main_prep"},
-         "idle_workers": {"input.cpu_bound", "input.disk_bound", "input.data_wait", "input.main_prep"}}
+         "idle_workers": {"input.cpu_bound", "input.disk_bound", "input.data_wait", "input.main_prep"},
+         "llm_memmap_eval": {"input.data_wait", "input.cpu_bound", "input.disk_bound"}}
 out = [l for l in open(run + ".out") if l.startswith("{")]
 oracle = json.loads(out[-1])
 rep = json.load(open(run + "/report.json"))
@@ -101,9 +105,10 @@ half() { # name python
         echo "$name: skipped: $PY has no torch or numpy"; return 0
     fi
     echo "$name: $PY (torch $tv)"
-    for job in ${REAL_LOOPS_JOBS:-llm_memmap llm_memmap_fast grad_accum train_eval manual_sgd break_early idle_workers}; do
+    for job in ${REAL_LOOPS_JOBS:-llm_memmap llm_memmap_fast grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval}; do
         local run=$scratch/$name-$job script=$job envs=()
         [ "$job" = llm_memmap_fast ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=2048); }
+        [ "$job" = llm_memmap_eval ] && { script=llm_memmap; envs=(JOB_EVAL_EVERY=10); }
         ran=$((ran + 1))
         if ! env "${envs[@]}" "$TRAINMON" run -o "$run" -- "$PY" "$root/tests/jobs/$script.py" > "$run.out" 2>&1; then
             tail -n 20 "$run.out"; echo "  FAIL $job: trainmon run failed"; fails=$((fails + 1)); continue
