@@ -922,6 +922,24 @@ void tm_follow_close(tm_follow **f);
  * unavailable until the first step after it. */
 bool tm_follow_step(tm_steptally *t, tm_stepwin *w, const tm_inproc_step *s);
 
+/* --- the CPUs a job may use (machine.c)
+ *
+ * Its affinity (Cpus_allowed_list of /proc/PID/status) and its cgroup's
+ * CPU quota (v2 cpu.max, v1 cpu.cfs_quota_us / cpu.cfs_period_us, the
+ * tightest along its cgroup path), read under the proc and sys roots.
+ * `trainmon run` writes them into meta.json ("online_cpus",
+ * "affinity_cpus", "cpu_quota", "usable_cpus"); the report reads them. */
+typedef struct tm_machine {
+    int online;    /* CPUs online on the host; -1 unknown */
+    int affinity;  /* CPUs in the job's affinity mask; -1 unknown */
+    double quota;  /* cgroup quota in CPUs (1.5: 150 ms per 100 ms); NAN none or unknown */
+    double usable; /* min(affinity (else online), quota); NAN nothing known */
+} tm_machine;
+
+/* Reads what is known of pid's CPUs (0: this process).  Fields that
+ * cannot be read stay unknown; never fails. */
+void tm_machine_read(tm_machine *m, pid_t pid);
+
 /* --- runs: record files on one timeline, and what they mean
  *
  * A run is one or more run directories (several hosts' directories given

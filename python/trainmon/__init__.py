@@ -190,6 +190,7 @@ def _ensure_recorder(run_dir=None):
                 "python": sys.version.split()[0], "trainmon": __version__,
                 "torch": getattr(torch, "__version__", None) if torch else None,
             }
+            meta.update(_thread_counts(torch))
             _state.update(run_dir=d, role=role, rank=-1 if rank is None else rank)
             # TRAINMON_MAX_SIZE (bytes): flight-recorder mode, newest data kept.
             max_size = _env_int("TRAINMON_MAX_SIZE") or 0
@@ -828,6 +829,53 @@ def _at_exit():
         pass
 
 
+def _thread_counts(torch):
+    """torch's thread counts and the CPUs this process may run on: the
+    report counts the intra-op threads of every rank against the cores the
+    job may use (host.cpu_oversubscribed).  {} when unknown (no torch, a
+    stand-in torch in tests)."""
+    d = {}
+    try:
+        get = getattr(torch, "get_num_threads", None)
+        get_interop = getattr(torch, "get_num_interop_threads", None)
+        if get is not None:
+            d["intra_op"] = int(get())
+        if get_interop is not None:
+            d["inter_op"] = int(get_interop())
+        if d:
+            d["affinity_cpus"] = len(os.sched_getaffinity(0))
+    except Exception:
+        pass
+    return d
+
+
+def _record_threads(torch):
+    """After set_num_threads / set_num_interop_threads: the new counts as a
+    torch_threads event (the ones at attach are in the file's meta, which
+    makes no file by itself).  Only in the process that opened the record
+    file: a forked DataLoader worker (torch sets 1 thread in each) is not a
+    rank."""
+    if _state["pid"] != os.getpid():
+        return
+    d = _thread_counts(torch)
+    if d:
+        _c.event("torch_threads", json.dumps(d))
+
+
+def _make_set_threads(orig, torch):
+    def set_threads(*args, **kwargs):
+        r = orig(*args, **kwargs)
+        try:
+            _record_threads(torch)
+        except Exception:
+            pass
+        return r
+    set_threads._trainmon = True
+    set_threads.__name__ = getattr(orig, "__name__", "set_threads")
+    set_threads.__doc__ = getattr(orig, "__doc__", None)
+    return set_threads
+
+
 def attach(run_dir=None, memory_history=None):
     """Instruments the job with no other code change: steps and data wait
     (every DataLoader), per-batch worker time, CPU and RSS, optimizer steps,
@@ -846,6 +894,13 @@ def attach(run_dir=None, memory_history=None):
         torch = sys.modules.get("torch")
         if torch is None:
             return
+        try:
+            for name in ("set_num_threads", "set_num_interop_threads"):
+                f = torch.__dict__.get(name)
+                if f is not None and not getattr(f, "_trainmon", False):
+                    _patch(torch, name, _make_set_threads(f, torch))
+        except Exception as e:
+            _report_exc("torch thread counts", e)
         try:
             import torch.utils.data.dataloader as dl
             it = dl._BaseDataLoaderIter

@@ -40,7 +40,10 @@
  * meta.json: {"trainmon_version", "command": [argv of CMD], "trainmon_argv",
  * "host", "cwd", "start_time" (seconds since the epoch), "interval_seconds",
  * "max_size", "python_injection", "data_paths": [{path, kind, mountpoint,
- * fstype, device, disks, why}], "pid"} and, once the job has ended,
+ * fstype, device, disks, why}], "online_cpus", "affinity_cpus", "cpu_quota",
+ * "usable_cpus" (the CPUs the job may use, machine.c: each left out when
+ * unknown; the job's own, re-read at every sample), "pid"} and, once the
+ * job has ended,
  * "end_time", "exit_status" (the status trainmon returns) and "signal" (N,
  * or null when the job exited by itself).
  *
@@ -206,6 +209,7 @@ struct run {
     size_t ntops;
     int64_t start_real_ns;
     pid_t pid;
+    tm_machine mach; /* the CPUs the job may use: trainmon's own (inherited) until the job's */
 
     tm_rec *w;
     bool rec_failed;
@@ -256,6 +260,20 @@ static void run_json_args(FILE *f, const struct run *r, char *const *argv, int a
     }
 }
 
+/* The CPUs the job may use (tm_machine), each left out when unknown: the
+ * report judges thread counts against the machine the job ran on. */
+static void run_json_machine(FILE *f, const tm_machine *m)
+{
+    if (m->online > 0)
+        fprintf(f, ", \"online_cpus\": %d", m->online);
+    if (m->affinity > 0)
+        fprintf(f, ", \"affinity_cpus\": %d", m->affinity);
+    if (isfinite(m->quota))
+        fprintf(f, ", \"cpu_quota\": %.3f", m->quota);
+    if (isfinite(m->usable))
+        fprintf(f, ", \"usable_cpus\": %.3f", m->usable);
+}
+
 /* Writes meta.json, replaced atomically (a temporary name made with O_EXCL
  * in the checked run directory, then renameat: a planted symlink is never
  * written through); ended adds the end fields. */
@@ -289,6 +307,7 @@ static int run_write_meta(const struct run *r, bool ended, int status, int sig)
         cli_target_json(f, r->targets[i].path, &r->targets[i].bd);
     }
     fputc(']', f);
+    run_json_machine(f, &r->mach);
     if (r->pid > 0)
         fprintf(f, ", \"pid\": %d", (int)r->pid);
     if (ended) {
@@ -711,6 +730,15 @@ static void run_sample(struct run *r, double dt, bool status)
     /* One tick samples every collector, records the system series and
      * feeds the system alert inputs. */
     tm_sampler_tick(r->sampler, t);
+    /* The job's own CPUs (a job started through taskset or a launcher that
+     * sets its affinity differs from trainmon's): the last full reading
+     * wins; a job already gone (its affinity unreadable) or one whose
+     * cgroup could no longer be read (a quota lost at exit) keeps the one
+     * before. */
+    tm_machine m;
+    tm_machine_read(&m, r->pid);
+    if (m.affinity > 0 && !(isnan(m.quota) && isfinite(r->mach.quota)))
+        r->mach = m;
     run_sampler_warnings(r);
     const tm_diskrate *rates = NULL;
     size_t nrates = 0;
@@ -940,6 +968,7 @@ static int run_open(struct run *r, const char *outdir, const char *const *paths,
     if (r->serve_addr)
         run_start_serve(r, paths, npaths);
     setenv("TRAINMON_RUN_DIR", r->dir, 1);
+    tm_machine_read(&r->mach, 0); /* the job inherits it; re-read for the job at each sample */
     r->start_real_ns = tm_now_real_ns();
     int rc = run_write_meta(r, false, 0, 0);
     if (rc < 0)

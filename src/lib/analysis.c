@@ -49,6 +49,7 @@ static const struct tm_rule rules[] = {
     {.id = "gpu_mem.alloc_retries", .max = TM_SEV_HIGH, .rank = tm_rule_gpu_mem_alloc_retries},
     {.id = "gpu_mem.oom", .max = TM_SEV_HIGH, .rank = tm_rule_gpu_mem_oom},
     {.id = "host_mem.worker_growth", .max = TM_SEV_MEDIUM, .run = tm_rule_host_mem_worker_growth},
+    {.id = "host.cpu_oversubscribed", .max = TM_SEV_HIGH, .run = tm_rule_host_cpu_oversubscribed},
     {.id = "ranks.straggler", .max = TM_SEV_HIGH, .run = tm_rule_ranks_straggler},
     {.id = "ranks.imbalance", .max = TM_SEV_MEDIUM, .run = tm_rule_ranks_imbalance},
 };

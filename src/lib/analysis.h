@@ -58,6 +58,20 @@
 #define TM_AN_HANDOFF_RESTART_SHARE 0.30
 #define TM_AN_PSI_CPU_SOME 0.10   /* mean cpu "some" avg10: tasks wait for a core */
 #define TM_AN_WORKER_CPU_MIN 0.20 /* starved: still this much CPU per fetch-second */
+/* host.cpu_oversubscribed: more runnable threads (intra-op threads x
+ * ranks + DataLoader workers) than the CPUs the job may use (affinity,
+ * cgroup quota), confirmed by tasks waiting for a CPU (PSI cpu some, the
+ * input rules' TM_AN_PSI_CPU_SOME) or by compute per step at twice its own
+ * fastest tenth or more: half of a step's compute spent waiting.  Measured
+ * background: 1.65-1.7 on a shared 2-core machine for jobs that do not
+ * oversubscribe it themselves (make demo; the control of
+ * tests/e2e/run_cpu_oversub.sh), so 2.0 stays clear of another's load.
+ * High severity: the kernel's "some" pressure above 30% (the input rules'
+ * TM_AN_DATA_WAIT_HIGH scale) or compute at 4x its fastest tenth. */
+#define TM_AN_CPU_OVERSUB_RATIO 1.0 /* runnable threads per usable CPU above this */
+#define TM_AN_CPU_SLOWDOWN 2.0      /* compute median / fastest tenth */
+#define TM_AN_CPU_SLOWDOWN_HIGH 4.0
+#define TM_AN_PSI_CPU_SOME_HIGH 0.30
 /* gpu.underutilized: the TensorBoard profiler's "GPU util < 50%". */
 #define TM_AN_GPU_UTIL 0.50
 /* gpu_mem.near_capacity: the profiler's "peak > 90% of device memory". */

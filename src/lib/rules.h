@@ -80,6 +80,8 @@ void tm_rule_gpu_mem_alloc_retries(struct an *an, const tm_an_rank *R);
 void tm_rule_gpu_mem_oom(struct an *an, const tm_an_rank *R);
 /* rules_host.c */
 void tm_rule_host_mem_worker_growth(struct an *an);
+/* rules_cpu.c */
+void tm_rule_host_cpu_oversubscribed(struct an *an);
 /* rules_ranks.c */
 void tm_rule_ranks_imbalance(struct an *an);
 void tm_rule_ranks_straggler(struct an *an);

@@ -730,6 +730,196 @@ static void summarize_run(tm_runview *v, tm_an_summary *S, const tm_an_rank *ran
     waits_of(st, nst, v, S, x);
 }
 
+/* --- the machine and its threads (host.cpu_oversubscribed, the advice) */
+
+/* The positive number under top-level key "key" of a meta.json text; NAN
+ * when absent or not a positive number. */
+static double meta_num(const char *meta, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\"", key);
+    const char *p = meta ? strstr(meta, pat) : NULL;
+    if (!p)
+        return NAN;
+    p += strlen(pat);
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+        p++;
+    if (*p++ != ':')
+        return NAN;
+    char *end;
+    double d = strtod(p, &end);
+    return end == p || !isfinite(d) || d <= 0 ? NAN : d;
+}
+
+/* Whether meta.json's "host" is host (a host name has no escapes). */
+static bool meta_host_is(const char *meta, const char *host)
+{
+    const char *p = meta ? strstr(meta, "\"host\"") : NULL;
+    if (!p)
+        return false;
+    p += 6;
+    while (*p == ' ' || *p == ':')
+        p++;
+    size_t n = strlen(host);
+    return *p == '"' && strncmp(p + 1, host, n) == 0 && p[1 + n] == '"';
+}
+
+/* The thread counts of source s: its last torch_threads event (written
+ * after each torch.set_num_threads), else those of its inproc.start event
+ * (the agent's meta at attach): intra-op, inter-op threads and the
+ * affinity the agent saw (each NAN when unknown). */
+static void source_threads(const tm_runview *v, uint32_t s, double *intra, double *inter,
+                           double *affinity)
+{
+    const tm_run_event *ev;
+    size_t n = tm_run_events(v->r, &ev);
+    int64_t last = INT64_MIN;
+    bool from_set = false;
+    *intra = *inter = *affinity = NAN;
+    for (size_t i = 0; i < n; i++) {
+        if (ev[i].source != s)
+            continue;
+        bool set = strcmp(ev[i].name, "torch_threads") == 0;
+        if (!set && (from_set || strcmp(ev[i].name, "inproc.start") != 0))
+            continue;
+        if (set == from_set && ev[i].t_ns < last)
+            continue;
+        double t = event_num(ev[i].json, "intra_op");
+        if (!(t >= 1))
+            continue;
+        last = ev[i].t_ns;
+        from_set = set;
+        *intra = t;
+        *inter = event_num(ev[i].json, "inter_op");
+        *affinity = event_num(ev[i].json, "affinity_cpus");
+    }
+}
+
+/* The usable and online CPUs of host from meta.json (the directory whose
+ * "host" it is; a single directory's whatever its host). */
+static void host_cpus(const tm_runview *v, const char *host, double *usable, double *online)
+{
+    const char *const *dirs;
+    size_t nd = tm_run_dirs(v->r, &dirs);
+    *usable = *online = NAN;
+    for (size_t i = 0; i < nd; i++) {
+        const char *meta = tm_run_meta(v->r, i);
+        if (!meta || (nd > 1 && !meta_host_is(meta, host)))
+            continue;
+        *usable = meta_num(meta, "usable_cpus");
+        *online = meta_num(meta, "online_cpus");
+        if (!isnan(*usable))
+            return;
+    }
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Compute per judged step of every training process: the fastest tenth
+ * and the median of each process's first tenth (pooled). */
+static void compute_baselines(const tm_runview *v, tm_an_summary *S, const tm_an_rank *ranks,
+                              size_t nranks)
+{
+    const tm_run_step *st;
+    size_t nst = tm_run_steps(v->r, &st);
+    S->compute_fast_s = S->compute_early_s = NAN;
+    double *all = malloc((nst ? nst : 1) * sizeof *all);
+    double *early = malloc((nst ? nst : 1) * sizeof *early);
+    size_t na = 0, ne = 0;
+    if (!all || !early)
+        goto out;
+    for (size_t r = 0; r < nranks; r++) {
+        tm_steptally t;
+        tm_steptally_init(&t);
+        size_t first = na;
+        for (size_t i = 0; i < nst; i++) {
+            double d, w;
+            if (st[i].source != ranks[r].source || !tm_steptally_add(&t, &st[i].s) ||
+                !tm_step_times(&st[i].s, &d, &w) || t.steps <= TM_STEP_WARMUP)
+                continue;
+            all[na++] = d - w;
+        }
+        size_t k = (na - first) / 10;
+        if (k < 3)
+            k = na - first < 3 ? na - first : 3;
+        for (size_t i = 0; i < k; i++)
+            early[ne++] = all[first + i];
+    }
+    if (na) {
+        qsort(all, na, sizeof *all, cmp_double);
+        S->compute_fast_s = all[na / 10];
+    }
+    S->compute_early_s = tm_runsum_median(early, ne);
+out:
+    free(all);
+    free(early);
+}
+
+/* The thread arithmetic of each host (training processes x intra-op
+ * threads + DataLoader workers against its usable CPUs); the summary
+ * keeps the host with the most runnable threads per usable CPU. */
+static void summarize_machine(const tm_runview *v, tm_an_summary *S, const tm_an_rank *ranks,
+                              size_t nranks)
+{
+    S->usable_cpus = S->online_cpus = S->torch_threads = S->interop_threads = NAN;
+    S->runnable_threads = NAN;
+    S->gpu = S->ngpus > 0;
+    for (size_t i = 0; i < nranks; i++)
+        if (ranks[i].total_device > 0 || ranks[i].peak_reserved > 0)
+            S->gpu = true;
+    const tm_run_event *ev;
+    size_t nev = tm_run_events(v->r, &ev);
+    for (size_t i = 0; i < nev && !S->data_paths; i++)
+        S->data_paths = !strcmp(ev[i].name, "run_target") || !strcmp(ev[i].name, "watch_target");
+    compute_baselines(v, S, ranks, nranks);
+    double worst = -1;
+    for (size_t i = 0; i < nranks; i++) {
+        const char *host = ranks[i].host ? ranks[i].host : "";
+        bool seen = false;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = !strcmp(ranks[j].host ? ranks[j].host : "", host);
+        if (seen)
+            continue;
+        double threads = NAN, interop = NAN, aff = NAN;
+        size_t nr = 0, nw = 0;
+        for (size_t j = i; j < nranks; j++) {
+            if (strcmp(ranks[j].host ? ranks[j].host : "", host) != 0)
+                continue;
+            double t, it, a;
+            source_threads(v, ranks[j].source, &t, &it, &a);
+            if (!(t <= threads))
+                threads = t;
+            if (!(it <= interop))
+                interop = it;
+            if (!isnan(a))
+                aff = a;
+            nr++;
+            nw += ranks[j].workers;
+        }
+        double usable, online;
+        host_cpus(v, host, &usable, &online);
+        if (isnan(usable))
+            usable = aff;
+        double runnable = threads * (double)nr + (double)nw;
+        double load = runnable / usable;
+        if (isnan(load) ? worst >= 0 : load <= worst)
+            continue;
+        worst = isnan(load) ? 0 : load;
+        snprintf(S->cpu_host, sizeof S->cpu_host, "%s", host);
+        S->usable_cpus = usable;
+        S->online_cpus = online;
+        S->torch_threads = threads;
+        S->interop_threads = interop;
+        S->runnable_threads = runnable;
+        S->host_ranks = nr;
+        S->host_workers = nw;
+    }
+}
+
 int tm_runsum_build(tm_runview *v, tm_an_summary *S, tm_an_rank **ranks, size_t *nranks)
 {
     const tm_run_step *st;
@@ -767,6 +957,7 @@ int tm_runsum_build(tm_runview *v, tm_an_summary *S, tm_an_rank **ranks, size_t 
     S->win_start = v->w0;
     S->win_end = v->w1;
     summarize_system(v, S);
+    summarize_machine(v, S, *ranks, *nranks);
     summarize_agent(v, S);
     /* The Python processes in which the in-process recorder did not load
      * said so in their run directory (agentnote.h). */

@@ -56,6 +56,22 @@ typedef struct tm_an_summary {
      * share of it the training thread spent on a CPU (NAN: not measured) */
     size_t eval_steps, prep_steps;
     double prep_cpu_share;
+    /* The machine the job ran on and the threads that ran on it
+     * (summarize_machine): the host with the most runnable threads per
+     * usable CPU.  usable_cpus from meta.json of `trainmon run` (else the
+     * agent's affinity count); torch_threads the intra-op threads of a rank
+     * (the largest recorded: torch_threads events); runnable_threads =
+     * torch_threads x host_ranks + host_workers (one thread each: torch
+     * sets 1 in a DataLoader worker).  NAN: unknown. */
+    char cpu_host[64];
+    double usable_cpus, online_cpus, torch_threads, interop_threads, runnable_threads;
+    size_t host_ranks, host_workers;
+    /* Compute per step (duration - data wait) over the judged steps of
+     * every rank: the fastest tenth (10th percentile) and the median of
+     * each rank's first tenth of judged steps (at least 3).  NAN: none. */
+    double compute_fast_s, compute_early_s;
+    bool gpu;        /* a GPU was recorded: a gpu.* series or device memory in captures */
+    bool data_paths; /* data paths were given (-d: run_target / watch_target events) */
     /* the handoff from DataLoader workers (docs/DIAGNOSIS.md input.handoff):
      * the share of their lifetime the workers spent fetching (per worker
      * process, weighted by its batches), how many
