@@ -938,10 +938,12 @@ def attach(run_dir=None, memory_history=None):
         try:
             nnm = sys.modules.get("torch.nn.modules.module")
             dlm = sys.modules.get("torch.utils.data.dataloader")
-            if not isinstance(getattr(nnm, "_global_forward_pre_hooks", None), dict):
+            # (no torch.nn at all: a stand-in torch in tests, nothing to time)
+            if nnm is not None and not isinstance(getattr(nnm, "_global_forward_pre_hooks", None),
+                                                  dict):
                 _moved("batch preparation timing (loops without a DataLoader)",
                        "torch.nn.modules.module._global_forward_pre_hooks")
-            if getattr(dlm, "_MultiProcessingDataLoaderIter", None) is None:
+            if dlm is not None and getattr(dlm, "_MultiProcessingDataLoaderIter", None) is None:
                 _moved("worker handoff timing",
                        "torch.utils.data.dataloader._MultiProcessingDataLoaderIter")
             _c.bind_steps(getattr(nnm, "_global_forward_pre_hooks", None),
@@ -957,9 +959,9 @@ def attach(run_dir=None, memory_history=None):
             nnm = sys.modules.get("torch.nn.modules.module")
             Module = getattr(nnm, "Module", None)
             tr = Module.__dict__.get("train") if Module is not None else None
-            if tr is None:
+            if nnm is not None and tr is None:
                 _moved("eval timing (loops without a DataLoader)", "torch.nn.Module.train")
-            elif not getattr(tr, "_trainmon", False):
+            elif tr is not None and not getattr(tr, "_trainmon", False):
                 _patch(Module, "train", _make_train(tr))
         except Exception as e:
             _report_exc("eval timing (loops without a DataLoader)", e)
