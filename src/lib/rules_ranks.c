@@ -132,6 +132,8 @@ void tm_rule_ranks_straggler(struct an *an)
     struct ev e;
     tm_an_ev_open(&e);
     tm_an_ev_str(&e, "rank", R[s].label);
+    if (R[s].host && R[s].host[0])
+        tm_an_ev_str(&e, "host", R[s].host);
     tm_an_ev_str(&e, "cause", cause);
     tm_an_ev_num(&e, "others_sync_wait_s", others);
     tm_an_ev_num(&e, "sync_wait_s", wait[s]);
@@ -152,18 +154,20 @@ void tm_rule_ranks_straggler(struct an *an)
             tm_buf_printf(&e.b, "\":null");
     }
     tm_buf_add(&e.b, "}", 1);
-    char title[512], adv[1024];
+    char title[512], adv[1024], on[96] = "";
+    if (R[s].host && R[s].host[0])
+        snprintf(on, sizeof on, " on %.80s", R[s].host);
     if (!strcmp(cause, "data"))
         snprintf(title, sizeof title,
-                 "rank %s is the straggler: the other ranks waited for it %.0f ms per step in "
+                 "rank %s%s is the straggler: the other ranks waited for it %.0f ms per step in "
                  "gradient sync; its data wait is %.0f ms per step against %.0f ms on the others",
-                 R[s].label, 1e3 * (others - wait[s]), 1e3 * dw_s, 1e3 * dw_o);
+                 R[s].label, on, 1e3 * (others - wait[s]), 1e3 * dw_s, 1e3 * dw_o);
     else
         snprintf(title, sizeof title,
-                 "rank %s is the straggler: the other ranks waited for it %.0f ms per step in "
+                 "rank %s%s is the straggler: the other ranks waited for it %.0f ms per step in "
                  "gradient sync; its own compute is %.0f ms per step against %.0f ms on the "
                  "others",
-                 R[s].label, 1e3 * (others - wait[s]), 1e3 * oc_s, 1e3 * oc_o);
+                 R[s].label, on, 1e3 * (others - wait[s]), 1e3 * oc_s, 1e3 * oc_o);
     if (!strcmp(cause, "data"))
         snprintf(adv, sizeof adv,
                  "Every rank runs at rank %s's pace. Its input is slower: look at that rank's "

@@ -6,6 +6,7 @@
 # in a dist.all_reduce the loop calls.  From `trainmon report --json`:
 #   - ranks.straggler names rank 1 with the right cause (data / compute);
 #   - no ranks.* finding names rank 0, the waiting rank;
+#   - with neither rank slowed (none), no ranks.* finding at all;
 #   - each rank's steps equal the job's own count (+-1);
 #   - rank 0 recorded its waits: backward and collective time per step.
 # torch 2.x (the venv of `make deps`) runs it under torchrun; Debian's
@@ -42,7 +43,10 @@ for r, o in oracle.items():
     if got is None or abs(got - o["steps"]) > 1:
         bad.append("rank %d: report steps %s, the job counted %d" % (r, got, o["steps"]))
 st = [f for f in F if f["id"] == "ranks.straggler"]
-if len(st) != 1:
+if kind == "none":
+    if [f["id"] for f in F if f["id"].startswith("ranks.")]:
+        bad.append("ranks alike, yet %s" % [(f["id"], f.get("rank")) for f in F if f["id"].startswith("ranks.")])
+elif len(st) != 1:
     bad.append("%d ranks.straggler findings: %s" % (len(st), [f["id"] for f in F]))
 else:
     f = st[0]
@@ -74,7 +78,7 @@ half() { # name python launcher
         echo "$name: skipped: $PY has no torch with torch.distributed"; return 0
     fi
     echo "$name: $PY (torch $tv, $launcher)"
-    for kind in data compute; do
+    for kind in data compute none; do
         local run=$scratch/$name-$kind port=$((29500 + RANDOM % 2000))
         ran=$((ran + 1))
         if [ "$launcher" = torchrun ]; then
