@@ -128,20 +128,30 @@ deps:
 # The torch 2.x half of the test matrix: a virtualenv made from the python3
 # first on PATH (users run torch 2.x from pip, not Debian's 1.13), with the
 # CPU build of torch pinned (a plain `pip install torch` would fetch the
-# multi-GB CUDA build).  Without a reachable package index it is skipped
-# with one line, and the tests then run on Debian's torch alone.
+# multi-GB CUDA build).  The framework loops (tests/e2e/frameworks.sh) add
+# Lightning and the HF Trainer (transformers + accelerate), pinned to
+# releases that take torch 2.13 as it is: torch stays on the same command
+# line, so pip never swaps it; an existing venv lacking one of them gets
+# them.  Without a reachable package index each part is skipped with one
+# line: without torch the tests run on Debian's torch alone, without the
+# frameworks tests/e2e/frameworks.sh skips.
 VENV       ?= .venv
 VENV_TORCH ?= torch==2.13.0
+VENV_FW    ?= lightning==2.6.6 transformers==5.18.0 accelerate==1.15.0
 VENV_PY    := $(VENV)/bin/python
 venv:
-	@if [ -x $(VENV_PY) ] && $(VENV_PY) -c 'import torch, pytest, setuptools, tensorboard, pandas' 2>/dev/null; then \
+	@if [ -x $(VENV_PY) ] && $(VENV_PY) -c 'import torch, pytest, setuptools, tensorboard, pandas, lightning, transformers, accelerate' 2>/dev/null; then \
 	    echo "venv: $(VENV) has torch $$($(VENV_PY) -c 'import torch; print(torch.__version__)')"; \
 	else \
-	    echo "venv: creating $(VENV) with $(VENV_TORCH) (CPU), pytest and the official readers (tensorboard, pandas)"; \
+	    echo "venv: making $(VENV) with $(VENV_TORCH) (CPU), pytest, the official readers (tensorboard, pandas) and $(VENV_FW)"; \
 	    python3 -m venv $(VENV) && \
 	    $(VENV_PY) -m pip install -q --disable-pip-version-check $(VENV_TORCH) pytest setuptools numpy \
 	        tensorboard pandas \
 	    || echo "venv: could not install $(VENV_TORCH) (package index unreachable?): the torch 2.x tests will be skipped"; \
+	    if $(VENV_PY) -c 'import torch' 2>/dev/null; then \
+	        $(VENV_PY) -m pip install -q --disable-pip-version-check $(VENV_FW) $(VENV_TORCH) \
+	        || echo "venv: could not install $(VENV_FW) (package index unreachable?): the framework loops will be skipped"; \
+	    fi; \
 	fi
 
 unit: $(UNIT_BIN) $(FAKE_LIB)

@@ -925,9 +925,117 @@ static void confirm_batch(void)
     }
 }
 
+/* Prefetched batches (issue #14, the framework loops).  accelerate's
+ * DataLoaderShard (under the HF Trainer) fetches batch k+1 before it
+ * yields batch k, and the HF Trainer with gradient accumulation fetches all
+ * the batches of a step before it runs any of them.  So a grad-enabled
+ * batch that no backward pass followed before the next fetch is not yet an
+ * eval batch: it is held, and the next backward pass makes the held
+ * batches of the iterator it trains on (the one that returned a batch
+ * last) part of the training step, data wait and all.  Held batches of
+ * another iterator (an eval loop run with grad enabled) are eval batches,
+ * written when a batch of another iterator comes back or a backward pass
+ * runs; so is the oldest when more than HELD_MAX are held (accumulation
+ * over more batches: the rest counted as before, as eval).  Before the
+ * first backward pass a batch is held only while no module forward has run
+ * (a loop that prefetches has run none yet); a loop that fills the hold
+ * without one is a data-only loop: its batches are loader steps, written
+ * then, and its later ones are never held.  Only a backward pass takes held
+ * batches into a step: an optimizer step, the end of a loader loop's epoch
+ * (before any backward pass), a dropped iterator and the exit write them
+ * as they were before (loader steps, or eval batches). */
+#define HELD_MAX 16
+
+typedef struct held {
+    uintptr_t iter;
+    int64_t entry, exit, end; /* end: the next fetch's entry */
+    int64_t cpu;              /* as g_b.cpu */
+} held;
+
+static held g_held[HELD_MAX];
+static int g_nheld;
+static int g_no_hold0; /* a data-only loop: no batch held before a backward pass */
+
+/* A held batch no backward pass took: eval once a backward pass was seen,
+ * else a loader step (as settle_batch would have made it). */
+static void held_write(const held *h)
+{
+    if (g_level >= TM_STEP_BY_BACKWARD) {
+        emit_eval(h->entry, h->end, h->exit - h->entry, 0, 1);
+        return;
+    }
+    tm_inproc_step s = {.start_ns = h->entry,
+                        .end_ns = h->end,
+                        .data_wait_ns = h->exit - h->entry,
+                        .boundary = TM_STEP_BY_LOADER,
+                        .phase = TM_STEP_TRAIN,
+                        .micro_batches = 0,
+                        .batches = 1,
+                        .prep_ns = -1,
+                        .prep_cpu_ns = -1,
+                        .backward_ns = -1,
+                        .wait_cpu_ns = h->cpu,
+                        .collective_ns = -1};
+    emit_train(&s);
+}
+
+/* Writes the held batches of iterators other than keep (0: all of them). */
+static void held_flush(uintptr_t keep)
+{
+    int n = 0;
+    for (int i = 0; i < g_nheld; i++) {
+        if (keep && g_held[i].iter == keep)
+            g_held[n++] = g_held[i];
+        else
+            held_write(&g_held[i]);
+    }
+    g_nheld = n;
+}
+
+/* A backward pass on the batches of iterator iter: its held batches join
+ * the open training steps, the others are written. */
+static void held_confirm(uintptr_t iter)
+{
+    held_flush(iter);
+    for (int i = 0; i < g_nheld; i++)
+        for (int L = TM_STEP_BY_BACKWARD; L <= TM_STEP_BY_OPTIMIZER; L++) {
+            acc *a = &g_acc[L];
+            if (!a->start)
+                a->start = g_held[i].entry;
+            a->batches++;
+            a->wait += g_held[i].exit - g_held[i].entry;
+            if (g_held[i].cpu >= 0) {
+                a->wcpu += g_held[i].cpu;
+                a->wcpu_n++;
+            }
+        }
+    g_nheld = 0;
+}
+
+/* Holds the batch fetched last, ended at t; 0 when it is not to be held. */
+static int held_push(int64_t t)
+{
+    if (g_level < TM_STEP_BY_BACKWARD && (g_no_hold0 || g_fwd_t))
+        return 0;
+    if (g_nheld == HELD_MAX) {
+        if (g_level < TM_STEP_BY_BACKWARD) { /* a data-only loop */
+            g_no_hold0 = 1;
+            held_flush(0);
+            return 0;
+        }
+        held_write(&g_held[0]);
+        memmove(g_held, g_held + 1, (HELD_MAX - 1) * sizeof *g_held);
+        g_nheld--;
+    }
+    g_held[g_nheld++] =
+        (held){.iter = g_b.iter, .entry = g_b.entry, .exit = g_b.exit, .end = t, .cpu = g_b.cpu};
+    return 1;
+}
+
 /* The batch fetched last, at the next fetch (t) or at exit: an eval batch,
- * a loader step (no backward pass seen yet) or already a training batch. */
-static void settle_batch(int64_t t, uint32_t flags)
+ * a loader step (no backward pass seen yet), held (may_hold: a prefetched
+ * one, above) or already a training batch. */
+static void settle_batch(int64_t t, uint32_t flags, int may_hold)
 {
     if (!g_b.have)
         return;
@@ -935,6 +1043,8 @@ static void settle_batch(int64_t t, uint32_t flags)
     if (g_b.added)
         return;
     int64_t wait = g_b.exit - g_b.entry;
+    if (may_hold && g_b.grad && !g_b.bwd && held_push(t))
+        return;
     if (!g_b.grad || (g_level >= TM_STEP_BY_BACKWARD && !g_b.bwd)) {
         g_closed = (tm_inproc_step){
             .start_ns = g_b.entry, .end_ns = t, .data_wait_ns = wait, .phase = TM_STEP_EVAL};
@@ -993,7 +1103,7 @@ static PyObject *py_next_enter(PyObject *self, PyObject *it)
     int64_t t = now_ns();
     g_in_t = t;
     g_in_cpu = g_mp_iter && Py_TYPE(it) == g_mp_iter ? thread_cpu_ns() : -1;
-    settle_batch(t, 0);
+    settle_batch(t, 0, 1);
     if (g_memstats && !g_cuda_ready)
         cuda_ready();
     return take_flags();
@@ -1008,6 +1118,10 @@ static PyObject *py_next_exit(PyObject *self, PyObject *arg)
         Py_RETURN_NONE;
     int got = arg != Py_False && arg != Py_None; /* the iterator, or False */
     int64_t t = now_ns();
+    if (got)
+        held_flush((uintptr_t)arg); /* an eval run with grad enabled ended, or began */
+    else if (g_level < TM_STEP_BY_BACKWARD)
+        held_flush(0); /* a loader loop's epoch ended: its held steps */
     write_closed(got ? 0 : TM_STEP_ENDED_BY_STOP);
     if (got) {
         g_b.have = 1;
@@ -1035,6 +1149,7 @@ static PyObject *py_backward_enter(PyObject *self, PyObject *noargs)
     if (!on_thread() || g_bdepth++ > 0)
         Py_RETURN_NONE;
     int64_t t = now_ns();
+    held_confirm(g_b.iter); /* prefetched batches of the iterator it trains on */
     if (g_level < TM_STEP_BY_BACKWARD)
         g_level = TM_STEP_BY_BACKWARD;
     confirm_batch();
@@ -1152,7 +1267,8 @@ static PyObject *py_loader_dropped(PyObject *self, PyObject *it)
         Py_RETURN_NONE;
     if (!g_b.have || g_b.added || g_level != 0 || g_b.iter != (uintptr_t)it)
         Py_RETURN_NONE;
-    settle_batch(now_ns(), 0);
+    held_flush(0);
+    settle_batch(now_ns(), 0, 0);
     write_closed(0);
     g_pending_flags = 0; /* no callbacks from a finalizer */
     Py_RETURN_NONE;
@@ -1168,7 +1284,8 @@ static PyObject *py_shutdown(PyObject *self, PyObject *noargs)
     g_shut = 1;
     int64_t t = now_ns();
     write_closed(0);
-    settle_batch(t, 0);
+    held_flush(0);
+    settle_batch(t, 0, 0);
     write_closed(TM_STEP_ENDED_AT_EXIT);
     if (!g_decided && g_level == TM_STEP_BY_BACKWARD)
         decide(TM_STEP_BY_BACKWARD);
@@ -1213,6 +1330,7 @@ static PyObject *py_reset_steps(PyObject *self, PyObject *noargs)
     memset(&g_b, 0, sizeof g_b);
     memset(g_acc, 0, sizeof g_acc);
     g_level = g_decided = g_npend = 0;
+    g_nheld = g_no_hold0 = 0;
     g_lead = g_last_opt = -1;
     g_fwd_t = 0;
     g_written = 0;
@@ -1440,6 +1558,7 @@ static PyObject *py_opt_post(PyObject *self, PyObject *arg)
         return PyLong_FromLong(0);
     g_lead = no;
     g_n_opt++;
+    held_flush(0); /* no backward pass took them: as they were before */
     g_level = TM_STEP_BY_OPTIMIZER;
     confirm_batch();
     close_acc(TM_STEP_BY_OPTIMIZER, t, 0);
