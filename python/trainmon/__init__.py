@@ -82,10 +82,21 @@ def _torch_version():
 
 def _report_exc(what, exc):
     """One line: the measure that is off, the torch it is off on and why;
-    the job runs unchanged."""
+    the job runs unchanged.  The same goes into the record file (event
+    inproc.measure_off, once per measure) for the report."""
     tv = _torch_version()
-    _report("%s off%s (%s: %s); the job runs unchanged"
-            % (what, " on torch %s" % tv if tv else "", type(exc).__name__, exc))
+    why = "%s: %s" % (type(exc).__name__, exc)
+    _report("%s off%s (%s); the job runs unchanged" % (what, " on torch %s" % tv if tv else "", why))
+    if what in _off_said:
+        return
+    _off_said.add(what)
+    try:
+        _c.event("inproc.measure_off", json.dumps({"measure": what, "torch": tv, "why": why[:300]}))
+    except Exception:
+        pass
+
+
+_off_said = set()
 
 
 def _moved(what, missing):
@@ -512,15 +523,16 @@ def _make_del(orig):
 
 
 def _make_fetch(orig, get_worker_info):
-    now, batch, cpu = _c.now, _c.worker_batch, _c.worker_cpu
+    now, batch, cpu, fetched = _c.now, _c.worker_batch, _c.worker_cpu, _c.fetched
 
-    def fetch(self, possibly_batched_index):
+    def fetch(self, *args, **kwargs):  # (possibly_batched_index): any signature passes
         info = get_worker_info()
         if info is None:  # the main process (num_workers=0): counted as data wait
-            return orig(self, possibly_batched_index)
+            fetched()  # (a __next__ hook that never fires is seen against this count)
+            return orig(self, *args, **kwargs)
         c0 = cpu()
         t0 = now()
-        data = orig(self, possibly_batched_index)
+        data = orig(self, *args, **kwargs)
         try:
             batch(info.id, t0, c0)
         except Exception as e:
@@ -643,16 +655,16 @@ def _make_train(orig):
     depth = [0]
 
     @functools.wraps(orig)
-    def train(self, mode=True):
+    def train(self, *args, **kwargs):  # (mode=True): any signature passes
         if depth[0]:
-            return orig(self, mode)
+            return orig(self, *args, **kwargs)
         depth[0] = 1
         try:
             try:
-                mode_changed(mode)
+                mode_changed(args[0] if args else kwargs.get("mode", True))
             except Exception as e:
                 _report_exc("eval timing (loops without a DataLoader)", e)
-            return orig(self, mode)
+            return orig(self, *args, **kwargs)
         finally:
             depth[0] = 0
     train._trainmon = True
@@ -857,6 +869,22 @@ def _record_threads(torch):
     rank."""
     if _state["pid"] != os.getpid():
         return
+    # A worker started by spawn or forkserver is a process of its own (its
+    # pid opened the recorder) whose worker loop sets 1 thread before the
+    # worker info exists: a multiprocessing child with no record file open
+    # yet is not made one for this (a torch.multiprocessing.spawn rank that
+    # sets its threads before its first step keeps the counts of its meta).
+    try:
+        import multiprocessing
+        me = multiprocessing.current_process()
+        # (while a spawned child imports the main module, parent_process()
+        # is still None: its name and _inheriting tell it already)
+        child = (multiprocessing.parent_process() is not None or me.name != "MainProcess"
+                 or getattr(me, "_inheriting", False))
+        if child and not _c.file_open():
+            return
+    except Exception:
+        pass
     d = _thread_counts(torch)
     if d:
         _c.event("torch_threads", json.dumps(d))

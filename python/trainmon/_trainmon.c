@@ -524,6 +524,13 @@ static PyObject *py_open(PyObject *self, PyObject *args)
     Py_RETURN_TRUE;
 }
 
+/* file_open(): this process has its record file open now (not pending). */
+static PyObject *py_file_open(PyObject *self, PyObject *noargs)
+{
+    (void)self, (void)noargs;
+    return PyBool_FromLong(g_rec && g_rec_pid == getpid());
+}
+
 static PyObject *py_recording(PyObject *self, PyObject *noargs)
 {
     (void)self, (void)noargs;
@@ -723,6 +730,14 @@ static int g_cdepth, g_coll_seen;
  * inproc.boundaries event at exit): batches fetched on the training
  * thread, backward passes, lead-optimizer steps, a forward seen. */
 static uint64_t g_n_batches, g_n_bwd, g_n_opt;
+static uint64_t g_n_fetch; /* fetches in this process (num_workers=0), hook or not */
+
+static PyObject *py_fetched(PyObject *self, PyObject *noargs)
+{
+    (void)self, (void)noargs;
+    g_n_fetch++;
+    Py_RETURN_NONE;
+}
 
 /* a record made at a fetch entry, written at its exit (flags known then) */
 static int g_have_closed;
@@ -1300,14 +1315,14 @@ static PyObject *py_shutdown(PyObject *self, PyObject *noargs)
      * a report with no steps can say why (docs/DIAGNOSIS.md,
      * steps.unsegmented); one that did nothing (torchrun's agent) writes
      * nothing, and gets no file. */
-    if (g_fwd_t || g_n_batches || g_n_bwd || g_n_opt) {
-        char js[192];
+    if (g_fwd_t || g_n_batches || g_n_bwd || g_n_opt || g_n_fetch) {
+        char js[224];
         snprintf(js, sizeof js,
                  "{\"loader_batches\":%llu,\"backward_passes\":%llu,\"optimizer_steps\":%llu,"
-                 "\"forward_seen\":%s,\"steps\":%llu}",
+                 "\"forward_seen\":%s,\"steps\":%llu,\"fetches\":%llu}",
                  (unsigned long long)g_n_batches, (unsigned long long)g_n_bwd,
                  (unsigned long long)g_n_opt, g_fwd_t ? "true" : "false",
-                 (unsigned long long)g_written);
+                 (unsigned long long)g_written, (unsigned long long)g_n_fetch);
         lazy_open();
         if (g_rec)
             tm_rec_event(g_rec, 0, "inproc.boundaries", js);
@@ -1323,7 +1338,7 @@ static PyObject *py_reset_steps(PyObject *self, PyObject *noargs)
     g_depth = g_bdepth = g_cdepth = 0;
     g_bwd_t0 = g_coll_t0 = 0;
     g_coll_seen = 0;
-    g_n_batches = g_n_bwd = g_n_opt = 0;
+    g_n_batches = g_n_bwd = g_n_opt = g_n_fetch = 0;
     g_in_eval = 0;
     g_in_cpu = -1;
     g_have_closed = 0;
@@ -2069,9 +2084,11 @@ static PyObject *py_schema(PyObject *self, PyObject *noargs)
 static PyMethodDef methods[] = {
     {"open", py_open, METH_VARARGS, "open(path, run_dir, rank, role, meta_json[, max_size])"},
     {"recording", py_recording, METH_NOARGS, "whether records are being written"},
+    {"file_open", py_file_open, METH_NOARGS, "whether this process's record file is open"},
     {"event", py_event, METH_VARARGS, "event(name, json)"},
     {"bind_torch", py_bind_torch, METH_VARARGS, "bind_torch(memstats, is_init, meminfo, curdev)"},
     {"next_enter", py_next_enter, METH_O, "DataLoader __next__ entered (the iterator)"},
+    {"fetched", py_fetched, METH_NOARGS, "a DataLoader fetch in the main process"},
     {"worker_cpu", py_worker_cpu, METH_NOARGS, "this process's CPU time (s)"},
     {"train_mode", py_train_mode, METH_O, "Module.train(mode) called (outermost)"},
     {"coll_enter", py_coll_enter, METH_NOARGS, "a blocking torch.distributed collective entered"},

@@ -70,6 +70,8 @@ bool tm_an_input_is_handoff(const tm_an_summary *S);
 void tm_rule_input_handoff(struct an *an);
 /* rules_steps.c: the agent ran but no step could be cut */
 void tm_rule_steps_unsegmented(struct an *an);
+void tm_rule_steps_hook_silent(struct an *an);
+void tm_rule_run_measure_off(struct an *an);
 /* rules_gpu.c */
 void tm_rule_gpu_underutilized(struct an *an);
 /* rules_gpu_mem.c: per training process. */

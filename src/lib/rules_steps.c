@@ -11,10 +11,65 @@
 
 #include "rules.h"
 
+/* The job fetched DataLoader batches (counted by the fetch hook, or
+ * recorded by workers) and still no __next__ was seen: the step hook is in
+ * place and never fired (torch moved the DataLoader iterator's internals). */
+static bool hook_silent(const tm_an_summary *S)
+{
+    return S->seen_batches == 0 && (S->seen_fetches > 0 || S->worker_batches > 0);
+}
+
+void tm_rule_steps_hook_silent(struct an *an)
+{
+    const tm_an_summary *S = &an->a->sum;
+    if (S->steps_total > 0 || !S->agent_told || !hook_silent(S))
+        return;
+    struct ev e;
+    tm_an_ev_open(&e);
+    tm_an_ev_num(&e, "fetches_in_process", S->seen_fetches);
+    tm_an_ev_num(&e, "worker_batches", (double)S->worker_batches);
+    tm_an_ev_num(&e, "loader_batches_seen", S->seen_batches);
+    if (S->torch_version[0])
+        tm_an_ev_str(&e, "torch", S->torch_version);
+    char title[512], tv[48] = "";
+    if (S->torch_version[0])
+        snprintf(tv, sizeof tv, " on torch %s", S->torch_version);
+    snprintf(title, sizeof title,
+             "the job fetched %.0f DataLoader batches but trainmon's step hook never fired%s: "
+             "steps and data wait are unknown",
+             S->seen_fetches + (double)S->worker_batches, tv);
+    tm_an_add(an, TM_SEV_HIGH, TM_CONF_HIGH, -1, &e, title,
+              "torch moved the DataLoader iterator's internals (the agent wraps "
+              "_BaseDataLoaderIter.__next__). Report it with the torch version; until then "
+              "the system metrics of this report are valid, the step numbers are not.");
+}
+
+void tm_rule_run_measure_off(struct an *an)
+{
+    const tm_an_summary *S = &an->a->sum;
+    if (!S->measures_off)
+        return;
+    struct ev e;
+    tm_an_ev_open(&e);
+    tm_an_ev_num(&e, "measures_off", (double)S->measures_off);
+    tm_an_ev_str(&e, "measure", S->measure_off);
+    tm_an_ev_str(&e, "why", S->measure_off_why);
+    if (S->torch_version[0])
+        tm_an_ev_str(&e, "torch", S->torch_version);
+    char title[512], tv[48] = "";
+    if (S->torch_version[0])
+        snprintf(tv, sizeof tv, " on torch %s", S->torch_version);
+    snprintf(title, sizeof title, "%zu measure%s off%s: %s (%s)", S->measures_off,
+             S->measures_off == 1 ? "" : "s", tv, S->measure_off, S->measure_off_why);
+    tm_an_add(an, TM_SEV_LOW, TM_CONF_HIGH, -1, &e, title,
+              "The agent could not install this measure on this torch and went on without it; "
+              "the findings that need it are not given. The job ran unchanged.");
+}
+
 void tm_rule_steps_unsegmented(struct an *an)
 {
     const tm_an_summary *S = &an->a->sum;
-    if (S->steps_total > 0 || !S->agent_told)
+    if (S->steps_total > 0 || !S->agent_told || hook_silent(S))
         return;
     struct ev e;
     tm_an_ev_open(&e);

@@ -248,6 +248,31 @@ static double event_num(const char *json, const char *key)
     return end == p || !isfinite(v) || v < 0 ? NAN : v;
 }
 
+/* The string after "key": (JSON as json.dumps writes it, with or without
+ * a space) into out, printable ASCII only, cut at cap; "" when absent.
+ * Escapes are kept as their letters: this is for a report line. */
+static void event_str(const char *json, const char *key, char *out, size_t cap)
+{
+    char pat[64];
+    out[0] = '\0';
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(json, pat);
+    if (!p)
+        return;
+    p += strlen(pat);
+    while (*p == ' ')
+        p++;
+    if (*p++ != '"')
+        return;
+    size_t k = 0;
+    for (; *p && *p != '"' && k + 1 < cap; p++) {
+        if (*p == '\\' && p[1])
+            p++;
+        out[k++] = (*p >= 0x20 && *p < 0x7f) ? *p : '?';
+    }
+    out[k] = '\0';
+}
+
 /* What the in-process agent said of itself: the processes it started in
  * and the boundaries they saw (for a loop it cannot segment). */
 static void summarize_agent(const tm_runview *v, tm_an_summary *S)
@@ -282,10 +307,19 @@ static void summarize_agent(const tm_runview *v, tm_an_summary *S)
                 S->seen_backward += x;
             if (!isnan(x = event_num(js, "optimizer_steps")))
                 S->seen_optimizer += x;
+            if (!isnan(x = event_num(js, "fetches")))
+                S->seen_fetches += x;
             if (strstr(js, "\"forward_seen\":true"))
                 S->seen_forward = true;
+        } else if (!strcmp(ev[i].name, "inproc.measure_off")) {
+            if (!S->measures_off++) {
+                event_str(js, "measure", S->measure_off, sizeof S->measure_off);
+                event_str(js, "why", S->measure_off_why, sizeof S->measure_off_why);
+            }
         }
     }
+    const tm_run_worker *wk;
+    S->worker_batches = tm_run_workers(v->r, &wk);
 }
 
 static void summarize_system(const tm_runview *v, tm_an_summary *S)

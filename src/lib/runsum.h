@@ -87,8 +87,13 @@ typedef struct tm_an_summary {
      * processes it ran in, what step boundaries they saw in all, whether
      * any ran a module forward, and the torch version of the first */
     size_t agent_procs, agent_told;
-    double seen_batches, seen_backward, seen_optimizer;
+    double seen_batches, seen_backward, seen_optimizer, seen_fetches;
     bool seen_forward;
+    size_t worker_batches; /* TM_REC_WORKER records: batches fetched in workers */
+    /* measures the agent could not install (inproc.measure_off events):
+     * how many, and the first's name and reason */
+    size_t measures_off;
+    char measure_off[96], measure_off_why[160];
     char torch_version[32];
     /* Python processes of the job in which the in-process recorder did not
      * load, from their DIR/agent-<pid>.json (run.agent_not_loaded) */

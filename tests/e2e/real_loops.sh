@@ -75,6 +75,10 @@ for line in open(run + "/dump.jsonl"):
 train = [o for o in recs if o.get("phase") != "eval"]
 evals = [o for o in recs if o.get("phase") == "eval"]
 bad = []
+import glob
+mains = glob.glob(run + "/pid*.tmr")
+if len(mains) != 1:  # spawned or forkserver workers must not get files of their own
+    bad.append("%d training-process files: %s" % (len(mains), sorted(mains)))
 if not S.get("steps"):
     bad.append("no steps in the report (summary %s)" % json.dumps(S)[:300])
 elif abs(S["steps"] - oracle["steps"]) > 1:

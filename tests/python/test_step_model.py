@@ -193,3 +193,48 @@ def test_backward_and_blocking_collectives_are_timed_per_step(tmp_path):
     assert all(f["backward_ns"] > 0 for f in train), train
     assert all(f["collective_ns"] > 0 for f in train[1:]), train
     assert train[0]["collective_ns"] in (-1, 0)
+
+
+SILENT = r"""
+import torch, trainmon
+import torch.utils.data.dataloader as dl
+from torch.utils.data import DataLoader, TensorDataset
+trainmon.attach()
+# a torch whose iterators no longer go through _BaseDataLoaderIter.__next__
+# (the agent's step hook): the subclass defines its own
+cls = dl._SingleProcessDataLoaderIter
+def own_next(self):
+    data = self._next_data()
+    self._num_yielded += 1
+    return data
+cls.__next__ = own_next
+model = torch.nn.Linear(4, 1)
+for x, y in DataLoader(TensorDataset(torch.randn(40, 4), torch.randn(40, 1)), batch_size=4):
+    with torch.no_grad():
+        model(x)
+"""
+
+
+def test_a_step_hook_that_never_fires_is_reported_not_an_empty_report(tmp_path, trainmon_bin):
+    import json as js
+    import subprocess
+    run_script(SILENT, tmp_path)
+    rep = js.loads(subprocess.run([trainmon_bin, "report", "--json", str(tmp_path)],
+                                  capture_output=True, text=True, check=True).stdout)
+    f = {x["id"]: x for x in rep["findings"]}
+    assert "steps.hook_silent" in f and "steps.unsegmented" not in f, list(f)
+    assert f["steps.hook_silent"]["severity"] == "high"
+    assert f["steps.hook_silent"]["evidence"]["fetches_in_process"] == 10
+
+
+def test_a_measure_that_could_not_be_installed_is_in_the_report(tmp_path, trainmon_bin):
+    import json as js
+    import subprocess
+    run_script(MOVED, tmp_path)
+    rep = js.loads(subprocess.run([trainmon_bin, "report", "--json", str(tmp_path)],
+                                  capture_output=True, text=True, check=True).stdout)
+    f = {x["id"]: x for x in rep["findings"]}
+    assert "run.measure_off" in f, list(f)
+    e = f["run.measure_off"]["evidence"]
+    assert e["measures_off"] == 1 and e["measure"].startswith("batch preparation timing")
+    assert "_global_forward_pre_hooks not found" in e["why"]
