@@ -7,7 +7,8 @@
 #   - ranks.straggler names rank 1 with the right cause (data / compute);
 #   - no ranks.* finding names rank 0, the waiting rank;
 #   - with neither rank slowed (none), no ranks.* finding at all;
-#   - each rank's steps equal the job's own count (+-1);
+#   - each rank's steps equal the job's own count (+-1); one record file
+#     per rank and none for torchrun's agent;
 #   - rank 0 recorded its waits: backward and collective time per step.
 # torch 2.x (the venv of `make deps`) runs it under torchrun; Debian's
 # torch 1.13 (whose torch.distributed.run fails on its own there) gets
@@ -57,6 +58,10 @@ else:
 for f in F:
     if f["id"].startswith("ranks.") and f.get("rank") == 0:
         bad.append("%s blames rank 0, the waiting rank: %s" % (f["id"], f["title"]))
+import glob
+files = sorted(f.split("/")[-1] for f in glob.glob(run + "/*.tmr"))
+if files != ["rank0.tmr", "rank1.tmr", "system.tmr"]:  # torchrun's agent records nothing
+    bad.append("record files %s: one per rank and the system's expected" % files)
 r0 = ranks.get("0", {})
 if not (r0.get("backward_time_median_s") or 0) > 0:
     bad.append("rank 0 has no backward time per step")
