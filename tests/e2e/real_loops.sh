@@ -119,7 +119,11 @@ half() { # name python
         echo "$name: skipped: $PY has no torch or numpy"; return 0
     fi
     echo "$name: $PY (torch $tv)"
-    for job in ${REAL_LOOPS_JOBS:-llm_memmap llm_memmap_fast grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver}; do
+    local jobs=${REAL_LOOPS_JOBS:-}
+    # The sanitizer build: the report and dump of the binary under ASan on
+    # one loop of each kind of boundary, not the whole matrix again.
+    case ${BUILD:-} in *asan*) [ -n "$jobs" ] || jobs="grad_accum manual_sgd idle_workers" ;; esac
+    for job in ${jobs:-llm_memmap llm_memmap_fast grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver}; do
         local run=$scratch/$name-$job script=$job envs=()
         [ "$job" = llm_memmap_fast ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=2048); }
         [ "$job" = llm_memmap_eval ] && { script=llm_memmap; envs=(JOB_EVAL_EVERY=10); }
