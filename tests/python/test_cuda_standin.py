@@ -60,8 +60,39 @@ FILES = {
         history = []
         def _record_memory_history(enabled=None, max_entries=None, **kw):
             history.append([enabled, max_entries])
+        # What torch 2.x's _snapshot() returns, in the keys torch's own
+        # readers (torch.cuda._memory_viz) use: one 2 MiB segment with an
+        # allocated and a free block, and a trace ending in the OOM.
         def _snapshot():
-            return {"segments": [{"device": 0, "total_size": 2 << 20}], "device_traces": [[]]}
+            fr = [{"filename": "train.py", "line": 42, "name": "forward"}]
+            base = 0x7F0000000000
+            blocks = [
+                {"address": base, "size": 1 << 20, "requested_size": (1 << 20) - 512,
+                 "state": "active_allocated", "frames": fr},
+                {"address": base + (1 << 20), "size": 1 << 20, "requested_size": 0,
+                 "state": "inactive", "frames": []},
+            ]
+            seg = {"device": 0, "address": base, "total_size": 2 << 20,
+                   "allocated_size": 1 << 20, "active_size": 1 << 20,
+                   "requested_size": (1 << 20) - 512, "stream": 0, "segment_type": "large",
+                   "segment_pool_id": (0, 0), "is_expandable": False, "frames": fr,
+                   "blocks": blocks}
+            trace = [
+                {"action": "segment_alloc", "addr": base, "size": 2 << 20, "stream": 0,
+                 "time_us": 1, "frames": fr},
+                {"action": "alloc", "addr": base, "size": 1 << 20, "stream": 0, "time_us": 2,
+                 "frames": fr},
+                {"action": "alloc", "addr": base + (1 << 20), "size": 1 << 20, "stream": 0,
+                 "time_us": 3, "frames": fr},
+                {"action": "free_requested", "addr": base + (1 << 20), "size": 1 << 20,
+                 "stream": 0, "time_us": 4, "frames": fr},
+                {"action": "free_completed", "addr": base + (1 << 20), "size": 1 << 20,
+                 "stream": 0, "time_us": 5, "frames": fr},
+                {"action": "oom", "addr": 0, "device_free": 5 << 20, "size": 1 << 30, "stream": 0,
+                 "time_us": 6, "frames": fr},
+            ]
+            return {"segments": [seg], "device_traces": [trace],
+                    "allocator_settings": {"expandable_segments": False}}
         def _dump_snapshot(path):
             import pickle
             with open(path, "wb") as f:
@@ -198,3 +229,25 @@ def test_oom_snapshot_replaces_a_planted_symlink_instead_of_writing_through_it(t
     assert not snap.is_symlink() and snap.is_file()
     assert "segments" in pickle.load(open(str(snap), "rb"))
     assert [f for f in os.listdir(str(run_dir)) if f.endswith(".tmp")] == ["oom-rank0-1.pickle.tmp"]
+
+
+def test_the_oom_snapshot_opens_in_torchs_own_memory_viz(tmp_path):
+    """The pickle trainmon writes at an OOM, read by torch's own readers
+    (torch.cuda._memory_viz of the torch running this test: 1.13 has
+    segsum and trace, 2.x also the HTML plots pytorch.org/memory_viz draws)."""
+    import pytest
+    import torch.cuda._memory_viz as mv
+    if not hasattr(mv, "segsum"):
+        pytest.skip("this torch's _memory_viz (1.x) draws only flamegraphs, through a script "
+                    "it downloads; torch 2.x's readers are the oracle")
+    _, run_dir = run(tmp_path)
+    o = [r[2] for r in records(main_file(run_dir), "oom")][0]
+    snap = pickle.load(open(os.path.join(run_dir, o["snapshot"]), "rb"))
+    s = mv.segsum(snap)
+    assert "2.0MiB" in s or "2.0 MiB" in s or "2097152" in s, s
+    t = mv.trace(snap)
+    assert "oom" in t.lower() or "alloc" in t, t
+    for plot in ("segment_plot", "trace_plot"):
+        if hasattr(mv, plot):
+            html = getattr(mv, plot)(snap)
+            assert html.startswith("<!DOCTYPE html>") or "<html" in html[:200].lower()
