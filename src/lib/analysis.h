@@ -70,6 +70,11 @@
  * TM_AN_DATA_WAIT_HIGH scale) or compute at 4x its fastest tenth. */
 #define TM_AN_CPU_OVERSUB_RATIO 1.0 /* runnable threads per usable CPU above this */
 #define TM_AN_CPU_SLOWDOWN 2.0      /* compute median / fastest tenth */
+/* the job's process tree kept its usable CPUs this full (mean cores on a
+ * CPU / usable): with more runnable threads than cores, they queue for
+ * them, whatever the system-wide pressure (PSI averages over every CPU: a
+ * job pinned to one of two cores shows little of it) */
+#define TM_AN_CPU_SATURATED 0.90
 #define TM_AN_CPU_SLOWDOWN_HIGH 4.0
 #define TM_AN_PSI_CPU_SOME_HIGH 0.30
 /* gpu.underutilized: the TensorBoard profiler's "GPU util < 50%". */

@@ -30,7 +30,8 @@ void tm_rule_host_cpu_oversubscribed(struct an *an)
     double slow_early = S->compute_early_s > 0 ? S->compute_median_s / S->compute_early_s : NAN;
     bool v_psi = S->psi_cpu_some >= TM_AN_PSI_CPU_SOME;
     bool v_slow = slow >= TM_AN_CPU_SLOWDOWN;
-    if (!v_psi && !v_slow)
+    bool v_sat = S->job_cpu_cores >= TM_AN_CPU_SATURATED * usable;
+    if (!v_psi && !v_slow && !v_sat)
         return;
     bool input_bound = S->data_wait_fraction >= TM_AN_DATA_WAIT_FRACTION;
     if (input_bound && !(S->torch_threads > 1))
@@ -65,6 +66,7 @@ void tm_rule_host_cpu_oversubscribed(struct an *an)
     tm_an_ev_num(&e, "compute_time_median_s", S->compute_median_s);
     tm_an_ev_num(&e, "compute_time_fastest_tenth_s", S->compute_fast_s);
     tm_an_ev_num(&e, "compute_time_early_median_s", S->compute_early_s);
+    tm_an_ev_num(&e, "job_cpu_cores", S->job_cpu_cores);
     tm_an_ev_num(&e, "compute_slowdown", slow);
     tm_an_ev_num(&e, "compute_slowdown_vs_early", slow_early);
     tm_an_ev_num(&e, "slowdown_threshold", TM_AN_CPU_SLOWDOWN);

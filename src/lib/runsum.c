@@ -901,6 +901,7 @@ static void summarize_machine(const tm_runview *v, tm_an_summary *S, const tm_an
 {
     S->usable_cpus = S->online_cpus = S->torch_threads = S->interop_threads = NAN;
     S->runnable_threads = NAN;
+    S->job_cpu_cores = tm_runsum_ser_mean_all(v, TM_SER_PROC_CPU_UTILIZATION, NULL);
     S->gpu = S->ngpus > 0;
     for (size_t i = 0; i < nranks; i++)
         if (ranks[i].total_device > 0 || ranks[i].peak_reserved > 0)

@@ -65,6 +65,8 @@ typedef struct tm_an_summary {
      * sets 1 in a DataLoader worker).  NAN: unknown. */
     char cpu_host[64];
     double usable_cpus, online_cpus, torch_threads, interop_threads, runnable_threads;
+    double
+        job_cpu_cores; /* the job's process tree on a CPU, cores (mean of proc.cpu_utilization) */
     size_t host_ranks, host_workers;
     /* Compute per step (duration - data wait) over the judged steps of
      * every rank: the fastest tenth (10th percentile) and the median of

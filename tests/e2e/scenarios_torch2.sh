@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The real-job scenarios (storage-bound, CPU-bound, compute-bound, worker
-# growth: tests/e2e/run_*_bound.sh, run_worker_growth.sh) again on torch
+# growth, CPU oversubscription: tests/e2e/run_*_bound.sh,
+# run_worker_growth.sh, run_cpu_oversub.sh) again on torch
 # 2.x, the virtualenv of `make deps` (issue #10): the same jobs, the same
 # assertions, PY pointing at the venv's interpreter.  Each scenario keeps
 # its own skip rules (root for the throttled disk); this test is skipped
@@ -20,7 +21,7 @@ if [ -z "$venv" ] || ! tv=$("$venv" -c 'import torch; print(torch.__version__)' 
     echo "skipped: no virtualenv with torch (make deps makes .venv)"; exit 77
 fi
 fails=0 ran=0
-for s in run_storage_bound run_cpu_bound run_compute_bound run_worker_growth; do
+for s in run_storage_bound run_cpu_bound run_compute_bound run_worker_growth run_cpu_oversub; do
     out=$(PY=$venv bash "$here/$s.sh" 2>&1); rc=$?
     case $rc in
     0) ran=$((ran + 1)); echo "  PASS $s on torch $tv" ;;
