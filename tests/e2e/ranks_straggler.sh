@@ -8,7 +8,8 @@
 #   - no ranks.* finding names rank 0, the waiting rank;
 #   - with neither rank slowed (none), no ranks.* finding at all;
 #   - each rank's steps equal the job's own count (+-1); one record file
-#     per rank and none for torchrun's agent;
+#     per rank and none for torchrun's agent; both rank pids in the
+#     sampled process tree (the launcher's children followed);
 #   - rank 0 recorded its waits: backward and collective time per step.
 # torch 2.x (the venv of `make deps`) runs it under torchrun; Debian's
 # torch 1.13 (whose torch.distributed.run fails on its own there) gets
@@ -25,9 +26,9 @@ job=$root/tests/jobs/ddp_straggler.py
 
 check() { # run kind
     "$TRAINMON" report --json "$1" > "$1/report.json" 2> "$1/report.err" || { cat "$1/report.err"; return 1; }
-    "$PY" - "$1" "$2" <<'PYEOF'
-import json, sys
-run, kind = sys.argv[1], sys.argv[2]
+    "$PY" - "$1" "$2" "$TRAINMON" <<'PYEOF'
+import json, re, subprocess, sys
+run, kind, tm = sys.argv[1], sys.argv[2], sys.argv[3]
 oracle = {}
 for line in open(run + ".out"):
     if line.startswith("{"):
@@ -62,6 +63,24 @@ import glob
 files = sorted(f.split("/")[-1] for f in glob.glob(run + "/*.tmr"))
 if files != ["rank0.tmr", "rank1.tmr", "system.tmr"]:  # torchrun's agent records nothing
     bad.append("record files %s: one per rank and the system's expected" % files)
+# the process tree: the sampler followed the launcher's children, each
+# rank's pid has its own per-process series
+pids = set()
+for f in ("rank0.tmr", "rank1.tmr"):
+    head = subprocess.run([tm, "dump", run + "/" + f], capture_output=True, text=True).stdout
+    m = re.search(r" pid=(\d+) ", head.splitlines()[0] if head else "")
+    if m:
+        pids.add(m.group(1))
+seen = set()
+for line in subprocess.run([tm, "export", run, "--format", "jsonl"], capture_output=True,
+                           text=True).stdout.splitlines():
+    o = json.loads(line)
+    if o.get("series") == "proc.process_cpu_utilization":
+        m = re.search(r"pid=(\d+)", o.get("labels", ""))
+        if m:
+            seen.add(m.group(1))
+if len(pids) != 2 or not pids <= seen:
+    bad.append("rank pids %s not all in the process tree's series %s" % (sorted(pids), sorted(seen)))
 r0 = ranks.get("0", {})
 if not (r0.get("backward_time_median_s") or 0) > 0:
     bad.append("rank 0 has no backward time per step")
