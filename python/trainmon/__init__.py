@@ -26,14 +26,18 @@ Hooks installed by attach() (docs/ARCHITECTURE.md):
     RSS go to the worker's own file worker-r<R>-<pid>.tmr, opened in the
     worker after the fork.  Forked workers inherit the patch; spawned ones
     get it only when TRAINMON_ATTACH=1 makes them import trainmon.
-  - optimizer steps: global step hooks on torch >= 2.0, a wrapped step on
-    older torch.
+  - optimizer steps: global step hooks on torch >= 2.0 (the C builtins
+    themselves), a wrapped step on older torch.
   - torch.autograd.backward (Tensor.backward calls it): backward passes.
+    This and __next__ are wrapped by C Hook objects: no Python frame of
+    ours per call (the agent's cost per step: docs/BENCHMARKS.md).
   - the DataLoader iterators' __del__: a loop that breaks drops its
     iterator, which ends a loader-ended step there.
   - the first module forward after a step boundary, in loops without a
-    DataLoader: a forward pre-hook in torch's global hook dict, put there
-    at the boundary and taken out by its first call.
+    DataLoader: torch's global forward pre-hook dict is replaced, while
+    empty, by an ArmedHooks whose truth test (made by every hook-free
+    module call) notes it; else a hook put into that dict at the boundary
+    and taken out by its first call.
   The step model (docs/DIAGNOSIS.md) is the C core's: a step ends at the
   lead optimizer's step, else at the end of a backward pass (no optimizer),
   else at the next DataLoader batch; eval batches are recorded apart.

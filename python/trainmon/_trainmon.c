@@ -676,10 +676,13 @@ static int check_thresholds(int64_t t)
  * start to its first module forward (the batch preparation of a loop that
  * slices its batches itself), as its data wait, and prep_cpu_ns, the
  * training thread's CPU time in it (CPU-bound preparation vs waiting on
- * I/O).  The first forward is caught by a forward pre-hook put into
- * torch's global hook dict at the boundary and taken out by its first
- * call: one dict insert, one call and one delete per step, and module
- * calls take torch's hook-free fast path again for the rest of the step.
+ * I/O).  The first forward is caught by the truth test of torch's global
+ * forward pre-hook dict, which every hook-free module call makes: the glue
+ * puts an ArmedHooks (an OrderedDict whose truth test is ours, below) in
+ * its place, and arming at the boundary is a flag; module calls keep
+ * torch's hook-free fast path.  Where the job had a global forward
+ * pre-hook of its own before attach(), a hook of ours is put into that
+ * dict at the boundary and taken out by its first call instead.
  */
 #define PEND_MAX 64
 
