@@ -54,7 +54,7 @@ FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 # interpreter.
 PYEXT := python/trainmon/_trainmon$(shell $(PYTHON) -c 'import sysconfig;print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null || echo .so)
 
-.PHONY: all lib deps venv format-check test test-only demo-only unit e2e asan fuzz fuzz-run bench format demo clean install
+.PHONY: all lib deps venv format-check test test-only demo-only unit e2e asan fuzz fuzz-run bench format demo clean install python
 
 HAVE_PYDEV := $(shell $(PYTHON) -c 'import os,sysconfig; print(int(os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))))' 2>/dev/null)
 ifeq ($(HAVE_PYDEV),1)
@@ -80,6 +80,14 @@ $(BUILD)/libtrainmon.a: $(LIB_OBJ)
 
 $(BUILD)/libtrainmon.so: $(LIB_OBJ)
 	$(CC) $(CFLAGS) -shared -Wl,-soname,libtrainmon.so.0 -o $@ $^ $(LDFLAGS) $(LDLIBS)
+
+# The sitecustomize `trainmon run` writes for the job (src/cli/sitecustomize.py)
+# is compiled into the binary as a C string.
+$(BUILD)/gen/sitecustomize.inc: src/cli/sitecustomize.py Makefile
+	@mkdir -p $(dir $@)
+	sed -e 's/[\\"?]/\\&/g' -e 's/^/"/' -e 's/$$/\\n"/' $< > $@.tmp && mv $@.tmp $@
+$(BUILD)/src/cli/run.o: $(BUILD)/gen/sitecustomize.inc
+$(BUILD)/src/cli/run.o: override CFLAGS += -I$(BUILD)/gen
 
 $(BUILD)/trainmon: $(CLI_OBJ) $(BUILD)/libtrainmon.a
 	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libtrainmon.a $(LDFLAGS) $(LDLIBS)
@@ -130,19 +138,30 @@ deps:
 # The torch 2.x half of the test matrix: a virtualenv made from the python3
 # first on PATH (users run torch 2.x from pip, not Debian's 1.13), with the
 # CPU build of torch pinned (a plain `pip install torch` would fetch the
-# multi-GB CUDA build).  Without a reachable package index it is skipped
-# with one line, and the tests then run on Debian's torch alone.
+# multi-GB CUDA build).  The framework loops (tests/e2e/frameworks.sh) add
+# Lightning and the HF Trainer (transformers + accelerate), pinned to
+# releases that take torch 2.13 as it is: torch stays on the same command
+# line, so pip never swaps it; an existing venv lacking one of them gets
+# them.  Without a reachable package index each part is skipped with one
+# line: without torch the tests run on Debian's torch alone, without the
+# frameworks tests/e2e/frameworks.sh skips.
 VENV       ?= .venv
 VENV_TORCH ?= torch==2.13.0
+VENV_FW    ?= lightning==2.6.6 transformers==5.18.0 accelerate==1.15.0
 VENV_PY    := $(VENV)/bin/python
 venv:
-	@if [ -x $(VENV_PY) ] && $(VENV_PY) -c 'import torch, pytest, setuptools' 2>/dev/null; then \
+	@if [ -x $(VENV_PY) ] && $(VENV_PY) -c 'import torch, pytest, setuptools, tensorboard, pandas, lightning, transformers, accelerate' 2>/dev/null; then \
 	    echo "venv: $(VENV) has torch $$($(VENV_PY) -c 'import torch; print(torch.__version__)')"; \
 	else \
-	    echo "venv: creating $(VENV) with $(VENV_TORCH) (CPU) and pytest"; \
+	    echo "venv: making $(VENV) with $(VENV_TORCH) (CPU), pytest, the official readers (tensorboard, pandas) and $(VENV_FW)"; \
 	    python3 -m venv $(VENV) && \
 	    $(VENV_PY) -m pip install -q --disable-pip-version-check $(VENV_TORCH) pytest setuptools numpy \
+	        tensorboard pandas \
 	    || echo "venv: could not install $(VENV_TORCH) (package index unreachable?): the torch 2.x tests will be skipped"; \
+	    if $(VENV_PY) -c 'import torch' 2>/dev/null; then \
+	        $(VENV_PY) -m pip install -q --disable-pip-version-check $(VENV_FW) $(VENV_TORCH) \
+	        || echo "venv: could not install $(VENV_FW) (package index unreachable?): the framework loops will be skipped"; \
+	    fi; \
 	fi
 
 unit: $(UNIT_BIN) $(FAKE_LIB)
@@ -206,11 +225,35 @@ demo: deps
 demo-only: all
 	@BUILD=$(BUILD) scripts/demo.sh
 
-install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
+# The Python package goes where `trainmon run` looks beside an installed
+# binary, PREFIX/share/trainmon/python/trainmon: __init__.py and every
+# extension built in python/trainmon (one per interpreter: `make python
+# PYTHON=...` adds one), stale ones removed.  Beside it the package's
+# source archive, which `pip install` builds for any other interpreter (the
+# fix `trainmon run` prints when the job's interpreter has none).
+VERSION := $(shell sed -n 's/^\#define TM_VERSION "\(.*\)"/\1/p' include/trainmon.h)
+SDIST   := $(BUILD)/trainmon-$(VERSION).tar.gz
+SDIST_SRC := setup.py pyproject.toml python/trainmon/__init__.py python/trainmon/_trainmon.c \
+             $(wildcard include/*.h src/lib/*.[ch])
+PYSHARE  = $(DESTDIR)$(PREFIX)/share/trainmon
+
+$(SDIST): $(SDIST_SRC)
+	@mkdir -p $(dir $@)
+	tar -czf $@ --owner=0 --group=0 --numeric-owner --transform 's,^,trainmon-$(VERSION)/,' $(SDIST_SRC)
+
+# The extension alone, for $(PYTHON): make python PYTHON=/path/to/python3.12
+python: $(PYEXT)
+
+install: all $(SDIST)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
+	    $(PYSHARE)/python/trainmon
 	install -m 755 $(BUILD)/trainmon $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 $(BUILD)/libtrainmon.a $(BUILD)/libtrainmon.so $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 include/trainmon.h $(DESTDIR)$(PREFIX)/include/
+	rm -f $(PYSHARE)/python/trainmon/_trainmon*.so
+	install -m 644 python/trainmon/__init__.py $(PYSHARE)/python/trainmon/
+	for f in python/trainmon/_trainmon*.so; do [ ! -e "$$f" ] || install -m 755 "$$f" $(PYSHARE)/python/trainmon/ || exit 1; done
+	install -m 644 $(SDIST) $(PYSHARE)/
 
 clean:
 	rm -rf build build-asan python/trainmon/*.so python/trainmon.egg-info

@@ -596,6 +596,14 @@ typedef struct tm_inproc_step {
     int32_t batches;       /* DataLoader batches fetched for training in it; -1 unknown */
     int64_t prep_ns;       /* host time from its start to its first forward; -1 unknown */
     int64_t prep_cpu_ns;   /* the training thread's CPU time in that span; -1 unknown */
+    /* Appended for handoff and stragglers (absent in older files: -1). */
+    int64_t backward_ns;   /* wall time inside torch.autograd.backward in the step (a DDP
+                            * rank's wait for the gradient all-reduce is in it); -1 unknown */
+    int64_t wait_cpu_ns;   /* the training thread's CPU time inside __next__ of a
+                            * multi-process DataLoader (receiving the batch: unpickling,
+                            * rebuilding shared tensors); -1 unknown or no such loader */
+    int64_t collective_ns; /* wall time inside blocking torch.distributed collectives called
+                            * by the loop on the training thread; -1 unknown */
 } tm_inproc_step;
 
 enum tm_capture_source {
@@ -649,6 +657,11 @@ typedef struct tm_inproc_worker {
     int64_t start_ns, end_ns; /* the fetch (dataset __getitem__ calls and collate) */
     double cpu_s;             /* the worker's CPU time (user+system) so far */
     double rss_bytes;         /* its resident set after the batch */
+    /* Appended (absent in older files: layout 0, cpu_start_s NAN). */
+    uint32_t layout;    /* 2 from writers that know cpu_start_s */
+    double cpu_start_s; /* the worker's CPU time when the fetch began: the fetch's own CPU
+                         * is cpu_s - cpu_start_s (the time between fetches is the handoff:
+                         * pickling into the queue, waiting for the next index) */
 } tm_inproc_worker;
 
 typedef struct tm_inproc_optstep {
@@ -793,6 +806,10 @@ typedef struct tm_steptally {
      * thread's CPU time in it where measured (prep_cpu_known_s: their prep). */
     uint64_t prep_steps;
     double prep_s, prep_cpu_s, prep_cpu_known_s;
+    /* After warm-up, the training thread's CPU time inside the waits of a
+     * multi-process DataLoader (receiving batches) and the waits it was
+     * measured over. */
+    double recv_cpu_s, recv_known_s;
 } tm_steptally;
 
 void tm_steptally_init(tm_steptally *t);
@@ -904,6 +921,24 @@ void tm_follow_close(tm_follow **f);
  * live alert or threshold must not fire on workers starting; they are
  * unavailable until the first step after it. */
 bool tm_follow_step(tm_steptally *t, tm_stepwin *w, const tm_inproc_step *s);
+
+/* --- the CPUs a job may use (machine.c)
+ *
+ * Its affinity (Cpus_allowed_list of /proc/PID/status) and its cgroup's
+ * CPU quota (v2 cpu.max, v1 cpu.cfs_quota_us / cpu.cfs_period_us, the
+ * tightest along its cgroup path), read under the proc and sys roots.
+ * `trainmon run` writes them into meta.json ("online_cpus",
+ * "affinity_cpus", "cpu_quota", "usable_cpus"); the report reads them. */
+typedef struct tm_machine {
+    int online;    /* CPUs online on the host; -1 unknown */
+    int affinity;  /* CPUs in the job's affinity mask; -1 unknown */
+    double quota;  /* cgroup quota in CPUs (1.5: 150 ms per 100 ms); NAN none or unknown */
+    double usable; /* min(affinity (else online), quota); NAN nothing known */
+} tm_machine;
+
+/* Reads what is known of pid's CPUs (0: this process).  Fields that
+ * cannot be read stay unknown; never fails. */
+void tm_machine_read(tm_machine *m, pid_t pid);
 
 /* --- runs: record files on one timeline, and what they mean
  *

@@ -80,8 +80,21 @@ def _report(msg):
         pass
 
 
+def _torch_version():
+    return getattr(sys.modules.get("torch"), "__version__", None)
+
+
 def _report_exc(what, exc):
-    _report("%s failed (%s: %s); going on without it" % (what, type(exc).__name__, exc))
+    """One line: the measure that is off, the torch it is off on and why;
+    the job runs unchanged."""
+    tv = _torch_version()
+    _report("%s off%s (%s: %s); the job runs unchanged"
+            % (what, " on torch %s" % tv if tv else "", type(exc).__name__, exc))
+
+
+def _moved(what, missing):
+    """A torch internal the agent needs is not where it was: one line."""
+    _report_exc(what, LookupError("%s not found" % missing))
 
 
 # --------------------------------------------------------------- recorder
@@ -181,6 +194,7 @@ def _ensure_recorder(run_dir=None):
                 "python": sys.version.split()[0], "trainmon": __version__,
                 "torch": getattr(torch, "__version__", None) if torch else None,
             }
+            meta.update(_thread_counts(torch))
             _state.update(run_dir=d, role=role, rank=-1 if rank is None else rank)
             # TRAINMON_MAX_SIZE (bytes): flight-recorder mode, newest data kept.
             max_size = _env_int("TRAINMON_MAX_SIZE") or 0
@@ -490,16 +504,17 @@ def _make_del(orig):
 
 
 def _make_fetch(orig, get_worker_info):
-    now, batch = _c.now, _c.worker_batch
+    now, batch, cpu = _c.now, _c.worker_batch, _c.worker_cpu
 
     def fetch(self, possibly_batched_index):
         info = get_worker_info()
         if info is None:  # the main process (num_workers=0): counted as data wait
             return orig(self, possibly_batched_index)
+        c0 = cpu()
         t0 = now()
         data = orig(self, possibly_batched_index)
         try:
-            batch(info.id, t0)
+            batch(info.id, t0, c0)
         except Exception as e:
             _report_exc("worker batch timing", e)
         return data
@@ -576,6 +591,68 @@ def _forward_hooks(nnm):
     nnm._global_forward_pre_hooks = armed
     _state["patches"].append((nnm, "_global_forward_pre_hooks", hooks))
     return armed
+
+
+# Blocking collectives a loop calls itself (dist.all_reduce(loss), a
+# barrier): their wall time is the rank's wait for the others.  The DDP
+# reducer's gradient all-reduce is not among them (C++): its wait shows in
+# the backward pass, timed per step (docs/DIAGNOSIS.md, ranks.straggler).
+_COLLECTIVES = ("all_reduce", "barrier", "all_gather", "broadcast", "reduce_scatter",
+                "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all", "reduce",
+                "gather", "scatter", "all_gather_object", "broadcast_object_list",
+                "monitored_barrier")
+
+
+def _make_collective(orig):
+    import functools
+    enter, leave = _c.coll_enter, _c.coll_exit
+
+    @functools.wraps(orig)
+    def collective(*args, **kwargs):
+        if kwargs.get("async_op"):  # its wait is in Work.wait(), not here
+            return orig(*args, **kwargs)
+        enter()
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            leave()
+    collective._trainmon = True
+    return collective
+
+
+def _make_train(orig):
+    """Module.train(mode) (eval() calls it): the outermost call tells the
+    step model that an eval span begins or ends (recursive calls on the
+    children pass straight through)."""
+    import functools
+    mode_changed = _c.train_mode
+    depth = [0]
+
+    @functools.wraps(orig)
+    def train(self, mode=True):
+        if depth[0]:
+            return orig(self, mode)
+        depth[0] = 1
+        try:
+            try:
+                mode_changed(mode)
+            except Exception as e:
+                _report_exc("eval timing (loops without a DataLoader)", e)
+            return orig(self, mode)
+        finally:
+            depth[0] = 0
+    train._trainmon = True
+    return train
+
+
+def _install_collectives(torch):
+    dist = getattr(torch, "distributed", None)
+    if dist is None or not getattr(dist, "is_available", lambda: False)():
+        return
+    for name in _COLLECTIVES:
+        fn = dist.__dict__.get(name)
+        if fn is not None and callable(fn) and not getattr(fn, "_trainmon", False):
+            _patch(dist, name, _make_collective(fn))
 
 
 def _install_optimizer(torch):
@@ -739,6 +816,53 @@ def _at_exit():
         pass
 
 
+def _thread_counts(torch):
+    """torch's thread counts and the CPUs this process may run on: the
+    report counts the intra-op threads of every rank against the cores the
+    job may use (host.cpu_oversubscribed).  {} when unknown (no torch, a
+    stand-in torch in tests)."""
+    d = {}
+    try:
+        get = getattr(torch, "get_num_threads", None)
+        get_interop = getattr(torch, "get_num_interop_threads", None)
+        if get is not None:
+            d["intra_op"] = int(get())
+        if get_interop is not None:
+            d["inter_op"] = int(get_interop())
+        if d:
+            d["affinity_cpus"] = len(os.sched_getaffinity(0))
+    except Exception:
+        pass
+    return d
+
+
+def _record_threads(torch):
+    """After set_num_threads / set_num_interop_threads: the new counts as a
+    torch_threads event (the ones at attach are in the file's meta, which
+    makes no file by itself).  Only in the process that opened the record
+    file: a forked DataLoader worker (torch sets 1 thread in each) is not a
+    rank."""
+    if _state["pid"] != os.getpid():
+        return
+    d = _thread_counts(torch)
+    if d:
+        _c.event("torch_threads", json.dumps(d))
+
+
+def _make_set_threads(orig, torch):
+    def set_threads(*args, **kwargs):
+        r = orig(*args, **kwargs)
+        try:
+            _record_threads(torch)
+        except Exception:
+            pass
+        return r
+    set_threads._trainmon = True
+    set_threads.__name__ = getattr(orig, "__name__", "set_threads")
+    set_threads.__doc__ = getattr(orig, "__doc__", None)
+    return set_threads
+
+
 def attach(run_dir=None, memory_history=None):
     """Instruments the job with no other code change: steps and data wait
     (every DataLoader), per-batch worker time, CPU and RSS, optimizer steps,
@@ -758,6 +882,13 @@ def attach(run_dir=None, memory_history=None):
         if torch is None:
             return
         _c.bind_hooks(_boundary, _opt_no)
+        try:
+            for name in ("set_num_threads", "set_num_interop_threads"):
+                f = torch.__dict__.get(name)
+                if f is not None and not getattr(f, "_trainmon", False):
+                    _patch(torch, name, _make_set_threads(f, torch))
+        except Exception as e:
+            _report_exc("torch thread counts", e)
         try:
             import torch.utils.data.dataloader as dl
             it = dl._BaseDataLoaderIter
@@ -794,9 +925,33 @@ def attach(run_dir=None, memory_history=None):
             _report_exc("backward timing", e)
         try:
             nnm = sys.modules.get("torch.nn.modules.module")
-            _c.bind_steps(_forward_hooks(nnm), getattr(torch, "is_grad_enabled", None))
+            dlm = sys.modules.get("torch.utils.data.dataloader")
+            # (no torch.nn at all: a stand-in torch in tests, nothing to time)
+            if nnm is not None and not isinstance(getattr(nnm, "_global_forward_pre_hooks", None),
+                                                  dict):
+                _moved("batch preparation timing (loops without a DataLoader)",
+                       "torch.nn.modules.module._global_forward_pre_hooks")
+            if dlm is not None and getattr(dlm, "_MultiProcessingDataLoaderIter", None) is None:
+                _moved("worker handoff timing",
+                       "torch.utils.data.dataloader._MultiProcessingDataLoaderIter")
+            _c.bind_steps(_forward_hooks(nnm), getattr(torch, "is_grad_enabled", None),
+                          getattr(dlm, "_MultiProcessingDataLoaderIter", None))
         except Exception as e:
             _report_exc("batch preparation timing", e)
+        try:
+            _install_collectives(torch)
+        except Exception as e:
+            _report_exc("collective timing", e)
+        try:
+            nnm = sys.modules.get("torch.nn.modules.module")
+            Module = getattr(nnm, "Module", None)
+            tr = Module.__dict__.get("train") if Module is not None else None
+            if nnm is not None and tr is None:
+                _moved("eval timing (loops without a DataLoader)", "torch.nn.Module.train")
+            elif tr is not None and not getattr(tr, "_trainmon", False):
+                _patch(Module, "train", _make_train(tr))
+        except Exception as e:
+            _report_exc("eval timing (loops without a DataLoader)", e)
         if sys.excepthook is not _excepthook:
             _orig_excepthook = sys.excepthook
             sys.excepthook = _excepthook

@@ -690,6 +690,10 @@ typedef struct acc {
     int64_t start; /* 0: nothing begun since the last boundary of this kind */
     int64_t wait;
     int32_t batches, micro;
+    int64_t bwd;    /* time in backward passes */
+    int64_t coll;   /* time in blocking collectives */
+    int64_t wcpu;   /* training-thread CPU in multi-process loader waits */
+    int32_t wcpu_n; /* batches with wcpu measured */
 } acc;
 
 static int g_level;   /* strongest boundary seen: 0 or a TM_STEP_BY_* */
@@ -707,7 +711,21 @@ static struct {
     uintptr_t iter; /* the iterator that returned it (identity only) */
     int64_t entry, exit;
     int32_t bwd;
+    int64_t cpu; /* training-thread CPU inside the fetch; -1 not measured */
 } g_b;
+
+/* Handoff: the training thread's CPU is read around a fetch only for a
+ * multi-process DataLoader (its wait is receiving batches from workers);
+ * two clock reads per batch, none for other loaders. */
+static PyTypeObject *g_mp_iter; /* torch's _MultiProcessingDataLoaderIter */
+static int64_t g_in_cpu = -1;
+/* Stragglers: backward and collectives timed on the training thread. */
+static int64_t g_bwd_t0, g_coll_t0;
+static int g_cdepth, g_coll_seen;
+/* What the step model saw, for a loop it cannot segment (the
+ * inproc.boundaries event at exit): batches fetched on the training
+ * thread, backward passes, lead-optimizer steps, a forward seen. */
+static uint64_t g_n_batches, g_n_bwd, g_n_opt;
 
 /* a record made at a fetch entry, written at its exit (flags known then) */
 static int g_have_closed;
@@ -834,7 +852,7 @@ static void emit_train(tm_inproc_step *s)
 {
     s->step = g_written++;
     g_steps = g_written;
-    char buf[96];
+    char buf[128];
     rec_put(TM_REC_STEP, s->end_ns, buf, tm_inproc_encode_step(s, buf, sizeof buf));
     if (s->flags & TM_STEP_ENDED_AT_EXIT)
         return;
@@ -844,7 +862,7 @@ static void emit_train(tm_inproc_step *s)
         g_pending_flags |= check_thresholds(s->end_ns);
 }
 
-static void emit_eval(int64_t start, int64_t end, int64_t wait, uint32_t flags)
+static void emit_eval(int64_t start, int64_t end, int64_t wait, uint32_t flags, int32_t batches)
 {
     tm_inproc_step s = {.step = g_written,
                         .start_ns = start,
@@ -854,10 +872,13 @@ static void emit_eval(int64_t start, int64_t end, int64_t wait, uint32_t flags)
                         .boundary = TM_STEP_BY_LOADER,
                         .phase = TM_STEP_EVAL,
                         .micro_batches = 0,
-                        .batches = 1,
+                        .batches = batches,
                         .prep_ns = -1,
-                        .prep_cpu_ns = -1};
-    char buf[96];
+                        .prep_cpu_ns = -1,
+                        .backward_ns = -1,
+                        .wait_cpu_ns = -1,
+                        .collective_ns = -1};
+    char buf[128];
     rec_put(TM_REC_STEP, end, buf, tm_inproc_encode_step(&s, buf, sizeof buf));
     tm_follow_step(&g_tally, &g_win, &s); /* counted apart: eval_steps */
     /* a training step that had done nothing yet starts after the eval run */
@@ -906,7 +927,10 @@ static void close_acc(int level, int64_t t, uint32_t flags)
                         .micro_batches = a->micro,
                         .batches = a->batches,
                         .prep_ns = -1,
-                        .prep_cpu_ns = -1};
+                        .prep_cpu_ns = -1,
+                        .backward_ns = a->micro ? a->bwd : -1,
+                        .wait_cpu_ns = a->wcpu_n ? a->wcpu : -1,
+                        .collective_ns = g_coll_seen ? a->coll : -1};
     if (!a->batches && g_fwd_t >= start && g_fwd_t <= t && g_arm_t <= start && !g_fwd_armed) {
         /* no DataLoader: the loop prepares its batches, and that is its
          * data wait (the first step's start is its first forward) */
@@ -933,12 +957,124 @@ static void confirm_batch(void)
             a->start = g_b.entry;
         a->batches++;
         a->wait += g_b.exit - g_b.entry;
+        if (g_b.cpu >= 0) {
+            a->wcpu += g_b.cpu;
+            a->wcpu_n++;
+        }
     }
 }
 
+/* Prefetched batches (issue #14, the framework loops).  accelerate's
+ * DataLoaderShard (under the HF Trainer) fetches batch k+1 before it
+ * yields batch k, and the HF Trainer with gradient accumulation fetches all
+ * the batches of a step before it runs any of them.  So a grad-enabled
+ * batch that no backward pass followed before the next fetch is not yet an
+ * eval batch: it is held, and the next backward pass makes the held
+ * batches of the iterator it trains on (the one that returned a batch
+ * last) part of the training step, data wait and all.  Held batches of
+ * another iterator (an eval loop run with grad enabled) are eval batches,
+ * written when a batch of another iterator comes back or a backward pass
+ * runs; so is the oldest when more than HELD_MAX are held (accumulation
+ * over more batches: the rest counted as before, as eval).  Before the
+ * first backward pass a batch is held only while no module forward has run
+ * (a loop that prefetches has run none yet); a loop that fills the hold
+ * without one is a data-only loop: its batches are loader steps, written
+ * then, and its later ones are never held.  Only a backward pass takes held
+ * batches into a step: an optimizer step, the end of a loader loop's epoch
+ * (before any backward pass), a dropped iterator and the exit write them
+ * as they were before (loader steps, or eval batches). */
+#define HELD_MAX 16
+
+typedef struct held {
+    uintptr_t iter;
+    int64_t entry, exit, end; /* end: the next fetch's entry */
+    int64_t cpu;              /* as g_b.cpu */
+} held;
+
+static held g_held[HELD_MAX];
+static int g_nheld;
+static int g_no_hold0; /* a data-only loop: no batch held before a backward pass */
+
+/* A held batch no backward pass took: eval once a backward pass was seen,
+ * else a loader step (as settle_batch would have made it). */
+static void held_write(const held *h)
+{
+    if (g_level >= TM_STEP_BY_BACKWARD) {
+        emit_eval(h->entry, h->end, h->exit - h->entry, 0, 1);
+        return;
+    }
+    tm_inproc_step s = {.start_ns = h->entry,
+                        .end_ns = h->end,
+                        .data_wait_ns = h->exit - h->entry,
+                        .boundary = TM_STEP_BY_LOADER,
+                        .phase = TM_STEP_TRAIN,
+                        .micro_batches = 0,
+                        .batches = 1,
+                        .prep_ns = -1,
+                        .prep_cpu_ns = -1,
+                        .backward_ns = -1,
+                        .wait_cpu_ns = h->cpu,
+                        .collective_ns = -1};
+    emit_train(&s);
+}
+
+/* Writes the held batches of iterators other than keep (0: all of them). */
+static void held_flush(uintptr_t keep)
+{
+    int n = 0;
+    for (int i = 0; i < g_nheld; i++) {
+        if (keep && g_held[i].iter == keep)
+            g_held[n++] = g_held[i];
+        else
+            held_write(&g_held[i]);
+    }
+    g_nheld = n;
+}
+
+/* A backward pass on the batches of iterator iter: its held batches join
+ * the open training steps, the others are written. */
+static void held_confirm(uintptr_t iter)
+{
+    held_flush(iter);
+    for (int i = 0; i < g_nheld; i++)
+        for (int L = TM_STEP_BY_BACKWARD; L <= TM_STEP_BY_OPTIMIZER; L++) {
+            acc *a = &g_acc[L];
+            if (!a->start)
+                a->start = g_held[i].entry;
+            a->batches++;
+            a->wait += g_held[i].exit - g_held[i].entry;
+            if (g_held[i].cpu >= 0) {
+                a->wcpu += g_held[i].cpu;
+                a->wcpu_n++;
+            }
+        }
+    g_nheld = 0;
+}
+
+/* Holds the batch fetched last, ended at t; 0 when it is not to be held. */
+static int held_push(int64_t t)
+{
+    if (g_level < TM_STEP_BY_BACKWARD && (g_no_hold0 || g_fwd_t))
+        return 0;
+    if (g_nheld == HELD_MAX) {
+        if (g_level < TM_STEP_BY_BACKWARD) { /* a data-only loop */
+            g_no_hold0 = 1;
+            held_flush(0);
+            return 0;
+        }
+        held_write(&g_held[0]);
+        memmove(g_held, g_held + 1, (HELD_MAX - 1) * sizeof *g_held);
+        g_nheld--;
+    }
+    g_held[g_nheld++] =
+        (held){.iter = g_b.iter, .entry = g_b.entry, .exit = g_b.exit, .end = t, .cpu = g_b.cpu};
+    return 1;
+}
+
 /* The batch fetched last, at the next fetch (t) or at exit: an eval batch,
- * a loader step (no backward pass seen yet) or already a training batch. */
-static void settle_batch(int64_t t, uint32_t flags)
+ * a loader step (no backward pass seen yet), held (may_hold: a prefetched
+ * one, above) or already a training batch. */
+static void settle_batch(int64_t t, uint32_t flags, int may_hold)
 {
     if (!g_b.have)
         return;
@@ -946,6 +1082,8 @@ static void settle_batch(int64_t t, uint32_t flags)
     if (g_b.added)
         return;
     int64_t wait = g_b.exit - g_b.entry;
+    if (may_hold && g_b.grad && !g_b.bwd && held_push(t))
+        return;
     if (!g_b.grad || (g_level >= TM_STEP_BY_BACKWARD && !g_b.bwd)) {
         g_closed = (tm_inproc_step){
             .start_ns = g_b.entry, .end_ns = t, .data_wait_ns = wait, .phase = TM_STEP_EVAL};
@@ -958,7 +1096,10 @@ static void settle_batch(int64_t t, uint32_t flags)
                                     .micro_batches = 0,
                                     .batches = 1,
                                     .prep_ns = -1,
-                                    .prep_cpu_ns = -1};
+                                    .prep_cpu_ns = -1,
+                                    .backward_ns = -1,
+                                    .wait_cpu_ns = g_b.cpu,
+                                    .collective_ns = -1};
     } else {
         return;
     }
@@ -973,7 +1114,7 @@ static void write_closed(uint32_t flags)
     g_have_closed = 0;
     g_closed.flags |= flags;
     if (g_closed.phase == TM_STEP_EVAL)
-        emit_eval(g_closed.start_ns, g_closed.end_ns, g_closed.data_wait_ns, g_closed.flags);
+        emit_eval(g_closed.start_ns, g_closed.end_ns, g_closed.data_wait_ns, g_closed.flags, 1);
     else
         emit_train(&g_closed);
 }
@@ -993,14 +1134,15 @@ static PyObject *take_flags(void)
 /* Entry into DataLoader __next__: the batch fetched before it is settled
  * here (written at the exit, when it is known whether this call raised).
  * Returns the flags of threshold callbacks due (the caller runs them). */
-static PyObject *py_next_enter(PyObject *self, PyObject *noargs)
+static PyObject *py_next_enter(PyObject *self, PyObject *it)
 {
-    (void)self, (void)noargs;
+    (void)self;
     if (!on_thread() || g_depth++ > 0)
         return PyLong_FromLong(0);
     int64_t t = now_ns();
     g_in_t = t;
-    settle_batch(t, 0);
+    g_in_cpu = g_mp_iter && Py_TYPE(it) == g_mp_iter ? thread_cpu_ns() : -1;
+    settle_batch(t, 0, 1);
     if (g_memstats && !g_cuda_ready)
         cuda_ready();
     return take_flags();
@@ -1015,6 +1157,10 @@ static PyObject *py_next_exit(PyObject *self, PyObject *arg)
         Py_RETURN_NONE;
     int got = arg != Py_False && arg != Py_None; /* the iterator, or False */
     int64_t t = now_ns();
+    if (got)
+        held_flush((uintptr_t)arg); /* an eval run with grad enabled ended, or began */
+    else if (g_level < TM_STEP_BY_BACKWARD)
+        held_flush(0); /* a loader loop's epoch ended: its held steps */
     write_closed(got ? 0 : TM_STEP_ENDED_BY_STOP);
     if (got) {
         g_b.have = 1;
@@ -1023,8 +1169,14 @@ static PyObject *py_next_exit(PyObject *self, PyObject *arg)
         g_b.entry = g_in_t;
         g_b.iter = (uintptr_t)arg;
         g_b.exit = t;
+        g_b.cpu = -1;
+        if (g_in_cpu >= 0) {
+            int64_t c = thread_cpu_ns();
+            g_b.cpu = c >= g_in_cpu ? c - g_in_cpu : -1;
+        }
         g_b.grad = grad_enabled();
         g_steps = g_written + 1;
+        g_n_batches++;
     }
     Py_RETURN_NONE;
 }
@@ -1036,6 +1188,7 @@ static PyObject *py_backward_enter(PyObject *self, PyObject *noargs)
     if (!on_thread() || g_bdepth++ > 0)
         Py_RETURN_NONE;
     int64_t t = now_ns();
+    held_confirm(g_b.iter); /* prefetched batches of the iterator it trains on */
     if (g_level < TM_STEP_BY_BACKWARD)
         g_level = TM_STEP_BY_BACKWARD;
     confirm_batch();
@@ -1047,6 +1200,7 @@ static PyObject *py_backward_enter(PyObject *self, PyObject *noargs)
             a->start = g_fwd_t && g_fwd_t <= t ? g_fwd_t : t;
         a->micro++;
     }
+    g_bwd_t0 = t;
     g_steps = g_written + 1;
     Py_RETURN_NONE;
 }
@@ -1056,12 +1210,90 @@ static PyObject *py_backward_exit(PyObject *self, PyObject *noargs)
     (void)self, (void)noargs;
     if (PyThread_get_thread_ident() != g_thread || g_bdepth <= 0 || --g_bdepth > 0)
         return PyLong_FromLong(0);
+    int64_t t = now_ns();
+    g_n_bwd++;
+    if (g_bwd_t0 && t > g_bwd_t0)
+        for (int L = TM_STEP_BY_BACKWARD; L <= TM_STEP_BY_OPTIMIZER; L++)
+            g_acc[L].bwd += t - g_bwd_t0;
+    g_bwd_t0 = 0;
     if (g_decided <= TM_STEP_BY_BACKWARD)
-        close_acc(TM_STEP_BY_BACKWARD, now_ns(), 0);
+        close_acc(TM_STEP_BY_BACKWARD, t, 0);
     return take_flags();
 }
 
+/* A blocking torch.distributed collective (all_reduce, barrier, ...)
+ * called on the training thread: its wall time is the step's
+ * collective_ns (the time this rank waited for the others, mostly). */
+static PyObject *py_coll_enter(PyObject *self, PyObject *noargs)
+{
+    (void)self, (void)noargs;
+    if (g_thread && PyThread_get_thread_ident() == g_thread && g_cdepth++ == 0) {
+        g_coll_t0 = now_ns();
+        g_coll_seen = 1;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_coll_exit(PyObject *self, PyObject *noargs)
+{
+    (void)self, (void)noargs;
+    if (!g_thread || PyThread_get_thread_ident() != g_thread || g_cdepth <= 0 || --g_cdepth > 0)
+        Py_RETURN_NONE;
+    int64_t t = now_ns();
+    if (g_coll_t0 && t > g_coll_t0)
+        for (int L = TM_STEP_BY_BACKWARD; L <= TM_STEP_BY_OPTIMIZER; L++)
+            g_acc[L].coll += t - g_coll_t0;
+    g_coll_t0 = 0;
+    Py_RETURN_NONE;
+}
+
+/* Eval without a DataLoader: module.eval() ... module.train() (the
+ * outermost calls, on the training thread; the glue wraps Module.train).
+ * A span in which a module forward ran and no DataLoader batch was fetched
+ * is one eval record (batches 0); a training step that had done nothing
+ * yet starts where it ended (emit_eval), and the first-forward hook is
+ * armed again there to time the next step's batch preparation. */
 static int g_shut; /* shutdown ran: nothing more is closed */
+static int g_in_eval;
+static int64_t g_eval_t0;
+static uint64_t g_eval_nb; /* g_n_batches at the span's start */
+
+static PyObject *py_train_mode(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    int mode = PyObject_IsTrue(arg);
+    if (mode < 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    if (!g_thread || PyThread_get_thread_ident() != g_thread || g_shut)
+        Py_RETURN_NONE;
+    if (!mode) {
+        if (g_in_eval)
+            Py_RETURN_NONE;
+        g_in_eval = 1;
+        g_eval_t0 = now_ns();
+        g_eval_nb = g_n_batches;
+        fwd_disarm();
+        fwd_arm(g_eval_t0); /* to see whether a forward runs in the span */
+        Py_RETURN_NONE;
+    }
+    if (!g_in_eval)
+        Py_RETURN_NONE; /* model.train() at every step (HF Trainer): nothing to do */
+    g_in_eval = 0;
+    int64_t t = now_ns();
+    int ran = !g_fwd_armed && g_fwd_t >= g_eval_t0;
+    if (g_level < TM_STEP_BY_BACKWARD)
+        Py_RETURN_NONE; /* before training, or a loader-ended loop: its eval batches tell */
+    if (ran && g_n_batches == g_eval_nb)
+        emit_eval(g_eval_t0, t, 0, 0, 0);
+    /* the hook again for the next step's preparation (timed only from a
+     * start the span moved to t: a step with work before it keeps its) */
+    fwd_disarm();
+    if (!g_acc[g_level].batches)
+        fwd_arm(t);
+    Py_RETURN_NONE;
+}
 
 /* loader_dropped(iterator): a DataLoader iterator is being deleted (its
  * __del__).  A loop that `break`s drops its iterator right there: in a
@@ -1074,7 +1306,8 @@ static PyObject *py_loader_dropped(PyObject *self, PyObject *it)
         Py_RETURN_NONE;
     if (!g_b.have || g_b.added || g_level != 0 || g_b.iter != (uintptr_t)it)
         Py_RETURN_NONE;
-    settle_batch(now_ns(), 0);
+    held_flush(0);
+    settle_batch(now_ns(), 0, 0);
     write_closed(0);
     g_pending_flags = 0; /* no callbacks from a finalizer */
     Py_RETURN_NONE;
@@ -1084,12 +1317,14 @@ static PyObject *py_loader_dropped(PyObject *self, PyObject *it)
 static PyObject *py_shutdown(PyObject *self, PyObject *noargs)
 {
     (void)self, (void)noargs;
-    if (g_rec_pid != getpid())
+    pid_t me = getpid();
+    if (g_rec_pid != me && !(g_lazy.pid == me && !g_rec)) /* opened, or to open lazily here */
         Py_RETURN_NONE;
     g_shut = 1;
     int64_t t = now_ns();
     write_closed(0);
-    settle_batch(t, 0);
+    held_flush(0);
+    settle_batch(t, 0, 0);
     write_closed(TM_STEP_ENDED_AT_EXIT);
     if (!g_decided && g_level == TM_STEP_BY_BACKWARD)
         decide(TM_STEP_BY_BACKWARD);
@@ -1100,6 +1335,22 @@ static PyObject *py_shutdown(PyObject *self, PyObject *noargs)
     }
     fwd_disarm();
     g_pending_flags = 0;
+    /* A process that ran the model tells what boundaries it saw, so that
+     * a report with no steps can say why (docs/DIAGNOSIS.md,
+     * steps.unsegmented); one that did nothing (torchrun's agent) writes
+     * nothing, and gets no file. */
+    if (g_fwd_t || g_n_batches || g_n_bwd || g_n_opt) {
+        char js[192];
+        snprintf(js, sizeof js,
+                 "{\"loader_batches\":%llu,\"backward_passes\":%llu,\"optimizer_steps\":%llu,"
+                 "\"forward_seen\":%s,\"steps\":%llu}",
+                 (unsigned long long)g_n_batches, (unsigned long long)g_n_bwd,
+                 (unsigned long long)g_n_opt, g_fwd_t ? "true" : "false",
+                 (unsigned long long)g_written);
+        lazy_open();
+        if (g_rec)
+            tm_rec_event(g_rec, 0, "inproc.boundaries", js);
+    }
     Py_RETURN_NONE;
 }
 
@@ -1108,11 +1359,17 @@ static PyObject *py_reset_steps(PyObject *self, PyObject *noargs)
     (void)self, (void)noargs;
     fwd_disarm();
     g_thread = 0;
-    g_depth = g_bdepth = 0;
+    g_depth = g_bdepth = g_cdepth = 0;
+    g_bwd_t0 = g_coll_t0 = 0;
+    g_coll_seen = 0;
+    g_n_batches = g_n_bwd = g_n_opt = 0;
+    g_in_eval = 0;
+    g_in_cpu = -1;
     g_have_closed = 0;
     memset(&g_b, 0, sizeof g_b);
     memset(g_acc, 0, sizeof g_acc);
     g_level = g_decided = g_npend = 0;
+    g_nheld = g_no_hold0 = 0;
     g_lead = g_last_opt = -1;
     g_fwd_t = 0;
     g_written = 0;
@@ -1122,14 +1379,20 @@ static PyObject *py_reset_steps(PyObject *self, PyObject *noargs)
     Py_RETURN_NONE;
 }
 
-/* bind_steps(global_forward_pre_hooks, is_grad_enabled): what the step
- * model needs of torch (None: not there); arms the first-forward hook. */
+/* bind_steps(global_forward_pre_hooks, is_grad_enabled[, mp_iter_type]):
+ * what the step model needs of torch (None: not there); arms the
+ * first-forward hook. */
 static PyObject *py_bind_steps(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *hooks, *grad;
-    if (!PyArg_ParseTuple(args, "OO", &hooks, &grad))
+    PyObject *hooks, *grad, *mp = Py_None;
+    if (!PyArg_ParseTuple(args, "OO|O", &hooks, &grad, &mp))
         return NULL;
+    Py_CLEAR(g_mp_iter);
+    if (PyType_Check(mp)) {
+        Py_INCREF(mp);
+        g_mp_iter = (PyTypeObject *)mp;
+    }
     fwd_disarm();
     Py_CLEAR(g_fwd_hooks);
     Py_CLEAR(g_grad_on);
@@ -1334,6 +1597,8 @@ static PyObject *py_opt_post(PyObject *self, PyObject *arg)
     if (!lead)
         return PyLong_FromLong(0);
     g_lead = no;
+    g_n_opt++;
+    held_flush(0); /* no backward pass took them: as they were before */
     g_level = TM_STEP_BY_OPTIMIZER;
     confirm_batch();
     close_acc(TM_STEP_BY_OPTIMIZER, t, 0);
@@ -1590,6 +1855,16 @@ static PyObject *py_now(PyObject *self, PyObject *noargs)
     return PyLong_FromLongLong(now_ns());
 }
 
+/* worker_cpu(): this process's CPU time (s), taken at a worker's fetch start. */
+static PyObject *py_worker_cpu(PyObject *self, PyObject *noargs)
+{
+    (void)self, (void)noargs;
+    struct timespec ts;
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0)
+        return PyFloat_FromDouble(NAN);
+    return PyFloat_FromDouble((double)ts.tv_sec + (double)ts.tv_nsec / 1e9);
+}
+
 /* redact_args(list of str) -> list of str: what the record file's meta may
  * store of a command line (tm_arg_redact: the values of secret-looking
  * options), the one rule `trainmon run` applies to meta.json too. */
@@ -1632,7 +1907,8 @@ static PyObject *py_worker_batch(PyObject *self, PyObject *args)
     (void)self;
     int wid;
     long long t0;
-    if (!PyArg_ParseTuple(args, "iL", &wid, &t0)) {
+    double cpu0 = NAN; /* the worker's CPU time at the fetch's start (worker_cpu()) */
+    if (!PyArg_ParseTuple(args, "iL|d", &wid, &t0, &cpu0)) {
         swallow(R_WORKER, "worker_batch");
         Py_RETURN_NONE;
     }
@@ -1671,13 +1947,17 @@ static PyObject *py_worker_batch(PyObject *self, PyObject *args)
     double cpu = NAN;
     if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) == 0)
         cpu = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    if (!(cpu0 >= 0 && cpu0 <= cpu))
+        cpu0 = NAN;
     tm_inproc_worker w = {.worker_id = wid,
                           .pid = (uint32_t)me,
                           .batch = g_wbatch++,
                           .start_ns = t0,
                           .end_ns = t,
                           .cpu_s = cpu,
-                          .rss_bytes = host_rss(t, 1)};
+                          .rss_bytes = host_rss(t, 1),
+                          .layout = 2,
+                          .cpu_start_s = cpu0};
     char buf[64];
     int len = tm_inproc_encode_worker(&w, buf, sizeof buf);
     int rc = tm_rec_append(g_wrec, TM_REC_WORKER, t, buf, (uint32_t)len);
@@ -2073,7 +2353,11 @@ static PyMethodDef methods[] = {
     {"recording", py_recording, METH_NOARGS, "whether records are being written"},
     {"event", py_event, METH_VARARGS, "event(name, json)"},
     {"bind_torch", py_bind_torch, METH_VARARGS, "bind_torch(memstats, is_init, meminfo, curdev)"},
-    {"next_enter", py_next_enter, METH_NOARGS, "DataLoader __next__ entered"},
+    {"next_enter", py_next_enter, METH_O, "DataLoader __next__ entered (the iterator)"},
+    {"worker_cpu", py_worker_cpu, METH_NOARGS, "this process's CPU time (s)"},
+    {"train_mode", py_train_mode, METH_O, "Module.train(mode) called (outermost)"},
+    {"coll_enter", py_coll_enter, METH_NOARGS, "a blocking torch.distributed collective entered"},
+    {"coll_exit", py_coll_exit, METH_NOARGS, "a blocking torch.distributed collective returned"},
     {"next_exit", py_next_exit, METH_O, "DataLoader __next__ returned (True) or raised"},
     {"shutdown", py_shutdown, METH_NOARGS, "close the open step"},
     {"reset_steps", py_reset_steps, METH_NOARGS, "forget step state (detach)"},

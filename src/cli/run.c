@@ -12,14 +12,18 @@
  *      (docs/SECURITY.md).
  *   2. Starts CMD with the in-process recorder injected into its Python
  *      processes: DIR/.python-XXXXXX/sitecustomize.py (a directory made new
- *      for the run) is first on PYTHONPATH,
- *      followed by the directory that holds the trainmon package; it chains
- *      to the sitecustomize it hides and imports trainmon, which attaches
- *      when torch is imported (TRAINMON_ATTACH=1, TRAINMON_RUN_DIR=DIR).
- *      The package directory is TRAINMON_PYTHONPATH when set, else
+ *      for the run) is first on PYTHONPATH; it chains to the sitecustomize
+ *      it hides, then loads trainmon, which attaches when torch is imported
+ *      (TRAINMON_ATTACH=1, TRAINMON_RUN_DIR=DIR).  Which trainmon package
+ *      is decided there, by the job's interpreter (sitecustomize.py): its
+ *      own when it is this binary's version (TRAINMON_VERSION), else the
+ *      package beside the binary (TRAINMON_PKG_DIR, never put on
+ *      PYTHONPATH) when it has an extension built for that interpreter,
+ *      else none, said on stderr and in DIR/agent-<pid>.json.  The package
+ *      beside the binary is TRAINMON_PYTHONPATH when set, else
  *      <dir of the trainmon binary>/../python (the build tree) or
- *      <dir>/../share/trainmon/python when they hold trainmon/__init__.py;
- *      otherwise the installed package is expected on Python's own path.
+ *      <dir>/../share/trainmon/python (make install) when they hold
+ *      trainmon/__init__.py, and only when run_pkg_trusted.
  *   3. Samples every interval into DIR/system.tmr: the disks behind the -d
  *      paths (every physical disk when none), pressure, the job's process
  *      tree (sums and per process: CPU, D state, reads, RSS, PSS) and GPUs.
@@ -36,7 +40,10 @@
  * meta.json: {"trainmon_version", "command": [argv of CMD], "trainmon_argv",
  * "host", "cwd", "start_time" (seconds since the epoch), "interval_seconds",
  * "max_size", "python_injection", "data_paths": [{path, kind, mountpoint,
- * fstype, device, disks, why}], "pid"} and, once the job has ended,
+ * fstype, device, disks, why}], "online_cpus", "affinity_cpus", "cpu_quota",
+ * "usable_cpus" (the CPUs the job may use, machine.c: each left out when
+ * unknown; the job's own, re-read at every sample), "pid"} and, once the
+ * job has ended,
  * "end_time", "exit_status" (the status trainmon returns) and "signal" (N,
  * or null when the job exited by itself).
  *
@@ -125,8 +132,13 @@ static void run_usage(FILE *f)
         "  --on-alert CMD  run CMD on each alert firing and resolving (alert JSON on\n"
         "                  stdin, TRAINMON_ALERT_* in the environment; repeatable)\n"
         "\n"
-        "Environment: TRAINMON_PYTHONPATH names the directory holding the trainmon\n"
-        "Python package when it is neither beside the binary nor installed.\n"
+        "Python: each Python process of CMD loads its own installed trainmon when it\n"
+        "is this binary's version, else the package beside the binary (the build\n"
+        "tree's python/, or PREFIX/share/trainmon/python) when that has an extension\n"
+        "built for its interpreter; else it runs unrecorded, with one line on stderr\n"
+        "naming the interpreter and the pip command that fixes it (the report says\n"
+        "so too).  TRAINMON_PYTHONPATH names another directory holding trainmon/.\n"
+        "\n"
         "Exit status without a job: 2 usage (also a -d PATH that does not exist),\n"
         "127 command not found, 126 not executable, 1 run directory not made (also an\n"
         "existing DIR that is not a directory, not the caller's or writable by others).\n",
@@ -197,6 +209,7 @@ struct run {
     size_t ntops;
     int64_t start_real_ns;
     pid_t pid;
+    tm_machine mach; /* the CPUs the job may use: trainmon's own (inherited) until the job's */
 
     tm_rec *w;
     bool rec_failed;
@@ -247,6 +260,20 @@ static void run_json_args(FILE *f, const struct run *r, char *const *argv, int a
     }
 }
 
+/* The CPUs the job may use (tm_machine), each left out when unknown: the
+ * report judges thread counts against the machine the job ran on. */
+static void run_json_machine(FILE *f, const tm_machine *m)
+{
+    if (m->online > 0)
+        fprintf(f, ", \"online_cpus\": %d", m->online);
+    if (m->affinity > 0)
+        fprintf(f, ", \"affinity_cpus\": %d", m->affinity);
+    if (isfinite(m->quota))
+        fprintf(f, ", \"cpu_quota\": %.3f", m->quota);
+    if (isfinite(m->usable))
+        fprintf(f, ", \"usable_cpus\": %.3f", m->usable);
+}
+
 /* Writes meta.json, replaced atomically (a temporary name made with O_EXCL
  * in the checked run directory, then renameat: a planted symlink is never
  * written through); ended adds the end fields. */
@@ -280,6 +307,7 @@ static int run_write_meta(const struct run *r, bool ended, int status, int sig)
         cli_target_json(f, r->targets[i].path, &r->targets[i].bd);
     }
     fputc(']', f);
+    run_json_machine(f, &r->mach);
     if (r->pid > 0)
         fprintf(f, ", \"pid\": %d", (int)r->pid);
     if (ended) {
@@ -386,9 +414,9 @@ static int run_make_dir(struct run *r, const char *outdir)
     return 0;
 }
 
-/* Whether a directory may go on the PYTHONPATH of a job that may run as
- * root: owned by root or the caller and writable by nobody else, itself
- * and its trainmon/ package (another user's json.py or trainmon/ there
+/* Whether the job's interpreter may load trainmon from a directory (the
+ * job may run as root): owned by root or the caller and writable by nobody
+ * else, itself and its trainmon/ package (another user's trainmon/ there
  * would run as the job).  Says why not, once. */
 static bool run_pkg_trusted(const char *dir)
 {
@@ -408,16 +436,17 @@ static bool run_pkg_trusted(const char *dir)
             why = "writable by others";
         }
         if (why) {
-            cli_warn("%s: %s: not put on the job's PYTHONPATH", paths[i], why);
+            cli_warn("%s: %s: not loaded into the job's Python", paths[i], why);
             return false;
         }
     }
     return true;
 }
 
-/* The directory holding the trainmon package (trainmon/__init__.py), or
- * "" when the installed one is to be used (also when the one found is not
- * safe to run: run_pkg_trusted). */
+/* The directory holding the trainmon package beside the binary
+ * (trainmon/__init__.py), or "" when there is none (also when the one
+ * found is not safe to run: run_pkg_trusted).  The sitecustomize decides
+ * whether the job loads it (TRAINMON_PKG_DIR). */
 static void run_find_pkg(char *out, size_t cap)
 {
     out[0] = '\0';
@@ -449,37 +478,13 @@ static void run_find_pkg(char *out, size_t cap)
 }
 
 /* The sitecustomize that Python runs at start-up in every process of the
- * job.  It must never break the user's program: everything is guarded, and
- * a failure is one line on stderr. */
+ * job (src/cli/sitecustomize.py, made a C string by the Makefile).  It
+ * decides which trainmon package the job's own interpreter loads, and must
+ * never break the user's program: everything is guarded, and a failure is
+ * one line on stderr and DIR/agent-<pid>.json. */
 static const char run_sitecustomize[] =
-    "# Written by `trainmon run`: instruments this Python process from the\n"
-    "# inside, then hands over to the sitecustomize it hides (if any).\n"
-    "def _trainmon_boot():\n"
-    "    import os, sys\n"
-    "    here = os.path.dirname(os.path.abspath(__file__))\n"
-    "    try:\n"
-    "        import importlib.machinery, importlib.util\n"
-    "        rest = [p for p in sys.path if os.path.abspath(p or '.') != here]\n"
-    "        spec = importlib.machinery.PathFinder.find_spec('sitecustomize', rest)\n"
-    "        if spec is not None and spec.loader is not None:\n"
-    "            mod = importlib.util.module_from_spec(spec)\n"
-    "            sys.modules['sitecustomize'] = mod\n"
-    "            spec.loader.exec_module(mod)\n"
-    "    except Exception as e:\n"
-    "        sys.stderr.write('trainmon: the sitecustomize after trainmon\\'s failed '\n"
-    "                         '(%s: %s)\\n' % (type(e).__name__, e))\n"
-    "    if os.environ.get('TRAINMON_ATTACH') != '1':\n"
-    "        return\n"
-    "    try:\n"
-    "        import trainmon  # noqa: F401  (attaches when torch is imported)\n"
-    "    except Exception as e:\n"
-    "        sys.stderr.write('trainmon: in-process recording off in this process '\n"
-    "                         '(%s: %s)\\n' % (type(e).__name__, e))\n"
-    "try:\n"
-    "    _trainmon_boot()\n"
-    "except BaseException:\n"
-    "    pass\n"
-    "del _trainmon_boot\n";
+#include "sitecustomize.inc"
+    ;
 
 /* Writes DIR/.python-XXXXXX/sitecustomize.py and sets the environment the
  * job inherits.  The directory goes first on the job's PYTHONPATH, so it is
@@ -516,17 +521,26 @@ static void run_setup_python(const struct run *r)
         return;
     }
     snprintf(pydir, sizeof pydir, "%s/%s", r->dir, name);
-    char pkg[PATH_MAX];
-    run_find_pkg(pkg, sizeof pkg);
     const char *old = getenv("PYTHONPATH");
-    size_t cap = strlen(pydir) + strlen(pkg) + (old ? strlen(old) : 0) + 4;
+    size_t cap = strlen(pydir) + (old ? strlen(old) : 0) + 2;
     char *pp = malloc(cap);
     if (!pp)
         return;
-    snprintf(pp, cap, "%s%s%s%s%s", pydir, pkg[0] ? ":" : "", pkg, old && *old ? ":" : "",
-             old && *old ? old : "");
+    snprintf(pp, cap, "%s%s%s", pydir, old && *old ? ":" : "", old && *old ? old : "");
     setenv("PYTHONPATH", pp, 1);
     free(pp);
+    /* The package beside the binary is not put on PYTHONPATH, where it
+     * would shadow the job's own: the sitecustomize loads it only when the
+     * interpreter has no trainmon of this version and it has an extension
+     * built for that interpreter. */
+    char pkg[PATH_MAX];
+    run_find_pkg(pkg, sizeof pkg);
+    if (pkg[0])
+        setenv("TRAINMON_PKG_DIR", pkg, 1);
+    else
+        unsetenv("TRAINMON_PKG_DIR");
+    setenv("TRAINMON_VERSION", TM_VERSION, 1);
+    unsetenv("TRAINMON_AGENT_SAID"); /* said once per job: set by the first process that says */
     setenv("TRAINMON_ATTACH", "1", 1);
     if (r->keep_args)
         setenv("TRAINMON_KEEP_ARGS", "1", 1); /* the extension's own meta keeps them too */
@@ -716,6 +730,15 @@ static void run_sample(struct run *r, double dt, bool status)
     /* One tick samples every collector, records the system series and
      * feeds the system alert inputs. */
     tm_sampler_tick(r->sampler, t);
+    /* The job's own CPUs (a job started through taskset or a launcher that
+     * sets its affinity differs from trainmon's): the last full reading
+     * wins; a job already gone (its affinity unreadable) or one whose
+     * cgroup could no longer be read (a quota lost at exit) keeps the one
+     * before. */
+    tm_machine m;
+    tm_machine_read(&m, r->pid);
+    if (m.affinity > 0 && !(isnan(m.quota) && isfinite(r->mach.quota)))
+        r->mach = m;
     run_sampler_warnings(r);
     const tm_diskrate *rates = NULL;
     size_t nrates = 0;
@@ -945,6 +968,7 @@ static int run_open(struct run *r, const char *outdir, const char *const *paths,
     if (r->serve_addr)
         run_start_serve(r, paths, npaths);
     setenv("TRAINMON_RUN_DIR", r->dir, 1);
+    tm_machine_read(&r->mach, 0); /* the job inherits it; re-read for the job at each sample */
     r->start_real_ns = tm_now_real_ns();
     int rc = run_write_meta(r, false, 0, 0);
     if (rc < 0)

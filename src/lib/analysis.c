@@ -34,11 +34,14 @@
  * other are applied rank by rank, so that the findings of one rank stay
  * together in the report. */
 static const struct tm_rule rules[] = {
+    {.id = "run.agent_not_loaded", .max = TM_SEV_HIGH, .run = tm_rule_run_agent_not_loaded},
+    {.id = "steps.unsegmented", .max = TM_SEV_LOW, .run = tm_rule_steps_unsegmented},
     {.id = "input.ok", .max = TM_SEV_INFO, .run = tm_rule_input_ok},
     {.id = "input.disk_bound", .max = TM_SEV_HIGH, .run = tm_rule_input_disk_bound},
     {.id = "input.cpu_bound", .max = TM_SEV_HIGH, .run = tm_rule_input_cpu_bound},
     {.id = "input.data_wait", .max = TM_SEV_HIGH, .run = tm_rule_input_data_wait},
     {.id = "input.main_prep", .max = TM_SEV_HIGH, .run = tm_rule_input_main_prep},
+    {.id = "input.handoff", .max = TM_SEV_HIGH, .run = tm_rule_input_handoff},
     {.id = "gpu.underutilized", .max = TM_SEV_MEDIUM, .run = tm_rule_gpu_underutilized},
     {.id = "gpu_mem.near_capacity", .max = TM_SEV_MEDIUM, .rank = tm_rule_gpu_mem_near_capacity},
     {.id = "gpu_mem.growth", .max = TM_SEV_HIGH, .rank = tm_rule_gpu_mem_growth},
@@ -46,6 +49,8 @@ static const struct tm_rule rules[] = {
     {.id = "gpu_mem.alloc_retries", .max = TM_SEV_HIGH, .rank = tm_rule_gpu_mem_alloc_retries},
     {.id = "gpu_mem.oom", .max = TM_SEV_HIGH, .rank = tm_rule_gpu_mem_oom},
     {.id = "host_mem.worker_growth", .max = TM_SEV_MEDIUM, .run = tm_rule_host_mem_worker_growth},
+    {.id = "host.cpu_oversubscribed", .max = TM_SEV_HIGH, .run = tm_rule_host_cpu_oversubscribed},
+    {.id = "ranks.straggler", .max = TM_SEV_HIGH, .run = tm_rule_ranks_straggler},
     {.id = "ranks.imbalance", .max = TM_SEV_MEDIUM, .run = tm_rule_ranks_imbalance},
 };
 

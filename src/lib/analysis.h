@@ -42,10 +42,36 @@
  * not read from a disk: a busy disk is someone else's. */
 #define TM_AN_WORKER_READ_MIN_BPS (256.0 * 1024.0)
 /* CPU signals. */
-#define TM_AN_WORKER_BUSY 0.80    /* CPU s per s of fetching: CPU-bound fetch */
-#define TM_AN_WORKER_IDLE 0.50    /* below: the fetch waits on something */
+#define TM_AN_WORKER_BUSY 0.80 /* CPU s per s of fetching: CPU-bound fetch */
+#define TM_AN_WORKER_IDLE 0.50 /* below: the fetch waits on something */
+/* input.handoff: the workers fetched less than this share of their
+ * lifetime.  A worker holds at most prefetch_factor batches in flight and
+ * takes a new index only when the main process has received one of its
+ * batches (torch/utils/data/dataloader.py, _try_put_index): a worker that
+ * is not fetching has its batches done and waiting to be received, so a
+ * loop that still waits, waits on the handoff.  Half, not any idle time:
+ * start-up and epoch ends idle the workers too. */
+#define TM_AN_HANDOFF_WORKER_UTIL 0.50
+/* input.handoff: the longest waits, one per worker restart, above this
+ * share of all the wait: the restarts (a new worker set each epoch) are
+ * worth persistent_workers=True. */
+#define TM_AN_HANDOFF_RESTART_SHARE 0.30
 #define TM_AN_PSI_CPU_SOME 0.10   /* mean cpu "some" avg10: tasks wait for a core */
 #define TM_AN_WORKER_CPU_MIN 0.20 /* starved: still this much CPU per fetch-second */
+/* host.cpu_oversubscribed: more runnable threads (intra-op threads x
+ * ranks + DataLoader workers) than the CPUs the job may use (affinity,
+ * cgroup quota), confirmed by tasks waiting for a CPU (PSI cpu some, the
+ * input rules' TM_AN_PSI_CPU_SOME) or by compute per step at twice its own
+ * fastest tenth or more: half of a step's compute spent waiting.  Measured
+ * background: 1.65-1.7 on a shared 2-core machine for jobs that do not
+ * oversubscribe it themselves (make demo; the control of
+ * tests/e2e/run_cpu_oversub.sh), so 2.0 stays clear of another's load.
+ * High severity: the kernel's "some" pressure above 30% (the input rules'
+ * TM_AN_DATA_WAIT_HIGH scale) or compute at 4x its fastest tenth. */
+#define TM_AN_CPU_OVERSUB_RATIO 1.0 /* runnable threads per usable CPU above this */
+#define TM_AN_CPU_SLOWDOWN 2.0      /* compute median / fastest tenth */
+#define TM_AN_CPU_SLOWDOWN_HIGH 4.0
+#define TM_AN_PSI_CPU_SOME_HIGH 0.30
 /* gpu.underutilized: the TensorBoard profiler's "GPU util < 50%". */
 #define TM_AN_GPU_UTIL 0.50
 /* gpu_mem.near_capacity: the profiler's "peak > 90% of device memory". */
@@ -72,6 +98,13 @@
 #define TM_AN_RANK_MIN_DIFF_S 0.005
 #define TM_AN_RANK_MEM_MIN_DIFF (1024.0 * 1024 * 1024)
 #define TM_AN_RANK_MIN_STEPS 10
+/* ranks.straggler: the other ranks wait for one rank in the gradient sync
+ * (their backward passes are longer than its by the wait: DDP's reducer
+ * finishes backward only when every rank's buckets are reduced,
+ * torch/csrc/distributed/c10d/reducer.cpp finalize_backward) or in the
+ * collectives the loop calls.  A straggler when the others' median wait
+ * is at least this share of the step and TM_AN_RANK_MIN_DIFF_S. */
+#define TM_AN_STRAGGLER_WAIT_SHARE 0.10
 
 /* The result of tm_analyze: the run summary (runsum.h) the report writers
  * print, and the findings, most severe first.  Everything is owned:

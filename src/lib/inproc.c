@@ -58,6 +58,9 @@ static const view step_view[] = {
     {.omit = OMIT_NEG, .a = F_STEP_batches},
     {.omit = OMIT_NEG, .a = F_STEP_prep_ns},
     {.omit = OMIT_NEG, .a = F_STEP_prep_cpu_ns},
+    {.omit = OMIT_NEG, .a = F_STEP_backward_ns},
+    {.omit = OMIT_NEG, .a = F_STEP_wait_cpu_ns},
+    {.omit = OMIT_NEG, .a = F_STEP_collective_ns},
     {"end_of_epoch", NULL, V_FLAG, 0, F_STEP_flags, 0, TM_STEP_ENDED_BY_STOP},
     {"at_exit", NULL, V_FLAG, 0, F_STEP_flags, 0, TM_STEP_ENDED_AT_EXIT},
 };
@@ -109,6 +112,7 @@ static const view worker_view[] = {
     {.a = F_WORKER_start_ns},
     {.a = F_WORKER_cpu_s},
     {.a = F_WORKER_rss_bytes},
+    {.a = F_WORKER_cpu_start_s},
 };
 
 static const view optstep_view[] = {
@@ -160,7 +164,7 @@ static const schema schemas[] = {
     SCHEMA("capture", TM_CAPTURE_HDR, capture_fields, capture_view),
     SCHEMA("phase", TM_PHASE_HDR, phase_fields, phase_view),
     SCHEMA("oom", TM_OOM_HDR, oom_fields, oom_view),
-    SCHEMA("worker", TM_WORKER_LEN, worker_fields, worker_view),
+    SCHEMA_GREW("worker", TM_WORKER_LEN, TM_WORKER_LEN_V1, worker_fields, worker_view),
     SCHEMA("optimizer_step", TM_OPTSTEP_LEN, optstep_fields, optstep_view),
 };
 

@@ -31,7 +31,7 @@
 #include "trainmon.h"
 
 /* Fixed part of each payload (strings follow it). */
-#define TM_STEP_LEN 72u
+#define TM_STEP_LEN 96u
 /* The step payload before the step model (trainmon <= 0.x wrote 40 bytes):
  * a decoder accepts a payload as short as a type's oldest length, and the
  * fields past it are absent (docs/FORMAT.md: -1, NAN, 0, ""). */
@@ -39,7 +39,8 @@
 #define TM_CAPTURE_HDR 108u
 #define TM_PHASE_HDR 20u
 #define TM_OOM_HDR 68u
-#define TM_WORKER_LEN 48u
+#define TM_WORKER_LEN 64u
+#define TM_WORKER_LEN_V1 48u
 #define TM_OPTSTEP_LEN 32u
 
 /* Enum value names by value, NULL-terminated; 0 is no valid value. */
@@ -62,7 +63,10 @@ static const char *const tm_step_phases[] = {"unknown", "train", "eval", NULL};
     X("micro_batches", micro_batches, I32, 48, "count", NULL)      \
     X("batches",      batches,      I32, 52, "count", NULL)        \
     X("prep_ns",      prep_ns,      I64, 56, "ns", NULL)           \
-    X("prep_cpu_ns",  prep_cpu_ns,  I64, 64, "ns", NULL)
+    X("prep_cpu_ns",  prep_cpu_ns,  I64, 64, "ns", NULL)           \
+    X("backward_ns",  backward_ns,  I64, 72, "ns", NULL)           \
+    X("wait_cpu_ns",  wait_cpu_ns,  I64, 80, "ns", NULL)           \
+    X("collective_ns", collective_ns, I64, 88, "ns", NULL)
 
 #define TM_SCHEMA_CAPTURE(X)                                                 \
     X("source",            source,            U32, 0,   "",      tm_capture_sources) \
@@ -107,7 +111,9 @@ static const char *const tm_step_phases[] = {"unknown", "train", "eval", NULL};
     X("start_ns",  start_ns,  I64, 16, "ns",    NULL)              \
     X("end_ns",    end_ns,    I64, 24, "ns",    NULL)              \
     X("cpu_s",     cpu_s,     F64, 32, "s",     NULL)              \
-    X("rss_bytes", rss_bytes, F64, 40, "bytes", NULL)
+    X("rss_bytes", rss_bytes, F64, 40, "bytes", NULL)              \
+    X("layout",    layout,    U32, 48, "",      NULL)              \
+    X("cpu_start_s", cpu_start_s, F64, 56, "s", NULL)
 
 #define TM_SCHEMA_OPTSTEP(X)                                       \
     X("step",      step,      U64, 0,  "",   NULL)                 \

@@ -232,10 +232,19 @@ static void write_summary_json(tm_text *t, const tm_run *r, const tm_analysis *a
         tm_text_puts(t, "null");
     }
     j_kn(t, "io_pressure_some", S->psi_io_some, true);
+    j_kn(t, "usable_cpus", S->usable_cpus, true);
+    j_kn(t, "online_cpus", S->online_cpus, true);
+    j_kn(t, "torch_threads", S->torch_threads, true);
+    j_kn(t, "runnable_threads", S->runnable_threads, true);
     j_kn(t, "workers", (double)S->workers, true);
     j_kn(t, "worker_batch_time_median_s", S->worker_batch_median_s, true);
     j_kn(t, "worker_cpu_per_fetch_second", S->worker_busy, true);
     j_kn(t, "worker_d_state_share", S->worker_d_share, true);
+    j_kn(t, "worker_fetch_share", S->worker_util, true);
+    j_kn(t, "worker_cpu_per_batch_s", S->worker_cpu_per_batch_s, true);
+    j_kn(t, "worker_restarts", (double)S->worker_restarts, true);
+    j_kn(t, "wait_per_batch_median_s", S->wait_per_batch_s, true);
+    j_kn(t, "receive_cpu_share", S->recv_cpu_share, true);
     tm_text_puts(t, ",\"ranks\":[");
     for (size_t i = 0; i < a->nranks; i++) {
         const tm_an_rank *R = &a->ranks[i];
@@ -254,6 +263,8 @@ static void write_summary_json(tm_text *t, const tm_run *r, const tm_analysis *a
         j_kn(t, "ooms", (double)R->ooms, true);
         j_kn(t, "workers", (double)R->workers, true);
         j_kn(t, "worker_batch_time_median_s", R->worker_batch_median_s, true);
+        j_kn(t, "backward_time_median_s", R->backward_median_s, true);
+        j_kn(t, "collective_time_median_s", R->collective_median_s, true);
         tm_text_puts(t, "}");
     }
     tm_text_puts(t, "]}");
@@ -353,6 +364,17 @@ static void write_text(tm_text *t, const tm_run *r, const tm_analysis *a)
     }
     if (!isnan(S->psi_io_some))
         tm_text_printf(t, "  I/O pressure       some %.0f%%\n", 100 * S->psi_io_some);
+    /* The machine the job ran on (meta.json), not the one reading this. */
+    if (!isnan(S->usable_cpus)) {
+        tm_rpt_fmt_num(x, sizeof x, S->online_cpus, 0, " online");
+        tm_text_printf(t, "  CPUs               %.3g usable (%s)", S->usable_cpus, x);
+        if (!isnan(S->runnable_threads))
+            tm_text_printf(t,
+                           "; %.0f torch thread(s) x %zu rank(s) + %zu worker(s) = %.0f "
+                           "runnable",
+                           S->torch_threads, S->host_ranks, S->host_workers, S->runnable_threads);
+        tm_text_puts(t, "\n");
+    }
     if (S->workers) {
         tm_rpt_fmt_num(x, sizeof x, S->worker_batch_median_s, 4, " s");
         tm_rpt_fmt_num(y, sizeof y, S->worker_busy, 2, "");

@@ -65,6 +65,11 @@ void tm_rule_input_disk_bound(struct an *an);
 void tm_rule_input_cpu_bound(struct an *an);
 void tm_rule_input_data_wait(struct an *an);
 void tm_rule_input_main_prep(struct an *an);
+/* rules_handoff.c: the loop waits for batches its idle workers have ready */
+bool tm_an_input_is_handoff(const tm_an_summary *S);
+void tm_rule_input_handoff(struct an *an);
+/* rules_steps.c: the agent ran but no step could be cut */
+void tm_rule_steps_unsegmented(struct an *an);
 /* rules_gpu.c */
 void tm_rule_gpu_underutilized(struct an *an);
 /* rules_gpu_mem.c: per training process. */
@@ -75,9 +80,14 @@ void tm_rule_gpu_mem_alloc_retries(struct an *an, const tm_an_rank *R);
 void tm_rule_gpu_mem_oom(struct an *an, const tm_an_rank *R);
 /* rules_host.c */
 void tm_rule_host_mem_worker_growth(struct an *an);
+/* rules_cpu.c */
+void tm_rule_host_cpu_oversubscribed(struct an *an);
 /* rules_ranks.c */
 void tm_rule_ranks_imbalance(struct an *an);
+void tm_rule_ranks_straggler(struct an *an);
 
+/* rules_run.c: the run itself (the in-process recorder did not load) */
+void tm_rule_run_agent_not_loaded(struct an *an);
 /* The rule table, in the order the rules are applied; NULL-free. */
 size_t tm_an_rules(const struct tm_rule **list);
 

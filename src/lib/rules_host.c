@@ -48,11 +48,12 @@ static void check_growth(struct wgrowth *g, const double *t, const double *v, si
 /* A series' readings as (seconds from its first, bytes); with stale,
  * a value equal to the one before is the same reading again (PSS is
  * re-read every 5 s and repeated in between) and is left out. */
-static size_t series_points(const tm_run_series *s, bool stale, double *t, double *v)
+static size_t series_points(const tm_run_series *s, bool stale, int64_t from_ns, double *t,
+                            double *v)
 {
     size_t k = 0;
     for (size_t i = 0; i < s->n; i++) {
-        if (!isfinite(s->v[i]) || (stale && k > 0 && s->v[i] == v[k - 1]))
+        if (!isfinite(s->v[i]) || s->t_ns[i] < from_ns || (stale && k > 0 && s->v[i] == v[k - 1]))
             continue;
         t[k] = tm_ns_diff_s(s->t_ns[i], s->t_ns[0]);
         v[k++] = s->v[i];
@@ -109,12 +110,19 @@ void tm_rule_host_mem_worker_growth(struct an *an)
         ptrdiff_t w = tm_runsum_worker_index(an->v, pid, host);
         const tm_run_series *pss = w >= 0 ? pss_of[w] : NULL;
         const tm_run_series *rss = w >= 0 ? rss_of[w] : NULL;
+        /* From the worker's first batch on: a worker started by spawn or
+         * forkserver imports torch and the job's module first, a rise of
+         * 100 MiB or more that is start-up, not growth. */
+        int64_t from = wk[i].w.end_ns;
+        for (size_t x = i; x < j; x++)
+            if (wk[x].w.end_ns < from)
+                from = wk[x].w.end_ns;
         size_t k = 0;
         const char *what = "pss";
         if (pss)
-            k = series_points(pss, true, t, v);
+            k = series_points(pss, true, from, t, v);
         if (k < TM_AN_WORKER_GROWTH_MIN_POINTS && rss) {
-            k = series_points(rss, false, t, v);
+            k = series_points(rss, false, from, t, v);
             what = "rss";
         }
         if (k < TM_AN_WORKER_GROWTH_MIN_POINTS) {

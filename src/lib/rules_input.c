@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "machine.h"
 #include "rules.h"
 
 static enum tm_severity wait_severity(double f)
@@ -26,7 +27,20 @@ static void ev_input_common(struct ev *e, const tm_an_summary *S)
     tm_an_ev_num(e, "compute_time_median_s", S->compute_median_s);
 }
 
-enum input_kind { IN_NONE, IN_OK, IN_DISK, IN_CPU, IN_WAIT, IN_PREP };
+/* Advice that knows the run: what waits for the data ("the GPU" only when
+ * the run recorded one), and the -d remedy only when no data path was
+ * given (an applied remedy is not proposed again). */
+static const char *in_waiter(const tm_an_summary *S)
+{
+    return S->gpu ? "the GPU" : "the training loop";
+}
+
+static const char *in_record_d(const tm_an_summary *S, const char *suggest)
+{
+    return S->data_paths ? "" : suggest;
+}
+
+enum input_kind { IN_NONE, IN_OK, IN_DISK, IN_CPU, IN_WAIT, IN_PREP, IN_HANDOFF };
 
 /* The votes of the system signals and the verdict they give. */
 struct votes {
@@ -50,6 +64,13 @@ static struct votes input_verdict(const tm_an_summary *S)
      * disks of a DataLoader are not the cause; input.main_prep says it. */
     if (S->prep_steps > 0 && 2 * S->prep_steps > S->steps_total) {
         w.kind = IN_PREP;
+        return w;
+    }
+    /* Idle workers: their batches were ready, the wait is the handoff
+     * (rules_handoff.c says it).  Neither their CPU nor the disk is the
+     * limit: more workers would not help. */
+    if (tm_an_input_is_handoff(S)) {
+        w.kind = IN_HANDOFF;
         return w;
     }
     /* Votes: which resource the waiting points at.  Storage needs positive
@@ -154,16 +175,18 @@ void tm_rule_input_disk_bound(struct an *an)
              v_dstate ? "; the workers were mostly in D state (waiting on I/O)" : "");
     if (isfinite(need) && S->disk[0])
         snprintf(adv, sizeof adv,
-                 "To keep the GPU busy the loop needs about %s from /dev/%s; it delivered %s "
+                 "To keep %s busy the loop needs about %s from /dev/%s; it delivered %s "
                  "(%.0f%% of the need). More workers will not help: put the data on faster "
                  "storage (local NVMe), keep it in the page cache, read larger sequential "
                  "shards (WebDataset, TFRecord) or cache decoded samples.",
-                 nd, S->disk, got, need > 0 ? 100 * S->disk_read_bps / need : 0);
+                 S->gpu ? "the GPU" : "compute", nd, S->disk, got,
+                 need > 0 ? 100 * S->disk_read_bps / need : 0);
     else
         snprintf(adv, sizeof adv,
                  "The workers wait on I/O, not on CPU. Put the data on faster storage, keep "
-                 "it in the page cache or read larger sequential shards; record with "
-                 "`trainmon run -d DATA` to measure the disk behind it.");
+                 "it in the page cache or read larger sequential shards%s.",
+                 in_record_d(S, "; record with `trainmon run -d DATA` to measure the disk "
+                                "behind it"));
     tm_an_add(an, sev,
               disk >= 3   ? TM_CONF_HIGH
               : disk == 2 ? TM_CONF_MEDIUM
@@ -193,16 +216,19 @@ void tm_rule_input_cpu_bound(struct an *an)
         nw = (nw + an->a->nranks - 1) / an->a->nranks;
     tm_an_ev_num(&e, "workers_per_rank", (double)nw);
     tm_an_ev_num(&e, "workers_needed", need);
+    /* The count advised fits the cores the job may use (machine.c). */
+    char why[128] = "";
+    if (isfinite(per) && isfinite(comp))
+        snprintf(why, sizeof why, "%.3f s per batch / %.3f s of compute per step", per, comp);
+    size_t host_ranks = S->host_ranks ? S->host_ranks : an->a->nranks ? an->a->nranks : 1;
+    double advised = tm_machine_workers_advice(adv, sizeof adv, need, (double)nw, S->usable_cpus,
+                                               host_ranks, S->gpu, why, NULL);
+    tm_an_ev_num(&e, "workers_advised", advised);
+    tm_an_ev_num(&e, "usable_cpus", S->usable_cpus);
     snprintf(buf, sizeof buf,
              "input-bound, CPU-bound workers: the loop waited for data %.0f%% of the time; "
              "a worker takes %.3f s per batch, a step computes in %.3f s",
              100 * S->data_wait_fraction, per, comp);
-    snprintf(adv, sizeof adv,
-             "About %.0f workers per rank would keep up (%.3f s per batch / %.3f s of compute "
-             "per step; now %zu). Set num_workers=%.0f if the machine has %.0f free cores per "
-             "rank; otherwise make each sample cheaper (decode smaller images, move "
-             "augmentation to the GPU, cache decoded data).",
-             need, per, comp, nw, need, need);
     if (c_starved && !c_busy && !c_sys) {
         size_t len = strlen(adv);
         snprintf(adv + len, sizeof adv - len,
@@ -228,9 +254,10 @@ void tm_rule_input_data_wait(struct an *an)
              100 * S->data_wait_fraction);
     if (S->workers == 0)
         snprintf(adv, sizeof adv,
-                 "The data loading keeps the GPU waiting. Try DataLoader(num_workers>0, "
-                 "pin_memory=True); record with `trainmon run -d DATA` to tell a slow disk from "
-                 "slow CPU work.");
+                 "The data loading keeps %s waiting. Try DataLoader(num_workers>0%s)%s.",
+                 in_waiter(S), S->gpu ? ", pin_memory=True" : "",
+                 in_record_d(S, "; record with `trainmon run -d DATA` to tell a slow disk from "
+                                "slow CPU work"));
     else if (S->worker_busy < TM_AN_WORKER_IDLE && S->worker_d_share < TM_AN_WORKER_D_SHARE)
         snprintf(adv, sizeof adv,
                  "The workers were on a CPU %.0f%% of their fetch time and seldom waited on the "
@@ -240,9 +267,13 @@ void tm_rule_input_data_wait(struct an *an)
                  100 * S->worker_busy, 100 * S->worker_d_share);
     else
         snprintf(adv, sizeof adv,
-                 "The data loading keeps the GPU waiting, and the recording cannot tell disk "
-                 "from CPU. Record with `trainmon run -d DATA` (disk and worker states) for a "
-                 "verdict.");
+                 "The data loading keeps %s waiting, and the recording cannot tell disk "
+                 "from CPU.%s",
+                 in_waiter(S),
+                 S->data_paths ? " The disk behind the data showed no limit: profile one "
+                                 "__getitem__ (py-spy dump on a worker pid)."
+                               : " Record with `trainmon run -d DATA` (disk and worker states) "
+                                 "for a verdict.");
     tm_an_add(an, sev, TM_CONF_LOW, -1, &e, buf, adv);
 }
 
@@ -257,16 +288,22 @@ void tm_rule_input_main_prep(struct an *an)
     if (w.kind != IN_PREP)
         return;
     double cpu = S->prep_cpu_share;
-    const char *cause = isnan(cpu)                    ? "unknown"
-                        : cpu >= TM_AN_PREP_CPU_BOUND ? "cpu"
-                        : cpu <= TM_AN_PREP_WAITING   ? "waiting"
-                                                      : "mixed";
+    /* CPU work starved of a core: on a CPU part of the time and waiting
+     * for one (CPU pressure) the rest, as for the workers' votes: CPU
+     * taken by other load still makes the preparation CPU-bound. */
+    bool starved = cpu >= TM_AN_WORKER_CPU_MIN && cpu < TM_AN_PREP_CPU_BOUND &&
+                   cpu + S->psi_cpu_some >= TM_AN_PREP_CPU_BOUND;
+    const char *cause = isnan(cpu)                               ? "unknown"
+                        : cpu >= TM_AN_PREP_CPU_BOUND || starved ? "cpu"
+                        : cpu <= TM_AN_PREP_WAITING              ? "waiting"
+                                                                 : "mixed";
     struct ev e;
     char buf[1024], adv[2048];
     tm_an_ev_open(&e);
     ev_input_common(&e, S);
     tm_an_ev_num(&e, "prep_steps", (double)S->prep_steps);
     tm_an_ev_num(&e, "prep_cpu_share", cpu);
+    tm_an_ev_num(&e, "psi_cpu_some", S->psi_cpu_some);
     tm_an_ev_str(&e, "cause", cause);
     snprintf(buf, sizeof buf,
              "input-bound: the loop's own batch preparation (no DataLoader) took %.0f%% of "
@@ -281,14 +318,19 @@ void tm_rule_input_main_prep(struct an *an)
                  "the same batches, with num_workers>0, overlaps it with compute; or prepare "
                  "the data once ahead (pre-tokenize, store tensors).",
                  100 * cpu);
-    else if (!strcmp(cause, "waiting"))
+    if (starved) {
+        size_t len = strlen(adv);
+        snprintf(adv + len, sizeof adv - len,
+                 " Tasks waited for a CPU %.0f%% of the time: the thread was runnable, not "
+                 "waiting on I/O, and other processes took the cores; free cores first.",
+                 100 * S->psi_cpu_some);
+    } else if (!strcmp(cause, "waiting"))
         snprintf(adv, sizeof adv,
                  "The batches are made on the training thread, and that mostly waits (on a CPU "
                  "only %.0f%% of it): page faults of a memmap or reads of a file on slow "
                  "storage, or a lock. Put the data on fast local storage or in the page cache, "
-                 "or prefetch batches in a background thread or DataLoader workers; `trainmon "
-                 "run -d DATA` shows the disk.",
-                 100 * cpu);
+                 "or prefetch batches in a background thread or DataLoader workers%s.",
+                 100 * cpu, in_record_d(S, "; `trainmon run -d DATA` shows the disk"));
     else
         snprintf(adv, sizeof adv,
                  "The batches are made on the training thread, between one step's optimizer or "

@@ -11,6 +11,7 @@
  * the report agrees with /metrics, the run.* alerts and the status line.
  * Which record files are training processes is tm_rec_is_training.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -232,6 +233,61 @@ static bool disk_is_target(const tm_runview *v, const char *dev, bool *any_named
     return !named;
 }
 
+/* The number after "key": in an event's JSON text (NAN when absent); the
+ * text is the writer's and not trusted: strtod stops at its end. */
+static double event_num(const char *json, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(json, pat);
+    if (!p)
+        return NAN;
+    p += strlen(pat);
+    char *end;
+    double v = strtod(p, &end);
+    return end == p || !isfinite(v) || v < 0 ? NAN : v;
+}
+
+/* What the in-process agent said of itself: the processes it started in
+ * and the boundaries they saw (for a loop it cannot segment). */
+static void summarize_agent(const tm_runview *v, tm_an_summary *S)
+{
+    const tm_run_event *ev;
+    size_t n = tm_run_events(v->r, &ev);
+    for (size_t i = 0; i < n; i++) {
+        const char *js = ev[i].json ? ev[i].json : "";
+        if (!strcmp(ev[i].name, "inproc.start")) {
+            S->agent_procs++;
+            const char *t = strstr(js, "\"torch\": \"");
+            size_t skip = 10;
+            if (!t) {
+                t = strstr(js, "\"torch\":\"");
+                skip = 9;
+            }
+            if (t && !S->torch_version[0]) {
+                t += skip;
+                size_t k = 0;
+                while (t[k] && t[k] != '"' && k + 1 < sizeof S->torch_version &&
+                       (isalnum((unsigned char)t[k]) || strchr(".+-_", t[k])))
+                    k++;
+                memcpy(S->torch_version, t, k);
+                S->torch_version[k] = '\0';
+            }
+        } else if (!strcmp(ev[i].name, "inproc.boundaries")) {
+            S->agent_told++;
+            double x;
+            if (!isnan(x = event_num(js, "loader_batches")))
+                S->seen_batches += x;
+            if (!isnan(x = event_num(js, "backward_passes")))
+                S->seen_backward += x;
+            if (!isnan(x = event_num(js, "optimizer_steps")))
+                S->seen_optimizer += x;
+            if (strstr(js, "\"forward_seen\":true"))
+                S->seen_forward = true;
+        }
+    }
+}
+
 static void summarize_system(const tm_runview *v, tm_an_summary *S)
 {
     S->gpu_util_mean = tm_runsum_ser_mean_all(v, TM_SER_GPU_UTILIZATION, &S->ngpus);
@@ -375,6 +431,7 @@ static void rank_steps(tm_an_rank *R, const tm_run_step *st, size_t n, struct sc
         if (p->end_ns > *w1)
             *w1 = p->end_ns;
     }
+
     R->steps = (size_t)t->steps;
     R->data_wait_fraction = tm_steptally_wait_fraction(t);
     R->step_median_s = tm_runsum_median(x->tmp, k);
@@ -392,6 +449,19 @@ static void rank_steps(tm_an_rank *R, const tm_run_step *st, size_t n, struct sc
             x->tmp[kc++] = w;
     }
     R->wait_median_s = tm_runsum_median(x->tmp, kc);
+    /* backward and collective time per judged step, where recorded */
+    size_t kb = 0;
+    for (size_t i = 0; i < n; i++)
+        if (tm_step_times(&st[i].s, NULL, NULL) && st[i].s.step >= TM_STEP_WARMUP &&
+            st[i].s.backward_ns >= 0)
+            x->tmp[kb++] = (double)st[i].s.backward_ns / 1e9;
+    R->backward_median_s = tm_runsum_median(x->tmp, kb);
+    kb = 0;
+    for (size_t i = 0; i < n; i++)
+        if (tm_step_times(&st[i].s, NULL, NULL) && st[i].s.step >= TM_STEP_WARMUP &&
+            st[i].s.collective_ns >= 0)
+            x->tmp[kb++] = (double)st[i].s.collective_ns / 1e9;
+    R->collective_median_s = tm_runsum_median(x->tmp, kb);
 }
 
 /* GPU and host memory of one process: its captures cp[0..n) and the OOMs
@@ -482,7 +552,104 @@ static void workers_of(const tm_run_worker *wk, size_t nwk, bool all, int32_t ra
     }
     *nworkers = count_distinct(x->keys, kb);
     *batch_median_s = tm_runsum_median(x->tmp, kb);
+    /* The fetch's own CPU where the worker recorded it at the fetch's
+     * start (layout 2): the difference of consecutive batches counts the
+     * handoff between them too (pickling into the queue), which made a
+     * single-threaded fetch look like more than one CPU. */
+    double own = 0, own_fetch = 0;
+    for (size_t i = 0; i < nwk; i++) {
+        const tm_inproc_worker *w = &wk[i].w;
+        double ft = tm_ns_diff_s(w->end_ns, w->start_ns);
+        if ((!all && wk[i].rank != rank) || ft < 0 || w->layout < 2 || !(w->cpu_start_s >= 0) ||
+            !(w->cpu_s >= w->cpu_start_s))
+            continue;
+        own += w->cpu_s - w->cpu_start_s;
+        own_fetch += ft;
+    }
+    if (own_fetch > 0) {
+        cpu = own;
+        fetch = own_fetch;
+    }
     *busy = fetch > 0 ? cpu / fetch : NAN;
+}
+
+/* The workers' handoff numbers (all ranks): their fetching share of their
+ * lifetime (from each worker process's first fetch start to its last
+ * fetch end), the worker processes started beyond the first set, and the
+ * fetch's own CPU per batch (layout 2). */
+static void workers_handoff(const tm_run_worker *wk, size_t nwk, tm_an_summary *S,
+                            struct scratch *x)
+{
+    double util = 0, weight = 0;
+    size_t pids = 0, kc = 0;
+    for (size_t i = 0; i < nwk;) {
+        size_t j = i;
+        int64_t first = wk[i].w.start_ns, last = wk[i].w.end_ns;
+        double f = 0;
+        while (j < nwk && wk[j].source == wk[i].source) {
+            const tm_inproc_worker *w = &wk[j].w;
+            double ft = tm_ns_diff_s(w->end_ns, w->start_ns);
+            if (ft >= 0) {
+                f += ft;
+                if (w->start_ns < first)
+                    first = w->start_ns;
+                if (w->end_ns > last)
+                    last = w->end_ns;
+            }
+            if (w->layout >= 2 && w->cpu_start_s >= 0 && w->cpu_s >= w->cpu_start_s)
+                x->tmp[kc++] = w->cpu_s - w->cpu_start_s;
+            j++;
+        }
+        pids++;
+        /* each process's share weighted by its batches: a persistent
+         * eval loader's workers, idle through training and busy a few
+         * batches per eval, weigh little */
+        double span = tm_ns_diff_s(last, first);
+        if (j - i >= 2 && span > 0) {
+            util += (double)(j - i) * (f < span ? f / span : 1.0);
+            weight += (double)(j - i);
+        }
+        i = j;
+    }
+    S->worker_util = weight > 0 ? util / weight : NAN;
+    S->worker_restarts = pids > S->workers ? pids - S->workers : 0;
+    S->worker_cpu_per_batch_s = tm_runsum_median(x->tmp, kc);
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x > y ? -1 : x < y;
+}
+
+/* Over the judged steps of every process: the data wait per batch
+ * (median), and the share of all the wait in the n longest waits (n: the
+ * worker restarts, each a new set of workers starting). */
+static void waits_of(const tm_run_step *st, size_t nst, const tm_runview *v, tm_an_summary *S,
+                     struct scratch *x)
+{
+    size_t k = 0, kb = 0;
+    double total = 0;
+    for (size_t i = 0; i < nst; i++) {
+        const tm_inproc_step *s = &st[i].s;
+        double d, w;
+        if (st[i].source >= v->nsrc || !tm_rec_is_training(&v->src[st[i].source].header) ||
+            !tm_step_times(s, &d, &w) || s->step < TM_STEP_WARMUP)
+            continue;
+        total += w;
+        x->all[k++] = w;
+        if (s->batches > 0)
+            x->tmp[kb++] = w / s->batches;
+    }
+    S->wait_per_batch_s = tm_runsum_median(x->tmp, kb);
+    S->restart_wait_share = NAN;
+    if (S->worker_restarts && k && total > 0) {
+        qsort(x->all, k, sizeof *x->all, cmp_desc);
+        double top = 0;
+        for (size_t i = 0; i < k && i < S->worker_restarts; i++)
+            top += x->all[i];
+        S->restart_wait_share = top / total;
+    }
 }
 
 /* Records of source s in a source-grouped array: [*b, *e) from *e on. */
@@ -555,6 +722,202 @@ static void summarize_run(tm_runview *v, tm_an_summary *S, const tm_an_rank *ran
     S->eval_steps = (size_t)all->eval_steps;
     S->prep_steps = (size_t)all->prep_steps;
     S->prep_cpu_share = all->prep_cpu_known_s > 0 ? all->prep_cpu_s / all->prep_cpu_known_s : NAN;
+    S->recv_cpu_share = all->recv_known_s > 0 ? all->recv_cpu_s / all->recv_known_s : NAN;
+    workers_handoff(wk, nwk, S, x);
+    const tm_run_step *st;
+    size_t nst = tm_run_steps(v->r, &st);
+    x->nall = 0; /* all[] is free again: the medians above are taken */
+    waits_of(st, nst, v, S, x);
+}
+
+/* --- the machine and its threads (host.cpu_oversubscribed, the advice) */
+
+/* The positive number under top-level key "key" of a meta.json text; NAN
+ * when absent or not a positive number. */
+static double meta_num(const char *meta, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\"", key);
+    const char *p = meta ? strstr(meta, pat) : NULL;
+    if (!p)
+        return NAN;
+    p += strlen(pat);
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+        p++;
+    if (*p++ != ':')
+        return NAN;
+    char *end;
+    double d = strtod(p, &end);
+    return end == p || !isfinite(d) || d <= 0 ? NAN : d;
+}
+
+/* Whether meta.json's "host" is host (a host name has no escapes). */
+static bool meta_host_is(const char *meta, const char *host)
+{
+    const char *p = meta ? strstr(meta, "\"host\"") : NULL;
+    if (!p)
+        return false;
+    p += 6;
+    while (*p == ' ' || *p == ':')
+        p++;
+    size_t n = strlen(host);
+    return *p == '"' && strncmp(p + 1, host, n) == 0 && p[1 + n] == '"';
+}
+
+/* The thread counts of source s: its last torch_threads event (written
+ * after each torch.set_num_threads), else those of its inproc.start event
+ * (the agent's meta at attach): intra-op, inter-op threads and the
+ * affinity the agent saw (each NAN when unknown). */
+static void source_threads(const tm_runview *v, uint32_t s, double *intra, double *inter,
+                           double *affinity)
+{
+    const tm_run_event *ev;
+    size_t n = tm_run_events(v->r, &ev);
+    int64_t last = INT64_MIN;
+    bool from_set = false;
+    *intra = *inter = *affinity = NAN;
+    for (size_t i = 0; i < n; i++) {
+        if (ev[i].source != s)
+            continue;
+        bool set = strcmp(ev[i].name, "torch_threads") == 0;
+        if (!set && (from_set || strcmp(ev[i].name, "inproc.start") != 0))
+            continue;
+        if (set == from_set && ev[i].t_ns < last)
+            continue;
+        double t = event_num(ev[i].json, "intra_op");
+        if (!(t >= 1))
+            continue;
+        last = ev[i].t_ns;
+        from_set = set;
+        *intra = t;
+        *inter = event_num(ev[i].json, "inter_op");
+        *affinity = event_num(ev[i].json, "affinity_cpus");
+    }
+}
+
+/* The usable and online CPUs of host from meta.json (the directory whose
+ * "host" it is; a single directory's whatever its host). */
+static void host_cpus(const tm_runview *v, const char *host, double *usable, double *online)
+{
+    const char *const *dirs;
+    size_t nd = tm_run_dirs(v->r, &dirs);
+    *usable = *online = NAN;
+    for (size_t i = 0; i < nd; i++) {
+        const char *meta = tm_run_meta(v->r, i);
+        if (!meta || (nd > 1 && !meta_host_is(meta, host)))
+            continue;
+        *usable = meta_num(meta, "usable_cpus");
+        *online = meta_num(meta, "online_cpus");
+        if (!isnan(*usable))
+            return;
+    }
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Compute per judged step of every training process: the fastest tenth
+ * and the median of each process's first tenth (pooled). */
+static void compute_baselines(const tm_runview *v, tm_an_summary *S, const tm_an_rank *ranks,
+                              size_t nranks)
+{
+    const tm_run_step *st;
+    size_t nst = tm_run_steps(v->r, &st);
+    S->compute_fast_s = S->compute_early_s = NAN;
+    double *all = malloc((nst ? nst : 1) * sizeof *all);
+    double *early = malloc((nst ? nst : 1) * sizeof *early);
+    size_t na = 0, ne = 0;
+    if (!all || !early)
+        goto out;
+    for (size_t r = 0; r < nranks; r++) {
+        tm_steptally t;
+        tm_steptally_init(&t);
+        size_t first = na;
+        for (size_t i = 0; i < nst; i++) {
+            double d, w;
+            if (st[i].source != ranks[r].source || !tm_steptally_add(&t, &st[i].s) ||
+                !tm_step_times(&st[i].s, &d, &w) || t.steps <= TM_STEP_WARMUP)
+                continue;
+            all[na++] = d - w;
+        }
+        size_t k = (na - first) / 10;
+        if (k < 3)
+            k = na - first < 3 ? na - first : 3;
+        for (size_t i = 0; i < k; i++)
+            early[ne++] = all[first + i];
+    }
+    if (na) {
+        qsort(all, na, sizeof *all, cmp_double);
+        S->compute_fast_s = all[na / 10];
+    }
+    S->compute_early_s = tm_runsum_median(early, ne);
+out:
+    free(all);
+    free(early);
+}
+
+/* The thread arithmetic of each host (training processes x intra-op
+ * threads + DataLoader workers against its usable CPUs); the summary
+ * keeps the host with the most runnable threads per usable CPU. */
+static void summarize_machine(const tm_runview *v, tm_an_summary *S, const tm_an_rank *ranks,
+                              size_t nranks)
+{
+    S->usable_cpus = S->online_cpus = S->torch_threads = S->interop_threads = NAN;
+    S->runnable_threads = NAN;
+    S->gpu = S->ngpus > 0;
+    for (size_t i = 0; i < nranks; i++)
+        if (ranks[i].total_device > 0 || ranks[i].peak_reserved > 0)
+            S->gpu = true;
+    const tm_run_event *ev;
+    size_t nev = tm_run_events(v->r, &ev);
+    for (size_t i = 0; i < nev && !S->data_paths; i++)
+        S->data_paths = !strcmp(ev[i].name, "run_target") || !strcmp(ev[i].name, "watch_target");
+    compute_baselines(v, S, ranks, nranks);
+    double worst = -1;
+    for (size_t i = 0; i < nranks; i++) {
+        const char *host = ranks[i].host ? ranks[i].host : "";
+        bool seen = false;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = !strcmp(ranks[j].host ? ranks[j].host : "", host);
+        if (seen)
+            continue;
+        double threads = NAN, interop = NAN, aff = NAN;
+        size_t nr = 0, nw = 0;
+        for (size_t j = i; j < nranks; j++) {
+            if (strcmp(ranks[j].host ? ranks[j].host : "", host) != 0)
+                continue;
+            double t, it, a;
+            source_threads(v, ranks[j].source, &t, &it, &a);
+            if (!(t <= threads))
+                threads = t;
+            if (!(it <= interop))
+                interop = it;
+            if (!isnan(a))
+                aff = a;
+            nr++;
+            nw += ranks[j].workers;
+        }
+        double usable, online;
+        host_cpus(v, host, &usable, &online);
+        if (isnan(usable))
+            usable = aff;
+        double runnable = threads * (double)nr + (double)nw;
+        double load = runnable / usable;
+        if (isnan(load) ? worst >= 0 : load <= worst)
+            continue;
+        worst = isnan(load) ? 0 : load;
+        snprintf(S->cpu_host, sizeof S->cpu_host, "%s", host);
+        S->usable_cpus = usable;
+        S->online_cpus = online;
+        S->torch_threads = threads;
+        S->interop_threads = interop;
+        S->runnable_threads = runnable;
+        S->host_ranks = nr;
+        S->host_workers = nw;
+    }
 }
 
 int tm_runsum_build(tm_runview *v, tm_an_summary *S, tm_an_rank **ranks, size_t *nranks)
@@ -594,6 +957,14 @@ int tm_runsum_build(tm_runview *v, tm_an_summary *S, tm_an_rank **ranks, size_t 
     S->win_start = v->w0;
     S->win_end = v->w1;
     summarize_system(v, S);
+    summarize_machine(v, S, *ranks, *nranks);
+    summarize_agent(v, S);
+    /* The Python processes in which the in-process recorder did not load
+     * said so in their run directory (agentnote.h). */
+    const char *const *dirs;
+    size_t ndirs = tm_run_dirs(v->r, &dirs);
+    for (size_t i = 0; i < ndirs; i++)
+        (void)tm_agent_notes_scan(dirs[i], &S->agent_notes);
     free(x.all);
     free(x.all_c);
     free(x.tmp);

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "agentnote.h"
 #include "trainmon.h"
 
 /* One training process (a source with steps, captures or an OOM). */
@@ -28,6 +29,10 @@ typedef struct tm_an_rank {
     size_t workers;               /* distinct DataLoader worker ids of this rank */
     double worker_batch_median_s; /* per-batch fetch time */
     double worker_busy;           /* CPU s per s of fetching; NAN unknown */
+    /* stragglers: per judged step, time in backward passes (a DDP rank's
+     * wait for the gradient all-reduce is in it) and in blocking
+     * collectives the loop called; NAN unknown */
+    double backward_median_s, collective_median_s;
 } tm_an_rank;
 
 typedef struct tm_an_summary {
@@ -51,6 +56,43 @@ typedef struct tm_an_summary {
      * share of it the training thread spent on a CPU (NAN: not measured) */
     size_t eval_steps, prep_steps;
     double prep_cpu_share;
+    /* The machine the job ran on and the threads that ran on it
+     * (summarize_machine): the host with the most runnable threads per
+     * usable CPU.  usable_cpus from meta.json of `trainmon run` (else the
+     * agent's affinity count); torch_threads the intra-op threads of a rank
+     * (the largest recorded: torch_threads events); runnable_threads =
+     * torch_threads x host_ranks + host_workers (one thread each: torch
+     * sets 1 in a DataLoader worker).  NAN: unknown. */
+    char cpu_host[64];
+    double usable_cpus, online_cpus, torch_threads, interop_threads, runnable_threads;
+    size_t host_ranks, host_workers;
+    /* Compute per step (duration - data wait) over the judged steps of
+     * every rank: the fastest tenth (10th percentile) and the median of
+     * each rank's first tenth of judged steps (at least 3).  NAN: none. */
+    double compute_fast_s, compute_early_s;
+    bool gpu;        /* a GPU was recorded: a gpu.* series or device memory in captures */
+    bool data_paths; /* data paths were given (-d: run_target / watch_target events) */
+    /* the handoff from DataLoader workers (docs/DIAGNOSIS.md input.handoff):
+     * the share of their lifetime the workers spent fetching (per worker
+     * process, weighted by its batches), how many
+     * times worker processes were started beyond the first set (a new
+     * iterator each epoch), the share of the data wait in the as many
+     * longest waits, the data wait per batch (median over judged steps),
+     * the training thread's CPU share of the waits of a multi-process
+     * loader (receiving), and the workers' CPU per batch fetched (median) */
+    double worker_util;
+    size_t worker_restarts;
+    double restart_wait_share, wait_per_batch_s, recv_cpu_share, worker_cpu_per_batch_s;
+    /* the agent's own account (inproc.start / inproc.boundaries events):
+     * processes it ran in, what step boundaries they saw in all, whether
+     * any ran a module forward, and the torch version of the first */
+    size_t agent_procs, agent_told;
+    double seen_batches, seen_backward, seen_optimizer;
+    bool seen_forward;
+    char torch_version[32];
+    /* Python processes of the job in which the in-process recorder did not
+     * load, from their DIR/agent-<pid>.json (run.agent_not_loaded) */
+    tm_agent_notes agent_notes;
 } tm_an_summary;
 
 /* The run as the summary and the rules read it: its arrays, the analysis

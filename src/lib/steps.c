@@ -88,6 +88,13 @@ bool tm_steptally_add(tm_steptally *t, const tm_inproc_step *s)
                 t->prep_cpu_known_s += w;
             }
         }
+        if (s->wait_cpu_ns >= 0 && s->batches > 0) {
+            /* a multi-process DataLoader: the thread's CPU in the wait is
+             * receiving the batches (the handoff, docs/DIAGNOSIS.md) */
+            double c = (double)s->wait_cpu_ns / 1e9;
+            t->recv_cpu_s += c < w ? c : w;
+            t->recv_known_s += w;
+        }
     }
     return true;
 }
@@ -152,6 +159,8 @@ void tm_steptally_merge(tm_steptally *into, const tm_steptally *from)
     into->prep_s += from->prep_s;
     into->prep_cpu_s += from->prep_cpu_s;
     into->prep_cpu_known_s += from->prep_cpu_known_s;
+    into->recv_cpu_s += from->recv_cpu_s;
+    into->recv_known_s += from->recv_known_s;
 }
 
 void tm_stepwin_add(tm_stepwin *w, double dur_s, double wait_s)

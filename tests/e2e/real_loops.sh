@@ -14,7 +14,17 @@
 # verdict: a loop without a DataLoader whose own batch preparation is slow
 # (CPU work here) gets input.main_prep with cause cpu and no DataLoader
 # advice (input.data_wait / input.cpu_bound), the same loop with fast
-# preparation (llm_memmap_fast: JOB_PREP_S=0, a wider model) gets input.ok.
+# preparation (llm_memmap_fast: JOB_PREP_S=0, a wider model) gets input.ok;
+# a DataLoader whose 2 workers idle over in-memory data while the loop
+# waits (idle_workers) gets input.handoff and never input.cpu_bound; the
+# memmap loop with nanoGPT's eval every 10 steps (llm_memmap_eval: no
+# DataLoader, eval seen through model.eval()/train()) has its eval spans
+# recorded apart and out of the steps and the wait share; DataLoader
+# features whose internals moved between 1.x and 2.x (loader_persistent:
+# persistent_workers and pin_memory over 3 epochs; loader_iterable: an
+# IterableDataset with spawn workers; loader_forkserver: forkserver workers
+# and torch.compile on 2.x) give the job's own steps and wait share, and a
+# spawned worker's start-up (importing torch) is no memory growth.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -36,12 +46,20 @@ run, job = sys.argv[1], sys.argv[2]
 # the input finding each job must get (and the ones it must not)
 EXPECT = {"llm_memmap": ("input.main_prep", "cpu"), "manual_sgd": ("input.main_prep", "cpu"),
           "llm_memmap_fast": ("input.ok", None), "grad_accum": (None, None),
-          "train_eval": (None, None), "break_early": (None, None)}
+          "train_eval": (None, None), "break_early": (None, None),
+          "idle_workers": ("input.handoff", None), "llm_memmap_eval": ("input.main_prep", "cpu"),
+          "loader_persistent": (None, None), "loader_iterable": (None, None),
+          "loader_forkserver": (None, None)}
+LOADER_NEVER = {"input.main_prep", "input.cpu_bound", "input.disk_bound", "host_mem.worker_growth"}
 NEVER = {"llm_memmap": {"input.data_wait", "input.cpu_bound", "input.disk_bound"},
          "manual_sgd": {"input.data_wait", "input.cpu_bound", "input.disk_bound"},
          "llm_memmap_fast": {"input.main_prep", "input.data_wait"},
          "grad_accum": {"input.main_prep"}, "train_eval": {"input.main_prep"},
-         "break_early": {"input.main_prep"}}
+         "break_early": {"input.main_prep"},
+         "idle_workers": {"input.cpu_bound", "input.disk_bound", "input.data_wait", "input.main_prep"},
+         "llm_memmap_eval": {"input.data_wait", "input.cpu_bound", "input.disk_bound"},
+         "loader_persistent": LOADER_NEVER, "loader_iterable": LOADER_NEVER,
+         "loader_forkserver": LOADER_NEVER}
 out = [l for l in open(run + ".out") if l.startswith("{")]
 oracle = json.loads(out[-1])
 rep = json.load(open(run + "/report.json"))
@@ -97,9 +115,11 @@ half() { # name python
         echo "$name: skipped: $PY has no torch or numpy"; return 0
     fi
     echo "$name: $PY (torch $tv)"
-    for job in ${REAL_LOOPS_JOBS:-llm_memmap llm_memmap_fast grad_accum train_eval manual_sgd break_early}; do
+    for job in ${REAL_LOOPS_JOBS:-llm_memmap llm_memmap_fast grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver}; do
         local run=$scratch/$name-$job script=$job envs=()
         [ "$job" = llm_memmap_fast ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=2048); }
+        [ "$job" = llm_memmap_eval ] && { script=llm_memmap; envs=(JOB_EVAL_EVERY=10); }
+        case $job in loader_*) script=loader_variants; envs=(JOB_VARIANT=${job#loader_}) ;; esac
         ran=$((ran + 1))
         if ! env "${envs[@]}" "$TRAINMON" run -o "$run" -- "$PY" "$root/tests/jobs/$script.py" > "$run.out" 2>&1; then
             tail -n 20 "$run.out"; echo "  FAIL $job: trainmon run failed"; fails=$((fails + 1)); continue

@@ -3,7 +3,10 @@
 # to load, two workers, and a model whose matmuls take ~0.5 s a step (one
 # epoch: no second start of the workers).  The
 # loop hardly waits for data: the report must say input.ok, and neither
-# input.disk_bound nor input.cpu_bound.
+# input.disk_bound nor input.cpu_bound.  On torch 2.x the same matmuls are
+# about 3x faster, and the few ms of handing each batch over from the idle
+# workers can reach 5-10% of a step: input.handoff at low severity is then
+# the right verdict (the wait is real and is the handoff), never more.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib/scenario.sh"
@@ -19,7 +22,13 @@ scen_run "$run" -i 0.5 -d "$scratch/ds" -- \
     "$PY" "$TRAIN" --data "$scratch/ds" --workers 2 --batch-size 32 --steps 24 \
     --model-size 1024 --layers 8
 scen_show "$run"
-scen_expect "$run" input.ok
+if scen_findings "$run" | grep -qx input.handoff; then
+    sev=$(scen_report "$run"; "$PY" -c 'import json,sys
+print([f["severity"] for f in json.load(open(sys.argv[1]))["findings"] if f["id"] == "input.handoff"][0])' "$run/report.json")
+    [ "$sev" = low ] || { scen_show "$run"; scen_fail "input.handoff at $sev severity on a compute-bound job"; }
+else
+    scen_expect "$run" input.ok
+fi
 scen_expect_not "$run" input.disk_bound
 scen_expect_not "$run" input.cpu_bound
 echo "PASS: compute-bound job -> input.ok"

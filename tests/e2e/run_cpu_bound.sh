@@ -32,4 +32,17 @@ keys = [k for k, v in ev.items() if "worker" in k.lower() and isinstance(v, (int
 print("worker-count evidence:", {k: ev[k] for k in keys})
 sys.exit(0 if keys and max(ev[k] for k in keys) > 1 else 1)' ||
     scen_fail "input.cpu_bound evidence names no worker count above 1"
+# The count advised fits the CPUs the job may use (meta.json): never a
+# worker count the machine cannot run (issue #14: "num_workers=22" on 2 cores).
+scen_evidence "$run" input.cpu_bound | "$PY" -c '
+import json, re, sys
+ev = json.loads(sys.stdin.read() or "{}")
+meta = json.load(open(sys.argv[1]))
+rep = json.load(open(sys.argv[2]))
+adv = [f["advice"] for f in rep["findings"] if f["id"] == "input.cpu_bound"][0]
+usable = meta["usable_cpus"]
+counts = [int(n) for n in re.findall(r"num_workers=(\d+)", adv)]
+print("usable", usable, "advised", ev.get("workers_advised"), "in the advice", counts)
+sys.exit(0 if ev.get("workers_advised", 1e9) <= usable and all(c <= usable for c in counts) else 1)
+' "$run/meta.json" "$run/report.json" || scen_fail "input.cpu_bound advises more workers than usable CPUs"
 echo "PASS: CPU-bound workers -> input.cpu_bound with a larger worker count"

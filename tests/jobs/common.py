@@ -8,6 +8,7 @@ report is checked against.  The share leaves out the first step (trainmon
 calls it warm-up) and runs from the end of the first step to the end of the
 last one."""
 import json
+import sys
 import time
 
 import torch
@@ -46,7 +47,9 @@ class Clock:
         out = {"steps": self.steps, "data_wait_share": self.wait / span if span > 0 else None,
                "eval_batches": self.eval_batches}
         out.update(extra)
-        print(json.dumps(out), flush=True)
+        # one write: ranks sharing a stdout must not interleave their lines
+        sys.stdout.write(json.dumps(out) + "\n")
+        sys.stdout.flush()
 
 
 def busy(seconds):

@@ -1,9 +1,14 @@
 """(1) An LLM-style loop without a DataLoader: batches sliced at random
 offsets from a token np.memmap in the main process (as nanoGPT's get_batch
-does), AdamW, a small causal model.  Steps: optimizer steps."""
+does), AdamW, a small causal model.  Steps: optimizer steps.  With
+JOB_EVAL_EVERY=N, an eval every N steps as nanoGPT's estimate_loss does it
+(model.eval(), torch.no_grad(), batches from the same get_batch, then
+model.train()): no DataLoader, so the eval span is seen only through
+model.eval()/model.train(); its time is no step time."""
 import os
 import sys
 import tempfile
+import time
 
 import numpy as np
 import torch
@@ -14,6 +19,8 @@ from common import Clock, busy  # noqa: E402
 STEPS = int(os.environ.get("JOB_STEPS", "40"))
 PREP_S = float(os.environ.get("JOB_PREP_S", "0.004"))  # tokenizing on the fly
 HIDDEN = int(os.environ.get("JOB_HIDDEN", "256"))
+EVAL_EVERY = int(os.environ.get("JOB_EVAL_EVERY", "0"))
+EVAL_ITERS = 4
 VOCAB, BLOCK, BATCH = 256, 32, 8
 
 d = tempfile.mkdtemp(prefix="tm-tokens.")
@@ -47,7 +54,26 @@ class TinyLM(torch.nn.Module):
 model = TinyLM()
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 clock = Clock()
+
+
+@torch.no_grad()
+def estimate_loss():
+    model.eval()
+    losses = torch.zeros(EVAL_ITERS)
+    for k in range(EVAL_ITERS):
+        x, y = get_batch()
+        losses[k] = torch.nn.functional.cross_entropy(model(x).view(-1, VOCAB), y.view(-1))
+        busy(0.01)  # a slow eval: it must not show in the step times
+    model.train()
+    return losses.mean()
+
+
 for it in range(STEPS):
+    if EVAL_EVERY and it % EVAL_EVERY == 0 and it > 0:
+        t_eval = time.perf_counter()
+        estimate_loss()
+        clock.eval_s += time.perf_counter() - t_eval
+        clock.eval_batches += 1  # one eval span (no DataLoader: one record)
     x, y = clock.fetch(get_batch)
     logits = model(x)
     loss = torch.nn.functional.cross_entropy(logits.view(-1, VOCAB), y.view(-1))

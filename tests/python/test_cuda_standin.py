@@ -83,6 +83,8 @@ FILES = {
                 if not self.items:
                     raise StopIteration
                 return self.items.pop(0)
+        class _MultiProcessingDataLoaderIter(_BaseDataLoaderIter):
+            pass
     """,
     "torch/utils/data/_utils/__init__.py": "from . import fetch\n",
     "torch/utils/data/_utils/fetch.py": """

@@ -111,3 +111,85 @@ def test_a_loop_that_breaks_keeps_its_last_step(tmp_path):
     assert all(f["boundary"] == 1 and not f["flags"] for f in steps)
     last = steps[-1]
     assert last["end_ns"] - last["start_ns"] < 0.2e9  # ended at the break, not at exit
+
+
+MOVED = r"""
+import json, torch, trainmon
+import torch.nn.modules.module as nnm
+nnm._global_forward_pre_hooks = None  # a torch whose internals moved (torch runs on: None is "no hooks")
+trainmon.attach()
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for i in range(5):
+    torch.nn.functional.mse_loss(model(torch.randn(8, 4)), torch.randn(8, 1)).backward()
+    opt.step(); opt.zero_grad()
+print(json.dumps({"steps": 5}))
+"""
+
+
+def test_a_torch_internal_that_moved_is_one_line_with_the_version_and_the_job_runs(tmp_path):
+    p = run_script(MOVED, tmp_path)
+    assert last_json(p.stdout) == {"steps": 5}
+    import torch
+    lines = [l for l in p.stderr.splitlines() if l.startswith("trainmon:")]
+    assert len(lines) == 1, p.stderr
+    assert "batch preparation timing" in lines[0] and "torch %s" % torch.__version__ in lines[0]
+    assert "_global_forward_pre_hooks not found" in lines[0] and "runs unchanged" in lines[0]
+    # the other measures go on: the optimizer steps are there
+    train = [f for _, _, f in records(main_file(tmp_path), "step") if f["phase"] == 1]
+    assert len(train) == 5
+
+
+INFER = r"""
+import torch, trainmon
+trainmon.attach()
+m = torch.nn.Linear(16, 4)
+x = torch.randn(100, 16)
+with torch.no_grad():
+    for i in range(0, 100, 10):
+        m(x[i:i + 10])
+"""
+
+
+def test_a_loop_without_boundaries_says_what_it_saw(tmp_path, trainmon_bin):
+    import json as js
+    import subprocess
+    run_script(INFER, tmp_path)
+    out = subprocess.run([trainmon_bin, "dump", "--json", main_file(tmp_path)],
+                         capture_output=True, text=True, check=True).stdout
+    evs = [js.loads(l) for l in out.splitlines() if '"inproc.boundaries"' in l]
+    assert len(evs) == 1, out
+    rep = subprocess.run([trainmon_bin, "report", "--json", str(tmp_path)],
+                         capture_output=True, text=True, check=True).stdout
+    f = {x["id"]: x for x in js.loads(rep)["findings"]}
+    assert "steps.unsegmented" in f, rep
+    e = f["steps.unsegmented"]["evidence"]
+    assert e["forward_seen"] is True and e["optimizer_steps"] == 0 and e["loader_batches"] == 0
+
+
+DIST = r"""
+import json, os, torch, torch.distributed as dist, trainmon
+trainmon.attach()
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%s" % os.environ["PORT"],
+                        rank=0, world_size=1)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for i in range(6):
+    loss = torch.nn.functional.mse_loss(model(torch.randn(8, 4)), torch.randn(8, 1))
+    loss.backward()
+    opt.step(); opt.zero_grad()
+    dist.all_reduce(loss.detach().clone())
+    dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_backward_and_blocking_collectives_are_timed_per_step(tmp_path):
+    import random
+    run_script(DIST, tmp_path, env={"PORT": str(random.randint(31000, 39000))})
+    train = [f for _, _, f in records(main_file(tmp_path), "step") if f["phase"] == 1]
+    assert len(train) == 6
+    # the first step ends before its collectives: the later ones carry them
+    assert all(f["backward_ns"] > 0 for f in train), train
+    assert all(f["collective_ns"] > 0 for f in train[1:]), train
+    assert train[0]["collective_ns"] in (-1, 0)

@@ -271,6 +271,20 @@ static void test_layouts_stay_at_the_documented_offsets(void **st)
     assert_true(at_u32(b, 0) == (uint32_t)-2 && at_u32(b, 4) == 3 && at_u64(b, 8) == 4);
     assert_true(at_u64(b, 16) == 5 && at_u64(b, 24) == 6 && at_f64(b, 32) == 7 &&
                 at_f64(b, 40) == 8);
+    /* the layout with the fetch's own CPU (layout 2): 64 bytes */
+    memset(b, 0xee, sizeof b);
+    w.layout = 2;
+    w.cpu_start_s = 6.5;
+    assert_int_equal(tm_inproc_encode_worker(&w, b, sizeof b), 64);
+    assert_true(at_f64(b, 40) == 8 && at_u32(b, 48) == 2 && at_u32(b, 52) == 0 &&
+                at_f64(b, 56) == 6.5);
+    tm_record wr = rec_of(TM_REC_WORKER, b, 64);
+    tm_inproc_worker wo;
+    assert_int_equal(tm_inproc_decode_worker(&wr, &wo), 0);
+    assert_true(wo.layout == 2 && wo.cpu_start_s == 6.5 && wo.cpu_s == 7);
+    wr.len = 48; /* an older writer's: cpu_start_s not measured */
+    assert_int_equal(tm_inproc_decode_worker(&wr, &wo), 0);
+    assert_true(wo.layout == 0 && isnan(wo.cpu_start_s) && wo.cpu_s == 7);
 
     memset(b, 0xee, sizeof b);
     tm_inproc_optstep op = {.step = 1, .start_ns = 2, .end_ns = 3, .optimizer = 4};
@@ -412,9 +426,13 @@ static void test_step_model_fields_round_trip_and_old_steps_still_read(void **st
                         .micro_batches = 4,
                         .batches = 4,
                         .prep_ns = -1,
-                        .prep_cpu_ns = -1};
+                        .prep_cpu_ns = -1,
+                        .backward_ns = 300,
+                        .wait_cpu_ns = -1,
+                        .collective_ns = 20};
     int n = tm_inproc_encode_step(&s, buf, sizeof buf);
-    assert_int_equal(n, 72);
+    assert_int_equal(n, 96);
+    assert_true(at_u64(buf, 72) == 300 && at_u64(buf, 80) == UINT64_MAX && at_u64(buf, 88) == 20);
     assert_int_equal(at_u32(buf, 40), TM_STEP_BY_OPTIMIZER);
     assert_int_equal(at_u32(buf, 44), TM_STEP_TRAIN);
     assert_int_equal(at_u32(buf, 48), 4);
@@ -429,6 +447,19 @@ static void test_step_model_fields_round_trip_and_old_steps_still_read(void **st
     assert_non_null(strstr(line, "\"boundary\":\"optimizer\",\"phase\":\"train\","
                                  "\"micro_batches\":4,\"batches\":4"));
     assert_null(strstr(line, "prep_ns")); /* -1: not measured */
+    assert_null(strstr(line, "wait_cpu_ns"));
+    assert_non_null(strstr(line, "\"backward_ns\":300,\"collective_ns\":20"));
+    assert_true(o.backward_ns == 300 && o.wait_cpu_ns == -1 && o.collective_ns == 20);
+
+    /* the layout of the step model's first version (72 bytes): the fields
+     * after it read as not measured */
+    r.len = 72;
+    memset(&o, 0x55, sizeof o);
+    assert_int_equal(tm_inproc_decode_step(&r, &o), 0);
+    assert_true(o.micro_batches == 4 && o.prep_cpu_ns == -1);
+    assert_true(o.backward_ns == -1 && o.wait_cpu_ns == -1 && o.collective_ns == -1);
+    assert_true(tm_inproc_format(&r, true, line, sizeof line) > 0);
+    assert_null(strstr(line, "backward_ns"));
 
     /* an eval batch with batch preparation measured */
     s.phase = TM_STEP_EVAL;
@@ -448,13 +479,14 @@ static void test_step_model_fields_round_trip_and_old_steps_still_read(void **st
     assert_int_equal(tm_inproc_decode_step(&r, &o), 0);
     assert_true(o.step == 5 && o.boundary == 0 && o.phase == 0);
     assert_true(o.micro_batches == -1 && o.batches == -1 && o.prep_ns == -1 && o.prep_cpu_ns == -1);
+    assert_true(o.backward_ns == -1 && o.wait_cpu_ns == -1 && o.collective_ns == -1);
     const tm_inproc_field *f;
     size_t nf = tm_inproc_fields(TM_REC_STEP, &f);
     tm_inproc_any a = {.step = o};
     size_t absent = 0;
     for (size_t i = 0; i < nf; i++)
         absent += tm_inproc_get(&f[i], &a).absent;
-    assert_int_equal(absent, 6); /* boundary .. prep_cpu_ns */
+    assert_int_equal(absent, 9); /* boundary .. collective_ns */
     assert_true(tm_inproc_format(&r, true, line, sizeof line) > 0);
     assert_null(strstr(line, "boundary"));
     assert_null(strstr(line, "phase"));

@@ -750,9 +750,13 @@ static void test_worker_pss_rising_while_rss_stays_flat_is_copy_on_read(void **s
     assert_non_null(f);
     assert_non_null(strstr(f->evidence, "\"measure\":\"pss\""));
     assert_true(ev_num(f, "worst_pid") == 77);
-    /* Readings at 0, 5, 10, 15 s: 30 MiB every 5 s, 90 MiB in all. */
-    assert_true(fabs(ev_num(f, "worst_rise_bytes") - 90 * MiB) < 1 * MiB);
-    assert_true(fabs(ev_num(f, "worst_bytes_per_hour") - 6 * MiB * 3600) < 1 * MiB);
+    /* From the worker's first batch (it ends at 0.2 s: the reading at 0 is
+     * start-up) the distinct readings are at 0.5, 5, 10 and 15 s: 100,
+     * 130, 160, 190 MiB.  Least squares: mean t 7.625, mean v 145;
+     * sum dt*dv = 727.5, sum dt^2 = 117.6875: 6.18163 MiB/s, a rise of
+     * 6.18163 * 14.5 = 89.63 MiB. */
+    assert_true(fabs(ev_num(f, "worst_rise_bytes") - 727.5 / 117.6875 * 14.5 * MiB) < 0.01 * MiB);
+    assert_true(fabs(ev_num(f, "worst_bytes_per_hour") - 727.5 / 117.6875 * MiB * 3600) < 1 * MiB);
     done(&run, &a);
 }
 
@@ -779,6 +783,250 @@ static void test_the_training_process_growing_is_not_worker_growth(void **st)
     for (int i = 0; i < 60; i++) {
         put_proc(s, i * 0.5, "proc.process_pss_bytes", 79, 1 * GiB + i * 20 * MiB);
         put_proc(s, i * 0.5, "proc.process_pss_bytes", 80, 200 * MiB + (i % 2) * MiB);
+    }
+    tm_rec_close(&s);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    assert_null(tm_analysis_find(a, "host_mem.worker_growth"));
+    done(&run, &a);
+}
+
+/* --- the handoff from idle workers (input.handoff) */
+
+/* Optimizer steps of a DataLoader loop: one batch each, dur seconds, wait
+ * of it waiting for the batch, recv_cpu of the wait on the training
+ * thread's CPU; every every-th step (from step 1 on) waits long_wait
+ * instead (a new set of workers starting). */
+static void put_loader_steps(tm_rec *w, size_t n, double dur, double wait, double recv_cpu,
+                             size_t every, double long_wait)
+{
+    uint8_t buf[128];
+    for (size_t i = 0; i < n; i++) {
+        double wt = every && i > 0 && i % every == 0 ? long_wait : wait;
+        tm_inproc_step s = {.step = i,
+                            .start_ns = at((double)i * dur),
+                            .end_ns = at((double)(i + 1) * dur),
+                            .data_wait_ns = (int64_t)(wt * (double)S_NS),
+                            .boundary = TM_STEP_BY_OPTIMIZER,
+                            .phase = TM_STEP_TRAIN,
+                            .micro_batches = 1,
+                            .batches = 1,
+                            .prep_ns = -1,
+                            .prep_cpu_ns = -1,
+                            .backward_ns = -1,
+                            .wait_cpu_ns = (int64_t)(recv_cpu * (double)S_NS),
+                            .collective_ns = -1};
+        int len = tm_inproc_encode_step(&s, buf, sizeof buf);
+        assert_true(len > 0);
+        assert_int_equal(tm_rec_append(w, TM_REC_STEP, s.end_ns, buf, (uint32_t)len), 0);
+    }
+}
+
+/* A worker process fetching n batches of fetch seconds (cpu of it on a
+ * CPU, layout 2), one every period seconds from t0: idle in between, and
+ * 4 ms of CPU between fetches (handing the batch over). */
+static void put_idle_worker(int id, unsigned pid, size_t n, double t0, double fetch, double cpu,
+                            double period)
+{
+    char file[64], role[32];
+    snprintf(file, sizeof file, "worker-r0-%u.tmr", pid);
+    snprintf(role, sizeof role, "worker%d", id);
+    tm_rec *w = open_rec(file, role, 0);
+    uint8_t buf[128];
+    for (size_t b = 0; b < n; b++) {
+        double t = t0 + (double)b * period;
+        tm_inproc_worker k = {.worker_id = id,
+                              .pid = pid,
+                              .batch = b,
+                              .start_ns = at(t),
+                              .end_ns = at(t + fetch),
+                              .cpu_s = 1.0 + (double)(b + 1) * cpu + (double)b * 0.004,
+                              .rss_bytes = 100 * MiB,
+                              .layout = 2,
+                              .cpu_start_s = 1.0 + (double)b * (cpu + 0.004)};
+        int len = tm_inproc_encode_worker(&k, buf, sizeof buf);
+        assert_int_equal(len, 64);
+        assert_int_equal(tm_rec_append(w, TM_REC_WORKER, k.end_ns, buf, (uint32_t)len), 0);
+    }
+    tm_rec_close(&w);
+}
+
+static void test_idle_workers_behind_a_waiting_loop_are_handoff_not_cpu_bound(void **st)
+{
+    (void)st;
+    /* 100 steps of 20 ms, 12 ms of each waiting for its batch, 3 ms of the
+     * wait on the training thread's CPU; 2 workers each fetching a batch
+     * in 4 ms (3 ms of CPU) every 40 ms: they fetch 10% of their time. */
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    put_loader_steps(r0, 100, 0.020, 0.012, 0.003, 0, 0);
+    tm_rec_close(&r0);
+    put_idle_worker(0, 300, 50, 0.0, 0.004, 0.003, 0.040);
+    put_idle_worker(1, 301, 50, 0.020, 0.004, 0.003, 0.040);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "input.handoff");
+    assert_non_null(f);
+    assert_null(tm_analysis_find(a, "input.cpu_bound"));
+    assert_null(tm_analysis_find(a, "input.data_wait"));
+    assert_null(tm_analysis_find(a, "input.disk_bound"));
+    /* 4 ms of fetch in each 40 ms period: 50 * 0.004 s over a lifetime of
+     * 49 * 0.040 + 0.004 = 1.964 s: 0.10183 */
+    assert_true(fabs(ev_num(f, "worker_fetch_share") - 0.2 / 1.964) < 1e-4);
+    assert_true(fabs(ev_num(f, "wait_per_batch_median_s") - 0.012) < 1e-6);
+    assert_true(fabs(ev_num(f, "receive_cpu_share") - 0.25) < 1e-6); /* 3 of 12 ms */
+    /* the fetch's own CPU, not the difference of consecutive batches
+     * (which would add the 4 ms of handoff between them): 3 ms */
+    assert_true(fabs(ev_num(f, "worker_cpu_per_batch_s") - 0.003) < 1e-6);
+    assert_true(ev_num(f, "worker_restarts") == 0);
+    assert_string_equal(tm_confidence_name(f->confidence), "high"); /* 10% < 25% */
+    /* 3 ms of CPU per fetch < 12 ms of handoff: fetching in the main
+     * process is cheaper */
+    assert_non_null(strstr(f->advice, "num_workers=0"));
+    assert_null(strstr(f->advice, "persistent_workers"));
+    assert_null(strstr(f->advice, "pin_memory")); /* no GPU in the run */
+    done(&run, &a);
+}
+
+static void test_worker_restarts_holding_the_longest_waits_advise_persistent_workers(void **st)
+{
+    (void)st;
+    /* 100 steps of 50 ms waiting 2 ms, but every 25th step waits 40 ms:
+     * the workers of each of 4 epochs start anew (8 processes for 2 ids) */
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    put_loader_steps(r0, 100, 0.050, 0.002, 0.001, 25, 0.040);
+    tm_rec_close(&r0);
+    for (unsigned e = 0; e < 4; e++) {
+        put_idle_worker(0, 400 + 2 * e, 12, 0.5 * e, 0.004, 0.003, 0.040);
+        put_idle_worker(1, 401 + 2 * e, 12, 0.5 * e + 0.02, 0.004, 0.003, 0.040);
+    }
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "input.handoff");
+    assert_non_null(f);
+    assert_true(ev_num(f, "worker_restarts") == 6);
+    /* waits after warm-up (step 0): 3 long of 40 ms, 96 of 2 ms; the 6
+     * longest are 3 * 40 + 3 * 2 = 126 of 120 + 192 = 312 ms: 40%, above
+     * the 30% of TM_AN_HANDOFF_RESTART_SHARE */
+    assert_true(fabs(ev_num(f, "restart_wait_share") - 126.0 / 312.0) < 1e-4);
+    assert_non_null(strstr(f->advice, "persistent_workers=True"));
+    done(&run, &a);
+}
+
+static void test_busy_workers_are_not_handoff(void **st)
+{
+    (void)st;
+    /* workers fetching back to back (100% of their time) while the loop
+     * waits: not the handoff */
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    put_loader_steps(r0, 100, 0.020, 0.012, 0.001, 0, 0);
+    tm_rec_close(&r0);
+    put_idle_worker(0, 500, 50, 0.0, 0.040, 0.039, 0.040);
+    put_idle_worker(1, 501, 50, 0.0, 0.040, 0.039, 0.040);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    assert_null(tm_analysis_find(a, "input.handoff"));
+    done(&run, &a);
+}
+
+/* --- ranks */
+
+/* A DDP rank: n optimizer steps of dur seconds, wait of it waiting for
+ * data, bwd in the backward pass (its wait for the all-reduce included)
+ * and coll in a collective the loop called. */
+static void put_ddp_rank(int rank, size_t n, double dur, double wait, double bwd, double coll)
+{
+    char file[32], role[32];
+    snprintf(file, sizeof file, "rank%d.tmr", rank);
+    snprintf(role, sizeof role, "rank%d", rank);
+    tm_rec *w = open_rec(file, role, rank);
+    uint8_t buf[128];
+    for (size_t i = 0; i < n; i++) {
+        tm_inproc_step s = {.step = i,
+                            .start_ns = at((double)i * dur),
+                            .end_ns = at((double)(i + 1) * dur),
+                            .data_wait_ns = (int64_t)(wait * (double)S_NS),
+                            .boundary = TM_STEP_BY_OPTIMIZER,
+                            .phase = TM_STEP_TRAIN,
+                            .micro_batches = 1,
+                            .batches = 1,
+                            .prep_ns = -1,
+                            .prep_cpu_ns = -1,
+                            .backward_ns = (int64_t)(bwd * (double)S_NS),
+                            .wait_cpu_ns = -1,
+                            .collective_ns = (int64_t)(coll * (double)S_NS)};
+        int len = tm_inproc_encode_step(&s, buf, sizeof buf);
+        assert_int_equal(tm_rec_append(w, TM_REC_STEP, s.end_ns, buf, (uint32_t)len), 0);
+    }
+    tm_rec_close(&w);
+}
+
+static void
+test_a_rank_slow_in_data_is_the_straggler_and_the_waiting_ranks_are_not_blamed(void **st)
+{
+    (void)st;
+    /* steps of 100 ms everywhere; rank 2 waits 50 ms for data, the others
+     * 2 ms and then 45 ms more than rank 2 in backward (55 vs 10 ms) */
+    put_ddp_rank(0, 50, 0.100, 0.002, 0.055, 0.001);
+    put_ddp_rank(1, 50, 0.100, 0.002, 0.055, 0.001);
+    put_ddp_rank(2, 50, 0.100, 0.050, 0.010, 0.001);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "ranks.straggler");
+    assert_non_null(f);
+    assert_int_equal(f->rank, 2);
+    assert_non_null(strstr(f->evidence, "\"cause\":\"data\""));
+    /* sync wait: backward beyond the shortest (10 ms) + collective 1 ms */
+    assert_true(fabs(ev_num(f, "sync_wait_s") - 0.001) < 1e-9);
+    assert_true(fabs(ev_num(f, "others_sync_wait_s") - 0.046) < 1e-9);
+    assert_true(fabs(ev_num(f, "data_wait_s") - 0.050) < 1e-9);
+    assert_int_equal(f->severity, TM_SEV_HIGH); /* 45 of 100 ms */
+    /* the waiting ranks' compute includes their wait: not theirs */
+    assert_null(tm_analysis_find(a, "ranks.imbalance"));
+    done(&run, &a);
+}
+
+static void test_a_rank_slow_in_compute_is_the_straggler_with_cause_compute(void **st)
+{
+    (void)st;
+    /* rank 1's forward takes 40 ms more; rank 0 waits it out in backward */
+    put_ddp_rank(0, 50, 0.100, 0.002, 0.050, 0);
+    put_ddp_rank(1, 50, 0.100, 0.002, 0.010, 0);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "ranks.straggler");
+    assert_non_null(f);
+    assert_int_equal(f->rank, 1);
+    assert_non_null(strstr(f->evidence, "\"cause\":\"compute\""));
+    /* own compute: 98 ms of compute less the sync wait: 98 vs 58 ms */
+    assert_true(fabs(ev_num(f, "own_compute_s") - 0.098) < 1e-9);
+    assert_true(fabs(ev_num(f, "others_own_compute_s") - 0.058) < 1e-9);
+    assert_null(tm_analysis_find(a, "ranks.imbalance"));
+    done(&run, &a);
+}
+
+static void test_ranks_waiting_alike_have_no_straggler(void **st)
+{
+    (void)st;
+    put_ddp_rank(0, 50, 0.100, 0.002, 0.030, 0.001);
+    put_ddp_rank(1, 50, 0.100, 0.002, 0.032, 0.001);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    assert_null(tm_analysis_find(a, "ranks.straggler"));
+    done(&run, &a);
+}
+
+/* A worker started by spawn or forkserver imports torch before its first
+ * batch: 20 -> 130 MiB in 6 s, then flat through 20 s of batches. */
+static void test_a_spawned_workers_start_up_before_its_first_batch_is_not_growth(void **st)
+{
+    (void)st;
+    put_idle_worker(0, 88, 40, 6.0, 0.004, 0.003, 0.5);
+    tm_rec *s = open_rec("system.tmr", "system", -1);
+    for (int i = 0; i <= 52; i++) {
+        double t = i * 0.5;
+        double pss = t < 6.0 ? 20 * MiB + t / 6.0 * 110 * MiB : 130 * MiB;
+        put_proc(s, t, "proc.process_pss_bytes", 88, pss);
+        put_proc(s, t, "proc.process_rss_bytes", 88, pss + 10 * MiB);
     }
     tm_rec_close(&s);
     tm_run *run;
@@ -1237,7 +1485,14 @@ int main(void)
         T(test_worker_rss_growing_every_batch_is_copy_on_read),
         T(test_worker_pss_rising_while_rss_stays_flat_is_copy_on_read),
         T(test_a_worker_pss_that_jumps_once_then_stays_is_not_growth),
+        T(test_a_spawned_workers_start_up_before_its_first_batch_is_not_growth),
         T(test_the_training_process_growing_is_not_worker_growth),
+        T(test_idle_workers_behind_a_waiting_loop_are_handoff_not_cpu_bound),
+        T(test_worker_restarts_holding_the_longest_waits_advise_persistent_workers),
+        T(test_busy_workers_are_not_handoff),
+        T(test_a_rank_slow_in_data_is_the_straggler_and_the_waiting_ranks_are_not_blamed),
+        T(test_a_rank_slow_in_compute_is_the_straggler_with_cause_compute),
+        T(test_ranks_waiting_alike_have_no_straggler),
         T(test_one_slow_rank_is_imbalance),
         T(test_one_rank_holding_more_memory_is_imbalance),
         T(test_ranks_alike_are_not_imbalance),

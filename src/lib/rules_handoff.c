@@ -1,0 +1,106 @@
+/*
+ * rules_handoff.c - input.handoff: the loop waits for batches that its
+ * DataLoader workers have ready (docs/DIAGNOSIS.md, "input.handoff").
+ *
+ * A multi-process DataLoader moves each batch from a worker to the main
+ * process: the worker collates it into shared memory and queues it, the
+ * main process receives it (unpickling, rebuilding the shared tensors) and,
+ * with pin_memory, a thread copies it into pinned memory.  With cheap
+ * samples (in memory, pre-decoded) that handoff, not the fetch, is what the
+ * loop waits for, and it is paid per batch; a new set of workers every
+ * epoch (persistent_workers=False) adds their start-up.  The signals:
+ *
+ *   - the workers' fetching share of their lifetime (worker records):
+ *     under TM_AN_HANDOFF_WORKER_UTIL the batches were ready ahead;
+ *   - the main process's wait per batch and the training thread's CPU
+ *     share of it (step records: wait_cpu_ns), the receiving;
+ *   - the workers' own CPU per batch fetched (worker records, layout 2):
+ *     what fetching in the main process (num_workers=0) would cost;
+ *   - worker restarts and the share of the wait in as many longest waits.
+ *
+ * The input verdict of rules_input.c asks tm_an_input_is_handoff() first,
+ * so that idle workers are never called CPU- or disk-bound.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "rules.h"
+
+bool tm_an_input_is_handoff(const tm_an_summary *S)
+{
+    return S->workers > 0 && S->data_wait_fraction >= TM_AN_DATA_WAIT_FRACTION &&
+           S->worker_util < TM_AN_HANDOFF_WORKER_UTIL;
+}
+
+void tm_rule_input_handoff(struct an *an)
+{
+    const tm_an_summary *S = &an->a->sum;
+    if (!tm_an_input_is_handoff(S))
+        return;
+    size_t nranks = an->a->nranks ? an->a->nranks : 1;
+    size_t nw = (S->workers + nranks - 1) / nranks;
+    double wpb = S->wait_per_batch_s, cpu = S->worker_cpu_per_batch_s;
+    bool restarts = S->worker_restarts > 0 && S->restart_wait_share >= TM_AN_HANDOFF_RESTART_SHARE;
+    struct ev e;
+    tm_an_ev_open(&e);
+    tm_an_ev_num(&e, "data_wait_fraction", S->data_wait_fraction);
+    tm_an_ev_num(&e, "threshold", TM_AN_DATA_WAIT_FRACTION);
+    tm_an_ev_num(&e, "steps", (double)S->steps_total);
+    tm_an_ev_num(&e, "step_time_median_s", S->step_median_s);
+    tm_an_ev_num(&e, "workers_per_rank", (double)nw);
+    tm_an_ev_num(&e, "worker_fetch_share", S->worker_util);
+    tm_an_ev_num(&e, "worker_fetch_share_threshold", TM_AN_HANDOFF_WORKER_UTIL);
+    tm_an_ev_num(&e, "worker_batch_time_median_s", S->worker_batch_median_s);
+    tm_an_ev_num(&e, "worker_cpu_per_batch_s", cpu);
+    tm_an_ev_num(&e, "wait_per_batch_median_s", wpb);
+    tm_an_ev_num(&e, "receive_cpu_share", S->recv_cpu_share);
+    tm_an_ev_num(&e, "worker_restarts", (double)S->worker_restarts);
+    tm_an_ev_num(&e, "restart_wait_share", S->restart_wait_share);
+    char title[512], adv[2048];
+    snprintf(title, sizeof title,
+             "input-bound, handoff: the loop waited for data %.0f%% of the time while its %zu "
+             "worker%s per rank fetched only %.0f%% of theirs: the batches were ready, the wait "
+             "is handing them over",
+             100 * S->data_wait_fraction, nw, nw == 1 ? "" : "s", 100 * S->worker_util);
+    size_t n = 0;
+#define ADV(...)                                                                                   \
+    do {                                                                                           \
+        int k_ = snprintf(adv + n, sizeof adv - n, __VA_ARGS__);                                   \
+        if (k_ > 0)                                                                                \
+            n = n + (size_t)k_ < sizeof adv ? n + (size_t)k_ : sizeof adv - 1;                     \
+    } while (0)
+    ADV("More workers will not help: they are idle.");
+    if (restarts)
+        ADV(" The workers were started %zu more time%s (a new set each epoch), and the %zu "
+            "longest waits are %.0f%% of all the wait: set persistent_workers=True to keep them.",
+            S->worker_restarts, S->worker_restarts == 1 ? "" : "s", S->worker_restarts,
+            100 * S->restart_wait_share);
+    if (isfinite(wpb)) {
+        ADV(" Each batch took %.1f ms to arrive (median)", 1e3 * wpb);
+        if (isfinite(S->recv_cpu_share))
+            ADV(", %.0f%% of it on the training thread's CPU receiving it (unpickling, "
+                "rebuilding shared tensors)",
+                100 * S->recv_cpu_share);
+        ADV(".");
+    }
+    if (isfinite(cpu) && isfinite(wpb) && cpu < wpb)
+        ADV(" A worker spends only %.1f ms of CPU fetching a batch, less than its handoff: "
+            "with data this cheap (in memory), num_workers=0 fetches in the main process for "
+            "less, or make batches larger so that the handoff is paid less often.",
+            1e3 * cpu);
+    else
+        ADV(" The handoff is paid per batch and per tensor: return one stacked tensor per "
+            "field rather than many small ones, and larger batches.");
+    if (S->ngpus > 0)
+        ADV(" With a GPU, pin_memory=True and .to(device, non_blocking=True) overlap the copy "
+            "with compute.");
+#undef ADV
+    double wf = S->data_wait_fraction;
+    enum tm_severity sev = wf >= TM_AN_DATA_WAIT_HIGH     ? TM_SEV_HIGH
+                           : wf >= TM_AN_DATA_WAIT_MEDIUM ? TM_SEV_MEDIUM
+                                                          : TM_SEV_LOW;
+    tm_an_add(an, sev,
+              S->worker_util < TM_AN_HANDOFF_WORKER_UTIL / 2 ? TM_CONF_HIGH : TM_CONF_MEDIUM, -1,
+              &e, title, adv);
+}

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Stragglers named right (issue #14): a real 2-rank DistributedDataParallel
+# job (gloo, CPU; tests/jobs/ddp_straggler.py) under `trainmon run`, with
+# rank 1 slowed in its data path, then in its compute.  The other rank
+# waits for it in the gradient all-reduce (inside its backward pass) and
+# in a dist.all_reduce the loop calls.  From `trainmon report --json`:
+#   - ranks.straggler names rank 1 with the right cause (data / compute);
+#   - no ranks.* finding names rank 0, the waiting rank;
+#   - with neither rank slowed (none), no ranks.* finding at all;
+#   - each rank's steps equal the job's own count (+-1);
+#   - rank 0 recorded its waits: backward and collective time per step.
+# torch 2.x (the venv of `make deps`) runs it under torchrun; Debian's
+# torch 1.13 (whose torch.distributed.run fails on its own there) gets
+# the two ranks started by hand with the same environment torchrun sets.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+TRAINMON=${TRAINMON:-$root/${BUILD:-build}/trainmon}
+[ -x "$TRAINMON" ] || { echo "skipped: $TRAINMON not built"; exit 77; }
+scratch=$(mktemp -d /var/tmp/trainmon-straggler.XXXXXX)
+trap 'rm -rf "$scratch"' EXIT
+fails=0 ran=0
+job=$root/tests/jobs/ddp_straggler.py
+
+check() { # run kind
+    "$TRAINMON" report --json "$1" > "$1/report.json" 2> "$1/report.err" || { cat "$1/report.err"; return 1; }
+    "$PY" - "$1" "$2" <<'PYEOF'
+import json, sys
+run, kind = sys.argv[1], sys.argv[2]
+oracle = {}
+for line in open(run + ".out"):
+    if line.startswith("{"):
+        o = json.loads(line)
+        oracle[o["rank"]] = o
+rep = json.load(open(run + "/report.json"))
+F = rep["findings"]
+ranks = {r["rank"]: r for r in rep["summary"]["ranks"]}
+bad = []
+if sorted(oracle) != [0, 1]:
+    bad.append("the job printed oracle lines for ranks %s" % sorted(oracle))
+for r, o in oracle.items():
+    got = ranks.get(str(r), {}).get("steps")
+    if got is None or abs(got - o["steps"]) > 1:
+        bad.append("rank %d: report steps %s, the job counted %d" % (r, got, o["steps"]))
+st = [f for f in F if f["id"] == "ranks.straggler"]
+if kind == "none":
+    if [f["id"] for f in F if f["id"].startswith("ranks.")]:
+        bad.append("ranks alike, yet %s" % [(f["id"], f.get("rank")) for f in F if f["id"].startswith("ranks.")])
+elif len(st) != 1:
+    bad.append("%d ranks.straggler findings: %s" % (len(st), [f["id"] for f in F]))
+else:
+    f = st[0]
+    if f.get("rank") != 1 or f["evidence"].get("rank") != "1":
+        bad.append("straggler named rank %s, not 1" % f.get("rank"))
+    if f["evidence"].get("cause") != kind:
+        bad.append("straggler cause %s, not %s" % (f["evidence"].get("cause"), kind))
+for f in F:
+    if f["id"].startswith("ranks.") and f.get("rank") == 0:
+        bad.append("%s blames rank 0, the waiting rank: %s" % (f["id"], f["title"]))
+r0 = ranks.get("0", {})
+if not (r0.get("backward_time_median_s") or 0) > 0:
+    bad.append("rank 0 has no backward time per step")
+if r0.get("collective_time_median_s") is None:
+    bad.append("rank 0 has no collective time per step")
+print("  %-8s straggler %s | per-rank sync wait %s" % (kind, [(f.get("rank"), f["evidence"].get("cause")) for f in st],
+      st[0]["evidence"].get("per_rank_sync_wait_s") if st else None))
+for b in bad:
+    print("  FAIL %s: %s" % (kind, b))
+sys.exit(1 if bad else 0)
+PYEOF
+}
+
+half() { # name python launcher
+    local name=$1 launcher=$3
+    PY=$2
+    if [ ! -x "$PY" ]; then echo "$name: skipped: no interpreter $PY (make deps makes it)"; return 0; fi
+    if ! tv=$("$PY" -c 'import torch, torch.distributed as d; assert d.is_available(); print(torch.__version__)' 2>/dev/null); then
+        echo "$name: skipped: $PY has no torch with torch.distributed"; return 0
+    fi
+    echo "$name: $PY (torch $tv, $launcher)"
+    for kind in data compute none; do
+        local run=$scratch/$name-$kind port=$((29500 + RANDOM % 2000))
+        ran=$((ran + 1))
+        if [ "$launcher" = torchrun ]; then
+            JOB_SLOW=$kind "$TRAINMON" run -o "$run" -- "$PY" -m torch.distributed.run --standalone \
+                --nproc_per_node 2 "$job" > "$run.out" 2>&1
+        else
+            JOB_SLOW=$kind MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 "$TRAINMON" run -o "$run" -- \
+                bash -c 'RANK=0 LOCAL_RANK=0 "$0" "$1" & RANK=1 LOCAL_RANK=1 "$0" "$1"; s=$?; wait $! || s=1; exit $s' \
+                "$PY" "$job" > "$run.out" 2>&1
+        fi
+        local rc=$?
+        if [ $rc -ne 0 ]; then
+            tail -n 20 "$run.out"; echo "  FAIL $kind: the job failed ($rc)"; fails=$((fails + 1)); continue
+        fi
+        check "$run" "$kind" || fails=$((fails + 1))
+    done
+}
+
+half torch1 /usr/bin/python3 by-hand
+venv=${VENV_PY:-}
+if [ -z "$venv" ]; then
+    for v in "${TM_ROOT:-$root}/.venv/bin/python" /work/main/.venv/bin/python; do
+        [ -x "$v" ] && { venv=$v; break; }
+    done
+fi
+half torch2 "${venv:-/nonexistent/.venv/bin/python}" torchrun
+[ $ran -gt 0 ] || { echo "skipped: no interpreter with torch.distributed"; exit 77; }
+[ $fails -eq 0 ] || { echo "FAIL: $fails of $ran straggler runs"; exit 1; }
+echo "PASS: $ran straggler runs: the slow rank named with its cause, the waiting rank never blamed"

@@ -1,0 +1,67 @@
+"""(4) Stragglers: DistributedDataParallel with 2 ranks (gloo, CPU), one of
+them slowed in its data path (JOB_SLOW=data: its dataset sleeps per item)
+or in its compute (JOB_SLOW=compute: its forward does extra CPU work).
+The other rank waits for it in DDP's gradient all-reduce, inside its
+backward pass, and at a dist.all_reduce of the loss the loop calls each
+step (as logging code does).  Run by torchrun or with RANK, WORLD_SIZE,
+MASTER_ADDR and MASTER_PORT set.  Each rank prints its own oracle line
+with its rank, its step count and its data-wait share."""
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, Dataset
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import Clock, busy  # noqa: E402
+
+STEPS = int(os.environ.get("JOB_STEPS", "40"))
+SLOW = os.environ.get("JOB_SLOW", "data")          # data | compute
+SLOW_RANK = int(os.environ.get("JOB_SLOW_RANK", "1"))
+EXTRA_S = float(os.environ.get("JOB_EXTRA_S", "0.03"))
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+slow = rank == SLOW_RANK
+
+
+class Items(Dataset):
+    def __len__(self):
+        return 10 ** 6
+
+    def __getitem__(self, i):
+        if slow and SLOW == "data":
+            time.sleep(EXTRA_S / 8)  # 8 items per batch
+        return torch.randn(64), torch.randn(1)
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(64, 256)
+        self.b = torch.nn.Linear(256, 1)
+
+    def forward(self, x):
+        if slow and SLOW == "compute":
+            busy(EXTRA_S)
+        busy(0.004)  # the rest of the forward pass
+        return self.b(torch.relu(self.a(x)))
+
+
+model = torch.nn.parallel.DistributedDataParallel(Net())
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+clock = Clock()
+it = iter(DataLoader(Items(), batch_size=8, num_workers=0))
+for step in range(STEPS):
+    x, y = clock.fetch(lambda: next(it))
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    logged = loss.detach().clone()
+    dist.all_reduce(logged)  # the mean loss for logging, as loops do
+    clock.step()
+clock.report(rank=rank, slow=slow)
+dist.destroy_process_group()

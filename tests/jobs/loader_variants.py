@@ -1,0 +1,84 @@
+"""(10) DataLoader features whose internals differ between torch 1.x and
+2.x, one variant per run (JOB_VARIANT):
+  persistent   num_workers=2, persistent_workers=True, pin_memory=True (a
+               no-op without CUDA), 3 epochs of a map-style dataset;
+  iterable     an IterableDataset sharded by get_worker_info(), workers
+               started with multiprocessing_context="spawn" (the default
+               on macOS and, from 3.14, for Python itself);
+  forkserver   a map-style dataset, workers from a forkserver, and the
+               model wrapped by torch.compile (backend "eager": dynamo's
+               tracing and guards without a C++ toolchain) on torch 2.x.
+The oracle: optimizer steps and the data-wait share timed inline."""
+import os
+import sys
+
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import Clock, busy  # noqa: E402
+
+VARIANT = os.environ.get("JOB_VARIANT", "persistent")
+ITEM_S = 0.0004
+BATCH = 8
+
+
+class Items(Dataset):
+    def __len__(self):
+        return 20 * BATCH
+
+    def __getitem__(self, i):
+        busy(ITEM_S)
+        return torch.full((16,), float(i)), torch.ones(1)
+
+
+class Stream(IterableDataset):
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        info = get_worker_info()
+        k, m = (info.id, info.num_workers) if info else (0, 1)
+        for i in range(k, self.n, m):
+            busy(ITEM_S)
+            yield torch.full((16,), float(i)), torch.ones(1)
+
+
+def main():
+    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    run = model
+    if VARIANT == "persistent":
+        loader = DataLoader(Items(), batch_size=BATCH, num_workers=2, persistent_workers=True,
+                            pin_memory=torch.cuda.is_available())
+        epochs = 3
+    elif VARIANT == "iterable":
+        loader = DataLoader(Stream(60 * BATCH), batch_size=BATCH, num_workers=2,
+                            multiprocessing_context="spawn")
+        epochs = 1
+    else:
+        loader = DataLoader(Items(), batch_size=BATCH, num_workers=2,
+                            multiprocessing_context="forkserver")
+        epochs = 2
+        if hasattr(torch, "compile"):
+            run = torch.compile(model, backend="eager")
+    clock = Clock()
+    for _ in range(epochs):
+        it = iter(loader)
+        while True:
+            try:
+                x, y = clock.fetch(lambda: next(it))
+            except StopIteration:
+                break
+            loss = torch.nn.functional.mse_loss(run(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            busy(0.003)  # the rest of the step's compute
+            clock.step()
+    clock.report(variant=VARIANT)
+
+
+if __name__ == "__main__":  # spawn and forkserver import this file in each worker
+    torch.set_num_threads(1)
+    main()
