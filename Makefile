@@ -104,6 +104,16 @@ $(BUILD)/tests/fakes/%.so: tests/fakes/%.c $(FAKE_SRC)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Wno-missing-prototypes -shared -o $@ $<
 
+# The callgrind client requests of bench/agent_loops.py (loaded with ctypes);
+# valgrind's header, so only where valgrind is installed (make deps).
+HAVE_VALGRIND := $(shell test -e /usr/include/valgrind/callgrind.h && echo 1)
+ifeq ($(HAVE_VALGRIND),1)
+CGMARK := $(BUILD)/bench/cgmark.so
+endif
+$(BUILD)/bench/cgmark.so: bench/cgmark/cgmark.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -shared -o $@ $<
+
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libtrainmon.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Wno-missing-prototypes -o $@ $< $(BUILD)/libtrainmon.a $(LDFLAGS) $(LDLIBS)
@@ -113,7 +123,7 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libtrainmon.a
 DEPS := build-essential clang libclang-rt-14-dev clang-format libcmocka-dev sysstat fio \
         python3 python3-dev python3-pytest python3-setuptools python3-pip python3-torch \
         python3-psutil util-linux e2fsprogs procps libmicrohttpd-dev prometheus \
-        prometheus-node-exporter wrk curl chromium
+        prometheus-node-exporter wrk curl chromium valgrind
 deps:
 	@missing=$$(for p in $(DEPS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | \
 	    grep -q '^install ok installed' || echo $$p; done); \
@@ -194,11 +204,12 @@ FUZZ_SECONDS ?= 15
 fuzz-run: $(FUZZ_BIN)
 	@BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run.sh $(FUZZ_BIN)
 
-bench: all $(BENCH_BIN) $(HELPER_BIN) $(FAKE_LIB)
+bench: all $(BENCH_BIN) $(HELPER_BIN) $(FAKE_LIB) $(CGMARK)
 	@BUILD=$(BUILD) bench/run.sh
 
 FORMAT_SRC = $(wildcard include/*.h src/lib/*.[ch] src/cli/*.[ch] python/trainmon/*.c \
-               tests/unit/*.c tests/fuzz/*.c tests/helpers/*.[ch] tests/fakes/*.c bench/*.c)
+               tests/unit/*.c tests/fuzz/*.c tests/helpers/*.[ch] tests/fakes/*.c bench/*.c \
+               bench/cgmark/*.c)
 format:
 	clang-format -i $(FORMAT_SRC)
 

@@ -4,6 +4,8 @@
    pressure): trainmon vs the floor (the same /proc files read by pread on
    kept-open descriptors), vs psutil doing the same job, vs `iostat -x`.
 2. Peak RSS of `trainmon watch --pid` recording to a run directory.
+3. The in-process recorder, the report, `trainmon serve`.
+4. The in-process agent's cost per training step (bench/agent_cost.py).
 """
 import os, resource, subprocess, sys, tempfile, time
 
@@ -129,6 +131,12 @@ lines.append(f"| RSS after the load | {f(srv, 'trainmon_rss_kb', '{:.0f}')} kB |
 lines.append(f"| CPU per scrape (served from the last collection) | {f(srv, 'trainmon_cpu_us_per_scrape', '{:.1f}')} us | {f(srv, 'node_exporter_cpu_us_per_scrape', '{:.1f}')} us | at most 5% of node_exporter's |")
 lines.append(f"| ratio | {f(srv, 'cpu_ratio', '{:.3f}')} | | |")
 lines.append(f"| CPU of one collection (every -i seconds, 1 s default) | {f(srv, 'trainmon_collect_cpu_us', '{:.1f}')} us | | |")
+lines.append("")
+# The agent's cost per training step under callgrind (bench/agent_cost.py):
+# prints its own table and a PASS/FAIL line; minutes, most of it valgrind.
+ac = subprocess.run([sys.executable, os.path.join(root, "bench", "agent_cost.py"), root, build],
+                    capture_output=True, text=True)
+lines += (ac.stdout.strip() or "agent cost per step: did not run: " + ac.stderr.strip()[-300:]).splitlines()
 text = "\n".join(lines)
 print(text)
 with open(os.path.join(bdir, "bench.md"), "w") as f:

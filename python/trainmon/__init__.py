@@ -26,14 +26,18 @@ Hooks installed by attach() (docs/ARCHITECTURE.md):
     RSS go to the worker's own file worker-r<R>-<pid>.tmr, opened in the
     worker after the fork.  Forked workers inherit the patch; spawned ones
     get it only when TRAINMON_ATTACH=1 makes them import trainmon.
-  - optimizer steps: global step hooks on torch >= 2.0, a wrapped step on
-    older torch.
+  - optimizer steps: global step hooks on torch >= 2.0 (the C builtins
+    themselves), a wrapped step on older torch.
   - torch.autograd.backward (Tensor.backward calls it): backward passes.
+    This and __next__ are wrapped by C Hook objects: no Python frame of
+    ours per call (the agent's cost per step: docs/BENCHMARKS.md).
   - the DataLoader iterators' __del__: a loop that breaks drops its
     iterator, which ends a loader-ended step there.
   - the first module forward after a step boundary, in loops without a
-    DataLoader: a forward pre-hook in torch's global hook dict, put there
-    at the boundary and taken out by its first call.
+    DataLoader: torch's global forward pre-hook dict is replaced, while
+    empty, by an ArmedHooks whose truth test (made by every hook-free
+    module call) notes it; else a hook put into that dict at the boundary
+    and taken out by its first call.
   The step model (docs/DIAGNOSIS.md) is the C core's: a step ends at the
   lead optimizer's step, else at the end of a backward pass (no optimizer),
   else at the next DataLoader batch; eval batches are recorded apart.
@@ -480,27 +484,15 @@ def _patch(owner, name, new):
 
 
 def _make_next(orig):
-    enter, leave = _c.next_enter, _c.next_exit
-
-    def __next__(self):
-        try:
-            flags = enter(self)
-            if flags:
-                _on_boundary(flags)
-        except Exception as e:
-            _report_exc("step boundary", e)
-        try:
-            batch = orig(self)
-        except BaseException:
-            leave(False)
-            raise
-        leave(self)  # True: a batch came back (the iterator, for loader_dropped)
-        return batch
-
-    __next__.__wrapped__ = orig
-    __next__.__name__ = "__next__"
-    __next__._trainmon = True
-    return __next__
+    """The DataLoader iterators' __next__: a Hook (C) that tells the step
+    model of the call's entry (the step boundary; due callbacks run there)
+    and of its return (a batch, or an exception: StopIteration at the
+    loader's end), and returns orig's batch or raises its exception."""
+    h = _c.hook("next", orig)
+    h.__wrapped__ = orig
+    h.__name__ = "__next__"
+    h._trainmon = True
+    return h
 
 
 _MISSING = object()  # an attribute a patch added (detach deletes it)
@@ -557,18 +549,11 @@ def _opt_no(opt):
         return 0
 
 
-def _opt_pre_hook(opt, args, kwargs):
+def _boundary(flags):
+    """What the C hooks call at a step boundary that has work for the glue
+    (threshold callbacks due, CUDA up); never raises."""
     try:
-        _c.opt_pre()
-    except Exception:
-        pass
-
-
-def _opt_post_hook(opt, args, kwargs):
-    try:
-        flags = _c.opt_post(_opt_no(opt))
-        if flags:
-            _on_boundary(flags)
+        _on_boundary(flags)
     except Exception as e:
         _report_exc("step boundary", e)
 
@@ -576,47 +561,48 @@ def _opt_post_hook(opt, args, kwargs):
 def _make_backward(orig):
     """torch.autograd.backward (Tensor.backward calls it): a backward pass,
     a micro-batch of the step model, and the step's end where the job
-    steps no torch.optim optimizer (manual SGD)."""
+    steps no torch.optim optimizer (manual SGD).  A Hook (C): no Python
+    frame of ours per backward pass."""
     import functools
-    enter, leave = _c.backward_enter, _c.backward_exit
-
-    @functools.wraps(orig)
-    def backward(*args, **kwargs):
-        try:
-            enter()
-        except Exception as e:
-            _report_exc("backward timing", e)
-        try:
-            return orig(*args, **kwargs)
-        finally:
-            try:
-                flags = leave()
-                if flags:
-                    _on_boundary(flags)
-            except Exception as e:
-                _report_exc("step boundary", e)
-    backward._trainmon = True
-    return backward
+    h = _c.hook("backward", orig)
+    functools.update_wrapper(h, orig)
+    h._trainmon = True
+    return h
 
 
 def _wrap_step(step):
+    """torch < 2.0 (no global optimizer step hooks): the optimizer class's
+    step, wrapped; the hooks it calls are the ones torch >= 2.0 calls."""
     import functools
-    pre, post = _c.opt_pre, _c.opt_post
+    pre, post = _c.opt_pre_hook, _c.opt_post_hook
 
     @functools.wraps(step)  # also carries torch 1.13's `hooked` mark
     def wrapper(self, *args, **kwargs):
-        pre()
+        pre(self, args, kwargs)
         try:
             return step(self, *args, **kwargs)
         finally:
-            try:
-                flags = post(_opt_no(self))
-                if flags:
-                    _on_boundary(flags)
-            except Exception as e:
-                _report_exc("step boundary", e)
+            post(self, args, kwargs)
     wrapper._trainmon = True
     return wrapper
+
+
+def _forward_hooks(nnm):
+    """torch's global forward pre-hook dict, as the step model sees the
+    first forward after a step boundary (loops without a DataLoader): while
+    the job has no global forward pre-hook, an ArmedHooks (C) is put in
+    its place, an OrderedDict whose truth test, made by every hook-free
+    module call, notes that forward; module calls keep torch's hook-free
+    path.  Else the dict itself, into which a hook is put at each
+    boundary."""
+    import collections
+    hooks = getattr(nnm, "_global_forward_pre_hooks", None)
+    if type(hooks) is not collections.OrderedDict or len(hooks):
+        return hooks
+    armed = _c.ArmedHooks()
+    nnm._global_forward_pre_hooks = armed
+    _state["patches"].append((nnm, "_global_forward_pre_hooks", hooks))
+    return armed
 
 
 # Blocking collectives a loop calls itself (dist.all_reduce(loss), a
@@ -688,7 +674,8 @@ def _install_optimizer(torch):
     reg_pre = getattr(optim, "register_optimizer_step_pre_hook", None)
     reg_post = getattr(optim, "register_optimizer_step_post_hook", None)
     if reg_pre and reg_post:
-        _state["hook_handles"] += [reg_pre(_opt_pre_hook), reg_post(_opt_post_hook)]
+        # the C hooks themselves: no Python frame of ours per step
+        _state["hook_handles"] += [reg_pre(_c.opt_pre_hook), reg_post(_c.opt_post_hook)]
         return
     # torch < 2.0: wrap each optimizer class's step when an instance is made
     # (Optimizer.__init__ has already put its profiler wrapper on it).
@@ -922,6 +909,7 @@ def attach(run_dir=None, memory_history=None):
         torch = sys.modules.get("torch")
         if torch is None:
             return
+        _c.bind_hooks(_boundary, _opt_no)
         try:
             for name in ("set_num_threads", "set_num_interop_threads"):
                 f = torch.__dict__.get(name)
@@ -974,8 +962,7 @@ def attach(run_dir=None, memory_history=None):
             if dlm is not None and getattr(dlm, "_MultiProcessingDataLoaderIter", None) is None:
                 _moved("worker handoff timing",
                        "torch.utils.data.dataloader._MultiProcessingDataLoaderIter")
-            _c.bind_steps(getattr(nnm, "_global_forward_pre_hooks", None),
-                          getattr(torch, "is_grad_enabled", None),
+            _c.bind_steps(_forward_hooks(nnm), getattr(torch, "is_grad_enabled", None),
                           getattr(dlm, "_MultiProcessingDataLoaderIter", None))
         except Exception as e:
             _report_exc("batch preparation timing", e)
@@ -1009,6 +996,9 @@ def detach():
     try:
         _c.shutdown()
         for owner, name, orig in reversed(_state["patches"]):
+            cur = getattr(owner, name, None)
+            if isinstance(cur, _c.ArmedHooks) and len(cur):
+                continue  # holds the job's own hooks now (their handles point at it)
             if orig is _MISSING:
                 delattr(owner, name)
             else:

@@ -683,10 +683,13 @@ static int check_thresholds(int64_t t)
  * start to its first module forward (the batch preparation of a loop that
  * slices its batches itself), as its data wait, and prep_cpu_ns, the
  * training thread's CPU time in it (CPU-bound preparation vs waiting on
- * I/O).  The first forward is caught by a forward pre-hook put into
- * torch's global hook dict at the boundary and taken out by its first
- * call: one dict insert, one call and one delete per step, and module
- * calls take torch's hook-free fast path again for the rest of the step.
+ * I/O).  The first forward is caught by the truth test of torch's global
+ * forward pre-hook dict, which every hook-free module call makes: the glue
+ * puts an ArmedHooks (an OrderedDict whose truth test is ours, below) in
+ * its place, and arming at the boundary is a flag; module calls keep
+ * torch's hook-free fast path.  Where the job had a global forward
+ * pre-hook of its own before attach(), a hook of ours is put into that
+ * dict at the boundary and taken out by its first call instead.
  */
 #define PEND_MAX 64
 
@@ -767,11 +770,20 @@ static int on_thread(void)
     return th == g_thread;
 }
 
+/* Where torch's global forward pre-hook dict is the glue's ArmedHooks
+ * (an OrderedDict whose truth test is ours, put in its place by attach()
+ * while it was empty), arming is a flag: every hook-free module call tests
+ * that dict's truth, and the first test after the boundary is the first
+ * forward.  torch's hook-free fast path is kept, and no hook is inserted
+ * and deleted per step.  Otherwise (the job had registered a global
+ * forward pre-hook before attach) our hook goes into the dict. */
+static int g_fwd_flag; /* g_fwd_hooks is an ArmedHooks */
+
 static void fwd_arm(int64_t t)
 {
     if (!g_fwd_hooks || !g_fwd_fn || g_fwd_armed)
         return;
-    if (PyObject_SetItem(g_fwd_hooks, g_fwd_key, g_fwd_fn) < 0) {
+    if (!g_fwd_flag && PyObject_SetItem(g_fwd_hooks, g_fwd_key, g_fwd_fn) < 0) {
         swallow(R_INTERNAL, "timing batch preparation");
         Py_CLEAR(g_fwd_hooks); /* never again */
         return;
@@ -786,8 +798,18 @@ static void fwd_disarm(void)
     if (!g_fwd_armed)
         return;
     g_fwd_armed = 0;
-    if (g_fwd_hooks && PyObject_DelItem(g_fwd_hooks, g_fwd_key) < 0)
+    if (g_fwd_hooks && !g_fwd_flag && PyObject_DelItem(g_fwd_hooks, g_fwd_key) < 0)
         PyErr_Clear(); /* taken out by someone else */
+}
+
+/* The first forward on the training thread after the boundary. */
+static void first_forward(void)
+{
+    if (!g_fwd_armed || !on_thread()) /* the first forward may come first of all */
+        return;
+    g_fwd_t = now_ns();
+    g_fwd_cpu = thread_cpu_ns();
+    fwd_disarm();
 }
 
 /* The forward pre-hook: (module, input) -> None.  Notes the first forward
@@ -795,13 +817,30 @@ static void fwd_disarm(void)
 static PyObject *py_fwd_pre(PyObject *self, PyObject *args)
 {
     (void)self, (void)args;
-    if (!g_fwd_armed || !on_thread()) /* the first forward may come first of all */
-        Py_RETURN_NONE;
-    g_fwd_t = now_ns();
-    g_fwd_cpu = thread_cpu_ns();
-    fwd_disarm();
+    first_forward();
     Py_RETURN_NONE;
 }
+
+/* ArmedHooks' truth test: the dict's (torch runs the hooks in it when
+ * true), and the first forward when armed.  Never raises. */
+static int armed_bool(PyObject *d)
+{
+    if (g_fwd_armed && g_fwd_flag)
+        first_forward();
+    return PyDict_GET_SIZE(d) != 0;
+}
+
+static PyNumberMethods armed_number = {.nb_bool = armed_bool};
+
+/* tp_base (OrderedDict) is set at module init: a static initializer cannot
+ * take the address of a type in another module on every platform. */
+static PyTypeObject ArmedHooksType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "trainmon._trainmon.ArmedHooks",
+    .tp_doc = "trainmon: torch's global forward pre-hook dict, whose truth test notes the first "
+              "forward after a step boundary",
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_as_number = &armed_number,
+};
 
 static PyMethodDef fwd_def = {"_trainmon_first_forward", py_fwd_pre, METH_VARARGS,
                               "trainmon: notes the first forward after a step boundary"};
@@ -1382,6 +1421,7 @@ static PyObject *py_bind_steps(PyObject *self, PyObject *args)
         Py_INCREF(hooks);
         g_fwd_hooks = hooks;
     }
+    g_fwd_flag = g_fwd_hooks && Py_IS_TYPE(g_fwd_hooks, &ArmedHooksType);
     if (grad != Py_None && PyCallable_Check(grad)) {
         Py_INCREF(grad);
         g_grad_on = grad;
@@ -1578,6 +1618,248 @@ static PyObject *py_opt_post(PyObject *self, PyObject *arg)
     confirm_batch();
     close_acc(TM_STEP_BY_OPTIMIZER, t, 0);
     return take_flags();
+}
+
+/* ------------------------------------------------ hooks that torch calls
+ *
+ * The agent's cost per step (bench/agent_loops.py, docs/BENCHMARKS.md) was
+ * mostly the Python frames between torch and the functions above: a Python
+ * wrapper costs more instructions per call than the step model's own work.
+ * torch calls these directly instead: the optimizer step hooks are
+ * builtins, and the wrappers of torch.autograd.backward and of DataLoader
+ * __next__ are Hook objects that call the step model and the original from
+ * C.  They do what the glue's Python wrappers did: an error of trainmon's
+ * is said once and never raised into the job, the original's own result
+ * or exception passes through unchanged, and threshold callbacks run at
+ * the boundary through the glue's _boundary(flags).
+ */
+
+static PyObject *g_boundary; /* the glue's _boundary(flags); it never raises */
+static PyObject *g_opt_no;   /* the glue's _opt_no(optimizer) -> the optimizer's number */
+
+/* The glue's work at a step boundary, when the step model asks for it.
+ * flags: a new reference (take_flags) or NULL on an error; consumed. */
+static void boundary(PyObject *flags)
+{
+    if (!flags) {
+        swallow(R_INTERNAL, "step boundary");
+        return;
+    }
+    if (g_boundary && PyObject_IsTrue(flags) > 0) {
+        PyObject *r = PyObject_CallOneArg(g_boundary, flags);
+        if (!r)
+            swallow(R_INTERNAL, "step boundary");
+        Py_XDECREF(r);
+    }
+    Py_DECREF(flags);
+}
+
+/* The optimizers' numbers, as the glue's _opt_no gives them (a weak-keyed
+ * dict, numbered in order of first step), cached for the last few
+ * optimizers seen: a live weak reference to the very object is the same
+ * optimizer and keeps its number, so the cache answers as _opt_no would. */
+#define OPT_CACHE 4
+static struct {
+    PyObject *ref;
+    long no;
+} g_optc[OPT_CACHE];
+static int g_optc_next;
+
+static int weak_is(PyObject *ref, PyObject *obj)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *o = NULL;
+    int same = PyWeakref_GetRef(ref, &o) > 0 && o == obj;
+    Py_XDECREF(o);
+    return same;
+#else
+    return PyWeakref_GetObject(ref) == obj;
+#endif
+}
+
+static long opt_number(PyObject *opt)
+{
+    for (int i = 0; i < OPT_CACHE; i++)
+        if (g_optc[i].ref && weak_is(g_optc[i].ref, opt))
+            return g_optc[i].no;
+    if (!g_opt_no)
+        return 0;
+    PyObject *r = PyObject_CallOneArg(g_opt_no, opt);
+    long no = r ? PyLong_AsLong(r) : -1;
+    Py_XDECREF(r);
+    if (no < 0) {
+        swallow(R_INTERNAL, "numbering the optimizer");
+        return 0;
+    }
+    PyObject *ref = PyWeakref_NewRef(opt, NULL);
+    if (!ref) { /* not weak-referenceable: _opt_no said 0, asked again next time */
+        PyErr_Clear();
+        return no;
+    }
+    Py_XDECREF(g_optc[g_optc_next].ref);
+    g_optc[g_optc_next].ref = ref;
+    g_optc[g_optc_next].no = no;
+    g_optc_next = (g_optc_next + 1) % OPT_CACHE;
+    return no;
+}
+
+/* opt_pre_hook(optimizer, args, kwargs), opt_post_hook(...): torch's
+ * global optimizer step hooks (torch >= 2.0), registered as they are. */
+static PyObject *py_opt_pre_hook(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)args, (void)nargs;
+    return py_opt_pre(self, NULL);
+}
+
+static PyObject *py_opt_post_hook(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *no = PyLong_FromLong(nargs > 0 ? opt_number(args[0]) : 0);
+    boundary(no ? py_opt_post(self, no) : NULL);
+    Py_XDECREF(no);
+    Py_RETURN_NONE;
+}
+
+/* A Hook wraps torch's function orig: HOOK_BACKWARD torch.autograd.backward,
+ * HOOK_NEXT _BaseDataLoaderIter.__next__ (a method: the Hook binds to the
+ * iterator as a function does). */
+enum { HOOK_BACKWARD, HOOK_NEXT };
+
+typedef struct {
+    PyObject_HEAD PyObject *orig;
+    PyObject *dict; /* __wrapped__, __name__, _trainmon, ... */
+    vectorcallfunc vectorcall;
+    int kind;
+} Hook;
+
+static PyObject *hook_backward(PyObject *callable, PyObject *const *args, size_t nargsf,
+                               PyObject *kwnames)
+{
+    Hook *h = (Hook *)callable;
+    PyObject *r = py_backward_enter(NULL, NULL);
+    if (!r)
+        swallow(R_INTERNAL, "backward timing");
+    Py_XDECREF(r);
+    r = PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb); /* the backward pass's own error, if any */
+    boundary(py_backward_exit(NULL, NULL));
+    PyErr_Restore(et, ev, tb);
+    return r;
+}
+
+static PyObject *hook_next(PyObject *callable, PyObject *const *args, size_t nargsf,
+                           PyObject *kwnames)
+{
+    Hook *h = (Hook *)callable;
+    if (PyVectorcall_NARGS(nargsf) != 1 || kwnames) /* not a __next__ call: orig says why */
+        return PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
+    PyObject *it = args[0];
+    boundary(py_next_enter(NULL, it));
+    PyObject *batch = PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
+    PyObject *et = NULL, *ev = NULL, *tb = NULL;
+    if (!batch)
+        PyErr_Fetch(&et, &ev, &tb); /* StopIteration at a loader's end, or the job's error */
+    /* the iterator (a batch came back: loader_dropped knows it) or False */
+    PyObject *r = py_next_exit(NULL, batch ? it : Py_False);
+    if (!r)
+        swallow(R_INTERNAL, "step boundary");
+    Py_XDECREF(r);
+    if (!batch)
+        PyErr_Restore(et, ev, tb);
+    return batch;
+}
+
+static PyObject *hook_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    (void)type;
+    if (!obj || obj == Py_None) {
+        Py_INCREF(self);
+        return self;
+    }
+    return PyMethod_New(self, obj);
+}
+
+static int hook_traverse(Hook *h, visitproc visit, void *arg)
+{
+    Py_VISIT(h->orig);
+    Py_VISIT(h->dict);
+    return 0;
+}
+
+static int hook_clear(Hook *h)
+{
+    Py_CLEAR(h->orig);
+    Py_CLEAR(h->dict);
+    return 0;
+}
+
+static void hook_dealloc(Hook *h)
+{
+    PyObject_GC_UnTrack(h);
+    hook_clear(h);
+    Py_TYPE(h)->tp_free((PyObject *)h);
+}
+
+static PyGetSetDef hook_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject HookType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "trainmon._trainmon.Hook",
+    .tp_doc = "trainmon: a function of torch's, timed for the step model",
+    .tp_basicsize = sizeof(Hook),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
+                Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_vectorcall_offset = offsetof(Hook, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_descr_get = hook_get,
+    .tp_dictoffset = offsetof(Hook, dict),
+    .tp_getset = hook_getset,
+    .tp_traverse = (traverseproc)hook_traverse,
+    .tp_clear = (inquiry)hook_clear,
+    .tp_dealloc = (destructor)hook_dealloc,
+};
+
+/* hook(kind, orig): a Hook ("backward" or "next") around orig. */
+static PyObject *py_hook(PyObject *self, PyObject *args)
+{
+    (void)self;
+    const char *kind;
+    PyObject *orig;
+    if (!PyArg_ParseTuple(args, "sO", &kind, &orig))
+        return NULL;
+    int k = strcmp(kind, "backward") == 0 ? HOOK_BACKWARD
+            : strcmp(kind, "next") == 0   ? HOOK_NEXT
+                                          : -1;
+    if (k < 0 || !PyCallable_Check(orig)) {
+        PyErr_Format(PyExc_ValueError, "trainmon: hook(%s, ...): no such hook", kind);
+        return NULL;
+    }
+    Hook *h = PyObject_GC_New(Hook, &HookType);
+    if (!h)
+        return NULL;
+    Py_INCREF(orig);
+    h->orig = orig;
+    h->dict = NULL;
+    h->kind = k;
+    h->vectorcall = k == HOOK_BACKWARD ? hook_backward : hook_next;
+    PyObject_GC_Track(h);
+    return (PyObject *)h;
+}
+
+/* bind_hooks(boundary, opt_no): the glue's functions the hooks call. */
+static PyObject *py_bind_hooks(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *b, *n;
+    if (!PyArg_ParseTuple(args, "OO", &b, &n))
+        return NULL;
+    Py_INCREF(b);
+    Py_INCREF(n);
+    Py_XSETREF(g_boundary, b);
+    Py_XSETREF(g_opt_no, n);
+    Py_RETURN_NONE;
 }
 
 /* -------------------------------------------------------------- workers */
@@ -2108,6 +2390,12 @@ static PyMethodDef methods[] = {
     {"loader_dropped", py_loader_dropped, METH_O, "a DataLoader iterator is deleted"},
     {"backward_enter", py_backward_enter, METH_NOARGS, "torch.autograd.backward entered"},
     {"backward_exit", py_backward_exit, METH_NOARGS, "torch.autograd.backward returned"},
+    {"opt_pre_hook", (PyCFunction)(void (*)(void))py_opt_pre_hook, METH_FASTCALL,
+     "torch's global optimizer step pre-hook"},
+    {"opt_post_hook", (PyCFunction)(void (*)(void))py_opt_post_hook, METH_FASTCALL,
+     "torch's global optimizer step post-hook: the step's end"},
+    {"hook", py_hook, METH_VARARGS, "hook(kind, orig): torch's backward or __next__, timed"},
+    {"bind_hooks", py_bind_hooks, METH_VARARGS, "bind_hooks(boundary, opt_no)"},
     {"bind_steps", py_bind_steps, METH_VARARGS,
      "bind_steps(global_forward_pre_hooks, is_grad_enabled)"},
     {"now", py_now, METH_NOARGS, "CLOCK_MONOTONIC in ns"},
@@ -2135,7 +2423,9 @@ PyMODINIT_FUNC PyInit__trainmon(void)
 {
     for (int i = 0; i < F_N; i++)
         g_last[i] = NAN;
-    if (PyType_Ready(&MonitorType) < 0)
+    ArmedHooksType.tp_base = &PyODict_Type;
+    if (PyType_Ready(&MonitorType) < 0 || PyType_Ready(&HookType) < 0 ||
+        PyType_Ready(&ArmedHooksType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m)
@@ -2143,6 +2433,12 @@ PyMODINIT_FUNC PyInit__trainmon(void)
     Py_INCREF(&MonitorType);
     if (PyModule_AddObject(m, "MonitorCore", (PyObject *)&MonitorType) < 0) {
         Py_DECREF(&MonitorType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&ArmedHooksType);
+    if (PyModule_AddObject(m, "ArmedHooks", (PyObject *)&ArmedHooksType) < 0) {
+        Py_DECREF(&ArmedHooksType);
         Py_DECREF(m);
         return NULL;
     }

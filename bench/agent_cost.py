@@ -1,0 +1,187 @@
+"""The in-process agent's cost per training step (issue #14): at most 0.1 %
+of a 1 ms step, 1 us, on each of the four kinds of loop in agent_loops.py.
+
+    python3 agent_cost.py ROOT BUILD
+
+Prints a markdown table and one PASS/FAIL line.  Environment:
+  AGENT_COST_PY     the interpreter (default: the tree's .venv, else
+                    /usr/bin/python3)
+  AGENT_COST_STEPS  steps per measured block (default 256: one epoch of the
+                    loader loops, so each block has the same epoch ends)
+  AGENT_COST_KINDS  the loops (default: loader slice manual accum)
+
+How (docs/BENCHMARKS.md "The agent's cost per step"):
+  1. Instructions, under callgrind: one process per loop runs N steps
+     without trainmon, N with attach(), N after detach(), each after an
+     uninstrumented warm-up and bracketed by client requests (cgmark.so),
+     so start-up is not counted.  The agent's instructions per step are
+     (agent - mean(plain, plain2)) / N; |plain - plain2| / N is the noise.
+     --collect-systime counts the system calls per step too.
+  2. ns: instructions / (instructions per ns of this machine) + the
+     agent's system calls at their measured native cost.  The rate is the
+     plain loops' own: their instructions per step (callgrind) over their
+     fastest native time per step (the least of the 50-step chunks of the
+     wall mode: a shared machine only ever slows a loop down).  Under valgrind a
+     CLOCK_MONOTONIC read is a system call; natively it is a vDSO read, so
+     the clock reads trainmon makes (tm_now_mono_ns) are costed as such,
+     and every other agent system call (CLOCK_THREAD_CPUTIME_ID) at the
+     measured cost of a thread CPU clock read.
+  3. Wall clock, secondary: the median over rounds of the difference of
+     per-step medians of alternating blocks with and without attach().
+"""
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+BUDGET_NS = 1000.0  # 0.1 % of a 1 ms step (issue #14)
+
+root, build = sys.argv[1], sys.argv[2]
+here = os.path.join(root, "bench")
+cgmark = os.path.join(root, build, "bench", "cgmark.so")
+venv_py = os.path.join(root, ".venv", "bin", "python")
+py = os.environ.get("AGENT_COST_PY") or (venv_py if os.access(venv_py, os.X_OK) else "/usr/bin/python3")
+N = int(os.environ.get("AGENT_COST_STEPS", "256"))
+WARM = 64
+kinds = os.environ.get("AGENT_COST_KINDS", "loader slice manual accum").split()
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+
+
+def skip(why):
+    print("agent cost per step: not measured: " + why)
+    sys.exit(0)
+
+
+if sh(["sh", "-c", "command -v valgrind callgrind_annotate"]).returncode != 0:
+    skip("valgrind is not installed (make deps installs it)")
+if not os.path.exists(cgmark):
+    skip("%s is missing (make bench builds it where valgrind's headers are)" % cgmark)
+tv = sh([py, "-c", "import torch; print(torch.__version__)"])
+if tv.returncode != 0:
+    skip("%s has no torch" % py)
+torch_version = tv.stdout.strip()
+
+
+def read_dump(path):
+    """{event: total} of one callgrind dump."""
+    events, totals = None, None
+    for line in open(path):
+        if line.startswith("events:"):
+            events = line.split()[1:]
+        elif line.startswith("totals:") or (totals is None and line.startswith("summary:")):
+            totals = [int(x) for x in line.split()[1:]]
+    return dict(zip(events, totals + [0] * (len(events) - len(totals))))
+
+
+def annotate(path, event, pattern):
+    """{function: inclusive count of event} for the functions of files matching pattern."""
+    out = sh(["callgrind_annotate", "--inclusive=yes", "--threshold=100", "--show=" + event,
+              "--sort=" + event, path]).stdout
+    res = {}
+    for line in out.splitlines():
+        m = re.match(r"\s*([\d,]+)\s+(?:\([^)]*\)\s+)?(\S+?):(\S+)", line)
+        if m and re.search(pattern, m.group(2)) and m.group(3) not in res:
+            res[m.group(3)] = int(m.group(1).replace(",", ""))
+    return res
+
+
+def callgrind(kind, d):
+    out = sh(["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-systime=nsec",
+              "--callgrind-out-file=" + os.path.join(d, "cg.%p"), "-q", py,
+              os.path.join(here, "agent_loops.py"), "callgrind", kind, str(N), str(WARM), cgmark,
+              os.path.join(d, "run")])
+    if out.returncode != 0:
+        raise RuntimeError("callgrind run of %s failed: %s" % (kind, out.stderr.strip()[-400:]))
+    dumps = {}
+    for f in os.listdir(d):
+        if re.match(r"cg\.\d+\.\d+$", f):
+            p = os.path.join(d, f)
+            for line in open(p):
+                if line.startswith("desc: Trigger: Client Request: "):
+                    dumps[line.split(": ")[-1].strip()] = p
+                    break
+    return {k: read_dump(v) for k, v in dumps.items()}, dumps["agent"]
+
+
+def wall(kind, d):
+    out = sh([py, os.path.join(here, "agent_loops.py"), "wall", kind, "500", "6",
+              os.path.join(d, "wrun")])
+    return dict(kv.split("=") for kv in out.stdout.split() if "=" in kv)
+
+
+def clock_costs():
+    """Native ns per clock read (cgmark.so, in C): a CLOCK_MONOTONIC read
+    (vDSO) and a CLOCK_THREAD_CPUTIME_ID read (a system call)."""
+    import ctypes
+    cg = ctypes.CDLL(cgmark)
+    cg.cg_clock_ns.restype = ctypes.c_double
+    return (cg.cg_clock_ns(time.CLOCK_MONOTONIC, 200000),
+            cg.cg_clock_ns(time.CLOCK_THREAD_CPUTIME_ID, 20000))
+
+
+ENTRY = ("py_opt_pre_hook", "py_opt_post_hook", "py_backward_enter", "py_backward_exit",
+         "py_next_enter", "py_next_exit", "armed_bool", "py_loader_dropped", "py_fwd_pre")
+
+
+rows, worst = [], 0.0
+mono_ns, thread_ns = clock_costs()
+results = {}
+for kind in kinds:
+    with tempfile.TemporaryDirectory(prefix="trainmon-agentcost-") as d:
+        try:
+            blocks, agent_dump = callgrind(kind, d)
+        except (RuntimeError, KeyError) as e:
+            print("agent cost: %s: %s" % (kind, e))
+            continue
+        w = wall(kind, d)
+        fn = annotate(agent_dump, "Ir", r"trainmon/_trainmon\.c$")
+        mono_calls = annotate(agent_dump, "sysCount", r"util\.c$").get("tm_now_mono_ns", 0)
+    plain = (blocks["plain"]["Ir"] + blocks["plain2"]["Ir"]) / 2
+    results[kind] = dict(
+        plain_ir=plain / N,
+        ir=(blocks["agent"]["Ir"] - plain) / N,
+        noise=abs(blocks["plain"]["Ir"] - blocks["plain2"]["Ir"]) / N,
+        sys=(blocks["agent"].get("sysCount", 0) - (blocks["plain"].get("sysCount", 0) +
+                                                    blocks["plain2"].get("sysCount", 0)) / 2) / N,
+        mono=mono_calls / N,
+        plain_ns=float(w.get("plain_ns", "nan")), plain_min=float(w.get("plain_min_ns", "nan")),
+        wall_diff=float(w.get("diff_ns", "nan")),
+        wall_min=float(w.get("diff_min_ns", "nan")), wall_max=float(w.get("diff_max_ns", "nan")),
+        top=sorted(((v / N, k) for k, v in fn.items() if k in ENTRY), reverse=True)[:5])
+
+rates = [r["plain_ir"] / r["plain_min"] for r in results.values() if r["plain_min"] > 0]
+rate = statistics.median(rates) if rates else float("nan")
+print("Agent cost per step (issue #14: at most %.0f ns, 0.1 %% of a 1 ms step), %s, torch %s, "
+      "%d steps per block." % (BUDGET_NS, os.path.basename(py), torch_version, N))
+print("Instructions per ns of this machine: %.2f (median over the loops of their instructions "
+      "per step / their fastest native ns per step, of 50-step chunks; %s).  A CLOCK_MONOTONIC read costs %.0f ns (vDSO), a "
+      "CLOCK_THREAD_CPUTIME_ID read %.0f ns (a system call)."
+      % (rate, ", ".join("%.2f" % x for x in rates), mono_ns, thread_ns))
+print("")
+print("| loop | plain: instr/step, ns/step | agent: instr/step (noise) | agent syscalls/step "
+      "(clock reads, other) | agent ns/step | wall-clock difference, median (min..max) | "
+      "agent's C entry points, instr/step |")
+print("|---|---|---|---|---|---|---|")
+for kind, r in results.items():
+    other = max(r["sys"] - r["mono"], 0.0)
+    ns = r["ir"] / rate + r["mono"] * mono_ns + other * thread_ns
+    worst = max(worst, ns)
+    r["ns"] = ns
+    print("| %s | %.0f, %.0f | %.0f (+-%.0f) | %.2f, %.2f | %.0f | %.0f (%.0f..%.0f) ns | %s |" % (
+        kind, r["plain_ir"], r["plain_ns"], r["ir"], r["noise"], r["mono"], other, ns,
+        r["wall_diff"], r["wall_min"], r["wall_max"],
+        ", ".join("%s %.0f" % (k, v) for v, k in r["top"])))
+print("")
+if not results:
+    print("agent cost per step: FAIL: nothing measured")
+    sys.exit(0)
+ok = worst <= BUDGET_NS and len(results) == len(kinds)
+print("agent cost per step: %s: at most %.0f ns per step (%.3f %% of a 1 ms step) over %s; "
+      "target at most %.0f ns" % ("PASS" if ok else "FAIL", worst, worst / 1e4,
+                                  ", ".join(results), BUDGET_NS))

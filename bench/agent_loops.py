@@ -1,0 +1,188 @@
+"""The in-process agent's cost per training step, per kind of loop.
+
+    python agent_loops.py callgrind KIND N WARMUP CGMARK_SO RUN_DIR
+    python agent_loops.py wall KIND N ROUNDS RUN_DIR
+
+KIND is one of the four loops the step model tells apart (a tiny MLP, so
+that the loop's own cost is small and the agent's stands out):
+  loader  DataLoader over an in-memory TensorDataset (num_workers=0),
+          an optimizer step per batch
+  slice   no DataLoader: batches sliced from a tensor, an optimizer step
+  manual  batches sliced, manual SGD (backward, then p -= lr * grad; no
+          torch.optim optimizer)
+  accum   DataLoader, gradient accumulation: 4 backward passes per
+          optimizer step (a step is an optimizer step)
+
+callgrind (under `valgrind --tool=callgrind --instr-atstart=no`): N steps
+without trainmon, N with trainmon.attach(), N after detach() again, each
+after WARMUP uninstrumented steps and each bracketed by the client
+requests of bench/cgmark (one dump per block, labelled plain / agent /
+plain2).  Start-up, the torch import and the warm-ups are not counted.
+
+wall (no valgrind): ROUNDS rounds of an N-step block without and an N-step
+block with attach() (attach and detach between blocks, one process), the
+order alternating per round; prints key=value lines: the medians of the
+per-step times over all blocks and the median over rounds of the
+per-round ratio and difference of the block medians.
+"""
+import ctypes
+import gc
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+
+import torch  # noqa: E402
+
+KINDS = ("loader", "slice", "manual", "accum")
+BS, ROWS, ACCUM, LR = 16, 4096, 4, 0.01
+
+
+class Loop:
+    """One of the loops, resumable: run(n) does n more steps."""
+
+    def __init__(self, kind):
+        torch.manual_seed(0)
+        torch.set_num_threads(1)
+        self.kind = kind
+        self.model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(),
+                                         torch.nn.Linear(32, 4))
+        self.params = list(self.model.parameters())
+        self.opt = torch.optim.SGD(self.params, lr=LR) if kind != "manual" else None
+        self.lossf = torch.nn.CrossEntropyLoss()
+        self.X = torch.randn(ROWS, 32)
+        self.Y = torch.randint(0, 4, (ROWS,))
+        self.loader = torch.utils.data.DataLoader(
+            torch.utils.data.TensorDataset(self.X, self.Y), batch_size=BS, shuffle=False,
+            num_workers=0)
+        self.it = iter(self.loader)
+        self.i = 0
+        self.run = getattr(self, "run_" + kind)
+
+    def batch(self):
+        j = (self.i % (ROWS // BS)) * BS
+        self.i += 1
+        return self.X[j:j + BS], self.Y[j:j + BS]
+
+    def next_batch(self):
+        """The next DataLoader batch; a new epoch (a new iterator, the old
+        one dropped) when one ends, as `for x, y in loader` in a loop over
+        epochs does."""
+        try:
+            return next(self.it)
+        except StopIteration:
+            self.it = iter(self.loader)
+            return next(self.it)
+
+    def run_loader(self, n):
+        model, opt, lossf, nb = self.model, self.opt, self.lossf, self.next_batch
+        for _ in range(n):
+            x, y = nb()
+            opt.zero_grad()
+            loss = lossf(model(x), y)
+            loss.backward()
+            opt.step()
+
+    def run_slice(self, n):
+        model, opt, lossf = self.model, self.opt, self.lossf
+        for _ in range(n):
+            x, y = self.batch()
+            opt.zero_grad()
+            loss = lossf(model(x), y)
+            loss.backward()
+            opt.step()
+
+    def run_manual(self, n):
+        model, lossf, params = self.model, self.lossf, self.params
+        for _ in range(n):
+            x, y = self.batch()
+            for p in params:
+                p.grad = None
+            loss = lossf(model(x), y)
+            loss.backward()
+            with torch.no_grad():
+                for p in params:
+                    p.add_(p.grad, alpha=-LR)
+
+    def run_accum(self, n):
+        model, opt, lossf, nb = self.model, self.opt, self.lossf, self.next_batch
+        for _ in range(n):
+            for _ in range(ACCUM):
+                x, y = nb()
+                loss = lossf(model(x), y) / ACCUM
+                loss.backward()
+            opt.step()
+            opt.zero_grad()
+
+
+def timed_block(loop, n):
+    """Per-step times of n steps, in chunks of 50 (a clock read per step
+    would add to the cost measured)."""
+    times = []
+    for _ in range(n // 50):
+        t0 = time.perf_counter_ns()
+        loop.run(50)
+        times.append((time.perf_counter_ns() - t0) / 50)
+    return times
+
+
+def main():
+    mode, kind = sys.argv[1], sys.argv[2]
+    if kind not in KINDS:
+        sys.exit("agent_loops.py: unknown loop kind %s (one of %s)" % (kind, ", ".join(KINDS)))
+    if mode == "callgrind":
+        n, warm, so, run_dir = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
+        cg = ctypes.CDLL(so)
+        cg.cg_end.argtypes = [ctypes.c_char_p]
+        if not cg.cg_running():
+            sys.exit("agent_loops.py callgrind: not running under valgrind")
+        import trainmon
+        loop = Loop(kind)
+        for label in ("plain", "agent", "plain2"):
+            if label == "agent":
+                trainmon.attach(run_dir=run_dir)
+            elif label == "plain2":
+                trainmon.detach()
+            loop.run(warm)
+            gc.collect()  # no collection of the warm-up's garbage in the block
+            cg.cg_begin()
+            loop.run(n)
+            cg.cg_end(label.encode())
+            if label == "agent":
+                print("agent_steps=%d" % trainmon.stats()["steps_closed"])
+    elif mode == "wall":
+        n, rounds, run_dir = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+        import trainmon
+        loop = Loop(kind)
+        loop.run(n)  # warm-up
+        trainmon.attach(run_dir=run_dir)
+        loop.run(n)
+        trainmon.detach()
+        plain, agent, ratios, diffs = [], [], [], []
+        for r in range(rounds):
+            res = {}
+            for attached in ((False, True) if r % 2 == 0 else (True, False)):
+                if attached:
+                    trainmon.attach(run_dir=run_dir)
+                gc.collect()
+                res[attached] = timed_block(loop, n)
+                if attached:
+                    trainmon.detach()
+            plain += res[False]
+            agent += res[True]
+            mp, ma = statistics.median(res[False]), statistics.median(res[True])
+            ratios.append(ma / mp)
+            diffs.append(ma - mp)
+        print("plain_min_ns=%.0f" % min(plain))
+        print("plain_ns=%.0f agent_ns=%.0f ratio=%.5f diff_ns=%.0f diff_min_ns=%.0f "
+              "diff_max_ns=%.0f" % (statistics.median(plain), statistics.median(agent),
+                                    statistics.median(ratios), statistics.median(diffs),
+                                    min(diffs), max(diffs)))
+    else:
+        sys.exit("agent_loops.py: unknown mode %s (callgrind or wall)" % mode)
+
+
+if __name__ == "__main__":
+    main()

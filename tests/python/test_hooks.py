@@ -1,0 +1,75 @@
+"""The agent's C hooks (python/trainmon/_trainmon.c "hooks that torch
+calls"): they pass the job's results and exceptions through unchanged, and
+the ArmedHooks dict that replaces torch's global forward pre-hook dict still
+runs the job's own hooks."""
+from conftest import last_json, main_file, records, run_script
+
+PASS_THROUGH = r"""
+import json, torch, trainmon
+import torch.nn.modules.module as nnm
+trainmon.attach()
+out = {"hooks_type": type(nnm._global_forward_pre_hooks).__name__,
+       "backward_name": torch.autograd.backward.__name__,
+       "wrapped": torch.autograd.backward.__wrapped__.__name__}
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+# an error inside backward reaches the job as it is
+try:
+    torch.autograd.backward(torch.zeros(3))          # no grad_fn: torch raises
+except RuntimeError as e:
+    out["backward_error"] = "does not require grad" in str(e)
+# the job's own global forward pre-hook runs, and its handle removes it
+seen = []
+h = torch.nn.modules.module.register_module_forward_pre_hook(lambda m, i: seen.append(1))
+for i in range(3):
+    model(torch.randn(2, 4)).sum().backward()
+    opt.step(); opt.zero_grad()
+h.remove()
+model(torch.randn(2, 4))
+out["user_hook_calls"] = len(seen)
+out["hooks_left"] = len(nnm._global_forward_pre_hooks)
+# a loader's end (StopIteration) and a batch pass through __next__
+dl = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(6.)), batch_size=4)
+it = iter(dl)
+out["batches"] = [next(it)[0].tolist(), next(it)[0].tolist()]
+try:
+    next(it)
+except StopIteration:
+    out["stop"] = True
+trainmon.detach()
+out["restored"] = type(nnm._global_forward_pre_hooks).__name__
+print(json.dumps(out))
+"""
+
+
+def test_hooks_pass_results_and_errors_through_and_keep_the_jobs_forward_hooks(tmp_path):
+    out = last_json(run_script(PASS_THROUGH, tmp_path).stdout)
+    assert out["hooks_type"] == "ArmedHooks" and out["restored"] == "OrderedDict"
+    assert out["backward_name"] == "backward" and out["wrapped"] == "backward"
+    assert out["backward_error"] is True
+    assert out["user_hook_calls"] == 3 and out["hooks_left"] == 0
+    assert out["batches"] == [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0]] and out["stop"] is True
+    steps = [f for _, _, f in records(main_file(tmp_path), "step")]
+    assert [f["boundary"] for f in steps][:3] == [3, 3, 3]
+
+
+PREP = r"""
+import json, time, torch, trainmon
+trainmon.attach()
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for i in range(6):
+    time.sleep(0.003)                     # the loop's batch preparation
+    x = torch.randn(8, 4)
+    model(x).sum().backward()
+    opt.step(); opt.zero_grad()
+print(json.dumps({}))
+"""
+
+
+def test_first_forward_is_seen_through_the_armed_dict_without_a_hook_in_it(tmp_path):
+    run_script(PREP, tmp_path)
+    steps = [f for _, _, f in records(main_file(tmp_path), "step")]
+    assert len(steps) == 6
+    # every step after the first: its preparation (>= 3 ms) up to the first forward
+    assert all(f["prep_ns"] >= 3e6 and f["data_wait_ns"] == f["prep_ns"] for f in steps[1:]), steps
