@@ -155,7 +155,10 @@ void tm_rule_ranks_straggler(struct an *an)
     }
     tm_buf_add(&e.b, "}", 1);
     char title[512], adv[1024], on[96] = "";
-    if (R[s].host && R[s].host[0])
+    bool hosts = false; /* the ranks ran on more than one host: name the straggler's */
+    for (size_t i = 0; i < n && !hosts; i++)
+        hosts = R[i].host && R[s].host && strcmp(R[i].host, R[s].host) != 0;
+    if (hosts)
         snprintf(on, sizeof on, " on %.80s", R[s].host);
     if (!strcmp(cause, "data"))
         snprintf(title, sizeof title,

@@ -1,7 +1,8 @@
 """(4) Stragglers: DistributedDataParallel with 2 ranks (gloo, CPU), one of
 them slowed in its data path (JOB_SLOW=data: its dataset sleeps per item)
 or in its compute (JOB_SLOW=compute: its forward does extra CPU work).
-The other rank waits for it in DDP's gradient all-reduce, inside its
+Each rank reads its shard through a DistributedSampler.  The other rank
+waits for it in DDP's gradient all-reduce, inside its
 backward pass, and at a dist.all_reduce of the loss the loop calls each
 step (as logging code does).  Run by torchrun or with RANK, WORLD_SIZE,
 MASTER_ADDR and MASTER_PORT set.  Each rank prints its own oracle line
@@ -13,6 +14,7 @@ import time
 import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset
+from torch.utils.data.distributed import DistributedSampler
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import Clock, busy  # noqa: E402
@@ -29,7 +31,7 @@ slow = rank == SLOW_RANK
 
 class Items(Dataset):
     def __len__(self):
-        return 10 ** 6
+        return 8 * STEPS * dist.get_world_size()
 
     def __getitem__(self, i):
         if slow and SLOW == "data":
@@ -53,7 +55,7 @@ class Net(torch.nn.Module):
 model = torch.nn.parallel.DistributedDataParallel(Net())
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 clock = Clock()
-it = iter(DataLoader(Items(), batch_size=8, num_workers=0))
+it = iter(DataLoader(Items(), batch_size=8, num_workers=0, sampler=DistributedSampler(Items())))
 for step in range(STEPS):
     x, y = clock.fetch(lambda: next(it))
     loss = torch.nn.functional.mse_loss(model(x), y)
