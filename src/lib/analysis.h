@@ -36,8 +36,12 @@
 #define TM_AN_DISK_CEILING_NEAR 0.85         /* a sample within 85% of the max ... */
 #define TM_AN_DISK_CEILING_SHARE 0.50        /* ... in half the samples: a plateau */
 #define TM_AN_DISK_MIN_BPS (1024.0 * 1024.0) /* below 1 MiB/s no plateau counts */
-#define TM_AN_PSI_IO_SOME 0.10               /* mean io "some" avg10 (ratio) */
-#define TM_AN_WORKER_D_SHARE 0.25            /* workers in D state in 25% of samples */
+/* a plateau is judged on at least this many samples in the window: one
+ * or two samples of a short job (its imports read from a cold page cache)
+ * are always "at their own max" */
+#define TM_AN_DISK_CEILING_MIN_SAMPLES 5
+#define TM_AN_PSI_IO_SOME 0.10    /* mean io "some" avg10 (ratio) */
+#define TM_AN_WORKER_D_SHARE 0.25 /* workers in D state in 25% of samples */
 /* Below this block-layer read rate (all workers together) the workers do
  * not read from a disk: a busy disk is someone else's. */
 #define TM_AN_WORKER_READ_MIN_BPS (256.0 * 1024.0)

@@ -356,7 +356,8 @@ static void summarize_system(const tm_runview *v, tm_an_summary *S)
                 if (best->v[i] >= TM_AN_DISK_CEILING_NEAR * S->disk_read_bps_max)
                     near++;
             }
-        S->disk_ceiling_share = n ? (double)near / (double)n : NAN;
+        S->disk_ceiling_share =
+            n >= TM_AN_DISK_CEILING_MIN_SAMPLES ? (double)near / (double)n : NAN;
         uint32_t src = best->source;
         for (size_t i = 0; i < v->nser; i++) {
             const tm_run_series *s = &v->ser[i];

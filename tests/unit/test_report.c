@@ -204,6 +204,28 @@ static void test_data_wait_of_one_percent_is_input_ok(void **st)
     done(&run, &a);
 }
 
+/* A short job with no workers: 2 s of steps waiting 30% on the main
+ * process's own fetch, and the disk sampled twice while the job's imports
+ * read from a cold page cache (1.4 MB/s: both samples "at the max").  Two
+ * samples are no plateau: not storage-bound (seen on a fresh CI machine
+ * with Lightning and the HF Trainer). */
+static void test_two_disk_samples_of_a_short_job_are_no_plateau(void **st)
+{
+    (void)st;
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(r0, 40, 0, 0.05, 0.015);
+    tm_rec_close(&r0);
+    tm_rec *s = open_rec("system.tmr", "system", -1);
+    for (int i = 0; i < 2; i++)
+        put_value(s, 0.5 + i, "disk.read_bytes_per_second", "device=vda", 1.4e6);
+    tm_rec_close(&s);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    assert_null(tm_analysis_find(a, "input.disk_bound"));
+    assert_non_null(tm_analysis_find(a, "input.data_wait"));
+    done(&run, &a);
+}
+
 static void test_throttled_disk_with_high_await_and_workers_in_d_state_is_disk_bound(void **st)
 {
     (void)st;
@@ -1462,6 +1484,7 @@ int main(void)
         T(test_data_wait_of_one_percent_is_input_ok),
         T(test_html_report_escapes_the_run_name_and_draws_svg_charts),
         T(test_html_chart_lines_of_a_long_run_keep_at_most_1000_points),
+        T(test_two_disk_samples_of_a_short_job_are_no_plateau),
         T(test_throttled_disk_with_high_await_and_workers_in_d_state_is_disk_bound),
         T(test_busy_workers_slower_than_compute_are_cpu_bound_with_a_worker_count),
         T(test_data_wait_without_system_data_is_a_low_confidence_finding),
