@@ -113,6 +113,7 @@ static const view worker_view[] = {
     {.a = F_WORKER_cpu_s},
     {.a = F_WORKER_rss_bytes},
     {.a = F_WORKER_cpu_start_s},
+    {.a = F_WORKER_layout}, /* absent (left out) in a 48-byte record */
 };
 
 static const view optstep_view[] = {
