@@ -38,7 +38,6 @@ static const struct {
     {"share", TM_UNIT_FRACTION},
     {"share_threshold", TM_UNIT_FRACTION},
     {"utilization", TM_UNIT_FRACTION},
-    {"utilization_mean", TM_UNIT_FRACTION},
     {"psi_threshold", TM_UNIT_FRACTION}, /* PSI "some" avg10 as a ratio */
     {"some", TM_UNIT_FRACTION},          /* psi_io_some, psi_cpu_some */
     {"peak_ratio", TM_UNIT_FRACTION},    /* peak over device memory */
@@ -58,6 +57,10 @@ static const struct {
     {"rank", TM_UNIT_COUNT},
 };
 
+/* A statistic after the unit keeps it: disk_read_bytes_per_second_max
+ * is in bytes per second. */
+static const char *const statistics[] = {"_max", "_min", "_mean", "_median"};
+
 tm_unit tm_unit_of_key(const char *key, size_t len)
 {
     for (size_t i = 0; i < sizeof unit_table / sizeof unit_table[0]; i++) {
@@ -66,6 +69,11 @@ tm_unit tm_unit_of_key(const char *key, size_t len)
             continue;
         if (n == len || key[len - n - 1] == '_')
             return unit_table[i].unit;
+    }
+    for (size_t i = 0; i < sizeof statistics / sizeof statistics[0]; i++) {
+        size_t n = strlen(statistics[i]);
+        if (len > n && memcmp(key + len - n, statistics[i], n) == 0)
+            return tm_unit_of_key(key, len - n);
     }
     return TM_UNIT_PLAIN;
 }

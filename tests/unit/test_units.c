@@ -52,6 +52,11 @@ static void test_unit_of_key_reads_the_suffix(void **state)
     assert_int_equal(unit_of("worst_pid"), TM_UNIT_COUNT);
     assert_int_equal(unit_of("time_lost_s"), TM_UNIT_SECONDS);
     assert_int_equal(unit_of("time_lost_fraction"), TM_UNIT_FRACTION);
+    /* a statistic after the unit keeps it */
+    assert_int_equal(unit_of("disk_read_bytes_per_second_max"), TM_UNIT_BYTES_RATE);
+    assert_int_equal(unit_of("wait_per_batch_median_s"), TM_UNIT_SECONDS);
+    assert_int_equal(unit_of("compute_median"), TM_UNIT_PLAIN);
+    assert_int_equal(unit_of("_max"), TM_UNIT_PLAIN);
 }
 
 /* A suffix counts only after '_': "threads" is not "_s", "process" not
