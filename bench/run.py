@@ -6,6 +6,7 @@
 2. Peak RSS of `trainmon watch --pid` recording to a run directory.
 3. The in-process recorder, the report, `trainmon serve`.
 4. The in-process agent's cost per training step (bench/agent_cost.py).
+5. A `watch --json` line against the sample alone (bench/watch_json.py).
 """
 import os, resource, subprocess, sys, tempfile, time
 
@@ -131,6 +132,12 @@ lines.append(f"| RSS after the load | {f(srv, 'trainmon_rss_kb', '{:.0f}')} kB |
 lines.append(f"| CPU per scrape (served from the last collection) | {f(srv, 'trainmon_cpu_us_per_scrape', '{:.1f}')} us | {f(srv, 'node_exporter_cpu_us_per_scrape', '{:.1f}')} us | at most 5% of node_exporter's |")
 lines.append(f"| ratio | {f(srv, 'cpu_ratio', '{:.3f}')} | | |")
 lines.append(f"| CPU of one collection (every -i seconds, 1 s default) | {f(srv, 'trainmon_collect_cpu_us', '{:.1f}')} us | | |")
+lines.append("")
+# A `watch --json` line against the sample it describes, in callgrind
+# instructions (bench/watch_json.py): its own table and a PASS/FAIL line.
+wj = subprocess.run([sys.executable, os.path.join(root, "bench", "watch_json.py"), root, build],
+                    capture_output=True, text=True)
+lines += (wj.stdout.strip() or "watch --json cost: did not run: " + wj.stderr.strip()[-300:]).splitlines()
 lines.append("")
 # The agent's cost per training step under callgrind (bench/agent_cost.py):
 # prints its own table and a PASS/FAIL line; minutes, most of it valgrind.

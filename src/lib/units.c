@@ -418,13 +418,28 @@ size_t tm_fmt_fixed(char *buf, size_t cap, double v, int prec)
         int n = cap ? snprintf(buf, cap, "%.*f", prec, v) : 0;
         return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
     }
+    /* Two digits per division, from a table: half the divisions. */
+    static const char pairs[] = "00010203040506070809101112131415161718192021222324252627282930"
+                                "31323334353637383940414243444546474849505152535455565758596061"
+                                "62636465666768697071727374757677787980818283848586878889909192"
+                                "93949596979899";
     uint64_t u = (uint64_t)(a + 0.5);
     char rev[24];
     int n = 0;
-    do {
-        rev[n++] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u || n <= prec);
+    while (u >= 100) {
+        unsigned d = (unsigned)(u % 100);
+        u /= 100;
+        rev[n++] = pairs[2 * d + 1];
+        rev[n++] = pairs[2 * d];
+    }
+    if (u >= 10) {
+        rev[n++] = pairs[2 * u + 1];
+        rev[n++] = pairs[2 * u];
+    } else {
+        rev[n++] = (char)('0' + u);
+    }
+    while (n <= prec)
+        rev[n++] = '0';
     size_t k = 0;
     if (signbit(v))
         buf[k++] = '-'; /* as printf: "-0.00" for -0.001 */
