@@ -336,12 +336,14 @@ void tm_unit_evidence_line(tm_text *t, tm_esc esc, const char *json)
     /* Checked whole first: a line half written and then raw would say
      * some numbers twice. */
     for (const char *q = p + 1; q && *q != '}';) {
+        m.k = NULL;
         q = next_member(q, &m, &bad);
         if (bad)
             goto raw;
     }
     size_t n = 0, nulls = 0;
     for (const char *q = p + 1; q && *q != '}';) {
+        m.k = NULL; /* next_member leaves m alone at the object's end */
         q = next_member(q, &m, &bad);
         if (!m.k || bad)
             break;
@@ -353,7 +355,6 @@ void tm_unit_evidence_line(tm_text *t, tm_esc esc, const char *json)
             tm_text_puts(t, " ");
             tm_unit_json_value(t, esc, m.k, m.klen, m.v, m.vlen);
         }
-        m.k = NULL;
     }
     if (!nulls)
         return;
@@ -362,6 +363,7 @@ void tm_unit_evidence_line(tm_text *t, tm_esc esc, const char *json)
     tm_text_puts(t, n ? "; not measured: " : "not measured: ");
     n = 0;
     for (const char *q = p + 1; q && *q != '}';) {
+        m.k = NULL; /* next_member leaves m alone at the object's end */
         q = next_member(q, &m, &bad);
         if (!m.k || bad)
             break;
@@ -369,7 +371,6 @@ void tm_unit_evidence_line(tm_text *t, tm_esc esc, const char *json)
             tm_text_puts(t, n++ ? ", " : "");
             tm_text_esc(t, esc, m.k, m.klen);
         }
-        m.k = NULL;
     }
     return;
 raw:
@@ -385,6 +386,7 @@ double tm_unit_evidence_num(const char *json, const char *key)
         return NAN;
     size_t kl = strlen(key);
     for (const char *q = p + 1; q && *q != '}';) {
+        m.k = NULL;
         q = next_member(q, &m, &bad);
         if (!m.k || bad)
             return NAN;
@@ -397,7 +399,6 @@ double tm_unit_evidence_num(const char *json, const char *key)
             double d = strtod(num, &end);
             return end != num && !*end ? d : NAN;
         }
-        m.k = NULL;
     }
     return NAN;
 }

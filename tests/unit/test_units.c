@@ -202,6 +202,8 @@ static void test_evidence_line_keeps_bad_json_as_written(void **state)
     assert_string_equal(line("{\"a\":1,"), "{\"a\":1,");
     assert_string_equal(line("{\"a\" 1}"), "{\"a\" 1}");
     assert_string_equal(line("{\"a\":}"), "{\"a\":}");
+    /* found by fuzz_evidence: an object of whitespace, then stray '}' */
+    assert_string_equal(line("{\r\r\r}}}}"), "");
     /* control characters of a string are not written to a terminal */
     assert_string_equal(line("{\"why\":\"a\\u0007b\",\"ok\":true}"), "why a\\u0007b, ok true");
 }
