@@ -27,6 +27,39 @@ bool tm_rpt_first_of_host(const tm_run_source *src, size_t i)
     return true;
 }
 
+bool tm_rpt_pid_name(void *run, long pid, char *buf, size_t cap)
+{
+    const tm_run *r = run;
+    const tm_run_source *src;
+    size_t ns = tm_run_sources(r, &src);
+    const char *host = NULL;
+    char name[64] = "";
+    for (size_t i = 0; i < ns; i++) {
+        const tm_rec_header *h = &src[i].header;
+        if (h->pid != pid || h->rank < 0 || !tm_rec_is_training(h))
+            continue;
+        if (host && strcmp(host, h->host) != 0)
+            return false;
+        host = h->host;
+        snprintf(name, sizeof name, "rank %d", (int)h->rank);
+    }
+    const tm_run_worker *wk;
+    size_t nw = tm_run_workers(r, &wk);
+    for (size_t i = 0; i < nw; i++) {
+        if (wk[i].w.pid != (uint32_t)pid || wk[i].rank < 0 || wk[i].source >= ns)
+            continue;
+        const char *h = src[wk[i].source].header.host;
+        if (host && strcmp(host, h) != 0)
+            return false;
+        host = h;
+        snprintf(name, sizeof name, "rank %d worker %d", (int)wk[i].rank, (int)wk[i].w.worker_id);
+    }
+    if (!host)
+        return false;
+    snprintf(buf, cap, "%s", name);
+    return true;
+}
+
 void tm_rpt_iso_time(char *buf, size_t cap, int64_t ns)
 {
     time_t s = (time_t)(ns / 1000000000);
@@ -492,7 +525,7 @@ static void write_text(tm_text *t, const tm_run *r, const tm_analysis *a)
         tx_line(t, ": ", f->title, strlen(f->title));
         /* Units for people (units.c); the JSON report keeps base units. */
         tm_text_puts(t, "      evidence: ");
-        tm_unit_evidence_line(t, TM_ESC_TEXT, f->evidence);
+        tm_unit_evidence_line(t, TM_ESC_TEXT, f->evidence, tm_rpt_pid_name, (void *)r);
         tm_text_puts(t, "\n");
         tx_line(t, "      advice: ", f->advice, strlen(f->advice));
     }

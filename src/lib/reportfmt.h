@@ -34,6 +34,13 @@ typedef struct tm_rpt_head {
 } tm_rpt_head;
 void tm_rpt_headline(const tm_analysis *a, tm_rpt_head *h);
 
+/* A process of the run named by rank (tm_unit_pid_namer; ctx is the
+ * tm_run): "rank R" for a training process's pid (its record file's
+ * header), "rank R worker K" for a DataLoader worker's (its batch
+ * records).  false when no process with a rank has that pid, or when
+ * processes of two hosts do (a pid alone cannot tell them apart). */
+bool tm_rpt_pid_name(void *run, long pid, char *buf, size_t cap);
+
 /* Whether src[i] is the first of src[0..i] from its host (to list each
  * host of a run once). */
 bool tm_rpt_first_of_host(const tm_run_source *src, size_t i);

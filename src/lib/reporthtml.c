@@ -120,7 +120,8 @@ static const char *ws(const char *p)
     return p;
 }
 
-static void evidence_value(tm_text *t, const char *key, size_t klen, const char *v, size_t len)
+static void evidence_value(tm_text *t, const tm_run *r, const char *key, size_t klen, const char *v,
+                           size_t len)
 {
     bool num = len && (v[0] == '-' || (v[0] >= '0' && v[0] <= '9'));
     if (num) {
@@ -130,11 +131,11 @@ static void evidence_value(tm_text *t, const char *key, size_t klen, const char 
     } else {
         tm_text_puts(t, "<td>");
     }
-    tm_unit_json_value(t, TM_ESC_HTML, key, klen, v, len);
+    tm_unit_json_value(t, TM_ESC_HTML, key, klen, v, len, tm_rpt_pid_name, (void *)r);
     tm_text_puts(t, "</td>");
 }
 
-static void evidence_table(tm_text *t, const char *json)
+static void evidence_table(tm_text *t, const tm_run *r, const char *json)
 {
     const char *p = ws(json);
     size_t nnull = 0;
@@ -160,7 +161,7 @@ static void evidence_table(tm_text *t, const char *json)
             tm_text_puts(t, "<tr><th>");
             html_esc_n(t, k + 1, (size_t)(ke - k - 2));
             tm_text_puts(t, "</th>");
-            evidence_value(t, k + 1, (size_t)(ke - k - 2), v, (size_t)(ve - v));
+            evidence_value(t, r, k + 1, (size_t)(ke - k - 2), v, (size_t)(ve - v));
             tm_text_puts(t, "</tr>\n");
         next:
             p = ws(ve);
@@ -835,7 +836,7 @@ static void write_summary(tm_text *t, const tm_run *r, const tm_analysis *a)
     tm_text_puts(t, "</table>\n");
 }
 
-static void write_findings(tm_text *t, const tm_analysis *a)
+static void write_findings(tm_text *t, const tm_run *r, const tm_analysis *a)
 {
     tm_text_puts(t, "<h2>Findings</h2>\n");
     if (!a->nf)
@@ -855,7 +856,7 @@ static void write_findings(tm_text *t, const tm_analysis *a)
         if (f->rank >= 0)
             tm_text_printf(t, ", rank %d", (int)f->rank);
         tm_text_puts(t, "</div>\n");
-        evidence_table(t, f->evidence);
+        evidence_table(t, r, f->evidence);
         tm_text_puts(t, "<p class=\"advice\"><b>Advice:</b> ");
         html_esc(t, f->advice);
         tm_text_puts(t, "</p></div>\n");
@@ -888,7 +889,7 @@ int tm_report_html(const tm_run *r, const tm_analysis *a, tm_text *out)
     tm_text_puts(out, "</style></head><body>\n");
     write_header(out, r, a);
     write_summary(out, r, a);
-    write_findings(out, a);
+    write_findings(out, r, a);
     write_charts(&pg, r, a);
     const char *const *notes;
     size_t nn = tm_run_notes(r, &notes);

@@ -275,8 +275,15 @@ static bool all_digits(const char *s, size_t len)
     return len > 0;
 }
 
+/* Whether key names a pid: "pid" or "..._pid". */
+static bool is_pid_key(const char *key, size_t klen)
+{
+    return (klen == 3 || (klen > 3 && key[klen - 4] == '_')) && klen >= 3 &&
+           memcmp(key + klen - 3, "pid", 3) == 0;
+}
+
 void tm_unit_json_value(tm_text *t, tm_esc esc, const char *key, size_t klen, const char *v,
-                        size_t len)
+                        size_t len, tm_unit_pid_namer namer, void *ctx)
 {
     if (len >= 2 && v[0] == '"') {
         tm_text_esc(t, esc, v + 1, len - 2);
@@ -303,7 +310,7 @@ void tm_unit_json_value(tm_text *t, tm_esc esc, const char *key, size_t klen, co
                 tm_text_puts(t, "rank ");
             tm_text_esc(t, esc, m.k, m.klen);
             tm_text_puts(t, ": ");
-            tm_unit_json_value(t, esc, mk, mklen, m.v, m.vlen);
+            tm_unit_json_value(t, esc, mk, mklen, m.v, m.vlen, namer, ctx);
         }
         tm_text_puts(t, "}");
         return;
@@ -314,8 +321,15 @@ void tm_unit_json_value(tm_text *t, tm_esc esc, const char *key, size_t klen, co
         num[len] = '\0';
         double d = strtod(num, &end);
         if (end != num && !*end) {
-            char out[64];
+            char out[64], name[96];
             tm_text_puts(t, tm_unit_fmt(out, sizeof out, tm_unit_of_key(key, klen), d));
+            /* by rank, not pid, where the run knows the rank */
+            if (namer && is_pid_key(key, klen) && d > 0 && d < 4294967296.0 && d == floor(d) &&
+                namer(ctx, (long)d, name, sizeof name)) {
+                tm_text_puts(t, " (");
+                tm_text_esc(t, esc, name, strnlen(name, sizeof name));
+                tm_text_puts(t, ")");
+            }
             return;
         }
     }
@@ -326,7 +340,8 @@ void tm_unit_json_value(tm_text *t, tm_esc esc, const char *key, size_t klen, co
     tm_text_esc(t, esc, v, len); /* true, false, an array: as written */
 }
 
-void tm_unit_evidence_line(tm_text *t, tm_esc esc, const char *json)
+void tm_unit_evidence_line(tm_text *t, tm_esc esc, const char *json, tm_unit_pid_namer namer,
+                           void *ctx)
 {
     const char *p = ws(json);
     struct member m;
@@ -353,7 +368,7 @@ void tm_unit_evidence_line(tm_text *t, tm_esc esc, const char *json)
             tm_text_puts(t, n++ ? ", " : "");
             tm_text_esc(t, esc, m.k, m.klen);
             tm_text_puts(t, " ");
-            tm_unit_json_value(t, esc, m.k, m.klen, m.v, m.vlen);
+            tm_unit_json_value(t, esc, m.k, m.klen, m.v, m.vlen, namer, ctx);
         }
     }
     if (!nulls)

@@ -38,19 +38,26 @@ const char *tm_unit_fmt(char *buf, size_t cap, tm_unit u, double v);
  * skipped whole), or NULL when it is cut short or unbalanced. */
 const char *tm_json_value_end(const char *p);
 
+/* Names a process for people by its pid ("rank 0", "rank 0 worker 1"):
+ * true and buf filled, or false when the pid is no known rank's.  ctx is
+ * the caller's (the report writers pass the run). */
+typedef bool (*tm_unit_pid_namer)(void *ctx, long pid, char *buf, size_t cap);
+
 /* The raw JSON value v[0..len) found under key[0..klen) in a finding's
  * evidence, appended to t for people, escaped with esc: a number in the
  * key's unit, a string without its quotes, an object as "{k v, ...}" (its
  * members in the parent key's unit: per_rank_sync_wait_s holds seconds;
  * members of a per_rank* object are named "rank K"); anything else as
- * written. */
+ * written.  A number under a key ending in "pid" that namer (may be NULL)
+ * knows is followed by its name: "4242 (rank 0 worker 1)". */
 void tm_unit_json_value(tm_text *t, tm_esc esc, const char *key, size_t klen, const char *v,
-                        size_t len);
+                        size_t len, tm_unit_pid_namer namer, void *ctx);
 
 /* A finding's evidence (a JSON object) as one line for people, escaped
  * with esc: "key value, key value; not measured: key, key".  Evidence that
  * is not an object is written as it is. */
-void tm_unit_evidence_line(tm_text *t, tm_esc esc, const char *json);
+void tm_unit_evidence_line(tm_text *t, tm_esc esc, const char *json, tm_unit_pid_namer namer,
+                           void *ctx);
 
 /* The number under top-level key of a flat evidence object, NAN when it is
  * absent, null or not a number. */

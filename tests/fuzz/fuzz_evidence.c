@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +18,14 @@
 #include "units.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* Names every pid, with a name that needs escaping in HTML. */
+static bool any_pid(void *ctx, long pid, char *buf, size_t cap)
+{
+    (void)ctx;
+    snprintf(buf, cap, "rank <%ld>", pid % 8);
+    return true;
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -27,7 +36,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     s[size] = '\0';
     tm_text *t = tm_text_new(1 << 20);
     if (t) {
-        tm_unit_evidence_line(t, TM_ESC_TEXT, s);
+        tm_unit_evidence_line(t, TM_ESC_TEXT, s, any_pid, NULL);
         size_t len;
         const char *out = tm_text_data(t, &len);
         /* one line for a terminal: no control characters */
@@ -35,7 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if ((unsigned char)out[i] < 0x20 || out[i] == 0x7f)
                 __builtin_trap();
         tm_text_reset(t);
-        tm_unit_evidence_line(t, TM_ESC_HTML, s);
+        tm_unit_evidence_line(t, TM_ESC_HTML, s, any_pid, NULL);
         out = tm_text_data(t, &len);
         if (memchr(out, '<', len))
             __builtin_trap(); /* escaped: no markup from the input */

@@ -751,6 +751,18 @@ static void test_worker_rss_growing_every_batch_is_copy_on_read(void **st)
     assert_true(ev_num(f, "worst_pid") == 400);
     /* 2 MiB every 0.1 s */
     assert_true(fabs(ev_num(f, "worst_bytes_per_hour") / (2 * MiB * 36000) - 1) < 1e-5);
+    /* The text and the page name the worker by rank, not by pid alone;
+     * JSON keeps the number. */
+    tm_text *t = tm_text_new(1 << 20);
+    assert_int_equal(tm_report_write(run, a, t, false), 0);
+    assert_non_null(strstr(tm_text_data(t, NULL), "worst_pid 400 (rank 0 worker 0), "));
+    tm_text_reset(t);
+    assert_int_equal(tm_report_html(run, a, t), 0);
+    assert_non_null(strstr(tm_text_data(t, NULL), ">400 (rank 0 worker 0)</td>"));
+    tm_text_reset(t);
+    assert_int_equal(tm_report_write(run, a, t, true), 0);
+    assert_non_null(strstr(tm_text_data(t, NULL), "\"worst_pid\":400,"));
+    tm_text_free(&t);
     done(&run, &a);
 }
 

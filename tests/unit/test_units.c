@@ -153,13 +153,25 @@ static void test_fmt_truncates_to_cap(void **state)
     assert_string_equal(buf, "35.");
 }
 
+/* pid 4242 is rank 0's worker 1; no other pid is known. */
+static bool test_namer(void *ctx, long pid, char *buf, size_t cap)
+{
+    (void)ctx;
+    if (pid != 4242)
+        return false;
+    snprintf(buf, cap, "rank 0 worker 1");
+    return true;
+}
+
+static tm_unit_pid_namer namer;
+
 /* The evidence line of a finding, as the text report prints it. */
 static const char *line(const char *json)
 {
     static char out[1024];
     tm_text *t = tm_text_new(1 << 16);
     assert_non_null(t);
-    tm_unit_evidence_line(t, TM_ESC_TEXT, json);
+    tm_unit_evidence_line(t, TM_ESC_TEXT, json, namer, NULL);
     snprintf(out, sizeof out, "%s", tm_text_data(t, NULL));
     tm_text_free(&t);
     return out;
@@ -206,6 +218,17 @@ static void test_evidence_line_keeps_bad_json_as_written(void **state)
     assert_string_equal(line("{\r\r\r}}}}"), "");
     /* control characters of a string are not written to a terminal */
     assert_string_equal(line("{\"why\":\"a\\u0007b\",\"ok\":true}"), "why a\\u0007b, ok true");
+}
+
+/* A pid the run knows is named by rank; others stay numbers. */
+static void test_evidence_line_names_pids_by_rank(void **state)
+{
+    (void)state;
+    namer = test_namer;
+    assert_string_equal(line("{\"worst_pid\":4242,\"pid\":17,\"rapid\":4242}"),
+                        "worst_pid 4242 (rank 0 worker 1), pid 17, rapid 4242");
+    namer = NULL;
+    assert_string_equal(line("{\"worst_pid\":4242}"), "worst_pid 4242");
 }
 
 static void test_evidence_num_reads_one_key(void **state)
@@ -284,6 +307,7 @@ int main(void)
         cmocka_unit_test(test_evidence_line_lists_nulls_apart),
         cmocka_unit_test(test_evidence_line_nested_maps),
         cmocka_unit_test(test_evidence_line_keeps_bad_json_as_written),
+        cmocka_unit_test(test_evidence_line_names_pids_by_rank),
         cmocka_unit_test(test_evidence_num_reads_one_key),
         cmocka_unit_test(test_fmt_fixed_writes_printf_digits),
         cmocka_unit_test(test_fmt_fixed_matches_printf),
