@@ -662,14 +662,15 @@ static const char css[] =
     "table.ranks td,table.ranks th{text-align:right;padding:2px 8px;border-bottom:1px solid #eee}\n"
     "table.ev{font-size:13px;margin-left:8px}table.ev th{font-weight:normal;"
     "font-family:monospace;color:#555}\n"
+    /* before the .sev-* colours, which its border takes */
+    ".verdict{border-left:6px solid #999;padding:6px 14px;margin:8px 0 16px;"
+    "background:#f4f4f4}.verdict p{margin:3px 0}.verdict .vt{font-size:17px;font-weight:600}\n"
     ".finding{border-left:4px solid #999;padding:4px 12px;margin:10px 0;background:#fafafa}\n"
     ".sev-high{border-color:#d62728}.sev-medium{border-color:#ff7f0e}"
     ".sev-low{border-color:#1f77b4}.sev-info{border-color:#7f7f7f}\n"
     ".sev{display:inline-block;font-size:12px;padding:0 6px;border-radius:3px;"
     "color:#fff;background:#7f7f7f}.sev-high .sev{background:#d62728}"
     ".sev-medium .sev{background:#ff7f0e}.sev-low .sev{background:#1f77b4}\n"
-    ".verdict{border-left:6px solid #999;padding:6px 14px;margin:8px 0 16px;"
-    "background:#f4f4f4}.verdict p{margin:3px 0}.verdict .vt{font-size:17px;font-weight:600}\n"
     ".advice{margin:4px 0}.u{color:#777;font-weight:normal;font-size:12px}\n"
     "code,pre{font-family:ui-monospace,monospace;font-size:13px}"
     "pre{white-space:pre-wrap;word-break:break-all}\n"
@@ -708,7 +709,7 @@ static void write_headline(tm_text *t, const tm_analysis *a)
     tm_text_puts(t, "</div>\n");
 }
 
-static void write_header(tm_text *t, const tm_run *r, const tm_analysis *an)
+static void write_header(tm_text *t, const tm_run *r)
 {
     const char *const *dirs;
     size_t nd = tm_run_dirs(r, &dirs);
@@ -716,9 +717,7 @@ static void write_header(tm_text *t, const tm_run *r, const tm_analysis *an)
     size_t ns = tm_run_sources(r, &src);
     int64_t s0, s1;
     tm_run_span(r, &s0, &s1);
-    tm_text_puts(t, "<h1>trainmon report</h1>\n");
-    write_headline(t, an);
-    tm_text_puts(t, "<table class=\"run\">\n<tr><th>run</th><td>");
+    tm_text_puts(t, "<h2>Run</h2>\n<table class=\"run\">\n<tr><th>run</th><td>");
     for (size_t i = 0; i < nd; i++) {
         tm_text_puts(t, i ? ", <code>" : "<code>");
         html_esc(t, dirs[i]);
@@ -887,10 +886,14 @@ int tm_report_html(const tm_run *r, const tm_analysis *a, tm_text *out)
     tm_text_puts(out, "</title>\n<style>\n");
     tm_text_puts(out, css);
     tm_text_puts(out, "</style></head><body>\n");
-    write_header(out, r, a);
+    /* The verdict, what it costs and the top remedy first, then the charts
+     * that show it; the run, the summary and every finding after them. */
+    tm_text_puts(out, "<h1>trainmon report</h1>\n");
+    write_headline(out, a);
+    write_charts(&pg, r, a);
+    write_header(out, r);
     write_summary(out, r, a);
     write_findings(out, r, a);
-    write_charts(&pg, r, a);
     const char *const *notes;
     size_t nn = tm_run_notes(r, &notes);
     if (nn) {

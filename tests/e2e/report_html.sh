@@ -68,13 +68,13 @@ for i in ids:
 assert "run&amp;&lt;x&gt;" in page and "run&<x>" not in page, "run name not escaped"
 assert "run&<x>" in text   # and reads back as written
 assert len(page) < 2 << 20, len(page)
-# The page opens with the verdict (the most severe finding), before the run
-# table, the findings and the charts; evidence numbers are in units with
-# the JSON's base-unit value as a tooltip.
+# The page opens with the verdict (the most severe finding), then the
+# charts, then the run table and the findings; evidence numbers are in
+# units with the JSON's base-unit value as a tooltip.
 import html as H
 v = page.find('<div class="verdict')
 assert v >= 0, "no verdict"
-assert v < page.find('<table class="run">') < page.find("<h2>Findings") < page.find("<h2>Timeline"), \
+assert v < page.find("<h2>Timeline") < page.find('<table class="run">') < page.find("<h2>Findings"), \
     "the page does not open with the verdict"
 t0 = rep["findings"][0]["title"]
 assert t0[0].upper() + t0[1:] in H.unescape(page[v:page.find("</div>", v)]), ("verdict", t0)
