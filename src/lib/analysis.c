@@ -45,6 +45,7 @@ static const struct tm_rule rules[] = {
     {.id = "input.main_prep", .max = TM_SEV_HIGH, .run = tm_rule_input_main_prep},
     {.id = "input.handoff", .max = TM_SEV_HIGH, .run = tm_rule_input_handoff},
     {.id = "gpu.underutilized", .max = TM_SEV_MEDIUM, .run = tm_rule_gpu_underutilized},
+    {.id = "gpu.util_swing", .max = TM_SEV_MEDIUM, .run = tm_rule_gpu_util_swing},
     {.id = "gpu_mem.near_capacity", .max = TM_SEV_MEDIUM, .rank = tm_rule_gpu_mem_near_capacity},
     {.id = "gpu_mem.growth", .max = TM_SEV_HIGH, .rank = tm_rule_gpu_mem_growth},
     {.id = "gpu_mem.fragmentation", .max = TM_SEV_HIGH, .rank = tm_rule_gpu_mem_fragmentation},

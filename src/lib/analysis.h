@@ -83,6 +83,21 @@
 #define TM_AN_PSI_CPU_SOME_HIGH 0.30
 /* gpu.underutilized: the TensorBoard profiler's "GPU util < 50%". */
 #define TM_AN_GPU_UTIL 0.50
+/* gpu.util_swing: NVML's utilization is the share of its sample period
+ * (1/6 s to 1 s by product, nvml.h nvmlDeviceGetUtilizationRates) in which
+ * a kernel ran.  A GPU that computes a step and idles while the loop waits
+ * gives busy and idle samples in turn once a step is longer than a sample:
+ * at most 20% busy is idle, at least 70% busy (the profiler's 50% line
+ * with margin on both sides); each at least 20% of at least 10 samples,
+ * with at least 4 changes (two cycles) between them.  The swing is "at the
+ * step period" when its period is within a factor of 2 of the median step
+ * (sampling aliases a period it cannot resolve). */
+#define TM_AN_GPU_SWING_IDLE 0.20
+#define TM_AN_GPU_SWING_BUSY 0.70
+#define TM_AN_GPU_SWING_SHARE 0.20
+#define TM_AN_GPU_SWING_MIN_SAMPLES 10
+#define TM_AN_GPU_SWING_MIN_CHANGES 4
+#define TM_AN_GPU_SWING_PERIOD_RATIO 2.0
 /* gpu_mem.near_capacity: the profiler's "peak > 90% of device memory". */
 #define TM_AN_MEM_NEAR 0.90
 /* gpu_mem.growth: a steady rise of the per-step floor of allocated. */

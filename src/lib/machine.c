@@ -390,16 +390,30 @@ double tm_machine_workers_advice(char *buf, size_t cap, double need, double now,
     if (need <= fit) {
         snprintf(buf, cap,
                  "About %.0f workers per rank would keep up %s. Set num_workers=%.0f: it fits "
-                 "the %.3g cores the job may use%s.",
-                 need, paren, need, usable, per);
+                 "the %.3g core%s the job may use%s.",
+                 need, paren, need, usable, usable == 1 ? "" : "s", per);
         return need;
     }
     if (capped)
         *capped = true;
-    size_t len = (size_t)snprintf(buf, cap,
-                                  "It would need about %.0f workers per rank %s but the job may "
-                                  "use %.3g cores%s: %s, or give the job more cores",
-                                  need, paren, usable, per, cheaper);
+    /* By how much a sample must get cheaper for the workers that fit to
+     * keep up: fit workers do the work of need when each sample costs
+     * fit/need of now. */
+    char cut[160] = "";
+    if (fit >= 1)
+        snprintf(
+            cut, sizeof cut,
+            " With the %.0f worker%s that fit%s%s, each sample must cost %.0f%% less (%.0f/%.0f "
+            "of now) to keep up:",
+            fit, fit == 1 ? "" : "s", fit == 1 ? "s" : "", ranks > 1 ? " per rank" : "",
+            100 * (1 - fit / need), fit, need);
+    else
+        snprintf(cut, sizeof cut, " No core is left per rank for workers:");
+    size_t len =
+        (size_t)snprintf(buf, cap,
+                         "It would need about %.0f workers per rank %s but the job may "
+                         "use %.3g core%s%s.%s %s, or give the job %.0f cores per rank",
+                         need, paren, usable, usable == 1 ? "" : "s", per, cut, cheaper, need);
     if (len >= cap)
         return fit;
     if (now > fit)

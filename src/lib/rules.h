@@ -65,6 +65,9 @@ void tm_rule_input_disk_bound(struct an *an);
 void tm_rule_input_cpu_bound(struct an *an);
 void tm_rule_input_data_wait(struct an *an);
 void tm_rule_input_main_prep(struct an *an);
+/* The time lost, its share of the run and the speed-up if the input kept
+ * up: into e, and appended to the title in buf (every waiting verdict). */
+void tm_an_input_cost(struct ev *e, const tm_an_summary *S, char *buf, size_t cap);
 /* rules_handoff.c: the loop waits for batches its idle workers have ready */
 bool tm_an_input_is_handoff(const tm_an_summary *S);
 void tm_rule_input_handoff(struct an *an);
@@ -74,6 +77,8 @@ void tm_rule_steps_hook_silent(struct an *an);
 void tm_rule_run_measure_off(struct an *an);
 /* rules_gpu.c */
 void tm_rule_gpu_underutilized(struct an *an);
+/* rules_gpu_swing.c */
+void tm_rule_gpu_util_swing(struct an *an);
 /* rules_gpu_mem.c: per training process. */
 void tm_rule_gpu_mem_near_capacity(struct an *an, const tm_an_rank *R);
 void tm_rule_gpu_mem_growth(struct an *an, const tm_an_rank *R);

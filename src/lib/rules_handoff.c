@@ -100,6 +100,7 @@ void tm_rule_input_handoff(struct an *an)
     enum tm_severity sev = wf >= TM_AN_DATA_WAIT_HIGH     ? TM_SEV_HIGH
                            : wf >= TM_AN_DATA_WAIT_MEDIUM ? TM_SEV_MEDIUM
                                                           : TM_SEV_LOW;
+    tm_an_input_cost(&e, S, title, sizeof title);
     tm_an_add(an, sev,
               S->worker_util < TM_AN_HANDOFF_WORKER_UTIL / 2 ? TM_CONF_HIGH : TM_CONF_MEDIUM, -1,
               &e, title, adv);

@@ -27,6 +27,27 @@ static void ev_input_common(struct ev *e, const tm_an_summary *S)
     tm_an_ev_num(e, "compute_time_median_s", S->compute_median_s);
 }
 
+/* What the wait costs (docs/DIAGNOSIS.md "Time lost and the speed-up"):
+ * the evidence (time_lost_s, time_lost_fraction of the run, speedup) and
+ * "; 12.3 s lost (41% of the run), about 1.7x faster if the input kept up"
+ * appended to the title in buf. */
+void tm_an_input_cost(struct ev *e, const tm_an_summary *S, char *buf, size_t cap)
+{
+    double share = S->run_s > 0 ? S->time_lost_s / S->run_s : NAN;
+    tm_an_ev_num(e, "time_lost_s", S->time_lost_s);
+    tm_an_ev_num(e, "time_lost_fraction", share);
+    tm_an_ev_num(e, "run_s", S->run_s);
+    tm_an_ev_num(e, "speedup", S->speedup);
+    size_t len = strlen(buf);
+    if (len >= cap || !isfinite(S->time_lost_s) || !isfinite(S->speedup))
+        return;
+    char sh[48] = "";
+    if (isfinite(share))
+        snprintf(sh, sizeof sh, " (%.0f%% of the run)", 100 * (share > 1 ? 1 : share));
+    snprintf(buf + len, cap - len, "; %.*f s lost%s, about %.*fx faster if the input kept up",
+             S->time_lost_s < 10 ? 1 : 0, S->time_lost_s, sh, S->speedup < 10 ? 1 : 0, S->speedup);
+}
+
 /* Advice that knows the run: what waits for the data ("the GPU" only when
  * the run recorded one), and the -d remedy only when no data path was
  * given (an applied remedy is not proposed again). */
@@ -187,6 +208,7 @@ void tm_rule_input_disk_bound(struct an *an)
                  "it in the page cache or read larger sequential shards%s.",
                  in_record_d(S, "; record with `trainmon run -d DATA` to measure the disk "
                                 "behind it"));
+    tm_an_input_cost(&e, S, buf, sizeof buf);
     tm_an_add(an, sev,
               disk >= 3   ? TM_CONF_HIGH
               : disk == 2 ? TM_CONF_MEDIUM
@@ -237,6 +259,7 @@ void tm_rule_input_cpu_bound(struct an *an)
                  "free cores first (or pin the job to its own).",
                  100 * busy, 100 * S->psi_cpu_some);
     }
+    tm_an_input_cost(&e, S, buf, sizeof buf);
     tm_an_add(an, sev, cpu >= 2 ? TM_CONF_HIGH : TM_CONF_MEDIUM, -1, &e, buf, adv);
 }
 
@@ -274,6 +297,7 @@ void tm_rule_input_data_wait(struct an *an)
                                  "__getitem__ (py-spy dump on a worker pid)."
                                : " Record with `trainmon run -d DATA` (disk and worker states) "
                                  "for a verdict.");
+    tm_an_input_cost(&e, S, buf, sizeof buf);
     tm_an_add(an, sev, TM_CONF_LOW, -1, &e, buf, adv);
 }
 
@@ -338,6 +362,7 @@ void tm_rule_input_main_prep(struct an *an)
                  "or in a DataLoader over an IterableDataset with num_workers>0, so that they "
                  "overlap with compute.",
                  isnan(cpu) ? "" : ", partly on a CPU and partly waiting");
+    tm_an_input_cost(&e, S, buf, sizeof buf);
     tm_an_add(an, wait_severity(S->data_wait_fraction), isnan(cpu) ? TM_CONF_MEDIUM : TM_CONF_HIGH,
               -1, &e, buf, adv);
 }

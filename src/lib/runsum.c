@@ -738,6 +738,28 @@ static void summarize_ranks(tm_runview *v, tm_an_rank *ranks, size_t *nranks, st
     }
 }
 
+/* The time lost to the data wait and the speed-up if the input kept up
+ * (tm_an_summary).  The pooled figures are sums over every rank's judged
+ * steps: divided by the ranks that have judged steps they are one rank's
+ * (the ranks wait side by side, not one after another). */
+static void time_lost(const tm_runview *v, tm_an_summary *S, const tm_an_rank *ranks, size_t nranks,
+                      const tm_steptally *all)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < nranks; i++)
+        n += ranks[i].steps > 0;
+    int64_t s0, s1;
+    tm_run_span(v->r, &s0, &s1);
+    S->run_s = s1 > s0 ? tm_ns_diff_s(s1, s0) : NAN;
+    double compute = all->step_s - all->wait_s;
+    if (!n || !(all->step_s > 0) || !(compute > 0)) {
+        S->time_lost_s = S->speedup = NAN;
+        return;
+    }
+    S->time_lost_s = all->wait_s / (double)n;
+    S->speedup = all->step_s / compute;
+}
+
 /* Whole-run totals: the most steps of one process, all complete steps,
  * the pooled wait fraction, the medians over every step and the workers of
  * every rank together. */
@@ -751,6 +773,7 @@ static void summarize_run(tm_runview *v, tm_an_summary *S, const tm_an_rank *ran
         if (ranks[i].steps > S->steps)
             S->steps = ranks[i].steps;
     S->data_wait_fraction = tm_steptally_wait_fraction(all);
+    time_lost(v, S, ranks, nranks, all);
     S->compute_median_s = tm_runsum_median(x->all_c, x->nall);
     S->step_median_s = tm_runsum_median(x->all, x->nall);
     workers_of(wk, nwk, true, -1, x, &S->workers, &S->worker_batch_median_s, &S->worker_busy);

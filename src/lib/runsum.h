@@ -39,6 +39,13 @@ typedef struct tm_an_summary {
     int64_t win_start, win_end; /* the steps' span (else the run's) */
     size_t steps, steps_total;  /* most steps of one process; all processes */
     double step_median_s, compute_median_s, data_wait_fraction;
+    /* What the data wait costs (docs/DIAGNOSIS.md "Time lost and the
+     * speed-up"): the judged steps' data wait per training process (the
+     * ranks wait side by side: the mean over those with judged steps),
+     * the run's wall time (tm_run_span), and the speed-up if the input
+     * kept up: judged step time / (step time - data wait), pooled over
+     * every rank.  NAN: no judged step. */
+    double time_lost_s, run_s, speedup;
     double gpu_util_mean; /* NAN: no GPU series */
     size_t ngpus;
     char disk[40]; /* the disk behind the data ("" if none) */

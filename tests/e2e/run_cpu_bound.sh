@@ -19,6 +19,7 @@ scen_run "$run" -i 0.5 -d "$scratch/ds" -- \
     --item-cost-ms 20 --model-size 64
 scen_show "$run"
 scen_expect "$run" input.cpu_bound
+scen_expect_cost "$run" input.cpu_bound
 scen_expect_not "$run" input.disk_bound
 scen_expect_not "$run" input.ok
 # The advice names a worker count: some number under a key about workers
@@ -45,4 +46,31 @@ counts = [int(n) for n in re.findall(r"num_workers=(\d+)", adv)]
 print("usable", usable, "advised", ev.get("workers_advised"), "in the advice", counts)
 sys.exit(0 if ev.get("workers_advised", 1e9) <= usable and all(c <= usable for c in counts) else 1)
 ' "$run/meta.json" "$run/report.json" || scen_fail "input.cpu_bound advises more workers than usable CPUs"
+
+# The same job pinned to one core (taskset): the advice counts the one core
+# the job may use (issue #11, machine-aware advice), advises at most one
+# worker and says by how much a sample must get cheaper for it to keep up.
+if command -v taskset > /dev/null && [ "$(nproc)" -ge 2 ]; then
+    pinned=$scratch/pinned
+    SCEN_WRAP="taskset -c 0" scen_run "$pinned" -i 0.5 -d "$scratch/ds" -- \
+        "$PY" "$TRAIN" --data "$scratch/ds" --workers 1 --batch-size 8 --steps 40 \
+        --item-cost-ms 20 --model-size 64
+    scen_show "$pinned"
+    scen_expect "$pinned" input.cpu_bound
+    "$PY" -c '
+import json, re, sys
+meta = json.load(open(sys.argv[1]))
+rep = json.load(open(sys.argv[2]))
+f = [f for f in rep["findings"] if f["id"] == "input.cpu_bound"][0]
+adv, ev = f["advice"], f["evidence"]
+print("usable", meta.get("usable_cpus"), "advised", ev.get("workers_advised"), "advice:", adv)
+ok = (meta.get("usable_cpus") == 1 and ev.get("usable_cpus") == 1
+      and ev.get("workers_advised", 9) <= 1 and "may use 1 core" in adv
+      and re.search(r"each sample must cost \d+% less", adv)
+      and all(int(n) <= 1 for n in re.findall(r"num_workers=(\d+)", adv)))
+sys.exit(0 if ok else 1)' "$pinned/meta.json" "$pinned/report.json" ||
+        scen_fail "the pinned job's advice does not name its one core"
+else
+    echo "note: taskset or a second core missing: the pinned run is not checked"
+fi
 echo "PASS: CPU-bound workers -> input.cpu_bound with a larger worker count"

@@ -25,6 +25,7 @@ grep -q "trainmon: data $SD_MNT/ds: .*$SD_DEV" "$run.out" ||
     { cat "$run.out"; scen_fail "trainmon did not say it watches $SD_DEV for the data"; }
 scen_show "$run"
 scen_expect "$run" input.disk_bound
+scen_expect_cost "$run" input.disk_bound
 scen_expect_not "$run" input.cpu_bound
 scen_expect_not "$run" input.ok
 echo "PASS: storage-bound job -> input.disk_bound"

@@ -15,6 +15,8 @@
  *   d0.name=NVIDIA H200         d0.uuid=GPU-...
  *   d0.mem=TOTAL,USED,FREE,RESERVED          bytes
  *   d0.util=GPU,MEM             d0.temp=C    d0.power_mw=MW
+ *   d0.util_seq=G1,G2,...       GPU utilization of successive reads, in
+ *                               turn (at most 16; a GPU that swings)
  *   d0.pcie_kbps=RX,TX          d0.sm_mhz=MHZ   d0.throttle=0x44
  *   d0.procs=PID:USED,PID:na    compute processes ("na": ULLONG_MAX)
  *   d0.procs_grow=K             only K, 2K, 3K... processes are visible on
@@ -89,6 +91,7 @@ struct fake_dev {
     char name[96], uuid[96];
     unsigned long long total, used, free, reserved;
     unsigned util_gpu, util_mem, temp, power_mw, rx_kbps, tx_kbps, sm_mhz;
+    unsigned util_seq[16], nseq, iseq;
     unsigned long long throttle;
     unsigned nprocs, procs_grow, visible;
     unsigned pids[MAX_PROCS];
@@ -201,6 +204,13 @@ static void set_item(const char *key, const char *val)
     } else if (strcmp(key, "util") == 0) {
         d->util_gpu = (unsigned)strtoul(val, &e, 0);
         d->util_mem = (unsigned)strtoul(e + (*e == ','), NULL, 0);
+    } else if (strcmp(key, "util_seq") == 0) {
+        d->nseq = d->iseq = 0;
+        for (const char *p = val; *p && d->nseq < 16; p = e + (*e == ',')) {
+            d->util_seq[d->nseq++] = (unsigned)strtoul(p, &e, 0);
+            if (e == p)
+                break;
+        }
     } else if (strcmp(key, "temp") == 0) {
         d->temp = (unsigned)strtoul(val, NULL, 0);
     } else if (strcmp(key, "power_mw") == 0) {
@@ -477,7 +487,7 @@ typedef struct {
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t *u)
 {
     FAKE_ENTER("nvmlDeviceGetUtilizationRates", d, E_UTIL);
-    u->gpu = d->util_gpu;
+    u->gpu = d->nseq ? d->util_seq[d->iseq++ % d->nseq] : d->util_gpu;
     u->memory = d->util_mem;
     return NV_SUCCESS;
 }

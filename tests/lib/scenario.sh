@@ -8,6 +8,8 @@
 #   scen_expect RUN ID           # fails unless ID is among the findings
 #   scen_expect_not RUN ID       # fails if ID is among them
 #   scen_evidence RUN ID         # prints the finding's evidence as JSON
+#   scen_expect_cost RUN ID      # the finding's time lost and speed-up agree
+#                                # with the job's own account (train.py)
 #
 # PY is the Python with Debian's torch (/usr/bin/python3; the python3 first
 # on PATH may be another build), TRAIN the training script.
@@ -72,4 +74,27 @@ scen_run() {
     ${SCEN_WRAP:-} "$TRAINMON" run -o "$run" "$@" > "$run.out" 2>&1; local rc=$?
     echo "job under trainmon run: exit $rc, $((SECONDS - start)) s"
     [ $rc -eq 0 ] || { tail -n 30 "$run.out"; scen_fail "trainmon run exited $rc"; }
+}
+
+# The time lost and the speed-up of finding ID against the job's own
+# inline account (train.py's "steps 1.. waited W s for data, computed C s:
+# speedup X" line in RUN.out): the speed-up within 25% of X, the time lost
+# within 25% of W (issue #11).
+scen_expect_cost() {
+    local run=$1 id=$2
+    local line
+    line=$(grep -m1 "^train.py: steps 1.. waited" "$run.out") ||
+        scen_fail "the job printed no account of its wait (train.py)"
+    scen_evidence "$run" "$id" | "$PY" -c '
+import json, re, sys
+ev = json.loads(sys.stdin.read() or "{}")
+m = re.search(r"waited ([0-9.]+) s for data, computed ([0-9.]+) s: speedup ([0-9.]+)", sys.argv[1])
+wait, busy, speedup = float(m.group(1)), float(m.group(2)), float(m.group(3))
+lost, sp = ev.get("time_lost_s"), ev.get("speedup")
+print("job: waited %.2f s, computed %.2f s, speedup %.2f; report: lost %s s, speedup %s, %s of the run"
+      % (wait, busy, speedup, lost, sp, ev.get("time_lost_fraction")))
+ok = (isinstance(lost, (int, float)) and isinstance(sp, (int, float))
+      and abs(sp / speedup - 1) <= 0.25 and abs(lost / wait - 1) <= 0.25
+      and 0 < ev.get("time_lost_fraction", 0) <= 1)
+sys.exit(0 if ok else 1)' "$line" || { scen_show "$run"; scen_fail "$id: time lost or speed-up off the job's own account"; }
 }

@@ -187,6 +187,11 @@ static void test_advice_never_proposes_more_workers_than_usable_cores(void **st)
     assert_true(n == 2); /* the loop waits for data: the workers may have both cores */
     assert_non_null(strstr(buf, "would need about 13 workers per rank"));
     assert_non_null(strstr(buf, "may use 2 cores"));
+    /* the 2 workers that fit do the work of 13 when a sample costs 2/13 of
+     * now: 1 - 2/13 = 0.846, 85% less */
+    assert_non_null(strstr(buf, "With the 2 workers that fit, each sample must cost 85% less "
+                                "(2/13 of now) to keep up"));
+    assert_non_null(strstr(buf, "or give the job 13 cores per rank"));
     assert_null(strstr(buf, "num_workers=13"));
     assert_null(strstr(buf, "GPU"));
     /* Every number in the text is at most 2, but the need itself. */
@@ -231,6 +236,19 @@ static void test_advice_with_workers_already_above_the_cores_says_so(void **st)
     double n = tm_machine_workers_advice(buf, sizeof buf, 8, 4, 2.0, 1, false, "", NULL);
     assert_true(n == 2);
     assert_non_null(strstr(buf, "already oversubscribe"));
+    /* 2 of 8: 75% less */
+    assert_non_null(strstr(buf, "each sample must cost 75% less (2/8 of now)"));
+}
+
+static void test_advice_with_no_core_per_rank_says_so(void **st)
+{
+    (void)st;
+    char buf[1024];
+    /* 3 ranks on 2 cores: floor(2/3) = 0 workers fit per rank */
+    double n = tm_machine_workers_advice(buf, sizeof buf, 4, 1, 2.0, 3, false, "", NULL);
+    assert_true(n == 0);
+    assert_non_null(strstr(buf, "No core is left per rank for workers"));
+    assert_null(strstr(buf, "must cost"));
 }
 
 /* --- rules on crafted runs */
@@ -639,6 +657,7 @@ int main(void)
         cmocka_unit_test(test_advice_on_unknown_cores_keeps_the_need_with_its_condition),
         cmocka_unit_test(test_advice_without_a_need_proposes_no_count),
         cmocka_unit_test(test_advice_with_workers_already_above_the_cores_says_so),
+        cmocka_unit_test(test_advice_with_no_core_per_rank_says_so),
         RUN_TEST(test_threads_and_workers_above_usable_cpus_with_pressure_is_oversubscribed),
         RUN_TEST(test_thread_counts_come_from_set_num_threads_else_the_meta),
         RUN_TEST(test_threads_within_usable_cpus_are_not_oversubscribed),

@@ -305,6 +305,37 @@ static void test_busy_workers_slower_than_compute_are_cpu_bound_with_a_worker_co
     done(&run, &a);
 }
 
+/* Time lost and the speed-up (docs/DIAGNOSIS.md "Time lost and the
+ * speed-up"), by hand: 100 steps of 0.1 s, each waiting 0.06 s; step 0 is
+ * warm-up, so 99 are judged: 99 x 0.06 = 5.94 s lost, of a run of 9.9 s
+ * (the records' span: the step records are written at their ends,
+ * 0.1 .. 10 s): 60%; with the input keeping up each step
+ * would take 0.1 - 0.06 = 0.04 s, so 9.9 s / 3.96 s = 2.5x faster.  Two
+ * ranks waiting alike side by side lose the same 5.94 s, not twice it. */
+static void test_an_input_finding_states_time_lost_and_speedup(void **st)
+{
+    (void)st;
+    for (int rank = 0; rank < 2; rank++) {
+        char file[32], role[32];
+        snprintf(file, sizeof file, "rank%d.tmr", rank);
+        snprintf(role, sizeof role, "rank%d", rank);
+        tm_rec *r = open_rec(file, role, rank);
+        put_steps(r, 100, 0, 0.1, 0.06);
+        tm_rec_close(&r);
+    }
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "input.data_wait");
+    assert_non_null(f);
+    assert_true(fabs(ev_num(f, "time_lost_s") - 5.94) < 1e-6);
+    assert_true(fabs(ev_num(f, "speedup") - 2.5) < 1e-6);
+    assert_true(fabs(ev_num(f, "run_s") - 9.9) < 1e-6);
+    assert_true(fabs(ev_num(f, "time_lost_fraction") - 0.6) < 1e-6);
+    assert_non_null(strstr(f->title, "; 5.9 s lost (60% of the run), about 2.5x faster if the "
+                                     "input kept up"));
+    done(&run, &a);
+}
+
 static void test_data_wait_without_system_data_is_a_low_confidence_finding(void **st)
 {
     (void)st;
@@ -525,6 +556,81 @@ static void test_low_gpu_utilization_while_input_keeps_up_is_underutilized(void 
     const tm_finding *f = tm_analysis_find(a, "gpu.underutilized");
     assert_non_null(f);
     assert_true(fabs(ev_num(f, "gpu_utilization_mean") - 0.3) < 1e-9);
+    done(&run, &a);
+}
+
+/* gpu.util_swing: 40 steps of 0.5 s, each waiting 0.25 s for data; the
+ * GPU sampled every 0.25 s is busy (0.95) and idle (0.05) in turn: half
+ * the samples each, one change per sample, so a cycle (two changes) is
+ * 0.5 s, the step: "about once per step", with the data wait. */
+static void test_a_gpu_busy_and_idle_in_turn_at_the_step_period_is_a_swing(void **st)
+{
+    (void)st;
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(r0, 40, 0, 0.5, 0.25);
+    tm_rec_close(&r0);
+    tm_rec *s = open_rec("system.tmr", "system", -1);
+    for (int i = 0; i <= 80; i++)
+        put_value(s, i * 0.25, "gpu.utilization", "gpu=0,uuid=GPU-1", i % 2 ? 0.05 : 0.95);
+    tm_rec_close(&s);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "gpu.util_swing");
+    assert_non_null(f);
+    assert_string_equal(tm_severity_name(f->severity), "medium");
+    assert_string_equal(tm_confidence_name(f->confidence), "high");
+    assert_true(fabs(ev_num(f, "busy_sample_share") - 0.5) < 0.05);
+    assert_true(fabs(ev_num(f, "idle_sample_share") - 0.5) < 0.05);
+    assert_true(fabs(ev_num(f, "swing_period_s") - 0.5) < 0.02);
+    assert_true(fabs(ev_num(f, "data_wait_per_step_s") - 0.25) < 1e-6);
+    assert_non_null(strstr(f->title, "about once per step"));
+    assert_non_null(strstr(f->title, "each step waits 0.25 s for data"));
+    assert_non_null(strstr(f->advice, "the idle samples are the data wait"));
+    assert_non_null(tm_analysis_find(a, "input.data_wait"));
+    done(&run, &a);
+}
+
+/* The input keeps up (1 ms of 100 ms), the GPU is busy 3 samples of 4
+ * (mean 0.775: not underutilized) and idle the fourth: the idle samples
+ * are host-side stalls; a low finding, not blamed on data. */
+static void test_a_swing_while_the_input_keeps_up_points_at_the_host_side(void **st)
+{
+    (void)st;
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(r0, 100, 0, 0.1, 0.001);
+    tm_rec_close(&r0);
+    tm_rec *s = open_rec("system.tmr", "system", -1);
+    for (int i = 0; i <= 40; i++)
+        put_value(s, i * 0.25, "gpu.utilization", "gpu=0,uuid=GPU-1", i % 4 == 3 ? 0.1 : 1.0);
+    tm_rec_close(&s);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "gpu.util_swing");
+    assert_non_null(f);
+    assert_string_equal(tm_severity_name(f->severity), "low");
+    assert_non_null(strstr(f->advice, "synchronizations"));
+    assert_null(strstr(f->advice, "data wait"));
+    assert_null(tm_analysis_find(a, "gpu.underutilized"));
+    done(&run, &a);
+}
+
+/* Steady utilization (busy all along, or low all along) is no swing; the
+ * low one while the input keeps up is gpu.underutilized's. */
+static void test_steady_gpu_utilization_is_no_swing(void **st)
+{
+    (void)st;
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(r0, 100, 0, 0.1, 0.001);
+    tm_rec_close(&r0);
+    tm_rec *s = open_rec("system.tmr", "system", -1);
+    for (int i = 0; i <= 40; i++) {
+        put_value(s, i * 0.25, "gpu.utilization", "gpu=0,uuid=GPU-1", 0.9 + 0.01 * (i % 3));
+        put_value(s, i * 0.25, "gpu.utilization", "gpu=1,uuid=GPU-2", 0.1);
+    }
+    tm_rec_close(&s);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    assert_null(tm_analysis_find(a, "gpu.util_swing"));
     done(&run, &a);
 }
 
@@ -1595,6 +1701,7 @@ int main(void)
         T(test_two_disk_samples_of_a_short_job_are_no_plateau),
         T(test_throttled_disk_with_high_await_and_workers_in_d_state_is_disk_bound),
         T(test_busy_workers_slower_than_compute_are_cpu_bound_with_a_worker_count),
+        T(test_an_input_finding_states_time_lost_and_speedup),
         T(test_data_wait_without_system_data_is_a_low_confidence_finding),
         T(test_workers_off_cpu_without_system_data_are_not_called_disk_bound),
         T(test_cpu_starved_workers_without_d_state_are_cpu_bound_not_disk_bound),
@@ -1604,6 +1711,9 @@ int main(void)
         T(test_the_training_process_in_d_state_is_not_a_worker_in_d_state),
         T(test_the_first_steps_wait_is_warmup_and_not_counted),
         T(test_low_gpu_utilization_while_input_keeps_up_is_underutilized),
+        T(test_a_gpu_busy_and_idle_in_turn_at_the_step_period_is_a_swing),
+        T(test_a_swing_while_the_input_keeps_up_points_at_the_host_side),
+        T(test_steady_gpu_utilization_is_no_swing),
         T(test_idle_gpu_behind_a_waiting_loop_is_left_to_the_input_finding),
         T(test_peak_above_90_percent_of_the_device_is_near_capacity),
         T(test_peak_at_80_percent_is_not_near_capacity),
