@@ -361,7 +361,11 @@ void tm_rpt_headline(const tm_analysis *a, tm_rpt_head *h)
     if (h->verdict[0] >= 'a' && h->verdict[0] <= 'z')
         h->verdict[0] = (char)(h->verdict[0] - 'a' + 'A');
     first_sentence(h->remedy, sizeof h->remedy, f->advice);
-    /* The cost, where the rule measured it (the input rules do). */
+    /* The cost, where the rule measured it (the input rules do) and its
+     * title does not say it already (the input rules' titles end with
+     * "..., about 1.7x faster if the input kept up", tm_an_input_cost). */
+    if (strstr(f->title, " faster if "))
+        return;
     bool input = strncmp(f->id, "input.", 6) == 0;
     double frac = tm_unit_evidence_num(f->evidence, "time_lost_fraction");
     double lost = tm_unit_evidence_num(f->evidence, "time_lost_s");

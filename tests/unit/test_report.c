@@ -1449,8 +1449,13 @@ static void test_text_report_opens_with_the_verdict_and_units(void **st)
     assert_non_null(v);
     assert_non_null(sum);
     assert_true(v < sum);
-    /* the advice's first sentence, and only that */
-    assert_non_null(strstr(s, "  Top remedy: The data loading keeps the training loop waiting.\n"));
+    /* The rule's title says the cost (100 steps x 0.04 s lost; 0.1 s a
+     * step against 0.06 s of compute: 1.7x); the headline does not say it
+     * twice.  Then the advice's first sentence, and only that. */
+    assert_non_null(strstr(s, "\nVerdict: Input-bound: the loop waited for data 40% of the time; "
+                              "4.0 s lost (40% of the run), about 1.7x faster if the input kept "
+                              "up\n  Top remedy: The data loading keeps the training loop "
+                              "waiting.\n\nSummary\n"));
     assert_non_null(strstr(s, "  step time          median 100 ms (compute 60.0 ms)\n"));
     assert_non_null(strstr(s, "evidence: data_wait_fraction 40.0%, threshold 0.05, steps 100, "
                               "step_time_median_s 100 ms, compute_time_median_s 60.0 ms"));
@@ -1481,6 +1486,14 @@ static void test_headline_says_time_lost_and_speedup(void **st)
     assert_string_equal(h.cost, "41.0% of the run (123 s) waiting for data; about 1.7x faster if "
                                 "the input kept up");
     assert_string_equal(h.remedy, "Put the data on local NVMe.");
+    /* a title that says its cost already (tm_an_input_cost) is not repeated */
+    f.title = "input-bound: 41% waiting; 123 s lost (41% of the run), about 1.7x faster if the "
+              "input kept up";
+    tm_rpt_headline(&a, &h);
+    assert_string_equal(h.cost, "");
+    assert_string_equal(h.verdict, "Input-bound: 41% waiting; 123 s lost (41% of the run), about "
+                                   "1.7x faster if the input kept up");
+    f.title = "input-bound, storage-bound: the loop waited";
     /* a finding of another family: no "input" words; speedup alone */
     f.id = "gpu.underutilized";
     f.evidence = "{\"speedup\":2.0,\"time_lost_fraction\":null}";
@@ -1524,7 +1537,7 @@ static void test_html_opens_with_the_verdict_and_shows_units(void **st)
     tm_rec_close(&w);
     char *page = html_of(dir);
     const char *v = strstr(page, "<div class=\"verdict sev-high\"><p class=\"vt\">Input-bound: "
-                                 "the loop waited for data 40% of the time</p>");
+                                 "the loop waited for data 40% of the time");
     const char *rem = strstr(page, "<p class=\"vr\"><b>Top remedy:</b> The data loading keeps "
                                    "the training loop waiting.</p>");
     const char *run = strstr(page, "<table class=\"run\">");
