@@ -92,18 +92,19 @@
  * protected once they are re-read while still resident). */
 #define TM_AN_CACHED_FULL 0.95
 #define TM_AN_DATASET_RAM_RATIO 1.0
-/* data.small_files: the disk behind the data served read requests under
- * 64 KiB on average (iostat's rareq-sz over the window) at 50 or more per
- * second while the loop waited for data.  64 KiB is a quarter of the
- * I/O unit cloud block storage counts one IOPS for (256 KiB on AWS EBS
- * SSD volumes): requests below it pay a whole operation for a fraction of
- * the bytes.  A shard read sequentially is read in readahead windows:
- * 128 KiB by default (read_ahead_kb, VM_READAHEAD_PAGES in
- * include/linux/mm.h), the request size the expected gain assumes.  Files
- * count as small below 1 MiB on average (the dataset walk, when there is
- * one): a file of that size is read in at most a handful of requests plus
- * its inode and directory blocks. */
-#define TM_AN_SMALL_REQ_BYTES (64.0 * 1024)
+/* data.small_files: the disk behind the data served read requests of
+ * 32 KiB or less on average (iostat's rareq-sz over the window) at 50 or
+ * more per second while the loop waited for data.  A shard read
+ * sequentially is read in readahead windows: 128 KiB by default
+ * (read_ahead_kb, VM_READAHEAD_PAGES in include/linux/mm.h), the request
+ * size the expected gain assumes; 32 KiB is where that gain reaches 4x,
+ * worth rewriting a dataset for (and an eighth of the 256 KiB I/O that
+ * AWS EBS SSD volumes count as one operation: a volume limited in IOPS
+ * pays a whole operation for each small read).  Files count as small
+ * below 1 MiB on average (the dataset walk, when there is one): such a
+ * file is read in a handful of requests plus its inode and directory
+ * blocks. */
+#define TM_AN_SMALL_REQ_BYTES (32.0 * 1024)
 #define TM_AN_SMALL_REQ_RATE 50.0
 #define TM_AN_SHARD_REQ_BYTES (128.0 * 1024)
 #define TM_AN_SMALL_FILE_BYTES (1024.0 * 1024)

@@ -153,7 +153,7 @@ void tm_rule_data_small_files(struct an *an)
     const tm_an_summary *S = &an->a->sum;
     if (!(S->data_wait_fraction >= TM_AN_DATA_WAIT_FRACTION))
         return;
-    if (!(S->disk_req_bytes < TM_AN_SMALL_REQ_BYTES) || !(S->disk_reads_s >= TM_AN_SMALL_REQ_RATE))
+    if (!(S->disk_req_bytes <= TM_AN_SMALL_REQ_BYTES) || !(S->disk_reads_s >= TM_AN_SMALL_REQ_RATE))
         return;
     if (S->worker_read_bps < TM_AN_WORKER_READ_MIN_BPS)
         return; /* the workers do not read from a disk: the requests are someone else's */
