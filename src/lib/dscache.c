@@ -19,7 +19,9 @@
  *     openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS) (O_NOFOLLOW on kernels
  *     without it), always O_NONBLOCK and checked S_ISREG after fstat:
  *     a FIFO or a device planted in a dataset is never waited on.  The
- *     data path itself is followed as given (the user named it).
+ *     data path itself is followed as given (the user named it).  The walk
+ *     stays on the data path's filesystem (`-d /` reads neither /proc nor
+ *     /sys, where opening a file can have effects).
  *   - Bounded: entries looked at, time, depth and files measured are the
  *     TM_DSC_* limits of dscache.h; memory is the sample (at most
  *     TM_DSC_SAMPLE paths) and one mincore vector.
@@ -184,8 +186,10 @@ static bool dsc_over(struct dsc_walk *w)
     return false;
 }
 
-/* Walks the directory open as topfd, depth first, one DIR per level. */
-static void dsc_walk_dir(struct dsc_walk *w, size_t top, int topfd)
+/* Walks the directory open as topfd, depth first, one DIR per level,
+ * without leaving its filesystem (dev): as `find -xdev`, so that `-d /`
+ * stays out of /proc, /sys and other mounts. */
+static void dsc_walk_dir(struct dsc_walk *w, size_t top, int topfd, dev_t dev)
 {
     struct {
         DIR *d;
@@ -238,10 +242,11 @@ static void dsc_walk_dir(struct dsc_walk *w, size_t top, int topfd)
             }
             int cfd = openat(dfd, e->d_name,
                              O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-            DIR *cd = cfd >= 0 ? fdopendir(cfd) : NULL;
+            struct stat ds;
+            DIR *cd = cfd >= 0 && fstat(cfd, &ds) == 0 && ds.st_dev == dev ? fdopendir(cfd) : NULL;
             if (!cd) {
                 if (cfd >= 0)
-                    close(cfd);
+                    close(cfd); /* unreadable, or another filesystem mounted here */
                 continue;
             }
             sp++;
@@ -264,7 +269,7 @@ static int dsc_open_below(int topfd, const char *rel)
     int flags = O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY;
     if (!no_openat2) {
         struct open_how how = {.flags = (uint64_t)flags,
-                               .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS};
+                               .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV};
         long fd;
         do
             fd = syscall(SYS_openat2, topfd, rel, &how, sizeof how);
@@ -439,7 +444,7 @@ int tm_dsc_measure(const char *const *paths, size_t n, tm_dsc_reading *out)
         if (S_ISREG(sb.st_mode))
             dsc_file(w, i, "", (uint64_t)sb.st_size);
         else
-            dsc_walk_dir(w, i, fd);
+            dsc_walk_dir(w, i, fd, sb.st_dev);
     }
     int rc = 0;
     if (!opened) {
