@@ -116,11 +116,13 @@ void tm_rule_data_page_cache(struct an *an)
                  "node's share fits in its RAM.");
     } else if (s1 >= TM_AN_CACHED_FULL) {
         sev = waits ? TM_SEV_LOW : TM_SEV_INFO;
+        char ram[48] = "";
+        if (isfinite(q))
+            snprintf(ram, sizeof ram, "; it is %.2fx the RAM", q);
         snprintf(title, sizeof title,
                  "epoch 1 read from disk, %.0f%% cached after: later epochs will not be "
-                 "disk-bound (%.0f%% of the %s%s was cached at the start; it is %.2fx the "
-                 "RAM)",
-                 100 * s1, 100 * (isfinite(s0) ? s0 : 0), at_least, size, q);
+                 "disk-bound (%.0f%% of the %s%s was cached at the start%s)",
+                 100 * s1, 100 * (isfinite(s0) ? s0 : 0), at_least, size, ram);
         snprintf(adv, sizeof adv,
                  "The dataset fits in the page cache and this run put it there: a longer run "
                  "(more epochs) reads it from memory after the first, as long as the job and "
@@ -131,7 +133,7 @@ void tm_rule_data_page_cache(struct an *an)
                  "%.0f%% of the %s%s of data was in the page cache at the end of the job "
                  "(%.0f%% at the start)",
                  100 * (isfinite(s1) ? s1 : s0), at_least, size, 100 * (isfinite(s0) ? s0 : 0));
-        if (q <= TM_AN_DATASET_RAM_RATIO)
+        if (isfinite(q))
             snprintf(adv, sizeof adv,
                      "The dataset (%.2fx the RAM) could fit in the page cache; this run did not "
                      "read all of it, or memory pressure evicted it. Reading it once before "
