@@ -262,6 +262,12 @@ static void dsc_walk_dir(struct dsc_walk *w, size_t top, int topfd, dev_t dev)
 /* --- measuring one file */
 
 static bool dsc_cachestat_missing; /* ENOSYS once: the kernel will not grow it */
+static bool dsc_mincore_forced;    /* tm_dsc_force_mincore */
+
+void tm_dsc_force_mincore(bool on)
+{
+    dsc_mincore_forced = on;
+}
 
 static int dsc_open_below(int topfd, const char *rel)
 {
@@ -335,7 +341,7 @@ static int dsc_measure_one(struct dsc_walk *w, int topfd, const char *rel, uint6
         goto out;
     }
     *size = (uint64_t)sb.st_size;
-    if (!dsc_cachestat_missing) {
+    if (!dsc_cachestat_missing && !dsc_mincore_forced) {
         struct dsc_cachestat_range r = {0, 0};
         struct dsc_cachestat cs = {0};
         if (syscall(__NR_cachestat, fd, &r, &cs, 0) == 0) {

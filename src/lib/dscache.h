@@ -78,4 +78,9 @@ int tm_dsc_estimate(const tm_dsc_tally *t, double *cached, double *fraction);
  * tm_last_error() set. */
 int tm_dsc_measure(const char *const *paths, size_t n, tm_dsc_reading *out);
 
+/* For tests: count resident pages with mincore even where cachestat
+ * exists (the path kernels before 6.5, Debian 12's 6.1 among them, take);
+ * false goes back to cachestat when the kernel has it. */
+void tm_dsc_force_mincore(bool on);
+
 #endif
