@@ -423,6 +423,8 @@ int tm_dsc_measure(const char *const *paths, size_t n, tm_dsc_reading *out)
     w->deadline = tm_now_mono_ns() + TM_DSC_WALK_NS;
     w->t.complete = true;
     int tops[DSC_MAX_TOPS];
+    dev_t top_dev[DSC_MAX_TOPS];
+    ino_t top_ino[DSC_MAX_TOPS];
     size_t opened = 0;
     int err = 0;
     for (size_t i = 0; i < n; i++) {
@@ -441,10 +443,15 @@ int tm_dsc_measure(const char *const *paths, size_t n, tm_dsc_reading *out)
             tm_seterr(err, "%s: %s", paths[i], strerror(-err));
             continue;
         }
-        if (!S_ISDIR(sb.st_mode) && !S_ISREG(sb.st_mode)) {
-            close(fd); /* a device or a FIFO named as data: not a dataset */
+        bool again = false; /* the same path given twice (-d /data -d /data/) */
+        for (size_t k = 0; k < i; k++)
+            again |= tops[k] >= 0 && top_dev[k] == sb.st_dev && top_ino[k] == sb.st_ino;
+        if (again || (!S_ISDIR(sb.st_mode) && !S_ISREG(sb.st_mode))) {
+            close(fd); /* a device or a FIFO named as data is not a dataset */
             continue;
         }
+        top_dev[i] = sb.st_dev;
+        top_ino[i] = sb.st_ino;
         tops[i] = fd;
         opened++;
         if (S_ISREG(sb.st_mode))

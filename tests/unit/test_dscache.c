@@ -264,6 +264,18 @@ static void test_data_path_may_be_one_file(void **state)
     assert_near(r.cached_fraction, 1.0, 0);
 }
 
+static void test_the_same_path_twice_counts_once(void **state)
+{
+    (void)state;
+    put_file("a.bin", 4096);
+    char slash[300];
+    snprintf(slash, sizeof slash, "%s/", root);
+    const char *paths[] = {root, slash};
+    tm_dsc_reading r;
+    assert_int_equal(tm_dsc_measure(paths, 2, &r), 0);
+    assert_near(r.files, 1, 0);
+}
+
 static void test_walk_deeper_than_the_limit_is_cut_and_said(void **state)
 {
     (void)state;
@@ -431,6 +443,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_walk_skips_symlinks_fifos_and_counts_subdirectories,
                                         make_root, remove_root),
         cmocka_unit_test_setup_teardown(test_data_path_may_be_one_file, make_root, remove_root),
+        cmocka_unit_test_setup_teardown(test_the_same_path_twice_counts_once, make_root,
+                                        remove_root),
         cmocka_unit_test_setup_teardown(test_walk_deeper_than_the_limit_is_cut_and_said, make_root,
                                         remove_root),
         cmocka_unit_test_setup_teardown(test_sample_is_bounded_and_estimates_the_whole, make_root,
