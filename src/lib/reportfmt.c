@@ -261,6 +261,22 @@ static void write_summary_json(tm_text *t, const tm_run *r, const tm_analysis *a
         j_kn(t, "read_await_s", S->disk_await_s, true);
         j_kn(t, "utilization", S->disk_util, true);
         j_kn(t, "queue_depth", S->disk_queue, true);
+        j_kn(t, "reads_per_second", S->disk_reads_s, true);
+        j_kn(t, "read_request_bytes", S->disk_req_bytes, true);
+        tm_text_puts(t, "}");
+    } else {
+        tm_text_puts(t, "null");
+    }
+    /* the dataset behind -d and its page-cache share (collect_dscache.c) */
+    tm_text_puts(t, ",\"dataset\":");
+    if (S->ds_bytes >= 0) {
+        tm_text_puts(t, "{");
+        j_kn(t, "files", S->ds_files, false);
+        tm_text_printf(t, ",\"walk_complete\":%s", S->ds_complete ? "true" : "false");
+        j_kn(t, "bytes", S->ds_bytes, true);
+        j_kn(t, "cached_fraction_start", S->ds_cached_start, true);
+        j_kn(t, "cached_fraction_end", S->ds_cached_end, true);
+        j_kn(t, "memory_total_bytes", S->ds_memory, true);
         tm_text_puts(t, "}");
     } else {
         tm_text_puts(t, "null");
