@@ -59,8 +59,8 @@ void tm_probe_finish(tm_probe_test *t, uint64_t bytes, uint64_t requests, double
 
 /* Parses probe.json text (len bytes, not NUL-terminated) into out[0..cap).
  * Unknown keys are skipped; strings are cut to their fields with control
- * characters replaced by '?'; numbers that are negative or not finite are
- * NAN (rates) or 0 (counts).  Returns the probes read, or -EINVAL for text
+ * characters replaced by '?'; numbers that are negative, not finite or
+ * out of range are NAN (rates) or 0 (counts).  Returns the probes read, or -EINVAL for text
  * that is not such a document (nesting deeper than 8 levels included). */
 int tm_probe_parse(const char *buf, size_t len, tm_probe *out, size_t cap);
 
