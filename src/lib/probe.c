@@ -142,6 +142,34 @@ void tm_probe_finish(tm_probe_test *t, uint64_t bytes, uint64_t requests, double
     t->lat_p99_s = tm_probe_hist_quantile(h, 0.99);
 }
 
+double tm_probe_slope(const uint64_t *bins, size_t n, double bin_s, size_t first)
+{
+    /* Points (end of bin k, bytes read up to it) for k >= first; the
+     * least-squares slope, computed around the means. */
+    if (n < first + 2 || !(bin_s > 0))
+        return NAN;
+    double cum = 0, sx = 0, sy = 0, m = (double)(n - first);
+    double *y = malloc(n * sizeof *y);
+    if (!y)
+        return NAN;
+    for (size_t k = 0; k < n; k++) {
+        cum += (double)bins[k];
+        y[k] = cum;
+        if (k >= first) {
+            sx += (double)(k + 1) * bin_s;
+            sy += cum;
+        }
+    }
+    double mx = sx / m, my = sy / m, sxy = 0, sxx = 0;
+    for (size_t k = first; k < n; k++) {
+        double dx = (double)(k + 1) * bin_s - mx;
+        sxy += dx * (y[k] - my);
+        sxx += dx * dx;
+    }
+    free(y);
+    return sxx > 0 ? sxy / sxx : NAN;
+}
+
 const tm_probe_test *tm_probe_best(const tm_probe *p, const char *pattern)
 {
     const tm_probe_test *best = NULL;
@@ -330,7 +358,7 @@ static int pset_open(struct pset *s, const char *path)
 struct prun {
     struct pset *s;
     const tm_probe_test *t;
-    int64_t deadline;
+    int64_t t0, ramp, deadline;
     atomic_int stop;
     int err;
     pthread_mutex_t mu; /* the sequential cursor */
@@ -338,13 +366,17 @@ struct prun {
     uint64_t off;
 };
 
+/* Each worker counts twice: every read (all), and the reads that ended
+ * after the ramp (the test's first TM_PROBE_RAMP of its time), which give
+ * the rates when there are any. */
 struct pworker {
     struct prun *r;
     pthread_t th;
-    uint64_t rng, bytes, reqs;
+    uint64_t rng, bytes, reqs, bytes_all, reqs_all;
+    uint64_t bins[TM_PROBE_BINS]; /* bytes of the reads that ended in each slice of the test */
     int err;
     void *buf;
-    tm_probe_hist h;
+    tm_probe_hist h, h_all;
 };
 
 static void pick_seq(struct prun *r, int *fd, uint64_t *off, size_t *len)
@@ -404,9 +436,19 @@ static void *probe_worker(void *arg)
             atomic_store(&r->stop, 1);
             break;
         }
-        tm_probe_hist_add(&w->h, (uint64_t)(t1 > t0 ? t1 - t0 : 0));
-        w->bytes += (uint64_t)n;
-        w->reqs++;
+        uint64_t lat = (uint64_t)(t1 > t0 ? t1 - t0 : 0);
+        tm_probe_hist_add(&w->h_all, lat);
+        w->bytes_all += (uint64_t)n;
+        w->reqs_all++;
+        if (t1 < r->deadline) {
+            uint64_t k = (uint64_t)(t1 - r->t0) * TM_PROBE_BINS / (uint64_t)(r->deadline - r->t0);
+            w->bins[k < TM_PROBE_BINS ? k : TM_PROBE_BINS - 1] += (uint64_t)n;
+        }
+        if (t1 >= r->ramp) {
+            tm_probe_hist_add(&w->h, lat);
+            w->bytes += (uint64_t)n;
+            w->reqs++;
+        }
     }
     return NULL;
 }
@@ -419,7 +461,7 @@ static int probe_test(struct pset *s, tm_probe_test *t, double seconds, uint64_t
     pthread_mutex_init(&r.mu, NULL);
     unsigned qd = t->queue_depth ? t->queue_depth : 1;
     struct pworker *w = calloc(qd, sizeof *w);
-    tm_probe_hist *all = calloc(1, sizeof *all);
+    tm_probe_hist *all = calloc(2, sizeof *all), *whole = all ? all + 1 : NULL;
     int rc = 0;
     unsigned started = 0;
     if (!w || !all) {
@@ -429,6 +471,8 @@ static int probe_test(struct pset *s, tm_probe_test *t, double seconds, uint64_t
     size_t blen = (size_t)round_up(t->block_bytes, TM_PROBE_ALIGN);
     int64_t t0 = tm_now_mono_ns();
     r.deadline = t0 + (int64_t)(seconds * 1e9);
+    r.t0 = t0;
+    r.ramp = t0 + (int64_t)(seconds * TM_PROBE_RAMP * 1e9);
     for (unsigned i = 0; i < qd; i++) {
         w[i].r = &r;
         w[i].rng = seed ^ (0x9E3779B97F4A7C15ULL * (i + 1));
@@ -448,16 +492,37 @@ static int probe_test(struct pset *s, tm_probe_test *t, double seconds, uint64_t
     }
     if (rc < 0)
         atomic_store(&r.stop, 1);
-    uint64_t bytes = 0, reqs = 0;
+    uint64_t bytes = 0, reqs = 0, bytes_all = 0, reqs_all = 0, bins[TM_PROBE_BINS] = {0};
     for (unsigned i = 0; i < started; i++) {
         pthread_join(w[i].th, NULL);
         bytes += w[i].bytes;
         reqs += w[i].reqs;
+        bytes_all += w[i].bytes_all;
+        reqs_all += w[i].reqs_all;
         tm_probe_hist_merge(all, &w[i].h);
+        tm_probe_hist_merge(whole, &w[i].h_all);
+        for (size_t k = 0; k < TM_PROBE_BINS; k++)
+            bins[k] += w[i].bins[k];
         if (w[i].err && rc == 0)
             rc = tm_seterr(w[i].err, "probe: read: %s", strerror(-w[i].err));
     }
-    tm_probe_finish(t, bytes, reqs, tm_ns_diff_s(tm_now_mono_ns(), t0), all);
+    int64_t t1 = tm_now_mono_ns();
+    /* The steady state after the ramp; a device so slow that no read ended
+     * after it is judged on all of them. */
+    if (reqs > 0 && t1 > r.ramp)
+        tm_probe_finish(t, bytes, reqs, tm_ns_diff_s(t1, r.ramp), all);
+    else
+        tm_probe_finish(t, bytes_all, reqs_all, tm_ns_diff_s(t1, t0), whole);
+    /* The rate: the slope of the bytes read over time after the ramp,
+     * when enough reads give one (tm_probe_slope). */
+    double slope = reqs >= TM_PROBE_SLOPE_MIN_READS
+                       ? tm_probe_slope(bins, TM_PROBE_BINS, seconds / TM_PROBE_BINS,
+                                        (size_t)(TM_PROBE_RAMP * TM_PROBE_BINS))
+                       : NAN;
+    if (slope > 0 && bytes > 0) {
+        t->bytes_per_second = slope;
+        t->iops = slope * (double)reqs / (double)bytes;
+    }
 out:
     for (unsigned i = 0; w && i < qd; i++)
         free(w[i].buf);

@@ -23,6 +23,20 @@
 #define TM_PROBE_SCAN_MAX 100000           /* directory entries looked at */
 #define TM_PROBE_MAX_DEPTH 16              /* directory levels walked */
 #define TM_PROBE_DEFAULT_S 4.0
+/* The first fifth of each test is a ramp, not counted (fio's ramp_time):
+ * the requests' start-up, and the burst a throttle grants at the start of
+ * its slice (blk-throttle allows one throttl_slice, 100 ms, of bytes at
+ * once), which over a short test reads 10% above the limit. */
+#define TM_PROBE_RAMP 0.2
+/* The rate is the slope of the bytes read over time (a least-squares line
+ * through the cumulative bytes at the end of each of TM_PROBE_BINS slices
+ * of the test, after the ramp), not bytes / seconds: a throttle releases
+ * reads in bursts, once per slice, and a count between two instants is off
+ * by up to one burst (12-25% over a 0.8 s test), where the line through
+ * the staircase is within 1% (tests/unit/test_probe.c).  Below
+ * TM_PROBE_SLOPE_MIN_READS reads after the ramp, bytes / seconds. */
+#define TM_PROBE_BINS 64
+#define TM_PROBE_SLOPE_MIN_READS 16
 #define TM_PROBE_JSON_MAX (256u * 1024u) /* bytes of probe.json read */
 #define TM_PROBE_FILE_MAX 16             /* probes read from one probe.json */
 
@@ -51,6 +65,12 @@ void tm_probe_hist_merge(tm_probe_hist *into, const tm_probe_hist *h);
 /* The q-quantile (0 < q <= 1) in seconds: the middle of the bucket that
  * holds the ceil(q n)-th smallest latency; NAN for an empty histogram. */
 double tm_probe_hist_quantile(const tm_probe_hist *h, double q);
+
+/* The least-squares slope (bytes per second) of the cumulative bytes at
+ * the end of bins first..n-1 (bins of bin_s seconds, bins[k] the bytes
+ * of the reads that ended in bin k) over time; NAN for fewer than 2
+ * points. */
+double tm_probe_slope(const uint64_t *bins, size_t n, double bin_s, size_t first);
 
 /* Fills a test's rates and latencies from what it read: bytes and
  * requests in seconds of wall time, latencies in h. */

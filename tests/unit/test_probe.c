@@ -158,6 +158,37 @@ static void test_quantiles_and_rates_of_99_fast_reads_and_one_slow_one(void **st
     assert_true(isnan(t.bytes_per_second) && isnan(t.lat_mean_s) && isnan(t.lat_p50_s));
 }
 
+static void test_the_rate_is_the_slope_of_the_bytes_read_over_time(void **st)
+{
+    (void)st;
+    /* 5 bytes in every half second: 10 B/s, exactly, from any first bin. */
+    uint64_t even[8] = {5, 5, 5, 5, 5, 5, 5, 5};
+    assert_true(fabs(tm_probe_slope(even, 8, 0.5, 0) - 10) < 1e-9);
+    assert_true(fabs(tm_probe_slope(even, 8, 0.5, 6) - 10) < 1e-9);
+    /* A staircase, 4 bytes every 2 s: points (1,4) (2,4) (3,8) (4,8); means
+     * 2.5 and 6; sum dx dy = 3 + 1 + 1 + 3 = 8, sum dx^2 = 5: 1.6 B/s. */
+    uint64_t stair[4] = {4, 0, 4, 0};
+    assert_true(fabs(tm_probe_slope(stair, 4, 1.0, 0) - 1.6) < 1e-9);
+    /* A burst before the first point counted only lifts the line: a throttle's
+     * start-up burst (here 100 bytes in bin 0) does not change the rate. */
+    uint64_t burst[8] = {100, 5, 5, 5, 5, 5, 5, 5};
+    assert_true(fabs(tm_probe_slope(burst, 8, 0.5, 1) - 10) < 1e-9);
+    /* Bursts once per 100 ms (a blk-throttle slice) at 16 MB/s, 64 bins of
+     * 12.5 ms over 0.8 s, counted after a 20% ramp: the line is within 1%
+     * of 16 MB/s whatever the bursts' phase, where bytes / seconds between
+     * two instants is off by up to a burst (1.6 MB, 12-25%). */
+    for (int ph = 0; ph < 8; ph++) {
+        uint64_t b[64] = {0};
+        b[0] = 1600000; /* the slice granted at the start */
+        for (int k = ph; k < 64; k += 8)
+            b[k] += 1600000;
+        double r = tm_probe_slope(b, 64, 0.0125, 12);
+        assert_true(fabs(r / 16e6 - 1) < 0.01);
+    }
+    assert_true(isnan(tm_probe_slope(even, 8, 0.5, 7))); /* one point */
+    assert_true(isnan(tm_probe_slope(even, 8, 0, 0)));
+}
+
 static void fill_probe(tm_probe *p)
 {
     memset(p, 0, sizeof *p);
@@ -543,6 +574,7 @@ int main(void)
         T(test_the_plan_is_sequential_1_MiB_at_depth_1_and_4_then_random_at_1_4_16),
         T(test_histogram_buckets_are_exact_below_16_ns_then_16_per_power_of_two),
         T(test_quantiles_and_rates_of_99_fast_reads_and_one_slow_one),
+        T(test_the_rate_is_the_slope_of_the_bytes_read_over_time),
         T(test_best_is_the_fastest_test_of_a_pattern),
         T(test_probe_json_reads_back_what_it_wrote),
         T(test_the_reader_takes_crafted_text_safely),
