@@ -44,6 +44,13 @@ static void probe_size(char *buf, size_t cap, uint64_t v)
         snprintf(buf, cap, "%llu B", (unsigned long long)v);
 }
 
+/* A test's mean read: the size asked for, cut by the files' ends (1 MiB
+ * sequential reads of 64 KiB files are 64 KiB reads). */
+static uint64_t probe_read_size(const tm_probe_test *t)
+{
+    return t->requests ? (t->bytes + t->requests / 2) / t->requests : t->block_bytes;
+}
+
 static void probe_print(const tm_probe *p)
 {
     char med[32];
@@ -54,12 +61,12 @@ static void probe_print(const tm_probe *p)
         printf(" (/dev/%s)", p->device);
     printf(": %llu file(s), reads spread over %llu, median size %s; O_DIRECT, %.1f s\n\n",
            (unsigned long long)p->files, (unsigned long long)p->files_read, med, p->seconds);
-    printf("%-11s %8s %5s %10s %9s %10s %10s %10s\n", "pattern", "request", "depth", "MB/s", "IOPS",
+    printf("%-11s %8s %5s %10s %9s %10s %10s %10s\n", "pattern", "read", "depth", "MB/s", "IOPS",
            "lat mean", "lat p50", "lat p99");
     for (size_t i = 0; i < p->ntests; i++) {
         const tm_probe_test *t = &p->tests[i];
         char bs[32];
-        probe_size(bs, sizeof bs, t->block_bytes);
+        probe_size(bs, sizeof bs, probe_read_size(t));
         printf("%-11s %8s %5u %10.1f %9.0f %8.2fms %8.2fms %8.2fms\n", t->pattern, bs,
                t->queue_depth, t->bytes_per_second / 1e6, t->iops, t->lat_mean_s * 1e3,
                t->lat_p50_s * 1e3, t->lat_p99_s * 1e3);
@@ -67,11 +74,11 @@ static void probe_print(const tm_probe *p)
     const tm_probe_test *b = tm_probe_best(p, NULL), *r = tm_probe_best(p, "random");
     if (b) {
         char bs[32];
-        probe_size(bs, sizeof bs, b->block_bytes);
+        probe_size(bs, sizeof bs, probe_read_size(b));
         printf("\nceiling: %.1f MB/s (%s %s reads, %u in flight)", b->bytes_per_second / 1e6,
                b->pattern, bs, b->queue_depth);
         if (r && r != b) {
-            probe_size(bs, sizeof bs, r->block_bytes);
+            probe_size(bs, sizeof bs, probe_read_size(r));
             printf("; %s random reads: %.1f MB/s (%u in flight)", bs, r->bytes_per_second / 1e6,
                    r->queue_depth);
         }
