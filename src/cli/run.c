@@ -1026,21 +1026,21 @@ static void run_probe(struct run *r)
             seen |= !strcmp(r->targets[k].bd.top, t->bd.top);
         if (seen)
             continue;
-        fprintf(stderr, "trainmon: probing the storage behind %s (%.0f s, O_DIRECT reads)\n",
-                t->path, r->probe_s);
+        fprintf(stderr, "trainmon: probing the storage behind %s (%g s, O_DIRECT reads)\n", t->path,
+                r->probe_s);
         if (tm_probe_run(t->path, r->probe_s, &probes[n]) < 0) {
             cli_warn("--probe: %s; the report will not know this storage's ceiling",
                      tm_last_error());
             continue;
         }
         const tm_probe_test *b = tm_probe_best(&probes[n], NULL);
-        if (b)
+        if (b && b->requests)
             fprintf(stderr,
-                    "trainmon: probe %s%s: at most %.1f MB/s (%s, %llu KiB reads, %u in "
+                    "trainmon: probe %s%s: at most %.1f MB/s (%s reads of %.0f KiB, %u in "
                     "flight)\n",
                     probes[n].device[0] ? "/dev/" : "",
                     probes[n].device[0] ? probes[n].device : t->path, b->bytes_per_second / 1e6,
-                    b->pattern, (unsigned long long)(b->block_bytes / 1024), b->queue_depth);
+                    b->pattern, (double)b->bytes / (double)b->requests / 1024, b->queue_depth);
         n++;
     }
     if (n == 0)

@@ -236,7 +236,8 @@ static void pset_offer(struct pset *s, int dirfd, const char *name)
             return;
         slot = (size_t)r;
     }
-    int fd = openat(dirfd, name, O_RDONLY | O_DIRECT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    int fd =
+        openat(dirfd, name, O_RDONLY | O_DIRECT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (fd < 0) {
         if (!s->direct_err)
             s->direct_err = errno;
@@ -306,7 +307,7 @@ static int cmp_u64(const void *a, const void *b)
 /* Opens path's files into s: 0, or a negative errno with the message. */
 static int pset_open(struct pset *s, const char *path)
 {
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (fd < 0)
         return tm_seterr(-errno, "%s: %s", path,
                          errno == ELOOP ? "is a symbolic link; not followed" : strerror(errno));
