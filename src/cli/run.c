@@ -4,6 +4,11 @@
  * the inside, and prints the report when the job ends.
  *
  * What it does, in order:
+ *   0. With --probe, before the recording starts, measures what the storage
+ *      behind each -d path delivers (tm_probe_run: O_DIRECT reads of the
+ *      dataset's files, a few seconds, one probe per device) and, once
+ *      the run directory exists, writes DIR/probe.json (docs/FORMAT.md), which the report's disk
+ * verdict compares the job's reads with.
  *   1. Creates the run directory (-o DIR, else ./trainmon-runs/<date>-<cmd>;
  *      0700, 0750 with --group-readable; an existing DIR must be the
  *      caller's and closed to others) and writes meta.json (a new temporary
@@ -24,11 +29,6 @@
  *      <dir of the trainmon binary>/../python (the build tree) or
  *      <dir>/../share/trainmon/python (make install) when they hold
  *      trainmon/__init__.py, and only when run_pkg_trusted.
- *   2b. With --probe, before the job starts, measures what the storage
- *      behind each -d path delivers (tm_probe_run: O_DIRECT reads of the
- *      dataset's files, a few seconds, one probe per device) and writes
- *      DIR/probe.json (docs/FORMAT.md), which the report's disk verdict
- *      compares the job's reads with.
  *   3. Samples every interval into DIR/system.tmr: the disks behind the -d
  *      paths (every physical disk when none), pressure, the job's process
  *      tree (sums and per process: CPU, D state, reads, RSS, PSS) and GPUs.
@@ -1008,14 +1008,18 @@ static int run_open(struct run *r, const char *outdir, const char *const *paths,
 }
 
 /* --probe: one probe per device behind the -d paths (the first path on
- * it; a path with no block device is probed on its own), before the job
- * starts so that neither slows the other, into DIR/probe.json.  A probe
- * that fails is said and left out: the job runs anyway. */
+ * it; a path with no block device is probed on its own), before the
+ * recording and the job start, so that neither slows the other and the
+ * run's span is the job's.  A probe that fails is said and left out: the
+ * job runs anyway.  run_probe_write puts them into DIR/probe.json. */
+static tm_probe run_probes[RUN_MAX_TARGETS];
+static size_t run_nprobes;
+
 static void run_probe(struct run *r)
 {
     if (r->probe_s <= 0)
         return;
-    static tm_probe probes[RUN_MAX_TARGETS];
+    tm_probe *probes = run_probes;
     size_t n = 0;
     for (size_t i = 0; i < r->ntargets; i++) {
         const struct run_target *t = &r->targets[i];
@@ -1043,9 +1047,14 @@ static void run_probe(struct run *r)
                     b->pattern, (double)b->bytes / (double)b->requests / 1024, b->queue_depth);
         n++;
     }
-    if (n == 0)
+    run_nprobes = n;
+}
+
+static void run_probe_write(const struct run *r)
+{
+    if (run_nprobes == 0)
         return;
-    char *json = tm_probe_json(probes, n);
+    char *json = tm_probe_json(run_probes, run_nprobes);
     int dfd = json ? tm_dir_open_checked(r->dir, 0) : -ENOMEM;
     int rc = dfd;
     if (dfd >= 0) {
@@ -1263,9 +1272,10 @@ int cmd_run(int argc, char **argv)
     size_t ndevs = 0;
     if ((rc = run_resolve(r, paths, npaths, devs, &ndevs)) >= 0)
         return rc;
+    run_probe(r);
     if ((rc = run_open(r, outdir, paths, npaths, devs, ndevs)) >= 0)
         return rc;
-    run_probe(r);
+    run_probe_write(r);
     pid_t pid = 0;
     if ((rc = run_spawn(r, &pid)) >= 0)
         return rc;

@@ -21,7 +21,7 @@ slowdisk_setup 128 4194304
 slowdisk_drop_caches
 
 run=$SD_DIR/run
-SCEN_WRAP=slowdisk_run scen_run "$run" -i 0.5 -d "$SD_MNT/ds" --probe=2 -- \
+SCEN_WRAP=slowdisk_run scen_run "$run" -i 0.5 -d "$SD_MNT/ds" --probe -- \
     "$PY" "$TRAIN" --data "$SD_MNT/ds" --workers 2 --batch-size 8 --steps 120 --model-size 64
 grep -q "trainmon: data $SD_MNT/ds: .*$SD_DEV" "$run.out" ||
     { cat "$run.out"; scen_fail "trainmon did not say it watches $SD_DEV for the data"; }
