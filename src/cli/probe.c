@@ -51,6 +51,16 @@ static uint64_t probe_read_size(const tm_probe_test *t)
     return t->requests ? (t->bytes + t->requests / 2) / t->requests : t->block_bytes;
 }
 
+/* Milliseconds, or "-" for a test without reads. */
+static const char *probe_ms(char *buf, size_t cap, double s)
+{
+    if (isfinite(s))
+        snprintf(buf, cap, "%.2fms", s * 1e3);
+    else
+        snprintf(buf, cap, "-");
+    return buf;
+}
+
 static void probe_print(const tm_probe *p)
 {
     char med[32];
@@ -67,9 +77,10 @@ static void probe_print(const tm_probe *p)
         const tm_probe_test *t = &p->tests[i];
         char bs[32];
         probe_size(bs, sizeof bs, probe_read_size(t));
-        printf("%-11s %8s %5u %10.1f %9.0f %8.2fms %8.2fms %8.2fms\n", t->pattern, bs,
-               t->queue_depth, t->bytes_per_second / 1e6, t->iops, t->lat_mean_s * 1e3,
-               t->lat_p50_s * 1e3, t->lat_p99_s * 1e3);
+        char m[32], p50[32], p99[32];
+        printf("%-11s %8s %5u %10.1f %9.0f %10s %10s %10s\n", t->pattern, bs, t->queue_depth,
+               t->bytes_per_second / 1e6, t->iops, probe_ms(m, sizeof m, t->lat_mean_s),
+               probe_ms(p50, sizeof p50, t->lat_p50_s), probe_ms(p99, sizeof p99, t->lat_p99_s));
     }
     const tm_probe_test *b = tm_probe_best(p, NULL), *r = tm_probe_best(p, "random");
     if (b) {

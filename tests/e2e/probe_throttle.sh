@@ -26,6 +26,12 @@ if [ -d /dev/shm ] && [ -w /dev/shm ]; then
 fi
 err=$("$TRAINMON" probe -t nonsense /tmp 2>&1); rc=$?
 [ $rc -eq 2 ] || fail "-t nonsense: exit $rc: $err"
+# run --probe needs a data path, and a time that parses; neither starts the job.
+err=$("$TRAINMON" run --probe -- touch /nonexistent-trainmon-probe-ran 2>&1); rc=$?
+[ $rc -eq 2 ] && [ "$err" = "trainmon: --probe: needs a data path to probe (-d PATH)" ] ||
+    fail "run --probe without -d: exit $rc: $err"
+err=$("$TRAINMON" run --probe=soon -d /tmp -- true 2>&1); rc=$?
+[ $rc -eq 2 ] || fail "run --probe=soon: exit $rc: $err"
 
 SD_NAME=probe
 slowdisk_require
