@@ -91,6 +91,14 @@ typedef enum tm_esc {
 typedef int (*tm_esc_put)(void *ctx, const char *p, size_t n);
 int tm_escape(tm_esc how, const char *s, size_t len, tm_esc_put put, void *ctx);
 
+/* v with prec (0..9) decimals into buf, as printf's "%.*f" writes it but
+ * some twenty times cheaper (units.c): the same digits except that a value
+ * within one rounding error of a tie may round up where printf rounds to
+ * even.  NaN, infinities and |v| * 10^prec >= 1e15 go through printf.
+ * Returns the length written (NUL not counted); cap should be >= 32 (less
+ * goes through snprintf, truncated). */
+size_t tm_fmt_fixed(char *buf, size_t cap, double v, int prec);
+
 /* ------------------------------------------------------------ disk stats */
 
 #define TM_DISK_NAME_MAX 32
@@ -1601,6 +1609,11 @@ typedef struct tm_sampler_opts {
     bool prom;               /* keep the counters tm_sampler_prom writes */
     tm_rec *rec;             /* series go here; NULL: nothing is recorded */
     tm_alert_engine *alerts; /* inputs fed here; NULL: none */
+    /* The dataset's paths (`run -d`): their page-cache residency is read
+     * at the first sample and after tm_sampler_finish (dscache.c); NULL or
+     * 0: not measured. */
+    const char *const *data_paths;
+    size_t ndata_paths;
 } tm_sampler_opts;
 
 /* Opens every collector the options ask for.  A collector that cannot be
@@ -1623,6 +1636,9 @@ int tm_sampler_tick(tm_sampler *s, int64_t t_ns);
  * primes them, and `watch` prints and records from the second on. */
 int tm_sampler_prime(tm_sampler *s);
 void tm_sampler_free(tm_sampler **s);
+/* The job has ended: the next tick also takes the end-of-run readings (the
+ * dataset's page-cache residency), which no ordinary tick takes. */
+void tm_sampler_finish(tm_sampler *s);
 
 /* Whether the named collector ("disk", "pressure", "ptree", "gpu",
  * "vmstat") is open, and why it is not (NULL when it is, or was not asked

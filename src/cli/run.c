@@ -119,7 +119,8 @@ static void run_usage(FILE *f)
         "it was killed by signal N).\n"
         "\n"
         "  -o DIR          the run directory (default ./trainmon-runs/<date>-<cmd>)\n"
-        "  -d PATH         a dataset path: watch the disk(s) behind it (repeatable;\n"
+        "  -d PATH         a dataset path: watch the disk(s) behind it and how much of\n"
+        "                  it is in the page cache at the start and end (repeatable;\n"
         "                  default: every physical disk)\n"
         "  -i SEC          sampling interval (default 1; accepts 500ms, 2s)\n"
         "  --max-size SIZE bound each record file (flight-recorder ring, e.g. 64M)\n"
@@ -972,7 +973,9 @@ static int run_open(struct run *r, const char *outdir, const char *const *paths,
                           .ndisks = ndevs,
                           .per_process = true,
                           .rec = r->w,
-                          .alerts = r->alerts.e};
+                          .alerts = r->alerts.e,
+                          .data_paths = paths,
+                          .ndata_paths = npaths};
     if (tm_sampler_new(&r->sampler, &so) < 0) {
         cli_err("%s", tm_last_error());
         run_close_all(r);
@@ -1195,6 +1198,7 @@ static void run_follow_job(struct run *r, pid_t pid)
         if (next < tm_now_mono_ns())
             next = tm_now_mono_ns() + step; /* a stall: skip, do not burst */
     }
+    tm_sampler_finish(r->sampler); /* the last sample takes the end-of-run readings */
     run_sample(r, (double)(tm_now_mono_ns() - prev_t) / 1e9, false);
 }
 

@@ -219,6 +219,7 @@ void tm_rule_input_disk_bound(struct an *an)
     ev_input_votes(&e, S, &w);
     double need = S->disk_read_bps * ratio;
     tm_an_ev_num(&e, "needed_read_bytes_per_second", need);
+    tm_an_dataset_evidence(&e, S); /* rules_cache.c: the page cache's share */
     double share;
     enum ceiling ceil = disk_ceiling(S, &share);
     ev_ceiling(&e, S, ceil, share);
@@ -285,6 +286,7 @@ void tm_rule_input_disk_bound(struct an *an)
                  in_record_d(S, "; record with `trainmon run -d DATA` to measure the disk "
                                 "behind it"));
     tm_an_input_cost(&e, S, buf, sizeof buf);
+    tm_an_dataset_advice(adv, sizeof adv, S);
     tm_an_add(an, sev,
               disk >= 3   ? TM_CONF_HIGH
               : disk == 2 ? TM_CONF_MEDIUM

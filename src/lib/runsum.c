@@ -367,7 +367,7 @@ static void summarize_system(const tm_runview *v, tm_an_summary *S)
     S->gpu_util_mean = tm_runsum_ser_mean_all(v, TM_SER_GPU_UTILIZATION, &S->ngpus);
     /* The disk behind the data: among the target disks, the one that read most. */
     S->disk_read_bps = S->disk_read_bps_max = S->disk_await_s = S->disk_util = NAN;
-    S->disk_queue = S->disk_ceiling_share = NAN;
+    S->disk_queue = S->disk_ceiling_share = S->disk_reads_s = S->disk_req_bytes = NAN;
     const tm_run_series *best = NULL;
     double best_mean = -1;
     char dev[40];
@@ -410,7 +410,13 @@ static void summarize_system(const tm_runview *v, tm_an_summary *S)
                 S->disk_util = tm_runsum_ser_mean(v, s, NULL);
             else if (strcmp(s->name, TM_SER_DISK_QUEUE_DEPTH) == 0)
                 S->disk_queue = tm_runsum_ser_mean(v, s, NULL);
+            else if (strcmp(s->name, TM_SER_DISK_READS_PER_SECOND) == 0)
+                S->disk_reads_s = tm_runsum_ser_mean(v, s, NULL);
         }
+        /* iostat's rareq-sz over the window, not the mean of per-sample
+         * sizes (an idle sample's 0 is no request size). */
+        if (S->disk_reads_s > 0)
+            S->disk_req_bytes = S->disk_read_bps / S->disk_reads_s;
     }
     double psi = tm_runsum_ser_mean_all(v, TM_SER_PSI_IO_SOME_AVG10, NULL);
     double cg = tm_runsum_ser_mean_all(v, TM_SER_CGROUP_IO_SOME_AVG10, NULL);
@@ -472,6 +478,28 @@ static void summarize_system(const tm_runview *v, tm_an_summary *S)
             S->worker_d_share = k ? fmin(sum / (double)k, 1.0) : NAN;
         }
     }
+}
+
+/* The last value of the series name{at} (the dataset readings are
+ * taken once each, whenever: not limited to the window), NAN if none. */
+static double dataset_value(const tm_runview *v, const char *name, const char *at)
+{
+    const tm_run_series *s = tm_runsum_ser_find(v, name, "at", at);
+    return s && s->n ? s->v[s->n - 1] : NAN;
+}
+
+/* The dataset readings of collect_dscache.c: size from the end reading
+ * (else the start's: the job may have written its data), residency at
+ * both ends. */
+static void summarize_dataset(const tm_runview *v, tm_an_summary *S)
+{
+    S->ds_cached_start = dataset_value(v, TM_SER_DATASET_CACHED_FRACTION, "start");
+    S->ds_cached_end = dataset_value(v, TM_SER_DATASET_CACHED_FRACTION, "end");
+    const char *at = isnan(dataset_value(v, TM_SER_DATASET_BYTES, "end")) ? "start" : "end";
+    S->ds_bytes = dataset_value(v, TM_SER_DATASET_BYTES, at);
+    S->ds_files = dataset_value(v, TM_SER_DATASET_FILES, at);
+    S->ds_memory = dataset_value(v, TM_SER_DATASET_MEMORY_BYTES, at);
+    S->ds_complete = dataset_value(v, TM_SER_DATASET_WALK_COMPLETE, at) == 1.0;
 }
 
 /* --- per training process: steps, memory, workers */
@@ -1056,6 +1084,7 @@ int tm_runsum_build(tm_runview *v, tm_an_summary *S, tm_an_rank **ranks, size_t 
     S->win_start = v->w0;
     S->win_end = v->w1;
     summarize_system(v, S);
+    summarize_dataset(v, S);
     summarize_machine(v, S, *ranks, *nranks);
     summarize_agent(v, S);
     /* The Python processes in which the in-process recorder did not load

@@ -33,7 +33,7 @@ err=$("$TRAINMON" run --probe -- touch /nonexistent-trainmon-probe-ran 2>&1); rc
 err=$("$TRAINMON" run --probe=soon -d /tmp -- true 2>&1); rc=$?
 [ $rc -eq 2 ] || fail "run --probe=soon: exit $rc: $err"
 
-SD_NAME=probe
+SD_TAG=probe
 slowdisk_require
 slowdisk_setup 160 $((16 * 1024 * 1024))
 ds=$SD_MNT/ds
