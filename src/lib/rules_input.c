@@ -242,43 +242,59 @@ void tm_rule_input_disk_bound(struct an *an)
              "input-bound, storage-bound: the loop waited for data %.0f%% of the time%s%s%s",
              100 * S->data_wait_fraction, dl,
              v_dstate ? "; the workers were mostly in D state (waiting on I/O)" : "", cl);
-    /* The remedy the ceiling points at. */
-    char rem[1024];
+    /* The remedy the ceiling points at comes first (the report's headline
+     * shows the advice's first sentence), then what the loop needs. */
+    char rem[1024], rg[32], sq[32];
+    snprintf(rg, sizeof rg, "%.1f MB/s", S->probe_rand_bps / 1e6);
+    snprintf(sq, sizeof sq, "%.1f MB/s", S->probe_seq_bps / 1e6);
     double seq_gain = S->probe_seq_bps / S->probe_rand_bps;
-    char shards[320] = "";
-    if (ceil != CEIL_UNKNOWN && seq_gain >= TM_AN_PROBE_SEQ_GAIN)
-        snprintf(shards, sizeof shards,
-                 " The same device read %.1f MB/s sequentially (%.1fx): packing the files into "
-                 "large shards read in order (WebDataset/tar, TFRecord, LMDB) gains up to that.",
-                 S->probe_seq_bps / 1e6, seq_gain);
-    if (ceil == CEIL_DEVICE)
+    bool shards = ceil != CEIL_UNKNOWN && seq_gain >= TM_AN_PROBE_SEQ_GAIN;
+    if (ceil == CEIL_DEVICE && shards)
         snprintf(rem, sizeof rem,
-                 "The probe got at most %.1f MB/s from /dev/%s for %s random reads with %.0f in "
-                 "flight, and the job reads at that: more workers will not help.%s Otherwise put "
-                 "the data on faster storage (local NVMe) or keep it in the page cache.",
-                 S->probe_rand_bps / 1e6, S->probe_disk, blk, S->probe_rand_qd, shards);
-    else if (ceil == CEIL_PATTERN || ceil == CEIL_BETWEEN)
+                 "Pack the files into large shards read in order (WebDataset/tar, TFRecord, "
+                 "LMDB): the probe got %s sequentially from /dev/%s, %.1fx the %s it got for %s "
+                 "random reads, which the job reads at. More workers will not help; faster "
+                 "storage (local NVMe) or the page cache would too.",
+                 sq, S->probe_disk, seq_gain, rg, blk);
+    else if (ceil == CEIL_DEVICE)
         snprintf(rem, sizeof rem,
-                 "The probe got %.1f MB/s from /dev/%s for %s random reads with %.0f in flight, "
-                 "%.1fx what the job read: the job keeps too few reads in flight. More DataLoader "
-                 "workers (each has one read at a time), threads inside __getitem__ or a "
-                 "prefetching reader get closer to it.%s",
-                 S->probe_rand_bps / 1e6, S->probe_disk, blk, S->probe_rand_qd, 1 / share, shards);
-    else
+                 "More workers will not help: the probe got at most %s from /dev/%s for %s "
+                 "random reads with %.0f in flight, and the job reads at that; put the data on "
+                 "faster storage (local NVMe) or keep it in the page cache.",
+                 rg, S->probe_disk, blk, S->probe_rand_qd);
+    else if (ceil == CEIL_PATTERN || ceil == CEIL_BETWEEN) {
+        snprintf(rem, sizeof rem,
+                 "Keep more reads in flight: the probe got %s from /dev/%s for %s random reads "
+                 "with %.0f in flight, %.1fx what the job read; more DataLoader workers (each has "
+                 "one read at a time), threads inside __getitem__ or a prefetching reader get "
+                 "closer to it.",
+                 rg, S->probe_disk, blk, S->probe_rand_qd, 1 / share);
+        if (shards) {
+            size_t len = strlen(rem);
+            snprintf(rem + len, sizeof rem - len,
+                     " The same device read %s sequentially (%.1fx): packing the files into "
+                     "large shards read in order (WebDataset/tar, TFRecord, LMDB) gains up to "
+                     "that.",
+                     sq, seq_gain);
+        }
+    } else
         snprintf(rem, sizeof rem,
                  "More workers will not help: put the data on faster storage (local NVMe), keep "
                  "it in the page cache, read larger sequential shards (WebDataset, TFRecord) or "
-                 "cache decoded samples. What the storage can deliver is unknown: `trainmon run "
-                 "--probe -d DATA` (or `trainmon probe DATA`) measures it, to tell a slow device "
-                 "from a slow access pattern.");
+                 "cache decoded samples.");
+    const char *unknown = ceil == CEIL_UNKNOWN
+                              ? " What the storage can deliver is unknown: `trainmon run --probe "
+                                "-d DATA` (or `trainmon probe DATA`) measures it, to tell a slow "
+                                "device from a slow access pattern."
+                              : "";
     if (isfinite(need) && S->disk[0])
         snprintf(adv, sizeof adv,
-                 "To keep %s busy the loop needs about %s from /dev/%s; it delivered %s "
-                 "(%.0f%% of the need). %s",
-                 S->gpu ? "the GPU" : "compute", nd, S->disk, got,
-                 need > 0 ? 100 * S->disk_read_bps / need : 0, rem);
+                 "%s To keep %s busy the loop needs about %s from /dev/%s; it delivered %s "
+                 "(%.0f%% of the need).%s",
+                 rem, S->gpu ? "the GPU" : "compute", nd, S->disk, got,
+                 need > 0 ? 100 * S->disk_read_bps / need : 0, unknown);
     else if (ceil != CEIL_UNKNOWN)
-        snprintf(adv, sizeof adv, "The workers wait on I/O, not on CPU. %s", rem);
+        snprintf(adv, sizeof adv, "%s The workers wait on I/O, not on CPU.", rem);
     else
         snprintf(adv, sizeof adv,
                  "The workers wait on I/O, not on CPU. Put the data on faster storage, keep "

@@ -497,8 +497,15 @@ static void test_reading_at_11_percent_of_the_probes_random_ceiling_is_the_patte
     assert_int_equal(ev_num(f, "probe_random_request_bytes"), 65536);
     assert_int_equal(ev_num(f, "probe_random_queue_depth"), 16);
     assert_true(fabs(ev_num(f, "probe_sequential_read_bytes_per_second") - 400e6) < 1e-3);
-    /* 50 / 5.5 = 9.1x more with more reads in flight; sequential 8x random. */
-    assert_non_null(strstr(f->advice, "9.1x what the job read"));
+    /* 50 / 5.5 = 9.1x more with more reads in flight, said first (the
+     * headline's remedy); sequential 8x random. */
+    assert_true(
+        strncmp(f->advice,
+                "Keep more reads in flight: the probe got 50.0 MB/s from /dev/vdb for 64 KiB "
+                "random reads with 16 in flight, 9.1x what the job read;",
+                strlen("Keep more reads in flight: the probe got 50.0 MB/s from /dev/vdb "
+                       "for 64 KiB random reads with 16 in flight, 9.1x what the job "
+                       "read;")) == 0);
     assert_non_null(strstr(f->advice, "400.0 MB/s sequentially (8.0x)"));
     assert_null(strstr(f->advice, "will not help"));
     tm_analysis_free(&a);
@@ -516,8 +523,20 @@ static void test_reading_at_94_percent_of_the_probes_random_ceiling_is_the_devic
     assert_non_null(strstr(f->title, "read at 94% of what /dev/vdb delivered for 64 KiB random "
                                      "reads: the device is the limit"));
     assert_non_null(strstr(f->evidence, "\"storage_ceiling\":\"device\""));
-    assert_non_null(strstr(f->advice, "more workers will not help"));
-    assert_null(strstr(f->advice, "sequentially")); /* 5.2 / 5 < 1.5: no shard advice */
+    const char *want = "More workers will not help: the probe got at most 5.0 MB/s from /dev/vdb "
+                       "for 64 KiB random reads with 16 in flight, and the job reads at that;";
+    assert_true(strncmp(f->advice, want, strlen(want)) == 0);
+    assert_null(strstr(f->advice, "sequentially"));             /* 5.2 / 5 < 1.5: no shard advice */
+    assert_non_null(strstr(f->advice, "the loop needs about")); /* what it needs, after */
+    tm_analysis_free(&a);
+    tm_run_free(&run);
+    /* The same device reading 4x faster in order: shards first. */
+    put_probe("vdb", 5, 20);
+    f = disk_bound(&run, &a);
+    want = "Pack the files into large shards read in order (WebDataset/tar, TFRecord, LMDB): the "
+           "probe got 20.0 MB/s sequentially from /dev/vdb, 4.0x the 5.0 MB/s it got for 64 KiB "
+           "random reads, which the job reads at.";
+    assert_true(strncmp(f->advice, want, strlen(want)) == 0);
     tm_analysis_free(&a);
     tm_run_free(&run);
 }
