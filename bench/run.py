@@ -89,6 +89,7 @@ def run_kv(cmd, env=None):
 py = run_kv(["/usr/bin/python3", os.path.join(root, "bench", "bench_python.py")])
 rep = run_kv([os.path.join(bdir, "bench", "bench_report")])
 srv = run_kv(["bash", os.path.join(root, "bench", "bench_serve.sh")], {"BUILD": build})
+prb = run_kv(["bash", os.path.join(root, "bench", "bench_probe.sh")], {"BUILD": build})
 
 # The dataset's page-cache readings (collect_dscache.c): one at the job's
 # start, one at its end; a scenario-sized dataset and a many-small-files one.
@@ -142,6 +143,11 @@ lines.append(f"| RSS after the load | {f(srv, 'trainmon_rss_kb', '{:.0f}')} kB |
 lines.append(f"| CPU per scrape (served from the last collection) | {f(srv, 'trainmon_cpu_us_per_scrape', '{:.1f}')} us | {f(srv, 'node_exporter_cpu_us_per_scrape', '{:.1f}')} us | at most 5% of node_exporter's |")
 lines.append(f"| ratio | {f(srv, 'cpu_ratio', '{:.3f}')} | | |")
 lines.append(f"| CPU of one collection (every -i seconds, 1 s default) | {f(srv, 'trainmon_collect_cpu_us', '{:.1f}')} us | | |")
+lines.append("")
+lines.append("| trainmon probe (400 files of 64 KiB on the disk of /var/tmp, default 4 s budget) | value | target |")
+lines.append("|---|---|---|")
+lines.append(f"| wall time of `trainmon probe DIR` | {f(prb, 'probe_wall_s')} s (CPU {f(prb, 'probe_cpu_s')} s) | under 10 s |")
+lines.append(f"| what it measured on {prb.get('probe_device', '?')}: best / best random | {f(prb, 'probe_best_mbs', '{:.0f}')} / {f(prb, 'probe_random_mbs', '{:.0f}')} MB/s | |")
 lines.append("")
 # A `watch --json` line against the sample it describes, in callgrind
 # instructions (bench/watch_json.py): its own table and a PASS/FAIL line.

@@ -201,6 +201,53 @@ typedef struct tm_blkdev {
  * exist. */
 int tm_blkdev_resolve(const char *path, pid_t pid, tm_blkdev *out);
 
+/* ------------------------------------------- storage ceiling (probe.c) */
+
+/* What the storage behind a dataset delivers (`trainmon probe PATH`,
+ * `trainmon run --probe`; docs/DIAGNOSIS.md "The storage ceiling"): reads
+ * of the dataset's own files with O_DIRECT (the page cache is neither used
+ * nor filled), sequential and random, at a few queue depths (that many
+ * threads, each with one read in flight), for a few seconds in all. */
+
+#define TM_PROBE_MAX_TESTS 8
+#define TM_PROBE_MAX_DISKS 8
+
+typedef struct tm_probe_test {
+    char pattern[12];     /* "sequential" or "random" */
+    uint64_t block_bytes; /* the request size asked for (a file's end cuts it) */
+    unsigned queue_depth; /* reads in flight */
+    uint64_t requests, bytes;
+    double seconds, bytes_per_second, iops;
+    double lat_mean_s, lat_p50_s, lat_p99_s; /* per read; NAN without reads */
+} tm_probe_test;
+
+typedef struct tm_probe {
+    char path[4096];
+    char device[TM_DISK_NAME_MAX]; /* the device the filesystem sees ("" unknown) */
+    size_t ndisks;                 /* the whole disks behind it */
+    char disks[TM_PROBE_MAX_DISKS][TM_DISK_NAME_MAX];
+    uint64_t files;            /* regular files found (at most the scan bound) */
+    uint64_t files_read;       /* files the reads were spread over (a sample) */
+    uint64_t file_size_median; /* of the files read */
+    double start_time;         /* seconds since the epoch */
+    double seconds;            /* the whole probe */
+    size_t ntests;
+    tm_probe_test tests[TM_PROBE_MAX_TESTS];
+} tm_probe;
+
+/* Probes the storage behind path (a file or a directory, walked without
+ * following symlinks or leaving its filesystem) for about seconds in all
+ * (<= 0: 4).  Reads only; never writes.  0, or a negative errno with
+ * tm_last_error() saying why (-EINVAL: memory (tmpfs, ramfs), or a
+ * filesystem that refuses O_DIRECT; -ENODATA: no non-empty regular file). */
+int tm_probe_run(const char *path, double seconds, tm_probe *out);
+/* The best read rate of a pattern ("sequential", "random"; NULL: any):
+ * the test, or NULL when none ran. */
+const tm_probe_test *tm_probe_best(const tm_probe *p, const char *pattern);
+/* probe.json: {"version": 1, "probes": [...]} of p[0..n) (docs/FORMAT.md),
+ * malloc'ed and NUL-terminated (the caller frees it); NULL without memory. */
+char *tm_probe_json(const tm_probe *p, size_t n);
+
 /* ----------------------------------------------------------- process tree */
 
 enum {

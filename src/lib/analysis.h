@@ -40,6 +40,18 @@
  * or two samples of a short job (its imports read from a cold page cache)
  * are always "at their own max" */
 #define TM_AN_DISK_CEILING_MIN_SAMPLES 5
+/* The storage ceiling (`run --probe`, probe.c): the job's mean read rate
+ * from the disk behind the data over the best the probe got from that
+ * disk for random reads of the dataset's file size.  Under 30% (the
+ * seeds' rule: a device read at under 30% of what it delivers is limited
+ * by the access pattern, not the device) the pattern is the limit; from
+ * 70% on the device is: a job's mean over its window includes the start
+ * and the gaps between epochs, so a job held at a throttle's rate reads
+ * at 80-95% of the probe's (tests/e2e/run_storage_bound.sh). */
+#define TM_AN_PROBE_PATTERN_SHARE 0.30
+#define TM_AN_PROBE_DEVICE_SHARE 0.70
+/* sequential reads at this many times the random ones: shards pay */
+#define TM_AN_PROBE_SEQ_GAIN 1.5
 #define TM_AN_PSI_IO_SOME 0.10    /* mean io "some" avg10 (ratio) */
 #define TM_AN_WORKER_D_SHARE 0.25 /* workers in D state in 25% of samples */
 /* Below this block-layer read rate (all workers together) the workers do

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "analysis.h"
+#include "probe.h"
 #include "runsum.h"
 #include "series.h"
 #include "util.h"
@@ -320,6 +321,45 @@ static void summarize_agent(const tm_runview *v, tm_an_summary *S)
     }
     const tm_run_worker *wk;
     S->worker_batches = tm_run_workers(v->r, &wk);
+}
+
+/* The storage ceiling: DIR/probe.json of each run directory (probe.h); the
+ * first probe that measured the disk behind the data counts.  An
+ * unreadable or crafted file is no probe. */
+static void summarize_probe(const tm_runview *v, tm_an_summary *S)
+{
+    S->probe_rand_bps = S->probe_rand_block = S->probe_rand_qd = NAN;
+    S->probe_seq_bps = S->probe_seq_block = S->probe_seq_qd = NAN;
+    tm_probe *p = malloc(TM_PROBE_FILE_MAX * sizeof *p);
+    if (!p)
+        return;
+    const char *const *dirs;
+    size_t ndirs = tm_run_dirs(v->r, &dirs);
+    for (size_t d = 0; d < ndirs && !S->probe_disk[0]; d++) {
+        int n = tm_probe_read_dir(dirs[d], p, TM_PROBE_FILE_MAX);
+        for (int i = 0; i < n && !S->probe_disk[0]; i++) {
+            S->probes++;
+            if (!tm_probe_covers(&p[i], S->disk)) {
+                if (!S->probe_other[0])
+                    tm_strlcpy(S->probe_other, p[i].device, sizeof S->probe_other);
+                continue;
+            }
+            tm_strlcpy(S->probe_disk, S->disk, sizeof S->probe_disk);
+            const tm_probe_test *r = tm_probe_best(&p[i], "random");
+            const tm_probe_test *q = tm_probe_best(&p[i], "sequential");
+            if (r) {
+                S->probe_rand_bps = r->bytes_per_second;
+                S->probe_rand_block = (double)r->block_bytes;
+                S->probe_rand_qd = r->queue_depth;
+            }
+            if (q) {
+                S->probe_seq_bps = q->bytes_per_second;
+                S->probe_seq_block = (double)q->block_bytes;
+                S->probe_seq_qd = q->queue_depth;
+            }
+        }
+    }
+    free(p);
 }
 
 static void summarize_system(const tm_runview *v, tm_an_summary *S)
@@ -1053,6 +1093,7 @@ int tm_runsum_build(tm_runview *v, tm_an_summary *S, tm_an_rank **ranks, size_t 
     size_t ndirs = tm_run_dirs(v->r, &dirs);
     for (size_t i = 0; i < ndirs; i++)
         (void)tm_agent_notes_scan(dirs[i], &S->agent_notes);
+    summarize_probe(v, S);
     free(x.all);
     free(x.all_c);
     free(x.tmp);

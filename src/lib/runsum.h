@@ -117,6 +117,16 @@ typedef struct tm_an_summary {
     /* Python processes of the job in which the in-process recorder did not
      * load, from their DIR/agent-<pid>.json (run.agent_not_loaded) */
     tm_agent_notes agent_notes;
+    /* The storage ceiling (DIR/probe.json of `run --probe`, probe.h): how
+     * many probes the run directories hold, and of the one that measured
+     * the disk behind the data (probe_disk; "" when none did, then
+     * probe_other names a device one did measure) the best random test
+     * (reads of the dataset's median file size) and the best sequential
+     * one: rate, request size, reads in flight.  NAN: unknown. */
+    size_t probes;
+    char probe_disk[40], probe_other[40];
+    double probe_rand_bps, probe_rand_block, probe_rand_qd;
+    double probe_seq_bps, probe_seq_block, probe_seq_qd;
 } tm_an_summary;
 
 /* The run as the summary and the rules read it: its arrays, the analysis
