@@ -4,6 +4,7 @@
 # the installed package records: Monitor.capture writes a rank file that
 # trainmon dump reads back.
 set -u
+case ${BUILD:-} in *asan*) echo "skipped: under the sanitizer build (pip builds the extension with Python's own flags: nothing of the sanitizer build is tested)"; exit 77 ;; esac
 py=/usr/bin/python3
 "$py" -m pip --version > /dev/null 2>&1 || { echo "skipped: pip missing for $py (make deps)"; exit 77; }
 root=${TM_ROOT:-$(pwd)}

@@ -31,4 +31,6 @@ else
 fi
 scen_expect_not "$run" input.disk_bound
 scen_expect_not "$run" input.cpu_bound
+# The dataset was read just before the job (cat): cached at its start.
+scen_expect_cached "$run" 0.95 1
 echo "PASS: compute-bound job -> input.ok"

@@ -44,4 +44,6 @@ EOF
     { scen_show "$run"; scen_fail "the disk verdict does not use the probe's ceiling"; }
 "$TRAINMON" report "$run" | grep -q "of what /dev/$SD_DEV delivered for 48 KiB random reads: the device is the limit" ||
     { "$TRAINMON" report "$run"; scen_fail "the report does not say the device is the limit"; }
+# The cache was dropped before the job: nothing of the dataset cached at its start.
+scen_expect_cached "$run" 0 0.05
 echo "PASS: storage-bound job -> input.disk_bound, at the probe's ceiling"

@@ -25,4 +25,6 @@ scen_show "$run"
 scen_expect "$run" host_mem.worker_growth
 scen_evidence "$run" host_mem.worker_growth | grep -q '"measure": "pss"' ||
     scen_fail "host_mem.worker_growth was not measured on the workers' PSS"
+# The dataset was read just before the job (cat): cached at its start.
+scen_expect_cached "$run" 0.95 1
 echo "PASS: copy-on-read workers -> host_mem.worker_growth"

@@ -10,6 +10,8 @@
 #   scen_evidence RUN ID         # prints the finding's evidence as JSON
 #   scen_expect_cost RUN ID      # the finding's time lost and speed-up agree
 #                                # with the job's own account (train.py)
+#   scen_expect_cached RUN LO HI # data.page_cache: the share of the dataset
+#                                # cached at the start is within [LO, HI]
 #
 # PY is the Python with Debian's torch (/usr/bin/python3; the python3 first
 # on PATH may be another build), TRAIN the training script.
@@ -97,4 +99,18 @@ ok = (isinstance(lost, (int, float)) and isinstance(sp, (int, float))
       and abs(sp / speedup - 1) <= 0.25 and abs(lost / wait - 1) <= 0.25
       and 0 < ev.get("time_lost_fraction", 0) <= 1)
 sys.exit(0 if ok else 1)' "$line" || { scen_show "$run"; scen_fail "$id: time lost or speed-up off the job's own account"; }
+}
+
+# The dataset's page-cache share at the job's start (data.page_cache, read
+# by `run -d`) within [lo, hi]: a dataset read just before is cached, one
+# whose cache was dropped is not (issue #11).
+scen_expect_cached() {
+    local run=$1 lo=$2 hi=$3
+    scen_evidence "$run" data.page_cache | "$PY" -c '
+import json, sys
+ev = json.loads(sys.stdin.read() or "{}")
+v = ev.get("dataset_cached_fraction_start")
+print("dataset cached at the start:", v, "end:", ev.get("dataset_cached_fraction_end"))
+sys.exit(0 if isinstance(v, (int, float)) and float(sys.argv[1]) <= v <= float(sys.argv[2]) else 1)' "$lo" "$hi" ||
+        { scen_show "$run"; scen_fail "data.page_cache: the share cached at the start is not in [$lo, $hi]"; }
 }
