@@ -900,6 +900,15 @@ size_t tm_stepwin_sum(const tm_stepwin *w, size_t last, double *dur_s, double *w
 #define TM_FOLLOW_WINDOW 100
 
 /* What one training process's record file says so far.  NAN: unavailable. */
+/* One device's memory anatomy as /metrics shows it: bytes of parameters,
+ * gradients, optimizer state, activations and unknown (NAN: not measured). */
+#define TM_FOLLOW_ANAT_MAX 4
+enum { TM_ANAT_PARAMS, TM_ANAT_GRADS, TM_ANAT_STATE, TM_ANAT_ACT, TM_ANAT_UNKNOWN, TM_ANAT_N };
+typedef struct tm_anat_parts {
+    char device[40]; /* "cuda:0", "cpu" (tm_anat_device: letters, digits, '_', ':') */
+    double bytes[TM_ANAT_N];
+} tm_anat_parts;
+
 typedef struct tm_follow_rank {
     char label[32];        /* the rank ("0"), or the role outside a distributed job ("pid42") */
     char file[256];        /* the record file's name in its run directory */
@@ -920,6 +929,10 @@ typedef struct tm_follow_rank {
     size_t damage;
     uint64_t damage_offset;
     char damage_what[96];
+    /* The latest memory anatomy of each device (TM_REC_ANATOMY), the first
+     * TM_FOLLOW_ANAT_MAX devices seen. */
+    size_t nanat;
+    tm_anat_parts anat[TM_FOLLOW_ANAT_MAX];
 } tm_follow_rank;
 
 typedef struct tm_follow_run {
@@ -1219,6 +1232,8 @@ typedef struct tm_prom_rank {
      * (s since the epoch) the kept steps start at; NAN for other files. */
     double ring_steps_dropped, ring_kept_from_s;
     bool steps_valid, memory_valid;
+    size_t nanat; /* the memory anatomy of each device (tm_follow_rank) */
+    tm_anat_parts anat[TM_FOLLOW_ANAT_MAX];
 } tm_prom_rank;
 
 /* Fills *out from what a follower knows of one training process (steps

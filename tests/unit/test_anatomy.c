@@ -306,8 +306,52 @@ static void test_small_cpu_models_and_unknown_parts_give_no_finding(void **st)
     const char *out = tm_text_data(t, &tlen);
     assert_non_null(strstr(out, "memory anatomy"));
     assert_non_null(strstr(out, "8.1 KiB"));
+    /* and the HTML one a stacked bar: three parts (no activations) */
+    tm_text_reset(t);
+    assert_int_equal(tm_report_html(run, a, t), 0);
+    out = tm_text_data(t, &tlen);
+    const char *h = strstr(out, "<h2>Memory anatomy</h2>");
+    assert_non_null(h);
+    size_t rects = 0;
+    for (const char *p = h; (p = strstr(p, "<rect")) && p < strstr(h, "</table>"); p++)
+        rects++;
+    assert_int_equal(rects, 3);
+    assert_null(strstr(out, "cpu\n<b>"));
     tm_text_free(&t);
     done(&run, &a);
+}
+
+static void test_metrics_show_the_latest_anatomy_of_each_device(void **st)
+{
+    (void)st;
+    /* The follower behind /metrics reads both records of cuda:0 and keeps
+     * the latest (state 1 GiB); activations unknown in neither: 2 GiB. */
+    tm_rec *w = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(w);
+    put_anatomy(w, (struct anat){1, 4, 4, 8, 2, 16, 60, 80, -1});
+    put_anatomy(w, (struct anat){1024, 4, 4, 1, 2, 16, 60, 80, -1});
+    tm_rec_close(&w);
+    tm_follow *f = NULL;
+    assert_int_equal(tm_follow_open(&f, dir, false), 0);
+    assert_int_equal(tm_follow_poll(f, 1000), 0);
+    const tm_follow_rank *k = tm_follow_rank_at(f, 0, 0);
+    assert_non_null(k);
+    assert_int_equal(k->nanat, 1);
+    assert_string_equal(k->anat[0].device, "cuda:0");
+    assert_true(k->anat[0].bytes[TM_ANAT_STATE] == 1 * GiB);
+    tm_prom_rank pr;
+    tm_prom_rank_set(&pr, k);
+    tm_prom_run run = {
+        .name = "exp1", .host = "h", .last_record_age_s = NAN, .nranks = 1, .ranks = &pr};
+    tm_text *t = tm_text_new(1 << 20);
+    assert_int_equal(tm_prom_write_runs(t, &run, 1), 0);
+    const char *s = tm_text_data(t, NULL);
+    assert_non_null(strstr(s, "# TYPE trainmon_run_memory_anatomy_bytes gauge\n"));
+    assert_non_null(strstr(s, "trainmon_run_memory_anatomy_bytes{run=\"exp1\",rank=\"0\","
+                              "device=\"cuda:0\",part=\"optim_state\"} 1073741824\n"));
+    assert_non_null(strstr(s, "part=\"activations\"} 2147483648\n"));
+    tm_text_free(&t);
+    tm_follow_close(&f);
 }
 
 int main(void)
@@ -320,6 +364,7 @@ int main(void)
         T(test_a_full_device_says_no_larger_micro_batch_fits),
         T(test_the_latest_anatomy_of_a_device_is_the_one_judged),
         T(test_small_cpu_models_and_unknown_parts_give_no_finding),
+        T(test_metrics_show_the_latest_anatomy_of_each_device),
 #undef T
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
