@@ -138,7 +138,7 @@ static const char *const tm_anatomy_reasons[] = {"unknown", "first", "changed", 
     X("total_device", total_device, F64, 80,  "bytes", NULL)       \
     X("batch_size",   batch_size,   I64, 88,  "count", NULL)       \
     X("reason",       reason,       U32, 96,  "",      tm_anatomy_reasons) \
-    X("kind",         kind,         STR, 100, "",      NULL)
+    X("device_type",  kind,         STR, 100, "",      NULL)
 /* clang-format on */
 
 /* Field indices, for the views: F_<TYPE>_<member>. */

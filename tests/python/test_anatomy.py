@@ -181,7 +181,7 @@ def test_attached_job_records_the_anatomy_first_and_when_it_changes(tmp_path):
     # same bytes and write nothing, 8 finds the new group (reason changed).
     assert [r["reason"] for r in recs] == [1, 2], recs
     first, changed = recs
-    assert first["kind"] == "cpu" and first["device"] == -1 and first["optimizer"] == 0
+    assert first["device_type"] == "cpu" and first["device"] == -1 and first["optimizer"] == 0
     assert first["params"] == LINEAR_BYTES and first["grads"] == LINEAR_BYTES
     assert first["optim_state"] == 2 * LINEAR_BYTES + 8
     # the CPU has no allocator: activations, allocated, free unknown
@@ -236,13 +236,13 @@ def test_cuda_activations_are_measured_at_the_next_backward_and_the_hooks_put_ba
     assert out["armed"] and out["restored"], out
     # (the loop's own first step adds the real, CPU anatomy after it)
     recs = [f for _, _, f in records(main_file(tmp_path), "anatomy")]
-    assert [f["kind"] for f in recs] == ["cuda", "cpu"], recs
+    assert [f["device_type"] for f in recs] == ["cuda", "cpu"], recs
     r = recs[0]
     # At the backward's start the gradients were set to None: allocated
     # 100000 - parameters 8320 (the CPU walk of the stand-in finds the real
     # parameters on "cpu", so the pending cuda row's own numbers are used:
     # 8320 + 8320 gradients) = 100000 - 16640 = 83360 bytes of activations.
-    assert r["kind"] == "cuda" and r["device"] == 0
+    assert r["device_type"] == "cuda" and r["device"] == 0
     assert r["activations"] == 100000 - 16640
     assert r["allocated"] == 100000 and r["reserved"] == 150000
     assert r["free_device"] == 1000000 and r["total_device"] == 2000000
