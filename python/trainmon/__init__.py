@@ -492,10 +492,10 @@ def _on_boundary(flags):
 # gradients and its state, each storage counted once, and on CUDA the rest
 # of what is allocated at the start of the next backward pass (the
 # activations).  The C core asks for it (flag _ANATOMY_DUE) at the lead
-# optimizer's steps 1, 2, 4, ..., 1024 and every 1024th after; a record
-# per device is written the first time and when a later check finds the
-# parameter or state bytes changed by more than _ANATOMY_CHANGE.  Cost: one
-# walk over the optimizer's tensors per check (docs/BENCHMARKS.md).
+# optimizer's first step and every 4096th after; a record per device is
+# written the first time and when a later check finds the parameter or
+# state bytes changed by more than _ANATOMY_CHANGE.  Cost: one walk over
+# the optimizer's tensors per check (docs/DIAGNOSIS.md "Memory anatomy").
 
 _CUDA_NEWS = 1 << 16
 _ANATOMY_DUE = 1 << 17
@@ -1254,6 +1254,7 @@ def detach():
         if sys.excepthook is _excepthook:
             sys.excepthook = _orig_excepthook or sys.__excepthook__
         _state["attached"] = False
+        _anat.update(last=None, pending=None)  # a new attach() measures afresh
         _c.reset_steps()
     except Exception as e:
         _report_exc("trainmon.detach()", e)
