@@ -6,6 +6,7 @@
 2. Peak RSS of `trainmon watch --pid` recording to a run directory.
 3. The in-process recorder, the report, `trainmon serve`.
 4. The in-process agent's cost per training step (bench/agent_cost.py).
+5. A `watch --json` line against the sample alone (bench/watch_json.py).
 """
 import os, resource, subprocess, sys, tempfile, time
 
@@ -88,6 +89,15 @@ def run_kv(cmd, env=None):
 py = run_kv(["/usr/bin/python3", os.path.join(root, "bench", "bench_python.py")])
 rep = run_kv([os.path.join(bdir, "bench", "bench_report")])
 srv = run_kv(["bash", os.path.join(root, "bench", "bench_serve.sh")], {"BUILD": build})
+prb = run_kv(["bash", os.path.join(root, "bench", "bench_probe.sh")], {"BUILD": build})
+
+# The dataset's page-cache readings (collect_dscache.c): one at the job's
+# start, one at its end; a scenario-sized dataset and a many-small-files one.
+dsc = []
+for nfiles, size in ((1000, 49152), (20000, 4096)):
+    with tempfile.TemporaryDirectory(dir=bdir) as d:
+        dsc.append(run_kv([os.path.join(bdir, "bench", "bench_dscache"), os.path.join(d, "ds"),
+                           str(nfiles), str(size), "11"]))
 
 def f(d, k, fmt="{:.2f}"):
     return fmt.format(float(d[k])) if k in d else "n/a"
@@ -107,6 +117,8 @@ lines.append(f"| floor: pread of the same files on kept-open fds | {floor_us:.1f
 lines.append(f"| psutil: disk_io_counters(perdisk) + children(recursive) io+cpu | {psutil_us:.1f} | {ratio(psutil_us, tm_us)} less | at least 15x less |")
 lines.append(f"| iostat -x (one report, start-up excluded) | {iostat_us:.1f} | {ratio(iostat_us, tm_us)} less | |")
 lines.append(f"| GPU sample through NVML (fake library, {g['devices']} GPUs x {g['procs_per_device']} processes), per GPU | {float(g['gpu_us_per_device']):.2f} | | at most 50 us |")
+for d, what in zip(dsc, ("1000 files of 48 KiB", "20000 files of 4 KiB in 200 directories")):
+    lines.append(f"| dataset page-cache reading ({what}; {d.get('measured', '?')} files measured by {d.get('method', '?')}), once at the job's start and once at its end, none per sample | {f(d, 'reading_us', '{:.0f}')} (wall {f(d, 'reading_wall_us', '{:.0f}')}) | | 0 per sample |")
 lines.append("")
 lines.append(f"| peak RSS of `trainmon watch --pid --json -o DIR` | {rss_kb / 1024:.2f} MB | | at most 4 MB |")
 lines.append("")
@@ -131,6 +143,17 @@ lines.append(f"| RSS after the load | {f(srv, 'trainmon_rss_kb', '{:.0f}')} kB |
 lines.append(f"| CPU per scrape (served from the last collection) | {f(srv, 'trainmon_cpu_us_per_scrape', '{:.1f}')} us | {f(srv, 'node_exporter_cpu_us_per_scrape', '{:.1f}')} us | at most 5% of node_exporter's |")
 lines.append(f"| ratio | {f(srv, 'cpu_ratio', '{:.3f}')} | | |")
 lines.append(f"| CPU of one collection (every -i seconds, 1 s default) | {f(srv, 'trainmon_collect_cpu_us', '{:.1f}')} us | | |")
+lines.append("")
+lines.append("| trainmon probe (400 files of 64 KiB on the disk of /var/tmp, default 4 s budget) | value | target |")
+lines.append("|---|---|---|")
+lines.append(f"| wall time of `trainmon probe DIR` | {f(prb, 'probe_wall_s')} s (CPU {f(prb, 'probe_cpu_s')} s) | under 10 s |")
+lines.append(f"| what it measured on {prb.get('probe_device', '?')}: best / best random | {f(prb, 'probe_best_mbs', '{:.0f}')} / {f(prb, 'probe_random_mbs', '{:.0f}')} MB/s | |")
+lines.append("")
+# A `watch --json` line against the sample it describes, in callgrind
+# instructions (bench/watch_json.py): its own table and a PASS/FAIL line.
+wj = subprocess.run([sys.executable, os.path.join(root, "bench", "watch_json.py"), root, build],
+                    capture_output=True, text=True)
+lines += (wj.stdout.strip() or "watch --json cost: did not run: " + wj.stderr.strip()[-300:]).splitlines()
 lines.append("")
 # The agent's cost per training step under callgrind (bench/agent_cost.py):
 # prints its own table and a PASS/FAIL line; minutes, most of it valgrind.

@@ -91,6 +91,14 @@ typedef enum tm_esc {
 typedef int (*tm_esc_put)(void *ctx, const char *p, size_t n);
 int tm_escape(tm_esc how, const char *s, size_t len, tm_esc_put put, void *ctx);
 
+/* v with prec (0..9) decimals into buf, as printf's "%.*f" writes it but
+ * some twenty times cheaper (units.c): the same digits except that a value
+ * within one rounding error of a tie may round up where printf rounds to
+ * even.  NaN, infinities and |v| * 10^prec >= 1e15 go through printf.
+ * Returns the length written (NUL not counted); cap should be >= 32 (less
+ * goes through snprintf, truncated). */
+size_t tm_fmt_fixed(char *buf, size_t cap, double v, int prec);
+
 /* ------------------------------------------------------------ disk stats */
 
 #define TM_DISK_NAME_MAX 32
@@ -192,6 +200,53 @@ typedef struct tm_blkdev {
  * says what it is and why explains what is measured. Returns -ENOENT etc. when the path does not
  * exist. */
 int tm_blkdev_resolve(const char *path, pid_t pid, tm_blkdev *out);
+
+/* ------------------------------------------- storage ceiling (probe.c) */
+
+/* What the storage behind a dataset delivers (`trainmon probe PATH`,
+ * `trainmon run --probe`; docs/DIAGNOSIS.md "The storage ceiling"): reads
+ * of the dataset's own files with O_DIRECT (the page cache is neither used
+ * nor filled), sequential and random, at a few queue depths (that many
+ * threads, each with one read in flight), for a few seconds in all. */
+
+#define TM_PROBE_MAX_TESTS 8
+#define TM_PROBE_MAX_DISKS 8
+
+typedef struct tm_probe_test {
+    char pattern[12];     /* "sequential" or "random" */
+    uint64_t block_bytes; /* the request size asked for (a file's end cuts it) */
+    unsigned queue_depth; /* reads in flight */
+    uint64_t requests, bytes;
+    double seconds, bytes_per_second, iops;
+    double lat_mean_s, lat_p50_s, lat_p99_s; /* per read; NAN without reads */
+} tm_probe_test;
+
+typedef struct tm_probe {
+    char path[4096];
+    char device[TM_DISK_NAME_MAX]; /* the device the filesystem sees ("" unknown) */
+    size_t ndisks;                 /* the whole disks behind it */
+    char disks[TM_PROBE_MAX_DISKS][TM_DISK_NAME_MAX];
+    uint64_t files;            /* regular files found (at most the scan bound) */
+    uint64_t files_read;       /* files the reads were spread over (a sample) */
+    uint64_t file_size_median; /* of the files read */
+    double start_time;         /* seconds since the epoch */
+    double seconds;            /* the whole probe */
+    size_t ntests;
+    tm_probe_test tests[TM_PROBE_MAX_TESTS];
+} tm_probe;
+
+/* Probes the storage behind path (a file or a directory, walked without
+ * following symlinks or leaving its filesystem) for about seconds in all
+ * (<= 0: 4).  Reads only; never writes.  0, or a negative errno with
+ * tm_last_error() saying why (-EINVAL: memory (tmpfs, ramfs), or a
+ * filesystem that refuses O_DIRECT; -ENODATA: no non-empty regular file). */
+int tm_probe_run(const char *path, double seconds, tm_probe *out);
+/* The best read rate of a pattern ("sequential", "random"; NULL: any):
+ * the test, or NULL when none ran. */
+const tm_probe_test *tm_probe_best(const tm_probe *p, const char *pattern);
+/* probe.json: {"version": 1, "probes": [...]} of p[0..n) (docs/FORMAT.md),
+ * malloc'ed and NUL-terminated (the caller frees it); NULL without memory. */
+char *tm_probe_json(const tm_probe *p, size_t n);
 
 /* ----------------------------------------------------------- process tree */
 
@@ -1608,6 +1663,11 @@ typedef struct tm_sampler_opts {
     bool prom;               /* keep the counters tm_sampler_prom writes */
     tm_rec *rec;             /* series go here; NULL: nothing is recorded */
     tm_alert_engine *alerts; /* inputs fed here; NULL: none */
+    /* The dataset's paths (`run -d`): their page-cache residency is read
+     * at the first sample and after tm_sampler_finish (dscache.c); NULL or
+     * 0: not measured. */
+    const char *const *data_paths;
+    size_t ndata_paths;
 } tm_sampler_opts;
 
 /* Opens every collector the options ask for.  A collector that cannot be
@@ -1630,6 +1690,9 @@ int tm_sampler_tick(tm_sampler *s, int64_t t_ns);
  * primes them, and `watch` prints and records from the second on. */
 int tm_sampler_prime(tm_sampler *s);
 void tm_sampler_free(tm_sampler **s);
+/* The job has ended: the next tick also takes the end-of-run readings (the
+ * dataset's page-cache residency), which no ordinary tick takes. */
+void tm_sampler_finish(tm_sampler *s);
 
 /* Whether the named collector ("disk", "pressure", "ptree", "gpu",
  * "vmstat") is open, and why it is not (NULL when it is, or was not asked

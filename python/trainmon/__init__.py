@@ -26,8 +26,10 @@ Hooks installed by attach() (docs/ARCHITECTURE.md):
     RSS go to the worker's own file worker-r<R>-<pid>.tmr, opened in the
     worker after the fork.  Forked workers inherit the patch; spawned ones
     get it only when TRAINMON_ATTACH=1 makes them import trainmon.
-  - optimizer steps: global step hooks on torch >= 2.0 (the C builtins
-    themselves), a wrapped step on older torch.
+  - optimizer steps: each optimizer class's step wrapped by a C Hook around
+    torch's own wrapper (when the class's first instance is made, or at
+    attach for classes already in use); torch's global step hooks only
+    where Optimizer has no __init__ to wrap.
   - torch.autograd.backward (Tensor.backward calls it): backward passes.
     This and __next__ are wrapped by C Hook objects: no Python frame of
     ours per call (the agent's cost per step: docs/BENCHMARKS.md).
@@ -810,21 +812,17 @@ def _make_backward(orig):
     return h
 
 
-def _wrap_step(step):
-    """torch < 2.0 (no global optimizer step hooks): the optimizer class's
-    step, wrapped; the hooks it calls are the ones torch >= 2.0 calls."""
+def _make_optstep(step):
+    """An optimizer class's step (torch's profiling wrapper around it, which
+    calls the global step hooks), wrapped by a Hook (C) that does the step
+    hooks' work: no Python frame, and none of the ~3,000 instructions a step
+    that torch's Python loops spend calling global hooks.  update_wrapper
+    carries torch's `hooked` mark, so torch does not wrap it again."""
     import functools
-    pre, post = _c.opt_pre_hook, _c.opt_post_hook
-
-    @functools.wraps(step)  # also carries torch 1.13's `hooked` mark
-    def wrapper(self, *args, **kwargs):
-        pre(self, args, kwargs)
-        try:
-            return step(self, *args, **kwargs)
-        finally:
-            post(self, args, kwargs)
-    wrapper._trainmon = True
-    return wrapper
+    h = _c.hook("optstep", step)
+    functools.update_wrapper(h, step)
+    h._trainmon = True
+    return h
 
 
 def _forward_hooks(nnm):
@@ -907,32 +905,52 @@ def _install_collectives(torch):
             _patch(dist, name, _make_collective(fn))
 
 
+def _wrap_optimizer_class(cls):
+    """Wraps cls's own step (once torch has put its profiling wrapper on
+    it); a class without one of its own runs its parent's, wrapped there."""
+    step = cls.__dict__.get("step")
+    if step is not None and callable(step) and not getattr(step, "_trainmon", False):
+        _patch(cls, "step", _make_optstep(step))
+
+
 def _install_optimizer(torch):
+    """Optimizer steps: each optimizer class's step is wrapped by a C Hook
+    when its first instance is made (Optimizer.__init__ puts torch's
+    profiling wrapper on the class's step, marked `hooked`; ours goes
+    around it), and the classes torch has already wrapped are wrapped now.
+    Where Optimizer has no __init__ of its own to wrap (a stand-in), torch's
+    global step hooks (torch >= 2.0) take the C hooks themselves."""
     optim = sys.modules.get("torch.optim.optimizer")
     if optim is None:
         import torch.optim.optimizer as optim
-    reg_pre = getattr(optim, "register_optimizer_step_pre_hook", None)
-    reg_post = getattr(optim, "register_optimizer_step_post_hook", None)
-    if reg_pre and reg_post:
-        # the C hooks themselves: no Python frame of ours per step
-        _state["hook_handles"] += [reg_pre(_c.opt_pre_hook), reg_post(_c.opt_post_hook)]
-        return
-    # torch < 2.0: wrap each optimizer class's step when an instance is made
-    # (Optimizer.__init__ has already put its profiler wrapper on it).
     Optimizer = optim.Optimizer
-    orig_init = Optimizer.__dict__["__init__"]
+    orig_init = Optimizer.__dict__.get("__init__")
+    if orig_init is None:
+        reg_pre = getattr(optim, "register_optimizer_step_pre_hook", None)
+        reg_post = getattr(optim, "register_optimizer_step_post_hook", None)
+        if reg_pre and reg_post:
+            _state["hook_handles"] += [reg_pre(_c.opt_pre_hook), reg_post(_c.opt_post_hook)]
+            return
+        raise RuntimeError("torch.optim.Optimizer has no __init__ to time steps from")
 
     def __init__(self, *args, **kwargs):
         orig_init(self, *args, **kwargs)
         try:
-            cls = type(self)
-            step = getattr(cls, "step", None)
-            if step is not None and not getattr(step, "_trainmon", False):
-                _patch(cls, "step", _wrap_step(cls.__dict__.get("step", step)))
+            _wrap_optimizer_class(type(self))
         except Exception as e:
             _report_exc("optimizer step timing", e)
     __init__.__wrapped__ = orig_init
     _patch(Optimizer, "__init__", __init__)
+    # optimizers made before attach(): their classes carry torch's wrapper
+    todo, seen = list(Optimizer.__subclasses__()), set()
+    while todo:
+        cls = todo.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        todo.extend(cls.__subclasses__())
+        if getattr(cls.__dict__.get("step"), "hooked", False):
+            _wrap_optimizer_class(cls)
 
 
 def _snapshot_path():

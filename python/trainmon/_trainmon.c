@@ -1747,9 +1747,10 @@ static PyObject *py_opt_post_hook(PyObject *self, PyObject *const *args, Py_ssiz
 }
 
 /* A Hook wraps torch's function orig: HOOK_BACKWARD torch.autograd.backward,
- * HOOK_NEXT _BaseDataLoaderIter.__next__ (a method: the Hook binds to the
- * iterator as a function does). */
-enum { HOOK_BACKWARD, HOOK_NEXT };
+ * HOOK_NEXT _BaseDataLoaderIter.__next__, HOOK_OPTSTEP an optimizer class's
+ * step (torch's profiling wrapper, which calls the global step hooks);
+ * the methods bind to the instance as a function does. */
+enum { HOOK_BACKWARD, HOOK_NEXT, HOOK_OPTSTEP };
 
 typedef struct {
     PyObject_HEAD PyObject *orig;
@@ -1794,6 +1795,36 @@ static PyObject *hook_next(PyObject *callable, PyObject *const *args, size_t nar
     if (!batch)
         PyErr_Restore(et, ev, tb);
     return batch;
+}
+
+/* optimizer.step(...): the pre and post hooks' work around the call, from
+ * C.  torch's global optimizer step hooks cost about 3,000 instructions a
+ * step in torch's Python loops that call them (bench/agent_cost.py), more
+ * than the 1 us the agent may take; this wrapper costs the call through it.
+ * Only the outermost step counts (a subclass's step calling its parent's,
+ * both wrapped).  A step that raises ends the step too; its exception
+ * passes through unchanged. */
+static int g_optdepth;
+
+static PyObject *hook_optstep(PyObject *callable, PyObject *const *args, size_t nargsf,
+                              PyObject *kwnames)
+{
+    Hook *h = (Hook *)callable;
+    if (PyVectorcall_NARGS(nargsf) < 1 || g_optdepth)
+        return PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
+    g_optdepth = 1;
+    g_opt_t0 = now_ns();
+    PyObject *out = PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
+    g_optdepth = 0;
+    PyObject *et = NULL, *ev = NULL, *tb = NULL;
+    if (!out)
+        PyErr_Fetch(&et, &ev, &tb);
+    PyObject *no = PyLong_FromLong(opt_number(args[0]));
+    boundary(no ? py_opt_post(NULL, no) : NULL);
+    Py_XDECREF(no);
+    if (!out)
+        PyErr_Restore(et, ev, tb);
+    return out;
 }
 
 static PyObject *hook_get(PyObject *self, PyObject *obj, PyObject *type)
@@ -1848,7 +1879,7 @@ static PyTypeObject HookType = {
     .tp_dealloc = (destructor)hook_dealloc,
 };
 
-/* hook(kind, orig): a Hook ("backward" or "next") around orig. */
+/* hook(kind, orig): a Hook ("backward", "next" or "optstep") around orig. */
 static PyObject *py_hook(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -1856,9 +1887,10 @@ static PyObject *py_hook(PyObject *self, PyObject *args)
     PyObject *orig;
     if (!PyArg_ParseTuple(args, "sO", &kind, &orig))
         return NULL;
-    int k = strcmp(kind, "backward") == 0 ? HOOK_BACKWARD
-            : strcmp(kind, "next") == 0   ? HOOK_NEXT
-                                          : -1;
+    int k = strcmp(kind, "backward") == 0  ? HOOK_BACKWARD
+            : strcmp(kind, "next") == 0    ? HOOK_NEXT
+            : strcmp(kind, "optstep") == 0 ? HOOK_OPTSTEP
+                                           : -1;
     if (k < 0 || !PyCallable_Check(orig)) {
         PyErr_Format(PyExc_ValueError, "trainmon: hook(%s, ...): no such hook", kind);
         return NULL;
@@ -1870,7 +1902,7 @@ static PyObject *py_hook(PyObject *self, PyObject *args)
     h->orig = orig;
     h->dict = NULL;
     h->kind = k;
-    h->vectorcall = k == HOOK_BACKWARD ? hook_backward : hook_next;
+    h->vectorcall = k == HOOK_BACKWARD ? hook_backward : k == HOOK_NEXT ? hook_next : hook_optstep;
     PyObject_GC_Track(h);
     return (PyObject *)h;
 }

@@ -19,6 +19,7 @@ int cmd_serve(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_probe(int argc, char **argv);
 
 /* One line on stderr: "trainmon: <message>\n". */
 void cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

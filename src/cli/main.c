@@ -26,6 +26,8 @@ static void usage(FILE *f)
           "        print the records of a trainmon record file (.tmr)\n"
           "  serve [--listen ADDR] [--runs DIR] [-d PATH]...\n"
           "        Prometheus exporter: /metrics and /health for this node and its runs\n"
+          "  probe PATH [-t SEC] [--json]\n"
+          "        what the storage behind a dataset delivers (O_DIRECT reads)\n"
           "  version\n"
           "\n"
           "trainmon COMMAND --help shows a command's options.\n",
@@ -51,6 +53,8 @@ int main(int argc, char **argv)
         return cmd_export(argc - 1, argv + 1);
     if (strcmp(cmd, "serve") == 0)
         return cmd_serve(argc - 1, argv + 1);
+    if (strcmp(cmd, "probe") == 0)
+        return cmd_probe(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("trainmon %s\n", TM_VERSION);
         return 0;

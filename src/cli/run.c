@@ -4,6 +4,11 @@
  * the inside, and prints the report when the job ends.
  *
  * What it does, in order:
+ *   0. With --probe, before the recording starts, measures what the storage
+ *      behind each -d path delivers (tm_probe_run: O_DIRECT reads of the
+ *      dataset's files, a few seconds, one probe per device) and, once
+ *      the run directory exists, writes DIR/probe.json (docs/FORMAT.md), which the report's disk
+ * verdict compares the job's reads with.
  *   1. Creates the run directory (-o DIR, else ./trainmon-runs/<date>-<cmd>;
  *      0700, 0750 with --group-readable; an existing DIR must be the
  *      caller's and closed to others) and writes meta.json (a new temporary
@@ -106,7 +111,7 @@ static void run_usage(FILE *f)
 {
     fputs(
         "usage: trainmon run [-o DIR] [-d PATH]... [-i SEC] [--max-size SIZE] [--no-python]\n"
-        "                    [--group-readable] [--keep-args]\n"
+        "                    [--probe[=SEC]] [--group-readable] [--keep-args]\n"
         "                    [--serve ADDR] [--alert RULE [--on-alert CMD]]... [--] CMD [ARG...]\n"
         "\n"
         "Runs CMD, records the system and its Python processes into a run directory,\n"
@@ -114,11 +119,16 @@ static void run_usage(FILE *f)
         "it was killed by signal N).\n"
         "\n"
         "  -o DIR          the run directory (default ./trainmon-runs/<date>-<cmd>)\n"
-        "  -d PATH         a dataset path: watch the disk(s) behind it (repeatable;\n"
+        "  -d PATH         a dataset path: watch the disk(s) behind it and how much of\n"
+        "                  it is in the page cache at the start and end (repeatable;\n"
         "                  default: every physical disk)\n"
         "  -i SEC          sampling interval (default 1; accepts 500ms, 2s)\n"
         "  --max-size SIZE bound each record file (flight-recorder ring, e.g. 64M)\n"
         "  --no-python     do not inject the in-process recorder into Python\n"
+        "  --probe[=SEC]   before the job, measure what the storage behind each -d PATH\n"
+        "                  delivers (trainmon probe; SEC in all per device, default 4)\n"
+        "                  into DIR/probe.json: the report compares the job's reads\n"
+        "                  with it\n"
         "  --group-readable  make the run directory 0750 and its files 0640 (default\n"
         "                  0700 and 0600: only the owner reads the recording)\n"
         "  --keep-args     store the command line in meta.json as given (default: the\n"
@@ -203,6 +213,7 @@ struct run {
     bool inject;
     bool group_readable; /* --group-readable: 0750 directory, 0640 files */
     bool keep_args;      /* --keep-args: meta.json keeps secret-looking arguments */
+    double probe_s;      /* --probe: seconds per device, 0 off */
     struct run_target targets[RUN_MAX_TARGETS];
     size_t ntargets;
     char tops[RUN_MAX_DEVS][TM_DISK_NAME_MAX]; /* the devices the data paths sit on */
@@ -777,7 +788,16 @@ static void run_wait(int64_t deadline_ns)
 static int run_parse(struct run *r, int argc, char **argv, const char **outdir, const char **paths,
                      size_t *npaths)
 {
-    enum { OPT_MAXSIZE = 1000, OPT_NOPY, OPT_ALERT, OPT_ON_ALERT, OPT_SERVE, OPT_GROUP, OPT_KEEP };
+    enum {
+        OPT_MAXSIZE = 1000,
+        OPT_NOPY,
+        OPT_ALERT,
+        OPT_ON_ALERT,
+        OPT_SERVE,
+        OPT_GROUP,
+        OPT_KEEP,
+        OPT_PROBE
+    };
     static const struct option opts[] = {
         {"output", required_argument, NULL, 'o'},
         {"data", required_argument, NULL, 'd'},
@@ -789,6 +809,7 @@ static int run_parse(struct run *r, int argc, char **argv, const char **outdir, 
         {"serve", required_argument, NULL, OPT_SERVE},
         {"group-readable", no_argument, NULL, OPT_GROUP},
         {"keep-args", no_argument, NULL, OPT_KEEP},
+        {"probe", optional_argument, NULL, OPT_PROBE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -840,6 +861,13 @@ static int run_parse(struct run *r, int argc, char **argv, const char **outdir, 
         case OPT_KEEP:
             r->keep_args = true;
             break;
+        case OPT_PROBE:
+            r->probe_s = 4.0;
+            if (optarg && (!cli_parse_seconds(optarg, &r->probe_s) || r->probe_s > 600)) {
+                cli_err("--probe=%s: not a time in seconds (at most 600)", optarg);
+                return 2;
+            }
+            break;
         case 'h':
             run_usage(stdout);
             return 0;
@@ -856,6 +884,10 @@ static int run_parse(struct run *r, int argc, char **argv, const char **outdir, 
     }
     if (optind >= argc) {
         cli_err("run: no command given (usage: trainmon run [OPTIONS] -- CMD...)");
+        return 2;
+    }
+    if (r->probe_s > 0 && *npaths == 0) {
+        cli_err("--probe: needs a data path to probe (-d PATH)");
         return 2;
     }
     r->argc = argc - optind;
@@ -941,7 +973,9 @@ static int run_open(struct run *r, const char *outdir, const char *const *paths,
                           .ndisks = ndevs,
                           .per_process = true,
                           .rec = r->w,
-                          .alerts = r->alerts.e};
+                          .alerts = r->alerts.e,
+                          .data_paths = paths,
+                          .ndata_paths = npaths};
     if (tm_sampler_new(&r->sampler, &so) < 0) {
         cli_err("%s", tm_last_error());
         run_close_all(r);
@@ -974,6 +1008,66 @@ static int run_open(struct run *r, const char *outdir, const char *const *paths,
     if (rc < 0)
         cli_warn("%s/meta.json: %s", r->dir, strerror(-rc));
     return -1;
+}
+
+/* --probe: one probe per device behind the -d paths (the first path on
+ * it; a path with no block device is probed on its own), before the
+ * recording and the job start, so that neither slows the other and the
+ * run's span is the job's.  A probe that fails is said and left out: the
+ * job runs anyway.  run_probe_write puts them into DIR/probe.json. */
+static tm_probe run_probes[RUN_MAX_TARGETS];
+static size_t run_nprobes;
+
+static void run_probe(struct run *r)
+{
+    if (r->probe_s <= 0)
+        return;
+    tm_probe *probes = run_probes;
+    size_t n = 0;
+    for (size_t i = 0; i < r->ntargets; i++) {
+        const struct run_target *t = &r->targets[i];
+        if (t->bd.kind == TM_FS_MEMORY)
+            continue; /* nothing to probe; the target's warning said so */
+        bool seen = false;
+        for (size_t k = 0; k < i && t->bd.top[0]; k++)
+            seen |= !strcmp(r->targets[k].bd.top, t->bd.top);
+        if (seen)
+            continue;
+        fprintf(stderr, "trainmon: probing the storage behind %s (%g s, O_DIRECT reads)\n", t->path,
+                r->probe_s);
+        if (tm_probe_run(t->path, r->probe_s, &probes[n]) < 0) {
+            cli_warn("--probe: %s; the report will not know this storage's ceiling",
+                     tm_last_error());
+            continue;
+        }
+        const tm_probe_test *b = tm_probe_best(&probes[n], NULL);
+        if (b && b->requests)
+            fprintf(stderr,
+                    "trainmon: probe %s%s: at most %.1f MB/s (%s reads of %.0f KiB, %u in "
+                    "flight)\n",
+                    probes[n].device[0] ? "/dev/" : "",
+                    probes[n].device[0] ? probes[n].device : t->path, b->bytes_per_second / 1e6,
+                    b->pattern, (double)b->bytes / (double)b->requests / 1024, b->queue_depth);
+        n++;
+    }
+    run_nprobes = n;
+}
+
+static void run_probe_write(const struct run *r)
+{
+    if (run_nprobes == 0)
+        return;
+    char *json = tm_probe_json(run_probes, run_nprobes);
+    int dfd = json ? tm_dir_open_checked(r->dir, 0) : -ENOMEM;
+    int rc = dfd;
+    if (dfd >= 0) {
+        rc = tm_file_replace_at(dfd, "probe.json", json, strlen(json),
+                                r->group_readable ? 0640 : 0600);
+        close(dfd);
+    }
+    if (rc < 0)
+        cli_warn("%s/probe.json: %s", r->dir, strerror(-rc));
+    free(json);
 }
 
 /* Everything run_open started, stopped again when the job cannot be
@@ -1104,6 +1198,7 @@ static void run_follow_job(struct run *r, pid_t pid)
         if (next < tm_now_mono_ns())
             next = tm_now_mono_ns() + step; /* a stall: skip, do not burst */
     }
+    tm_sampler_finish(r->sampler); /* the last sample takes the end-of-run readings */
     run_sample(r, (double)(tm_now_mono_ns() - prev_t) / 1e9, false);
 }
 
@@ -1181,8 +1276,10 @@ int cmd_run(int argc, char **argv)
     size_t ndevs = 0;
     if ((rc = run_resolve(r, paths, npaths, devs, &ndevs)) >= 0)
         return rc;
+    run_probe(r);
     if ((rc = run_open(r, outdir, paths, npaths, devs, ndevs)) >= 0)
         return rc;
+    run_probe_write(r);
     pid_t pid = 0;
     if ((rc = run_spawn(r, &pid)) >= 0)
         return rc;

@@ -80,28 +80,98 @@ static void watch_fmt(char *buf, size_t cap, double v, int width, int prec)
         snprintf(buf, cap, "%*.*f", width, prec, v);
 }
 
-/* --- JSON output */
+/* --- JSON output
+ *
+ * A line is built in a buffer and written with one fwrite, its numbers
+ * through tm_fmt_fixed: with fprintf, stdio's per-call locking and glibc's
+ * float formatting cost about as much as the sample the line describes
+ * (docs/BENCHMARKS.md, "watch --json").  The buffer is flushed to the
+ * stream when nearly full, so any number of disks and GPUs fits. */
 
-static void json_num(FILE *f, bool *first, const char *key, double v)
+struct jout {
+    FILE *f;
+    size_t len;
+    char buf[16384];
+};
+
+/* Room for one number, printf's own text included (tm_fmt_fixed falls
+ * back to it above 1e15). */
+#define JOUT_NUM_ROOM 400
+
+static void jflush(struct jout *j)
 {
-    if (isnan(v))
-        return; /* unavailable: left out */
-    fprintf(f, "%s\"%s\": %.2f", *first ? "" : ", ", key, v);
-    *first = false;
+    if (j->len)
+        fwrite(j->buf, 1, j->len, j->f);
+    j->len = 0;
 }
 
-static void json_num_prec(FILE *f, bool *first, const char *key, double v, int prec)
+static inline void jput(struct jout *j, const char *s, size_t n)
 {
-    if (isnan(v))
-        return;
-    fprintf(f, "%s\"%s\": %.*f", *first ? "" : ", ", key, prec, v);
-    *first = false;
+    if (n > sizeof j->buf - j->len) {
+        jflush(j);
+        if (n > sizeof j->buf) {
+            fwrite(s, 1, n, j->f);
+            return;
+        }
+    }
+    memcpy(j->buf + j->len, s, n);
+    j->len += n;
 }
 
-static void json_psi(FILE *f, bool *first, const char *key, const tm_psi *p)
+#define JLIT(j, lit) jput((j), (lit), sizeof(lit) - 1)
+
+static void jputs(struct jout *j, const char *s)
 {
-    fprintf(f, "%s\"%s\": {", *first ? "" : ", ", key);
+    jput(j, s, strlen(s));
+}
+
+static inline void jfixed(struct jout *j, double v, int prec)
+{
+    if (sizeof j->buf - j->len < JOUT_NUM_ROOM)
+        jflush(j);
+    j->len += tm_fmt_fixed(j->buf + j->len, JOUT_NUM_ROOM, v, prec);
+}
+
+static int jesc_put(void *ctx, const char *p, size_t n)
+{
+    jput(ctx, p, n);
+    return 0;
+}
+
+/* s as a JSON string (quotes included), as cli_json_str writes it. */
+static void jstr(struct jout *j, const char *s)
+{
+    JLIT(j, "\"");
+    tm_escape(TM_ESC_JSON, s, strlen(s), jesc_put, j);
+    JLIT(j, "\"");
+}
+
+/* , "key": value with prec decimals, left out when unavailable (NaN).
+ * key is a string literal: the separator, quotes and colon are pasted to
+ * it at compile time and go out in one copy. */
+#define JNUM(j, first, key, v, prec)                                                               \
+    do {                                                                                           \
+        double v_ = (v);                                                                           \
+        if (isnan(v_))                                                                             \
+            break;                                                                                 \
+        if (*(first))                                                                              \
+            JLIT((j), "\"" key "\": ");                                                            \
+        else                                                                                       \
+            JLIT((j), ", \"" key "\": ");                                                          \
+        *(first) = false;                                                                          \
+        jfixed((j), v_, (prec));                                                                   \
+    } while (0)
+#define json_num(j, first, key, v) JNUM(j, first, key, v, 2)
+#define json_num_prec(j, first, key, v, prec) JNUM(j, first, key, v, prec)
+
+static void json_psi(struct jout *f, bool *first, const char *key, const tm_psi *p)
+{
+    if (!*first)
+        JLIT(f, ", ");
     *first = false;
+    JLIT(f, "\"");
+    jputs(f, key);
+    JLIT(f, "\": {");
     bool f2 = true;
     if (p->has_some) {
         json_num(f, &f2, "some_avg10", p->some_avg10);
@@ -115,19 +185,23 @@ static void json_psi(FILE *f, bool *first, const char *key, const tm_psi *p)
         json_num(f, &f2, "full_avg300", p->full_avg300);
         json_num_prec(f, &f2, "full_total_seconds", (double)p->full_total_us / 1e6, 6);
     }
-    fputc('}', f);
+    JLIT(f, "}");
 }
 
-static void json_gpu(FILE *f, const tm_gpu_stats *g, size_t n)
+static void json_gpu(struct jout *f, const tm_gpu_stats *g, size_t n)
 {
-    fputs(", \"gpu\": [", f);
+    JLIT(f, ", \"gpu\": [");
     for (size_t i = 0; i < n; i++) {
         const tm_gpu_stats *s = &g[i];
-        fprintf(f, "%s{\"index\": %u, \"name\": ", i ? ", " : "", s->index);
-        cli_json_str(f, s->name);
-        fputs(", \"uuid\": ", f);
-        cli_json_str(f, s->uuid);
-        fprintf(f, ", \"lost\": %s", s->lost ? "true" : "false");
+        if (i)
+            JLIT(f, ", ");
+        JLIT(f, "{\"index\": ");
+        jfixed(f, (double)s->index, 0);
+        JLIT(f, ", \"name\": ");
+        jstr(f, s->name);
+        JLIT(f, ", \"uuid\": ");
+        jstr(f, s->uuid);
+        jputs(f, s->lost ? ", \"lost\": true" : ", \"lost\": false");
         bool first = false;
         if (s->valid & TM_GPU_HAVE_MEM) {
             json_num_prec(f, &first, "memory_total_bytes", (double)s->mem_total, 0);
@@ -153,50 +227,67 @@ static void json_gpu(FILE *f, const tm_gpu_stats *g, size_t n)
         if (s->valid & TM_GPU_HAVE_THROTTLE) {
             const char *names[16];
             size_t k = tm_gpu_throttle_names(s->throttle_reasons, names, 16);
-            fputs(", \"throttle_reasons\": [", f);
+            JLIT(f, ", \"throttle_reasons\": [");
             for (size_t j = 0; j < k; j++) {
                 if (j)
-                    fputs(", ", f);
-                cli_json_str(f, names[j]);
+                    JLIT(f, ", ");
+                jstr(f, names[j]);
             }
-            fputc(']', f);
+            JLIT(f, "]");
         }
         if (s->valid & TM_GPU_HAVE_PROCS) {
-            fputs(", \"processes\": [", f);
+            JLIT(f, ", \"processes\": [");
             for (size_t j = 0; j < s->nprocs; j++) {
                 const tm_gpu_proc *p = &s->procs[j];
-                fprintf(f, "%s{\"pid\": %d", j ? ", " : "", (int)p->pid);
+                if (j)
+                    JLIT(f, ", ");
+                JLIT(f, "{\"pid\": ");
+                jfixed(f, (double)p->pid, 0);
                 bool pf = false;
                 if (p->mem_valid)
                     json_num_prec(f, &pf, "used_memory_bytes", (double)p->used_bytes, 0);
                 json_num(f, &pf, "sm_util_percent", p->sm_util);
                 json_num(f, &pf, "mem_util_percent", p->mem_util);
-                fputc('}', f);
+                JLIT(f, "}");
             }
-            fputc(']', f);
+            JLIT(f, "]");
         }
-        fputc('}', f);
+        JLIT(f, "}");
     }
-    fputc(']', f);
+    JLIT(f, "]");
 }
 
-static void watch_print_json(FILE *f, double interval_s, const tm_diskrate *rates, size_t nrates,
-                             const tm_pressure_stats *ps, bool have_ps, const tm_ptree_stats *ts,
-                             bool have_tree, pid_t pid, const tm_gpu_stats *gpus, size_t ngpus,
-                             bool gpu_on)
+/* One line; a function of its own (never inlined) so that `make bench`
+ * can count its instructions under callgrind beside the sample's
+ * (bench/watch_json.py). */
+__attribute__((noinline)) static void
+watch_print_json(FILE *out, double interval_s, const tm_diskrate *rates, size_t nrates,
+                 const tm_pressure_stats *ps, bool have_ps, const tm_ptree_stats *ts,
+                 bool have_tree, pid_t pid, const tm_gpu_stats *gpus, size_t ngpus, bool gpu_on)
 {
+    static struct jout jo; /* 16 KiB: not on the stack; one watch loop */
+    struct jout *f = &jo;
+    f->f = out;
+    f->len = 0;
     int64_t now = tm_now_real_ns();
     time_t secs = (time_t)(now / 1000000000LL);
     struct tm tmv;
     gmtime_r(&secs, &tmv);
     char stamp[32];
     strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &tmv);
-    fprintf(f, "{\"timestamp\": \"%s\", \"time\": %.3f, \"interval_seconds\": %.3f, \"disk\": [",
-            stamp, (double)now / 1e9, interval_s);
+    JLIT(f, "{\"timestamp\": \"");
+    jputs(f, stamp);
+    JLIT(f, "\", \"time\": ");
+    jfixed(f, (double)now / 1e9, 3);
+    JLIT(f, ", \"interval_seconds\": ");
+    jfixed(f, interval_s, 3);
+    JLIT(f, ", \"disk\": [");
     for (size_t i = 0; i < nrates; i++) {
         const tm_diskrate *r = &rates[i];
-        fprintf(f, "%s{\"disk_device\": ", i ? ", " : "");
-        cli_json_str(f, r->name);
+        if (i)
+            JLIT(f, ", ");
+        JLIT(f, "{\"disk_device\": ");
+        jstr(f, r->name);
         bool first = false;
         json_num(f, &first, "r/s", r->r_s);
         json_num(f, &first, "w/s", r->w_s);
@@ -220,13 +311,13 @@ static void watch_print_json(FILE *f, double interval_s, const tm_diskrate *rate
         json_num(f, &first, "dareq-sz", r->dareq_sz);
         json_num(f, &first, "aqu-sz", r->aqu_sz);
         json_num(f, &first, "util", r->util);
-        fputc('}', f);
+        JLIT(f, "}");
     }
-    fputc(']', f);
+    JLIT(f, "]");
     if (gpu_on)
         json_gpu(f, gpus, ngpus);
     if (have_ps) {
-        fputs(", \"pressure\": {", f);
+        JLIT(f, ", \"pressure\": {");
         bool first = true;
         if (ps->valid & TM_PRESSURE_HAVE_IO)
             json_psi(f, &first, "io", &ps->io);
@@ -234,10 +325,10 @@ static void watch_print_json(FILE *f, double interval_s, const tm_diskrate *rate
             json_psi(f, &first, "cpu", &ps->cpu);
         if (ps->valid & TM_PRESSURE_HAVE_MEM)
             json_psi(f, &first, "memory", &ps->mem);
-        fputc('}', f);
+        JLIT(f, "}");
         if (ps->valid & (TM_PRESSURE_HAVE_CG_IO | TM_PRESSURE_HAVE_CG_IOSTAT)) {
-            fputs(", \"cgroup\": {\"path\": ", f);
-            cli_json_str(f, ps->cgroup);
+            JLIT(f, ", \"cgroup\": {\"path\": ");
+            jstr(f, ps->cgroup);
             first = false;
             if (ps->valid & TM_PRESSURE_HAVE_CG_IO)
                 json_psi(f, &first, "io_pressure", &ps->cg_io);
@@ -247,12 +338,13 @@ static void watch_print_json(FILE *f, double interval_s, const tm_diskrate *rate
                 json_num_prec(f, &first, "reads_total", (double)ps->cg_iostat.rios, 0);
                 json_num_prec(f, &first, "writes_total", (double)ps->cg_iostat.wios, 0);
             }
-            fputc('}', f);
+            JLIT(f, "}");
         }
     }
     if (have_tree) {
-        fprintf(f, ", \"process_tree\": {\"root_pid\": %d, \"alive\": %s", (int)pid,
-                ts->root_alive ? "true" : "false");
+        JLIT(f, ", \"process_tree\": {\"root_pid\": ");
+        jfixed(f, (double)pid, 0);
+        jputs(f, ts->root_alive ? ", \"alive\": true" : ", \"alive\": false");
         bool first = false;
         json_num_prec(f, &first, "processes", (double)ts->nproc, 0);
         json_num_prec(f, &first, "processes_d_state", (double)ts->nproc_d, 0);
@@ -271,10 +363,11 @@ static void watch_print_json(FILE *f, double interval_s, const tm_diskrate *rate
         json_num_prec(f, &first, "pss_bytes", ts->pss_bytes, 0);
         if (gpu_on)
             json_num_prec(f, &first, "gpu_memory_bytes", tm_gpu_tree_memory(gpus, ngpus, ts), 0);
-        fputc('}', f);
+        JLIT(f, "}");
     }
-    fputs("}\n", f);
-    fflush(f);
+    JLIT(f, "}\n");
+    jflush(f);
+    fflush(out);
 }
 
 /* --- text output */

@@ -40,6 +40,18 @@
  * or two samples of a short job (its imports read from a cold page cache)
  * are always "at their own max" */
 #define TM_AN_DISK_CEILING_MIN_SAMPLES 5
+/* The storage ceiling (`run --probe`, probe.c): the job's mean read rate
+ * from the disk behind the data over the best the probe got from that
+ * disk for random reads of the dataset's file size.  Under 30% (the
+ * seeds' rule: a device read at under 30% of what it delivers is limited
+ * by the access pattern, not the device) the pattern is the limit; from
+ * 70% on the device is: a job's mean over its window includes the start
+ * and the gaps between epochs, so a job held at a throttle's rate reads
+ * at 80-95% of the probe's (tests/e2e/run_storage_bound.sh). */
+#define TM_AN_PROBE_PATTERN_SHARE 0.30
+#define TM_AN_PROBE_DEVICE_SHARE 0.70
+/* sequential reads at this many times the random ones: shards pay */
+#define TM_AN_PROBE_SEQ_GAIN 1.5
 #define TM_AN_PSI_IO_SOME 0.10    /* mean io "some" avg10 (ratio) */
 #define TM_AN_WORKER_D_SHARE 0.25 /* workers in D state in 25% of samples */
 /* Below this block-layer read rate (all workers together) the workers do
@@ -81,6 +93,33 @@
 #define TM_AN_CPU_SATURATED 0.90
 #define TM_AN_CPU_SLOWDOWN_HIGH 4.0
 #define TM_AN_PSI_CPU_SOME_HIGH 0.30
+/* data.page_cache (rules_cache.c): the dataset's page-cache residency,
+ * read as the job starts and as it ends (collect_dscache.c).  Cached: at
+ * least 95% of its bytes resident (a few files evicted or not yet read do
+ * not make an epoch disk-bound).  Larger than memory: more bytes than the
+ * host's MemTotal; the page cache shares the RAM with the job itself, and
+ * a scan of a file set larger than the cache finds what it needs evicted
+ * by the time it comes round again (the kernel's LRU lists,
+ * Documentation/mm/multigen_lru.rst and mm/workingset.c: pages are only
+ * protected once they are re-read while still resident). */
+#define TM_AN_CACHED_FULL 0.95
+#define TM_AN_DATASET_RAM_RATIO 1.0
+/* data.small_files: the disk behind the data served read requests of
+ * 32 KiB or less on average (iostat's rareq-sz over the window) at 50 or
+ * more per second while the loop waited for data.  A shard read
+ * sequentially is read in readahead windows: 128 KiB by default
+ * (read_ahead_kb, VM_READAHEAD_PAGES in include/linux/mm.h), the request
+ * size the expected gain assumes; 32 KiB is where that gain reaches 4x,
+ * worth rewriting a dataset for (and an eighth of the 256 KiB I/O that
+ * AWS EBS SSD volumes count as one operation: a volume limited in IOPS
+ * pays a whole operation for each small read).  Files count as small
+ * below 1 MiB on average (the dataset walk, when there is one): such a
+ * file is read in a handful of requests plus its inode and directory
+ * blocks. */
+#define TM_AN_SMALL_REQ_BYTES (32.0 * 1024)
+#define TM_AN_SMALL_REQ_RATE 50.0
+#define TM_AN_SHARD_REQ_BYTES (128.0 * 1024)
+#define TM_AN_SMALL_FILE_BYTES (1024.0 * 1024)
 /* gpu.underutilized: the TensorBoard profiler's "GPU util < 50%". */
 #define TM_AN_GPU_UTIL 0.50
 /* gpu.util_swing: NVML's utilization is the share of its sample period

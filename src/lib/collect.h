@@ -58,6 +58,9 @@ struct tm_collector_ops {
     /* The collector's own next queued warning, NULL when none (optional). */
     const char *(*next_warning)(struct tm_coll *c);
     void (*close)(struct tm_coll *c);
+    /* tm_sampler_finish: the run ends; the next sample is the last
+     * (optional: a collector with an end-of-run reading). */
+    void (*finish)(struct tm_coll *c);
 };
 
 /* One collector in a sampler. */

@@ -99,6 +99,7 @@ int tm_meminfo_parse(const char *buf, size_t len, tm_vmstat *out)
     static const struct vm_field f[] = {
         VM_FIELD("Cached", TM_VM_HAVE_CACHED, cached_bytes),
         VM_FIELD("Dirty", TM_VM_HAVE_DIRTY, dirty_bytes),
+        VM_FIELD("MemTotal", TM_VM_HAVE_MEMTOTAL, mem_total_bytes),
     };
     vm_parse(buf, len, out, f, TM_ARRAY_LEN(f), 1024);
     return 0;

@@ -15,17 +15,19 @@ enum {
     TM_VM_HAVE_REFAULT = 1u << 2,  /* workingset_refault_file (>= 5.9) or workingset_refault */
     TM_VM_HAVE_CACHED = 1u << 3,   /* /proc/meminfo Cached */
     TM_VM_HAVE_DIRTY = 1u << 4,    /* /proc/meminfo Dirty */
+    TM_VM_HAVE_MEMTOTAL = 1u << 5, /* /proc/meminfo MemTotal (dscache.c) */
 };
 
 /* The counters and gauges of one sample; a field is meaningful only with
  * its TM_VM_HAVE_* bit. */
 typedef struct tm_vmstat {
     unsigned valid;
-    uint64_t pgmajfault;   /* major faults since boot */
-    uint64_t pgpgin_kib;   /* KiB read from block devices into memory since boot */
-    uint64_t refault;      /* page-cache pages evicted and read back again since boot */
-    uint64_t cached_bytes; /* page cache (meminfo Cached, kB * 1024) */
-    uint64_t dirty_bytes;  /* waiting to be written back */
+    uint64_t pgmajfault;      /* major faults since boot */
+    uint64_t pgpgin_kib;      /* KiB read from block devices into memory since boot */
+    uint64_t refault;         /* page-cache pages evicted and read back again since boot */
+    uint64_t cached_bytes;    /* page cache (meminfo Cached, kB * 1024) */
+    uint64_t dirty_bytes;     /* waiting to be written back */
+    uint64_t mem_total_bytes; /* meminfo MemTotal, kB * 1024 */
 } tm_vmstat;
 
 /* Rates over an interval; NAN where unavailable (no previous sample, a

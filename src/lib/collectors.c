@@ -11,6 +11,7 @@
     X(ptree)                                                                                       \
     X(gpu)                                                                                         \
     X(vmstat)                                                                                      \
+    X(dscache)                                                                                     \
     /* end of the table */
 
 #define TM_COLL_EXTERN(name) extern const struct tm_collector_ops tm_coll_##name;

@@ -17,6 +17,7 @@
 #include "anatomy.h"
 #include "prom.h"
 #include "reportfmt.h"
+#include "units.h"
 #include "util.h"
 
 bool tm_rpt_first_of_host(const tm_run_source *src, size_t i)
@@ -24,6 +25,39 @@ bool tm_rpt_first_of_host(const tm_run_source *src, size_t i)
     for (size_t j = 0; j < i; j++)
         if (strcmp(src[j].header.host, src[i].header.host) == 0)
             return false;
+    return true;
+}
+
+bool tm_rpt_pid_name(void *run, long pid, char *buf, size_t cap)
+{
+    const tm_run *r = run;
+    const tm_run_source *src;
+    size_t ns = tm_run_sources(r, &src);
+    const char *host = NULL;
+    char name[64] = "";
+    for (size_t i = 0; i < ns; i++) {
+        const tm_rec_header *h = &src[i].header;
+        if (h->pid != pid || h->rank < 0 || !tm_rec_is_training(h))
+            continue;
+        if (host && strcmp(host, h->host) != 0)
+            return false;
+        host = h->host;
+        snprintf(name, sizeof name, "rank %d", (int)h->rank);
+    }
+    const tm_run_worker *wk;
+    size_t nw = tm_run_workers(r, &wk);
+    for (size_t i = 0; i < nw; i++) {
+        if (wk[i].w.pid != (uint32_t)pid || wk[i].rank < 0 || wk[i].source >= ns)
+            continue;
+        const char *h = src[wk[i].source].header.host;
+        if (host && strcmp(host, h) != 0)
+            return false;
+        host = h;
+        snprintf(name, sizeof name, "rank %d worker %d", (int)wk[i].rank, (int)wk[i].w.worker_id);
+    }
+    if (!host)
+        return false;
+    snprintf(buf, cap, "%s", name);
     return true;
 }
 
@@ -290,6 +324,22 @@ static void write_summary_json(tm_text *t, const tm_run *r, const tm_analysis *a
         j_kn(t, "read_await_s", S->disk_await_s, true);
         j_kn(t, "utilization", S->disk_util, true);
         j_kn(t, "queue_depth", S->disk_queue, true);
+        j_kn(t, "reads_per_second", S->disk_reads_s, true);
+        j_kn(t, "read_request_bytes", S->disk_req_bytes, true);
+        tm_text_puts(t, "}");
+    } else {
+        tm_text_puts(t, "null");
+    }
+    /* the dataset behind -d and its page-cache share (collect_dscache.c) */
+    tm_text_puts(t, ",\"dataset\":");
+    if (S->ds_bytes >= 0) {
+        tm_text_puts(t, "{");
+        j_kn(t, "files", S->ds_files, false);
+        tm_text_printf(t, ",\"walk_complete\":%s", S->ds_complete ? "true" : "false");
+        j_kn(t, "bytes", S->ds_bytes, true);
+        j_kn(t, "cached_fraction_start", S->ds_cached_start, true);
+        j_kn(t, "cached_fraction_end", S->ds_cached_end, true);
+        j_kn(t, "memory_total_bytes", S->ds_memory, true);
         tm_text_puts(t, "}");
     } else {
         tm_text_puts(t, "null");
@@ -363,6 +413,91 @@ void tm_rpt_fmt_num(char *buf, size_t cap, double v, int prec, const char *suffi
         snprintf(buf, cap, "n/a");
 }
 
+/* The first sentence of s (up to a '.', '!' or '?' that ends s or is
+ * followed by a space: "1.5 GiB" and "torch.compile" go on), at most cap
+ * - 1 bytes of it, cut at a character boundary. */
+static void first_sentence(char *buf, size_t cap, const char *s)
+{
+    size_t n = 0;
+    while (s[n]) {
+        if (strchr(".!?", s[n]) && (!s[n + 1] || s[n + 1] == ' ')) {
+            n++;
+            break;
+        }
+        n++;
+    }
+    if (n >= cap)
+        n = tm_utf8_valid_prefix(s, cap - 1);
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+}
+
+void tm_rpt_headline(const tm_analysis *a, tm_rpt_head *h)
+{
+    memset(h, 0, sizeof *h);
+    if (!a->nf)
+        return;
+    const tm_finding *f = h->f = &a->f[0];
+    snprintf(h->verdict, sizeof h->verdict, "%s", f->title);
+    if (h->verdict[0] >= 'a' && h->verdict[0] <= 'z')
+        h->verdict[0] = (char)(h->verdict[0] - 'a' + 'A');
+    first_sentence(h->remedy, sizeof h->remedy, f->advice);
+    /* The cost, where the rule measured it (the input rules do) and its
+     * title does not say it already (the input rules' titles end with
+     * "..., about 1.7x faster if the input kept up", tm_an_input_cost). */
+    if (strstr(f->title, " faster if "))
+        return;
+    bool input = strncmp(f->id, "input.", 6) == 0;
+    double frac = tm_unit_evidence_num(f->evidence, "time_lost_fraction");
+    double lost = tm_unit_evidence_num(f->evidence, "time_lost_s");
+    double speedup = tm_unit_evidence_num(f->evidence, "speedup");
+    char x[48], y[64], z[48];
+    size_t n = 0;
+    if (isfinite(frac) && frac > 0) {
+        tm_unit_fmt(x, sizeof x, TM_UNIT_FRACTION, frac);
+        if (isfinite(lost))
+            snprintf(y, sizeof y, " (%s)", tm_unit_fmt(z, sizeof z, TM_UNIT_SECONDS, lost));
+        else
+            y[0] = '\0';
+        n = (size_t)snprintf(h->cost, sizeof h->cost, "%s of the run%s %s", x, y,
+                             input ? "waiting for data" : "lost to it");
+    } else if (isfinite(lost) && lost > 0) {
+        n = (size_t)snprintf(h->cost, sizeof h->cost, "%s of the run %s",
+                             tm_unit_fmt(x, sizeof x, TM_UNIT_SECONDS, lost),
+                             input ? "waiting for data" : "lost to it");
+    }
+    if (n >= sizeof h->cost)
+        n = sizeof h->cost - 1;
+    if (isfinite(speedup) && speedup > 1)
+        snprintf(h->cost + n, sizeof h->cost - n, "%sabout %s faster if %s", n ? "; " : "",
+                 tm_unit_fmt(x, sizeof x, TM_UNIT_FACTOR, speedup),
+                 input ? "the input kept up" : "this were fixed");
+}
+
+/* The headline: verdict, cost, top remedy (tm_rpt_headline). */
+static void write_headline_text(tm_text *t, const tm_analysis *a)
+{
+    tm_rpt_head h;
+    tm_rpt_headline(a, &h);
+    if (!h.f)
+        return;
+    tm_text_puts(t, "\nVerdict: ");
+    tm_text_esc(t, TM_ESC_TEXT, h.verdict, strlen(h.verdict));
+    if (h.f->rank >= 0)
+        tm_text_printf(t, " (rank %d)", (int)h.f->rank);
+    tm_text_puts(t, "\n");
+    if (h.cost[0]) {
+        tm_text_puts(t, "  ");
+        tm_text_esc(t, TM_ESC_TEXT, h.cost, strlen(h.cost));
+        tm_text_puts(t, ".\n");
+    }
+    if (h.remedy[0] && h.f->severity > TM_SEV_INFO) {
+        tm_text_puts(t, "  Top remedy: ");
+        tm_text_esc(t, TM_ESC_TEXT, h.remedy, strlen(h.remedy));
+        tm_text_puts(t, "\n");
+    }
+}
+
 static void write_text(tm_text *t, const tm_run *r, const tm_analysis *a)
 {
     const char *const *dirs;
@@ -388,6 +523,7 @@ static void write_text(tm_text *t, const tm_run *r, const tm_analysis *a)
         cmd = tm_rpt_meta_str_array(tm_run_meta(r, i), "command", &len);
     if (cmd)
         tx_line(t, "  command: ", cmd, len);
+    write_headline_text(t, a);
 
     const tm_an_summary *S = &a->sum;
     tm_text_puts(t, "\nSummary\n");
@@ -412,8 +548,8 @@ static void write_text(tm_text *t, const tm_run *r, const tm_analysis *a)
                        "  ring               %" PRIu64 " steps in all, the oldest %" PRIu64
                        " dropped; data kept from %s\n",
                        ri.steps_total, ri.steps_dropped, z);
-    tm_rpt_fmt_num(x, sizeof x, S->step_median_s, 4, " s");
-    tm_rpt_fmt_num(y, sizeof y, S->compute_median_s, 4, " s");
+    tm_unit_fmt(x, sizeof x, TM_UNIT_SECONDS, S->step_median_s);
+    tm_unit_fmt(y, sizeof y, TM_UNIT_SECONDS, S->compute_median_s);
     tm_text_printf(t, "  step time          median %s (compute %s)\n", x, y);
     tm_rpt_fmt_num(x, sizeof x, 100 * S->data_wait_fraction, 1, "%");
     tm_text_printf(t, "  waiting for data   %s of step time\n", x);
@@ -421,11 +557,13 @@ static void write_text(tm_text *t, const tm_run *r, const tm_analysis *a)
         tm_text_printf(t, "  GPU utilization    %.0f%% (mean of %zu GPU(s))\n",
                        100 * S->gpu_util_mean, S->ngpus);
     if (S->disk[0]) {
-        tm_rpt_fmt_num(x, sizeof x, S->disk_await_s * 1e3, 1, " ms");
-        tm_rpt_fmt_num(y, sizeof y, 100 * S->disk_util, 0, "%");
-        tm_rpt_fmt_num(z, sizeof z, S->disk_read_bps_max / 1e6, 1, " MB/s");
-        tm_text_printf(t, "  disk /dev/%-8s read %.1f MB/s mean (max %s), await %s, util %s\n",
-                       S->disk, S->disk_read_bps / 1e6, z, x, y);
+        char w[48];
+        tm_unit_fmt(w, sizeof w, TM_UNIT_BYTES_RATE, S->disk_read_bps);
+        tm_unit_fmt(x, sizeof x, TM_UNIT_SECONDS, S->disk_await_s);
+        tm_unit_fmt(y, sizeof y, TM_UNIT_FRACTION, S->disk_util);
+        tm_unit_fmt(z, sizeof z, TM_UNIT_BYTES_RATE, S->disk_read_bps_max);
+        tm_text_printf(t, "  disk /dev/%-8s read %s mean (max %s), await %s, util %s\n", S->disk, w,
+                       z, x, y);
     }
     if (!isnan(S->psi_io_some))
         tm_text_printf(t, "  I/O pressure       some %.0f%%\n", 100 * S->psi_io_some);
@@ -441,7 +579,7 @@ static void write_text(tm_text *t, const tm_run *r, const tm_analysis *a)
         tm_text_puts(t, "\n");
     }
     if (S->workers) {
-        tm_rpt_fmt_num(x, sizeof x, S->worker_batch_median_s, 4, " s");
+        tm_unit_fmt(x, sizeof x, TM_UNIT_SECONDS, S->worker_batch_median_s);
         tm_rpt_fmt_num(y, sizeof y, S->worker_busy, 2, "");
         tm_text_printf(t, "  workers            %zu, %s per batch, %s CPU s per s of fetching\n",
                        S->workers, x, y);
@@ -452,7 +590,7 @@ static void write_text(tm_text *t, const tm_run *r, const tm_analysis *a)
         for (size_t i = 0; i < a->nranks; i++) {
             const tm_an_rank *R = &a->ranks[i];
             char c1[24], c2[24], c3[24], c4[24], c5[24];
-            tm_rpt_fmt_num(c1, sizeof c1, R->step_median_s, 4, "");
+            tm_unit_fmt(c1, sizeof c1, TM_UNIT_SECONDS, R->step_median_s);
             tm_rpt_fmt_num(c2, sizeof c2, 100 * R->data_wait_fraction, 1, "");
             tm_rpt_fmt_num(c3, sizeof c3, R->peak_allocated / (1 << 30), 2, "G");
             tm_rpt_fmt_num(c4, sizeof c4, R->peak_reserved / (1 << 30), 2, "G");
@@ -467,9 +605,14 @@ static void write_text(tm_text *t, const tm_run *r, const tm_analysis *a)
         tm_text_puts(t, "  none: no steps or memory samples to judge\n");
     for (size_t i = 0; i < a->nf; i++) {
         const tm_finding *f = &a->f[i];
-        tm_text_printf(t, "  [%s] %s: ", tm_severity_name(f->severity), f->id);
-        tx_line(t, "", f->title, strlen(f->title));
-        tx_line(t, "      evidence: ", f->evidence, strlen(f->evidence));
+        tm_text_printf(t, "  [%s] %s", tm_severity_name(f->severity), f->id);
+        if (f->rank >= 0) /* by rank, as the ranks know themselves, not by pid */
+            tm_text_printf(t, " (rank %d)", (int)f->rank);
+        tx_line(t, ": ", f->title, strlen(f->title));
+        /* Units for people (units.c); the JSON report keeps base units. */
+        tm_text_puts(t, "      evidence: ");
+        tm_unit_evidence_line(t, TM_ESC_TEXT, f->evidence, tm_rpt_pid_name, (void *)r);
+        tm_text_puts(t, "\n");
         tx_line(t, "      advice: ", f->advice, strlen(f->advice));
     }
     const char *const *notes;

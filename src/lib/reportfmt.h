@@ -22,6 +22,25 @@ const char *tm_rpt_meta_str_array(const char *meta, const char *key, size_t *len
 /* v with prec decimals and a suffix, or "n/a". */
 void tm_rpt_fmt_num(char *buf, size_t cap, double v, int prec, const char *suffix);
 
+/* The headline that opens the text report and the HTML page: the most
+ * severe finding (tm_analyze sorts them), what it costs when its evidence
+ * says (time_lost_fraction, time_lost_s, speedup), and the first sentence
+ * of its advice.  Strings are "" when there is nothing to say. */
+typedef struct tm_rpt_head {
+    const tm_finding *f; /* NULL: no findings, no headline */
+    char verdict[512];   /* the finding's title, capitalised */
+    char cost[256];      /* "41.0% of the run (123 s) waiting for data; about 1.7x ..." */
+    char remedy[512];    /* the advice's first sentence */
+} tm_rpt_head;
+void tm_rpt_headline(const tm_analysis *a, tm_rpt_head *h);
+
+/* A process of the run named by rank (tm_unit_pid_namer; ctx is the
+ * tm_run): "rank R" for a training process's pid (its record file's
+ * header), "rank R worker K" for a DataLoader worker's (its batch
+ * records).  false when no process with a rank has that pid, or when
+ * processes of two hosts do (a pid alone cannot tell them apart). */
+bool tm_rpt_pid_name(void *run, long pid, char *buf, size_t cap);
+
 /* Whether src[i] is the first of src[0..i] from its host (to list each
  * host of a run once). */
 bool tm_rpt_first_of_host(const tm_run_source *src, size_t i);

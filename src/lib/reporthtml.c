@@ -24,6 +24,7 @@
 #include "prom.h"
 #include "reportfmt.h"
 #include "series.h"
+#include "units.h"
 #include "util.h"
 
 #define HTML_BUCKETS 500
@@ -109,7 +110,9 @@ static void kv_row(tm_text *t, const char *k, const char *v)
     tm_text_puts(t, "</td></tr>\n");
 }
 
-/* --- evidence: a flat JSON object of numbers shown as a table */
+/* --- evidence: a flat JSON object of numbers shown as a table, each
+ * number in its key's unit (units.c) with the base-unit value the JSON
+ * report has as its tooltip */
 
 static const char *ws(const char *p)
 {
@@ -118,64 +121,22 @@ static const char *ws(const char *p)
     return p;
 }
 
-/* The end of the JSON value at p (strings, arrays and objects skipped as a
- * whole), or NULL when it is cut short. */
-static const char *value_end(const char *p)
+static void evidence_value(tm_text *t, const tm_run *r, const char *key, size_t klen, const char *v,
+                           size_t len)
 {
-    int depth = 0;
-    do {
-        if (*p == '"') {
-            for (p++; *p != '"'; p++) {
-                if (!*p)
-                    return NULL;
-                if (*p == '\\' && !*++p)
-                    return NULL;
-            }
-            p++;
-        } else if (*p == '[' || *p == '{') {
-            depth++;
-            p++;
-        } else if (*p == ']' || *p == '}') {
-            if (--depth < 0)
-                return NULL;
-            p++;
-        } else if (!*p) {
-            return NULL;
-        } else if (depth == 0) {
-            while (*p && !strchr(",]} \t\r\n", *p))
-                p++;
-        } else {
-            p++;
-        }
-    } while (depth > 0);
-    return p;
-}
-
-static void evidence_value(tm_text *t, const char *key, size_t klen, const char *v, size_t len)
-{
-    if (len >= 2 && v[0] == '"') {
-        html_esc_n(t, v + 1, len - 2);
-        return;
+    bool num = len && (v[0] == '-' || (v[0] >= '0' && v[0] <= '9'));
+    if (num) {
+        tm_text_puts(t, "<td title=\"");
+        html_esc_n(t, v, len);
+        tm_text_puts(t, "\">");
+    } else {
+        tm_text_puts(t, "<td>");
     }
-    html_esc_n(t, v, len);
-    char num[64], *end;
-    if (len >= sizeof num)
-        return;
-    memcpy(num, v, len);
-    num[len] = 0;
-    double d = strtod(num, &end);
-    bool bytes = false;
-    for (size_t i = 0; i + 5 <= klen && !bytes; i++)
-        bytes = memcmp(key + i, "bytes", 5) == 0;
-    if (end == num || *end || !bytes || !(fabs(d) >= 1024.0 * 1024))
-        return;
-    if (fabs(d) >= 1024.0 * 1024 * 1024)
-        tm_text_printf(t, " <span class=\"u\">(%.2f GiB)</span>", d / (1024.0 * 1024 * 1024));
-    else
-        tm_text_printf(t, " <span class=\"u\">(%.1f MiB)</span>", d / (1024.0 * 1024));
+    tm_unit_json_value(t, TM_ESC_HTML, key, klen, v, len, tm_rpt_pid_name, (void *)r);
+    tm_text_puts(t, "</td>");
 }
 
-static void evidence_table(tm_text *t, const char *json)
+static void evidence_table(tm_text *t, const tm_run *r, const char *json)
 {
     const char *p = ws(json);
     size_t nnull = 0;
@@ -185,13 +146,13 @@ static void evidence_table(tm_text *t, const char *json)
         if (*p == '}')
             goto done;
         for (;;) {
-            const char *k = p, *ke = *p == '"' ? value_end(p) : NULL;
+            const char *k = p, *ke = *p == '"' ? tm_json_value_end(p) : NULL;
             if (!ke)
                 break;
             p = ws(ke);
             if (*p++ != ':')
                 break;
-            const char *v = ws(p), *ve = value_end(v);
+            const char *v = ws(p), *ve = tm_json_value_end(v);
             if (!ve)
                 break;
             if (ve - v == 4 && memcmp(v, "null", 4) == 0) {
@@ -200,9 +161,9 @@ static void evidence_table(tm_text *t, const char *json)
             }
             tm_text_puts(t, "<tr><th>");
             html_esc_n(t, k + 1, (size_t)(ke - k - 2));
-            tm_text_puts(t, "</th><td>");
-            evidence_value(t, k + 1, (size_t)(ke - k - 2), v, (size_t)(ve - v));
-            tm_text_puts(t, "</td></tr>\n");
+            tm_text_puts(t, "</th>");
+            evidence_value(t, r, k + 1, (size_t)(ke - k - 2), v, (size_t)(ve - v));
+            tm_text_puts(t, "</tr>\n");
         next:
             p = ws(ve);
             if (*p == '}')
@@ -225,7 +186,7 @@ done:
         tm_text_puts(t, "<tr><th>not measured</th><td class=\"u\">");
         p = ws(ws(json) + 1);
         for (size_t k = 0; *p == '"';) {
-            const char *ke = value_end(p), *v = ws(ws(ke) + 1), *ve = value_end(v);
+            const char *ke = tm_json_value_end(p), *v = ws(ws(ke) + 1), *ve = tm_json_value_end(v);
             if (ve - v == 4 && memcmp(v, "null", 4) == 0) {
                 tm_text_puts(t, k++ ? ", " : "");
                 html_esc_n(t, p + 1, (size_t)(ke - p - 2));
@@ -572,6 +533,38 @@ static void chart_series(struct page *pg, struct chart *c, const tm_run *r, cons
     draw_chart(pg, c);
 }
 
+/* A recorded process's name on a chart: by rank where a record file says
+ * which rank the pid is ("rank 1", "rank 1 worker 0"), else "pid comm".
+ * Pids are only compared on the host that recorded the series. */
+static void process_label(char *buf, size_t cap, const tm_run *r, const tm_run_series *s)
+{
+    char pid[24] = "?", comm[40] = "";
+    tm_labels_get(s->labels, "pid", pid, sizeof pid);
+    tm_labels_get(s->labels, "comm", comm, sizeof comm);
+    snprintf(buf, cap, "%s %s", pid, comm);
+    char *end;
+    long p = strtol(pid, &end, 10);
+    const tm_run_source *src;
+    size_t ns = tm_run_sources(r, &src);
+    if (end == pid || *end || p <= 0 || s->source >= ns)
+        return;
+    const char *host = src[s->source].header.host;
+    for (size_t i = 0; i < ns; i++)
+        if (src[i].header.pid == p && src[i].header.rank >= 0 &&
+            strcmp(src[i].header.host, host) == 0 && tm_rec_is_training(&src[i].header)) {
+            snprintf(buf, cap, "rank %d", (int)src[i].header.rank);
+            return;
+        }
+    const tm_run_worker *wk;
+    size_t nw = tm_run_workers(r, &wk);
+    for (size_t i = 0; i < nw; i++)
+        if (wk[i].w.pid == (uint32_t)p && wk[i].rank >= 0 && wk[i].source < ns &&
+            strcmp(src[wk[i].source].header.host, host) == 0) {
+            snprintf(buf, cap, "rank %d worker %d", (int)wk[i].rank, (int)wk[i].w.worker_id);
+            return;
+        }
+}
+
 /* Process memory: PSS of the recorded processes (RSS without PSS), or,
  * without system samples, the workers' RSS from their batch records. */
 static void chart_procmem(struct page *pg, struct chart *c, const tm_run *r)
@@ -587,10 +580,8 @@ static void chart_procmem(struct page *pg, struct chart *c, const tm_run *r)
         for (size_t i = 0; i < n; i++) {
             if (strcmp(ser[i].name, names[w]) != 0 || !series_active(&ser[i]))
                 continue;
-            char pid[24] = "?", comm[40] = "", lab[80];
-            tm_labels_get(ser[i].labels, "pid", pid, sizeof pid);
-            tm_labels_get(ser[i].labels, "comm", comm, sizeof comm);
-            snprintf(lab, sizeof lab, "%s %s", pid, comm);
+            char lab[80];
+            process_label(lab, sizeof lab, r, &ser[i]);
             chart_add(c, lab, ser[i].n, ser[i].t_ns, ser[i].v, c->nl, false);
         }
     }
@@ -672,6 +663,9 @@ static const char css[] =
     "table.ranks td,table.ranks th{text-align:right;padding:2px 8px;border-bottom:1px solid #eee}\n"
     "table.ev{font-size:13px;margin-left:8px}table.ev th{font-weight:normal;"
     "font-family:monospace;color:#555}\n"
+    /* before the .sev-* colours, which its border takes */
+    ".verdict{border-left:6px solid #999;padding:6px 14px;margin:8px 0 16px;"
+    "background:#f4f4f4}.verdict p{margin:3px 0}.verdict .vt{font-size:17px;font-weight:600}\n"
     ".finding{border-left:4px solid #999;padding:4px 12px;margin:10px 0;background:#fafafa}\n"
     ".sev-high{border-color:#d62728}.sev-medium{border-color:#ff7f0e}"
     ".sev-low{border-color:#1f77b4}.sev-info{border-color:#7f7f7f}\n"
@@ -688,6 +682,34 @@ static const char css[] =
     ".key i{display:inline-block;width:18px;height:0;border-top:2px solid;"
     "vertical-align:middle;margin-right:4px}\n";
 
+/* The headline (tm_rpt_headline): verdict, cost and top remedy, first on
+ * the page. */
+static void write_headline(tm_text *t, const tm_analysis *a)
+{
+    tm_rpt_head h;
+    tm_rpt_headline(a, &h);
+    if (!h.f)
+        return;
+    tm_text_puts(t, "<div class=\"verdict sev-");
+    html_esc(t, tm_severity_name(h.f->severity));
+    tm_text_puts(t, "\"><p class=\"vt\">");
+    html_esc(t, h.verdict);
+    if (h.f->rank >= 0)
+        tm_text_printf(t, " <span class=\"u\">(rank %d)</span>", (int)h.f->rank);
+    tm_text_puts(t, "</p>\n");
+    if (h.cost[0]) {
+        tm_text_puts(t, "<p class=\"vc\">");
+        html_esc(t, h.cost);
+        tm_text_puts(t, ".</p>\n");
+    }
+    if (h.remedy[0] && h.f->severity > TM_SEV_INFO) {
+        tm_text_puts(t, "<p class=\"vr\"><b>Top remedy:</b> ");
+        html_esc(t, h.remedy);
+        tm_text_puts(t, "</p>\n");
+    }
+    tm_text_puts(t, "</div>\n");
+}
+
 static void write_header(tm_text *t, const tm_run *r)
 {
     const char *const *dirs;
@@ -696,7 +718,7 @@ static void write_header(tm_text *t, const tm_run *r)
     size_t ns = tm_run_sources(r, &src);
     int64_t s0, s1;
     tm_run_span(r, &s0, &s1);
-    tm_text_puts(t, "<h1>trainmon report</h1>\n<table class=\"run\">\n<tr><th>run</th><td>");
+    tm_text_puts(t, "<h2>Run</h2>\n<table class=\"run\">\n<tr><th>run</th><td>");
     for (size_t i = 0; i < nd; i++) {
         tm_text_puts(t, i ? ", <code>" : "<code>");
         html_esc(t, dirs[i]);
@@ -755,8 +777,8 @@ static void write_summary(tm_text *t, const tm_run *r, const tm_analysis *a)
                  ri.steps_total, ri.steps_dropped, z);
         kv_row(t, "ring", line);
     }
-    tm_rpt_fmt_num(x, sizeof x, S->step_median_s, 4, " s");
-    tm_rpt_fmt_num(y, sizeof y, S->compute_median_s, 4, " s");
+    tm_unit_fmt(x, sizeof x, TM_UNIT_SECONDS, S->step_median_s);
+    tm_unit_fmt(y, sizeof y, TM_UNIT_SECONDS, S->compute_median_s);
     snprintf(line, sizeof line, "median %s (compute %s)", x, y);
     kv_row(t, "step time", line);
     tm_rpt_fmt_num(x, sizeof x, 100 * S->data_wait_fraction, 1, "%");
@@ -768,11 +790,13 @@ static void write_summary(tm_text *t, const tm_run *r, const tm_analysis *a)
         kv_row(t, "GPU utilization", line);
     }
     if (S->disk[0]) {
-        tm_rpt_fmt_num(x, sizeof x, S->disk_await_s * 1e3, 1, " ms");
-        tm_rpt_fmt_num(y, sizeof y, 100 * S->disk_util, 0, "%");
-        tm_rpt_fmt_num(z, sizeof z, S->disk_read_bps_max / 1e6, 1, " MB/s");
-        snprintf(line, sizeof line, "/dev/%s: read %.1f MB/s mean (max %s), await %s, util %s",
-                 S->disk, S->disk_read_bps / 1e6, z, x, y);
+        char w[64];
+        tm_unit_fmt(w, sizeof w, TM_UNIT_BYTES_RATE, S->disk_read_bps);
+        tm_unit_fmt(x, sizeof x, TM_UNIT_SECONDS, S->disk_await_s);
+        tm_unit_fmt(y, sizeof y, TM_UNIT_FRACTION, S->disk_util);
+        tm_unit_fmt(z, sizeof z, TM_UNIT_BYTES_RATE, S->disk_read_bps_max);
+        snprintf(line, sizeof line, "/dev/%s: read %s mean (max %s), await %s, util %s", S->disk, w,
+                 z, x, y);
         kv_row(t, "disk", line);
     }
     if (!isnan(S->psi_io_some)) {
@@ -780,7 +804,7 @@ static void write_summary(tm_text *t, const tm_run *r, const tm_analysis *a)
         kv_row(t, "I/O pressure", line);
     }
     if (S->workers) {
-        tm_rpt_fmt_num(x, sizeof x, S->worker_batch_median_s, 4, " s");
+        tm_unit_fmt(x, sizeof x, TM_UNIT_SECONDS, S->worker_batch_median_s);
         tm_rpt_fmt_num(y, sizeof y, S->worker_busy, 2, "");
         snprintf(line, sizeof line, "%zu, %s per batch, %s CPU s per s of fetching", S->workers, x,
                  y);
@@ -795,13 +819,13 @@ static void write_summary(tm_text *t, const tm_run *r, const tm_analysis *a)
     for (size_t i = 0; i < a->nranks; i++) {
         const tm_an_rank *R = &a->ranks[i];
         char c1[32], c2[32], c3[32], c4[32], c5[32];
-        tm_rpt_fmt_num(c1, sizeof c1, R->step_median_s, 4, " s");
+        tm_unit_fmt(c1, sizeof c1, TM_UNIT_SECONDS, R->step_median_s);
         tm_rpt_fmt_num(c2, sizeof c2, 100 * R->data_wait_fraction, 1, "%");
         tm_rpt_fmt_num(c3, sizeof c3, R->peak_allocated / (1 << 30), 2, " GiB");
         tm_rpt_fmt_num(c4, sizeof c4, R->peak_reserved / (1 << 30), 2, " GiB");
         tm_rpt_fmt_num(c5, sizeof c5, R->total_device / (1 << 30), 2, " GiB");
         tm_text_puts(t, "<tr><td>");
-        html_esc(t, R->label);
+        html_esc(t, R->label); /* the rank ("0"), else the process's role ("pid42") */
         tm_text_puts(t, "</td><td>");
         html_esc(t, R->host ? R->host : "");
         tm_text_printf(t,
@@ -884,7 +908,7 @@ static void write_anatomy(tm_text *t, const tm_run *r, const tm_analysis *a)
     tm_text_puts(t, "</table>\n");
 }
 
-static void write_findings(tm_text *t, const tm_analysis *a)
+static void write_findings(tm_text *t, const tm_run *r, const tm_analysis *a)
 {
     tm_text_puts(t, "<h2>Findings</h2>\n");
     if (!a->nf)
@@ -904,7 +928,7 @@ static void write_findings(tm_text *t, const tm_analysis *a)
         if (f->rank >= 0)
             tm_text_printf(t, ", rank %d", (int)f->rank);
         tm_text_puts(t, "</div>\n");
-        evidence_table(t, f->evidence);
+        evidence_table(t, r, f->evidence);
         tm_text_puts(t, "<p class=\"advice\"><b>Advice:</b> ");
         html_esc(t, f->advice);
         tm_text_puts(t, "</p></div>\n");
@@ -935,11 +959,15 @@ int tm_report_html(const tm_run *r, const tm_analysis *a, tm_text *out)
     tm_text_puts(out, "</title>\n<style>\n");
     tm_text_puts(out, css);
     tm_text_puts(out, "</style></head><body>\n");
+    /* The verdict, what it costs and the top remedy first, then the charts
+     * that show it; the run, the summary and every finding after them. */
+    tm_text_puts(out, "<h1>trainmon report</h1>\n");
+    write_headline(out, a);
+    write_charts(&pg, r, a);
     write_header(out, r);
     write_summary(out, r, a);
     write_anatomy(out, r, a);
-    write_findings(out, a);
-    write_charts(&pg, r, a);
+    write_findings(out, r, a);
     const char *const *notes;
     size_t nn = tm_run_notes(r, &notes);
     if (nn) {

@@ -97,6 +97,22 @@ void tm_rule_host_cpu_oversubscribed(struct an *an);
 void tm_rule_ranks_imbalance(struct an *an);
 void tm_rule_ranks_straggler(struct an *an);
 
+/* rules_cache.c: the dataset in the page cache, and many small files */
+void tm_rule_data_page_cache(struct an *an);
+void tm_rule_data_small_files(struct an *an);
+/* The dataset readings as evidence (dataset_* keys), for input.disk_bound,
+ * and a sentence on what they mean for the disk verdict appended to adv
+ * (nothing when there is no reading). */
+void tm_an_dataset_evidence(struct ev *e, const tm_an_summary *S);
+void tm_an_dataset_advice(char *adv, size_t cap, const tm_an_summary *S);
+/* The gain of packing small files into shards read sequentially: at the
+ * same request rate, TM_AN_SHARD_REQ_BYTES per request instead of req.
+ * read_gain = shard request / req (at least 1); *read_bps_after the bytes
+ * per second that would carry; *speedup the step's expected speed-up,
+ * at most step/compute (the input cannot make compute faster).  NAN where
+ * an input is missing. */
+void tm_an_pack_gain(double req_bytes, double read_bps, double step_s, double compute_s,
+                     double *read_gain, double *read_bps_after, double *speedup);
 /* rules_run.c: the run itself (the in-process recorder did not load) */
 void tm_rule_run_agent_not_loaded(struct an *an);
 /* The rule table, in the order the rules are applied; NULL-free. */

@@ -169,6 +169,41 @@ void tm_rule_input_ok(struct an *an)
     tm_an_add(an, TM_SEV_INFO, TM_CONF_HIGH, -1, &e, buf, "Nothing to do for the input pipeline.");
 }
 
+/* The storage ceiling (docs/DIAGNOSIS.md "The storage ceiling"): what
+ * the job read from the disk against what `run --probe` got from it for
+ * random reads of the dataset's file size.  Evidence and words only: the
+ * votes do not use it. */
+enum ceiling { CEIL_UNKNOWN, CEIL_PATTERN, CEIL_BETWEEN, CEIL_DEVICE };
+
+static enum ceiling disk_ceiling(const tm_an_summary *S, double *share)
+{
+    *share = NAN;
+    if (!S->probe_disk[0] || !(S->probe_rand_bps > 0) || !isfinite(S->disk_read_bps))
+        return CEIL_UNKNOWN;
+    *share = S->disk_read_bps / S->probe_rand_bps;
+    return *share < TM_AN_PROBE_PATTERN_SHARE   ? CEIL_PATTERN
+           : *share >= TM_AN_PROBE_DEVICE_SHARE ? CEIL_DEVICE
+                                                : CEIL_BETWEEN;
+}
+
+static void ev_ceiling(struct ev *e, const tm_an_summary *S, enum ceiling c, double share)
+{
+    static const char *const names[] = {"unknown", "pattern", "between", "device"};
+    tm_an_ev_str(e, "storage_ceiling", names[c]);
+    if (c == CEIL_UNKNOWN) {
+        if (S->probes && S->probe_other[0])
+            tm_an_ev_str(e, "probe_disk", S->probe_other); /* another disk's */
+        return;
+    }
+    tm_an_ev_str(e, "probe_disk", S->probe_disk);
+    tm_an_ev_num(e, "ceiling_share", share);
+    tm_an_ev_num(e, "probe_random_read_bytes_per_second", S->probe_rand_bps);
+    tm_an_ev_num(e, "probe_random_request_bytes", S->probe_rand_block);
+    tm_an_ev_num(e, "probe_random_queue_depth", S->probe_rand_qd);
+    tm_an_ev_num(e, "probe_sequential_read_bytes_per_second", S->probe_seq_bps);
+    tm_an_ev_num(e, "probe_sequential_request_bytes", S->probe_seq_block);
+}
+
 void tm_rule_input_disk_bound(struct an *an)
 {
     const tm_an_summary *S = &an->a->sum;
@@ -184,24 +219,82 @@ void tm_rule_input_disk_bound(struct an *an)
     ev_input_votes(&e, S, &w);
     double need = S->disk_read_bps * ratio;
     tm_an_ev_num(&e, "needed_read_bytes_per_second", need);
-    char dl[256] = "", got[32], nd[32];
+    tm_an_dataset_evidence(&e, S); /* rules_cache.c: the page cache's share */
+    double share;
+    enum ceiling ceil = disk_ceiling(S, &share);
+    ev_ceiling(&e, S, ceil, share);
+    char dl[256] = "", got[32], nd[32], cl[384] = "", blk[32] = "";
     snprintf(got, sizeof got, "%.1f MB/s", S->disk_read_bps / 1e6);
     snprintf(nd, sizeof nd, "%.1f MB/s", need / 1e6);
     if (S->disk[0])
         snprintf(dl, sizeof dl, "; /dev/%s read %s at %.1f ms await", S->disk, got,
                  S->disk_await_s * 1e3);
+    if (ceil != CEIL_UNKNOWN) {
+        tm_an_bytes(blk, sizeof blk, S->probe_rand_block);
+        snprintf(cl, sizeof cl,
+                 "; read at %.0f%% of what /dev/%s delivered for %s random reads: %s", 100 * share,
+                 S->probe_disk, blk,
+                 ceil == CEIL_PATTERN  ? "the pattern is the limit"
+                 : ceil == CEIL_DEVICE ? "the device is the limit"
+                                       : "the pattern and the device share the limit");
+    }
     snprintf(buf, sizeof buf,
-             "input-bound, storage-bound: the loop waited for data %.0f%% of the time%s%s",
+             "input-bound, storage-bound: the loop waited for data %.0f%% of the time%s%s%s",
              100 * S->data_wait_fraction, dl,
-             v_dstate ? "; the workers were mostly in D state (waiting on I/O)" : "");
+             v_dstate ? "; the workers were mostly in D state (waiting on I/O)" : "", cl);
+    /* The remedy the ceiling points at comes first (the report's headline
+     * shows the advice's first sentence), then what the loop needs. */
+    char rem[1024], rg[32], sq[32];
+    snprintf(rg, sizeof rg, "%.1f MB/s", S->probe_rand_bps / 1e6);
+    snprintf(sq, sizeof sq, "%.1f MB/s", S->probe_seq_bps / 1e6);
+    double seq_gain = S->probe_seq_bps / S->probe_rand_bps;
+    bool shards = ceil != CEIL_UNKNOWN && seq_gain >= TM_AN_PROBE_SEQ_GAIN;
+    if (ceil == CEIL_DEVICE && shards)
+        snprintf(rem, sizeof rem,
+                 "Pack the files into large shards read in order (WebDataset/tar, TFRecord, "
+                 "LMDB): the probe got %s sequentially from /dev/%s, %.1fx the %s it got for %s "
+                 "random reads, which the job reads at. More workers will not help; faster "
+                 "storage (local NVMe) or the page cache would too.",
+                 sq, S->probe_disk, seq_gain, rg, blk);
+    else if (ceil == CEIL_DEVICE)
+        snprintf(rem, sizeof rem,
+                 "More workers will not help: the probe got at most %s from /dev/%s for %s "
+                 "random reads with %.0f in flight, and the job reads at that; put the data on "
+                 "faster storage (local NVMe) or keep it in the page cache.",
+                 rg, S->probe_disk, blk, S->probe_rand_qd);
+    else if (ceil == CEIL_PATTERN || ceil == CEIL_BETWEEN) {
+        snprintf(rem, sizeof rem,
+                 "Keep more reads in flight: the probe got %s from /dev/%s for %s random reads "
+                 "with %.0f in flight, %.1fx what the job read; more DataLoader workers (each has "
+                 "one read at a time), threads inside __getitem__ or a prefetching reader get "
+                 "closer to it.",
+                 rg, S->probe_disk, blk, S->probe_rand_qd, 1 / share);
+        if (shards) {
+            size_t len = strlen(rem);
+            snprintf(rem + len, sizeof rem - len,
+                     " The same device read %s sequentially (%.1fx): packing the files into "
+                     "large shards read in order (WebDataset/tar, TFRecord, LMDB) gains up to "
+                     "that.",
+                     sq, seq_gain);
+        }
+    } else
+        snprintf(rem, sizeof rem,
+                 "More workers will not help: put the data on faster storage (local NVMe), keep "
+                 "it in the page cache, read larger sequential shards (WebDataset, TFRecord) or "
+                 "cache decoded samples.");
+    const char *unknown = ceil == CEIL_UNKNOWN
+                              ? " What the storage can deliver is unknown: `trainmon run --probe "
+                                "-d DATA` (or `trainmon probe DATA`) measures it, to tell a slow "
+                                "device from a slow access pattern."
+                              : "";
     if (isfinite(need) && S->disk[0])
         snprintf(adv, sizeof adv,
-                 "To keep %s busy the loop needs about %s from /dev/%s; it delivered %s "
-                 "(%.0f%% of the need). More workers will not help: put the data on faster "
-                 "storage (local NVMe), keep it in the page cache, read larger sequential "
-                 "shards (WebDataset, TFRecord) or cache decoded samples.",
-                 S->gpu ? "the GPU" : "compute", nd, S->disk, got,
-                 need > 0 ? 100 * S->disk_read_bps / need : 0);
+                 "%s To keep %s busy the loop needs about %s from /dev/%s; it delivered %s "
+                 "(%.0f%% of the need).%s",
+                 rem, S->gpu ? "the GPU" : "compute", nd, S->disk, got,
+                 need > 0 ? 100 * S->disk_read_bps / need : 0, unknown);
+    else if (ceil != CEIL_UNKNOWN)
+        snprintf(adv, sizeof adv, "%s The workers wait on I/O, not on CPU.", rem);
     else
         snprintf(adv, sizeof adv,
                  "The workers wait on I/O, not on CPU. Put the data on faster storage, keep "
@@ -209,6 +302,7 @@ void tm_rule_input_disk_bound(struct an *an)
                  in_record_d(S, "; record with `trainmon run -d DATA` to measure the disk "
                                 "behind it"));
     tm_an_input_cost(&e, S, buf, sizeof buf);
+    tm_an_dataset_advice(adv, sizeof adv, S);
     tm_an_add(an, sev,
               disk >= 3   ? TM_CONF_HIGH
               : disk == 2 ? TM_CONF_MEDIUM

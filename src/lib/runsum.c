@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "analysis.h"
+#include "probe.h"
 #include "runsum.h"
 #include "series.h"
 #include "util.h"
@@ -322,12 +323,51 @@ static void summarize_agent(const tm_runview *v, tm_an_summary *S)
     S->worker_batches = tm_run_workers(v->r, &wk);
 }
 
+/* The storage ceiling: DIR/probe.json of each run directory (probe.h); the
+ * first probe that measured the disk behind the data counts.  An
+ * unreadable or crafted file is no probe. */
+static void summarize_probe(const tm_runview *v, tm_an_summary *S)
+{
+    S->probe_rand_bps = S->probe_rand_block = S->probe_rand_qd = NAN;
+    S->probe_seq_bps = S->probe_seq_block = S->probe_seq_qd = NAN;
+    tm_probe *p = malloc(TM_PROBE_FILE_MAX * sizeof *p);
+    if (!p)
+        return;
+    const char *const *dirs;
+    size_t ndirs = tm_run_dirs(v->r, &dirs);
+    for (size_t d = 0; d < ndirs && !S->probe_disk[0]; d++) {
+        int n = tm_probe_read_dir(dirs[d], p, TM_PROBE_FILE_MAX);
+        for (int i = 0; i < n && !S->probe_disk[0]; i++) {
+            S->probes++;
+            if (!tm_probe_covers(&p[i], S->disk)) {
+                if (!S->probe_other[0])
+                    tm_strlcpy(S->probe_other, p[i].device, sizeof S->probe_other);
+                continue;
+            }
+            tm_strlcpy(S->probe_disk, S->disk, sizeof S->probe_disk);
+            const tm_probe_test *r = tm_probe_best(&p[i], "random");
+            const tm_probe_test *q = tm_probe_best(&p[i], "sequential");
+            if (r) {
+                S->probe_rand_bps = r->bytes_per_second;
+                S->probe_rand_block = (double)r->block_bytes;
+                S->probe_rand_qd = r->queue_depth;
+            }
+            if (q) {
+                S->probe_seq_bps = q->bytes_per_second;
+                S->probe_seq_block = (double)q->block_bytes;
+                S->probe_seq_qd = q->queue_depth;
+            }
+        }
+    }
+    free(p);
+}
+
 static void summarize_system(const tm_runview *v, tm_an_summary *S)
 {
     S->gpu_util_mean = tm_runsum_ser_mean_all(v, TM_SER_GPU_UTILIZATION, &S->ngpus);
     /* The disk behind the data: among the target disks, the one that read most. */
     S->disk_read_bps = S->disk_read_bps_max = S->disk_await_s = S->disk_util = NAN;
-    S->disk_queue = S->disk_ceiling_share = NAN;
+    S->disk_queue = S->disk_ceiling_share = S->disk_reads_s = S->disk_req_bytes = NAN;
     const tm_run_series *best = NULL;
     double best_mean = -1;
     char dev[40];
@@ -370,7 +410,13 @@ static void summarize_system(const tm_runview *v, tm_an_summary *S)
                 S->disk_util = tm_runsum_ser_mean(v, s, NULL);
             else if (strcmp(s->name, TM_SER_DISK_QUEUE_DEPTH) == 0)
                 S->disk_queue = tm_runsum_ser_mean(v, s, NULL);
+            else if (strcmp(s->name, TM_SER_DISK_READS_PER_SECOND) == 0)
+                S->disk_reads_s = tm_runsum_ser_mean(v, s, NULL);
         }
+        /* iostat's rareq-sz over the window, not the mean of per-sample
+         * sizes (an idle sample's 0 is no request size). */
+        if (S->disk_reads_s > 0)
+            S->disk_req_bytes = S->disk_read_bps / S->disk_reads_s;
     }
     double psi = tm_runsum_ser_mean_all(v, TM_SER_PSI_IO_SOME_AVG10, NULL);
     double cg = tm_runsum_ser_mean_all(v, TM_SER_CGROUP_IO_SOME_AVG10, NULL);
@@ -432,6 +478,28 @@ static void summarize_system(const tm_runview *v, tm_an_summary *S)
             S->worker_d_share = k ? fmin(sum / (double)k, 1.0) : NAN;
         }
     }
+}
+
+/* The last value of the series name{at} (the dataset readings are
+ * taken once each, whenever: not limited to the window), NAN if none. */
+static double dataset_value(const tm_runview *v, const char *name, const char *at)
+{
+    const tm_run_series *s = tm_runsum_ser_find(v, name, "at", at);
+    return s && s->n ? s->v[s->n - 1] : NAN;
+}
+
+/* The dataset readings of collect_dscache.c: size from the end reading
+ * (else the start's: the job may have written its data), residency at
+ * both ends. */
+static void summarize_dataset(const tm_runview *v, tm_an_summary *S)
+{
+    S->ds_cached_start = dataset_value(v, TM_SER_DATASET_CACHED_FRACTION, "start");
+    S->ds_cached_end = dataset_value(v, TM_SER_DATASET_CACHED_FRACTION, "end");
+    const char *at = isnan(dataset_value(v, TM_SER_DATASET_BYTES, "end")) ? "start" : "end";
+    S->ds_bytes = dataset_value(v, TM_SER_DATASET_BYTES, at);
+    S->ds_files = dataset_value(v, TM_SER_DATASET_FILES, at);
+    S->ds_memory = dataset_value(v, TM_SER_DATASET_MEMORY_BYTES, at);
+    S->ds_complete = dataset_value(v, TM_SER_DATASET_WALK_COMPLETE, at) == 1.0;
 }
 
 /* --- per training process: steps, memory, workers */
@@ -1016,6 +1084,7 @@ int tm_runsum_build(tm_runview *v, tm_an_summary *S, tm_an_rank **ranks, size_t 
     S->win_start = v->w0;
     S->win_end = v->w1;
     summarize_system(v, S);
+    summarize_dataset(v, S);
     summarize_machine(v, S, *ranks, *nranks);
     summarize_agent(v, S);
     /* The Python processes in which the in-process recorder did not load
@@ -1024,6 +1093,7 @@ int tm_runsum_build(tm_runview *v, tm_an_summary *S, tm_an_rank **ranks, size_t 
     size_t ndirs = tm_run_dirs(v->r, &dirs);
     for (size_t i = 0; i < ndirs; i++)
         (void)tm_agent_notes_scan(dirs[i], &S->agent_notes);
+    summarize_probe(v, S);
     free(x.all);
     free(x.all_c);
     free(x.tmp);

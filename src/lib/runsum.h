@@ -51,6 +51,16 @@ typedef struct tm_an_summary {
     char disk[40]; /* the disk behind the data ("" if none) */
     double disk_read_bps, disk_read_bps_max, disk_await_s, disk_util, disk_queue;
     double disk_ceiling_share;
+    /* the same disk's reads per second and mean read request (iostat's
+     * rareq-sz over the window: read bytes / reads), NAN unknown */
+    double disk_reads_s, disk_req_bytes;
+    /* The dataset behind -d (collect_dscache.c, the dataset.* series): its
+     * regular files and bytes (lower bounds when the walk was cut short:
+     * ds_complete false), the share of it in the page cache as the job
+     * started and as it ended, and the host's MemTotal.  NAN: not
+     * measured. */
+    double ds_files, ds_bytes, ds_cached_start, ds_cached_end, ds_memory;
+    bool ds_complete;
     double psi_io_some;
     double worker_d_share, worker_cpu_sys; /* from per-worker system series */
     double worker_read_bps;                /* workers' block-layer reads, B/s over the window */
@@ -107,6 +117,16 @@ typedef struct tm_an_summary {
     /* Python processes of the job in which the in-process recorder did not
      * load, from their DIR/agent-<pid>.json (run.agent_not_loaded) */
     tm_agent_notes agent_notes;
+    /* The storage ceiling (DIR/probe.json of `run --probe`, probe.h): how
+     * many probes the run directories hold, and of the one that measured
+     * the disk behind the data (probe_disk; "" when none did, then
+     * probe_other names a device one did measure) the best random test
+     * (reads of the dataset's median file size) and the best sequential
+     * one: rate, request size, reads in flight.  NAN: unknown. */
+    size_t probes;
+    char probe_disk[40], probe_other[40];
+    double probe_rand_bps, probe_rand_block, probe_rand_qd;
+    double probe_seq_bps, probe_seq_block, probe_seq_qd;
 } tm_an_summary;
 
 /* The run as the summary and the rules read it: its arrays, the analysis

@@ -37,6 +37,7 @@ struct tm_sampler {
     char (*disk_names)[TM_DISK_NAME_MAX];
     const char **disk_ptrs;
     unsigned *gpu_idx;
+    char **data_paths; /* ndata_paths strdup'ed paths */
 
     struct tm_coll *c; /* tm_ncollectors */
     bool rec_said;
@@ -130,6 +131,18 @@ int tm_sampler_new(tm_sampler **out, const tm_sampler_opts *opts)
         s->o.gpus = NULL;
         s->o.ngpus = 0;
     }
+    s->o.data_paths = NULL;
+    s->o.ndata_paths = 0;
+    if (opts->ndata_paths && opts->data_paths) {
+        s->data_paths = calloc(opts->ndata_paths, sizeof *s->data_paths);
+        if (!s->data_paths)
+            goto nomem;
+        s->o.ndata_paths = opts->ndata_paths; /* tm_sampler_free frees what was copied */
+        for (size_t i = 0; i < opts->ndata_paths; i++)
+            if (opts->data_paths[i] && !(s->data_paths[i] = strdup(opts->data_paths[i])))
+                goto nomem;
+        s->o.data_paths = (const char *const *)s->data_paths;
+    }
     for (size_t i = 0; i < tm_ncollectors; i++) {
         s->c[i].ops = tm_collectors[i];
         sampler_open_one(s, &s->c[i]);
@@ -173,6 +186,10 @@ void tm_sampler_free(tm_sampler **sp)
     free(s->disk_names);
     free(s->disk_ptrs);
     free(s->gpu_idx);
+    if (s->data_paths)
+        for (size_t i = 0; i < s->o.ndata_paths; i++)
+            free(s->data_paths[i]);
+    free(s->data_paths);
     free(s);
     *sp = NULL;
 }
@@ -195,6 +212,15 @@ static void sampler_sample(tm_sampler *s, int64_t t_ns)
             for (const char *m; (m = c->ops->next_warning(c));)
                 sampler_warn(s, TM_SAMPLER_WARN_NOTE, c->ops->name, 0, m);
     }
+}
+
+void tm_sampler_finish(tm_sampler *s)
+{
+    if (!s)
+        return;
+    for (size_t i = 0; i < tm_ncollectors; i++)
+        if (s->c[i].on && s->c[i].ops->finish)
+            s->c[i].ops->finish(&s->c[i]);
 }
 
 int tm_sampler_prime(tm_sampler *s)

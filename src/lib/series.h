@@ -23,6 +23,15 @@
 #define TM_SER_CGROUP_WRITE_BYTES_TOTAL "cgroup.write_bytes_total"
 #define TM_SER_CGROUP_WRITES_TOTAL "cgroup.writes_total"
 
+/* dataset (collect_dscache.c), labelled at=start|end */
+#define TM_SER_DATASET_BYTES "dataset.bytes"
+#define TM_SER_DATASET_CACHED_BYTES "dataset.cached_bytes"
+#define TM_SER_DATASET_CACHED_FRACTION "dataset.cached_fraction"
+#define TM_SER_DATASET_FILES "dataset.files"
+#define TM_SER_DATASET_FILES_MEASURED "dataset.files_measured"
+#define TM_SER_DATASET_MEMORY_BYTES "dataset.memory_bytes"
+#define TM_SER_DATASET_WALK_COMPLETE "dataset.walk_complete"
+
 /* disk */
 #define TM_SER_DISK_DISCARD_AWAIT_SECONDS "disk.discard_await_seconds"
 #define TM_SER_DISK_DISCARD_BYTES_PER_SECOND "disk.discard_bytes_per_second"

@@ -68,6 +68,19 @@ for i in ids:
 assert "run&amp;&lt;x&gt;" in page and "run&<x>" not in page, "run name not escaped"
 assert "run&<x>" in text   # and reads back as written
 assert len(page) < 2 << 20, len(page)
+# The page opens with the verdict (the most severe finding), then the
+# charts, then the run table and the findings; evidence numbers are in
+# units with the JSON's base-unit value as a tooltip.
+import html as H
+v = page.find('<div class="verdict')
+assert v >= 0, "no verdict"
+assert v < page.find("<h2>Timeline") < page.find('<table class="run">') < page.find("<h2>Findings"), \
+    "the page does not open with the verdict"
+t0 = rep["findings"][0]["title"]
+assert t0[0].upper() + t0[1:] in H.unescape(page[v:page.find("</div>", v)]), ("verdict", t0)
+import re
+assert re.search(r'<td title="[-0-9.e+]+">[-0-9.]+ (us|ms|s|B|KiB|MiB|GiB|[kMG]?B/s)</td>|<td title="[-0-9.e+]+">[-0-9.]+%</td>', page), \
+    "no evidence number in units"
 print(f"html: {len(page)} bytes, {p.tags.get('svg')} charts, findings {ids}")
 PY
 
@@ -78,6 +91,7 @@ timeout 120 "$chrome" "${flags[@]}" --dump-dom "file://$html" > "$scratch/dom.ht
     { tail -5 "$scratch/chrome.err"; fail "chromium --dump-dom failed"; }
 grep -q "Findings" "$scratch/dom.html" || fail "the rendered DOM has no Findings"
 grep -q "<svg" "$scratch/dom.html" || fail "the rendered DOM has no svg"
+grep -q 'class="verdict' "$scratch/dom.html" || fail "the rendered DOM has no verdict"
 timeout 120 "$chrome" "${flags[@]}" --screenshot="$scratch/shot.png" --window-size=1200,1600 \
     "file://$html" > /dev/null 2>> "$scratch/chrome.err" ||
     { tail -5 "$scratch/chrome.err"; fail "chromium --screenshot failed"; }

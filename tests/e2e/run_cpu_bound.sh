@@ -22,6 +22,10 @@ scen_expect "$run" input.cpu_bound
 scen_expect_cost "$run" input.cpu_bound
 scen_expect_not "$run" input.disk_bound
 scen_expect_not "$run" input.ok
+# The data was in the page cache (cat above): data.page_cache says so.
+scen_evidence "$run" data.page_cache | "$PY" -c 'import json, sys
+sys.exit(0 if json.load(sys.stdin)["dataset_cached_fraction_start"] >= 0.95 else 1)' ||
+    scen_fail "data.page_cache does not say the cached dataset was cached"
 # The advice names a worker count: some number under a key about workers
 # in the evidence that is above 1 (the count used).
 scen_evidence "$run" input.cpu_bound | "$PY" -c '

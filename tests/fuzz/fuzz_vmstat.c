@@ -26,10 +26,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memset(&b, 0, sizeof b);
     if (tm_vmstat_parse(buf, size, &a) != 0 || tm_meminfo_parse(buf, size, &a) != 0)
         abort();
-    if (a.valid & ~0x1fu)
+    if (a.valid & ~0x3fu)
         abort();
     /* A scaled meminfo value never wraps: at most 2^64-1 bytes. */
     if ((a.valid & TM_VM_HAVE_CACHED) && a.cached_bytes % 1024 != 0)
+        abort();
+    if ((a.valid & TM_VM_HAVE_MEMTOTAL) && a.mem_total_bytes % 1024 != 0)
         abort();
     double dt = size ? (double)(data[0] % 4) * 0.5 : 1.0; /* 0 s included */
     tm_vmrate r;

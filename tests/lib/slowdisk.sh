@@ -9,6 +9,7 @@
 #   (cleanup runs from the EXIT trap whatever happens)
 #
 # Exports SD_DIR (scratch), SD_IMG, SD_DEV (loopN), SD_MAJMIN, SD_MNT, SD_CG.
+# SD_TAG, when set, goes into the scratch directory's and the cgroup's names.
 
 slowdisk_require() {
     if [ "$(id -u)" != 0 ]; then
@@ -45,7 +46,7 @@ slowdisk_setup() {
     local size_mb=$1 bps=$2
     trap slowdisk_cleanup EXIT
     trap 'exit 130' INT TERM
-    SD_DIR=$(mktemp -d /var/tmp/trainmon-sd.XXXXXX)
+    SD_DIR=$(mktemp -d "/var/tmp/trainmon-${SD_TAG:-sd}.XXXXXX")
     SD_IMG=$SD_DIR/disk.img
     SD_MNT=$SD_DIR/mnt
     mkdir -p "$SD_MNT"
@@ -56,7 +57,7 @@ slowdisk_setup() {
     mkfs.ext4 -q -F "$dev" >/dev/null || { echo "mkfs.ext4 failed"; exit 1; }
     mount "$dev" "$SD_MNT" || { echo "mount failed"; exit 1; }
     SD_MAJMIN=$(cat "/sys/class/block/$SD_DEV/dev")
-    SD_CG=/sys/fs/cgroup/blkio/trainmon-test-$$
+    SD_CG=/sys/fs/cgroup/blkio/trainmon-${SD_TAG:-test}-$$
     mkdir -p "$SD_CG"
     if [ "$bps" -gt 0 ]; then
         echo "$SD_MAJMIN $bps" > "$SD_CG/blkio.throttle.read_bps_device"

@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "analysis.h"
+#include "reportfmt.h"
 #include "rules.h"
 #include "trainmon.h"
 
@@ -856,6 +857,18 @@ static void test_worker_rss_growing_every_batch_is_copy_on_read(void **st)
     assert_true(ev_num(f, "worst_pid") == 400);
     /* 2 MiB every 0.1 s */
     assert_true(fabs(ev_num(f, "worst_bytes_per_hour") / (2 * MiB * 36000) - 1) < 1e-5);
+    /* The text and the page name the worker by rank, not by pid alone;
+     * JSON keeps the number. */
+    tm_text *t = tm_text_new(1 << 20);
+    assert_int_equal(tm_report_write(run, a, t, false), 0);
+    assert_non_null(strstr(tm_text_data(t, NULL), "worst_pid 400 (rank 0 worker 0), "));
+    tm_text_reset(t);
+    assert_int_equal(tm_report_html(run, a, t), 0);
+    assert_non_null(strstr(tm_text_data(t, NULL), ">400 (rank 0 worker 0)</td>"));
+    tm_text_reset(t);
+    assert_int_equal(tm_report_write(run, a, t, true), 0);
+    assert_non_null(strstr(tm_text_data(t, NULL), "\"worst_pid\":400,"));
+    tm_text_free(&t);
     done(&run, &a);
 }
 
@@ -1418,6 +1431,85 @@ static void test_json_report_has_run_summary_findings_and_damage(void **st)
     done(&run, &a);
 }
 
+/* The text report opens with the verdict and prints evidence in units:
+ * 100 steps of 0.1 s, 0.04 s of each waiting for data, no workers. */
+static void test_text_report_opens_with_the_verdict_and_units(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(w, 100, 0, 0.1, 0.04);
+    tm_rec_close(&w);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    tm_text *t = tm_text_new(1 << 20);
+    assert_int_equal(tm_report_write(run, a, t, false), 0);
+    const char *s = tm_text_data(t, NULL);
+    const char *v = strstr(s, "\nVerdict: Input-bound: the loop waited for data 40% of the time");
+    const char *sum = strstr(s, "\nSummary\n");
+    assert_non_null(v);
+    assert_non_null(sum);
+    assert_true(v < sum);
+    /* The rule's title says the cost (100 steps x 0.04 s lost; 0.1 s a
+     * step against 0.06 s of compute: 1.7x); the headline does not say it
+     * twice.  Then the advice's first sentence, and only that. */
+    assert_non_null(strstr(s, "\nVerdict: Input-bound: the loop waited for data 40% of the time; "
+                              "4.0 s lost (40% of the run), about 1.7x faster if the input kept "
+                              "up\n  Top remedy: The data loading keeps the training loop "
+                              "waiting.\n\nSummary\n"));
+    assert_non_null(strstr(s, "  step time          median 100 ms (compute 60.0 ms)\n"));
+    assert_non_null(strstr(s, "evidence: data_wait_fraction 40.0%, threshold 0.05, steps 100, "
+                              "step_time_median_s 100 ms, compute_time_median_s 60.0 ms"));
+    /* JSON keeps base units */
+    tm_text_reset(t);
+    assert_int_equal(tm_report_write(run, a, t, true), 0);
+    assert_non_null(strstr(tm_text_data(t, NULL), "\"step_time_median_s\":0.1,"));
+    tm_text_free(&t);
+    done(&run, &a);
+}
+
+/* The headline's cost, from the evidence keys the input rules carry. */
+static void test_headline_says_time_lost_and_speedup(void **st)
+{
+    (void)st;
+    tm_finding f = {.id = "input.disk_bound",
+                    .severity = TM_SEV_HIGH,
+                    .rank = -1,
+                    .title = "input-bound, storage-bound: the loop waited",
+                    .evidence = "{\"time_lost_s\":123.4,\"time_lost_fraction\":0.41,"
+                                "\"speedup\":1.7}",
+                    .advice = "Put the data on local NVMe. Or cache it in 1.5 GiB of RAM."};
+    tm_analysis a = {.f = &f, .nf = 1};
+    tm_rpt_head h;
+    tm_rpt_headline(&a, &h);
+    assert_ptr_equal(h.f, &f);
+    assert_string_equal(h.verdict, "Input-bound, storage-bound: the loop waited");
+    assert_string_equal(h.cost, "41.0% of the run (123 s) waiting for data; about 1.7x faster if "
+                                "the input kept up");
+    assert_string_equal(h.remedy, "Put the data on local NVMe.");
+    /* a title that says its cost already (tm_an_input_cost) is not repeated */
+    f.title = "input-bound: 41% waiting; 123 s lost (41% of the run), about 1.7x faster if the "
+              "input kept up";
+    tm_rpt_headline(&a, &h);
+    assert_string_equal(h.cost, "");
+    assert_string_equal(h.verdict, "Input-bound: 41% waiting; 123 s lost (41% of the run), about "
+                                   "1.7x faster if the input kept up");
+    f.title = "input-bound, storage-bound: the loop waited";
+    /* a finding of another family: no "input" words; speedup alone */
+    f.id = "gpu.underutilized";
+    f.evidence = "{\"speedup\":2.0,\"time_lost_fraction\":null}";
+    f.advice = "Use torch.compile on 1.5x more data";
+    tm_rpt_headline(&a, &h);
+    assert_string_equal(h.cost, "about 2x faster if this were fixed");
+    assert_string_equal(h.remedy, "Use torch.compile on 1.5x more data");
+    /* without the keys, no cost; no findings, no headline */
+    f.evidence = "{}";
+    tm_rpt_headline(&a, &h);
+    assert_string_equal(h.cost, "");
+    a.nf = 0;
+    tm_rpt_headline(&a, &h);
+    assert_null(h.f);
+}
+
 /* --- HTML */
 
 static char *html_of(const char *run_dir)
@@ -1432,6 +1524,35 @@ static char *html_of(const char *run_dir)
     tm_text_free(&t);
     tm_run_free(&run);
     return page;
+}
+
+/* The page opens with the verdict and the top remedy, then the charts,
+ * then the run table; evidence cells show units, the base value on hover;
+ * the chart lines are named by rank. */
+static void test_html_opens_with_the_verdict_and_shows_units(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("rank1.tmr", "rank1", 1);
+    put_steps(w, 100, 0, 0.1, 0.04);
+    tm_rec_close(&w);
+    char *page = html_of(dir);
+    const char *v = strstr(page, "<div class=\"verdict sev-high\"><p class=\"vt\">Input-bound: "
+                                 "the loop waited for data 40% of the time");
+    const char *rem = strstr(page, "<p class=\"vr\"><b>Top remedy:</b> The data loading keeps "
+                                   "the training loop waiting.</p>");
+    const char *run = strstr(page, "<table class=\"run\">");
+    const char *charts = strstr(page, "<h2>Timeline</h2>");
+    assert_non_null(v);
+    assert_non_null(rem);
+    assert_non_null(run);
+    assert_non_null(charts);
+    assert_true(v < rem && rem < charts && charts < run);
+    assert_non_null(
+        strstr(page, "<tr><th>step_time_median_s</th><td title=\"0.1\">100 ms</td></tr>"));
+    assert_non_null(
+        strstr(page, "<tr><th>data_wait_fraction</th><td title=\"0.4\">40.0%</td></tr>"));
+    assert_non_null(strstr(page, "<title>rank 1</title>"));
+    free(page);
 }
 
 static void test_html_report_escapes_the_run_name_and_draws_svg_charts(void **st)
@@ -1637,6 +1758,9 @@ int main(void)
         T(test_an_empty_directory_fails_saying_it_has_no_record_files),
         T(test_two_hosts_directories_merge_into_one_run),
         T(test_json_report_has_run_summary_findings_and_damage),
+        T(test_text_report_opens_with_the_verdict_and_units),
+        T(test_headline_says_time_lost_and_speedup),
+        T(test_html_opens_with_the_verdict_and_shows_units),
         T(test_titles_give_memory_in_gib_and_mib),
         T(test_eight_ranks_of_four_workers_are_32_workers_and_4_per_rank),
         T(test_worker_ids_above_255_are_not_folded_onto_small_ones),

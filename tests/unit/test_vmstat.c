@@ -59,7 +59,7 @@ static void test_vmstat_new_kernel_takes_file_refaults(void **state)
     (void)state;
     tm_vmstat v = parse_dir(FIX "/t0");
     assert_int_equal(v.valid, TM_VM_HAVE_MAJFAULT | TM_VM_HAVE_PGPGIN | TM_VM_HAVE_REFAULT |
-                                  TM_VM_HAVE_CACHED | TM_VM_HAVE_DIRTY);
+                                  TM_VM_HAVE_CACHED | TM_VM_HAVE_DIRTY | TM_VM_HAVE_MEMTOTAL);
     assert_int_equal(v.pgmajfault, 6000); /* not pgmajfault_s 17: a longer name */
     assert_int_equal(v.pgpgin_kib, 5000000);
     assert_int_equal(v.refault, 86000); /* workingset_refault_file, not _anon 700 */
@@ -67,6 +67,7 @@ static void test_vmstat_new_kernel_takes_file_refaults(void **state)
      * not Cached. */
     assert_int_equal(v.cached_bytes, 670740480ull);
     assert_int_equal(v.dirty_bytes, 8761344ull);
+    assert_int_equal(v.mem_total_bytes, 25276071936ull); /* 24683664 * 1024 (dscache.c) */
 }
 
 static void test_vmstat_old_kernel_plain_refault(void **state)

@@ -1,0 +1,382 @@
+/*
+ * test_rules_cache.c - data.page_cache and data.small_files
+ * (src/lib/rules_cache.c, docs/DIAGNOSIS.md) and the dataset evidence of
+ * input.disk_bound: run directories written the way the sampler
+ * (collect_dscache.c, the disk collector) and the CPython extension do,
+ * loaded and analysed; numbers worked out by hand in the comments.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "analysis.h"
+#include "rules.h"
+#include "series.h"
+#include "trainmon.h"
+
+#define S_NS 1000000000LL
+#define MiB (1024.0 * 1024.0)
+#define GiB (1024.0 * 1024.0 * 1024.0)
+
+static char dir[256];
+static int64_t T0; /* monotonic base of every fixture */
+
+static int setup(void **st)
+{
+    (void)st;
+    snprintf(dir, sizeof dir, "/tmp/test_rules_cache.XXXXXX");
+    if (!mkdtemp(dir))
+        return -1;
+    T0 = tm_now_mono_ns();
+    return 0;
+}
+
+static int teardown(void **st)
+{
+    (void)st;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static tm_rec *open_rec(const char *file, const char *role, int rank)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    tm_rec_opts o = {.role = role, .rank = rank};
+    tm_rec *w = NULL;
+    assert_int_equal(tm_rec_open(&w, path, &o), 0);
+    return w;
+}
+
+static int64_t at(double s)
+{
+    return T0 + (int64_t)(s * (double)S_NS);
+}
+
+/* Steps of dur seconds, of which wait waiting for data, from time start. */
+static void put_steps(tm_rec *w, size_t n, double start, double dur, double wait)
+{
+    uint8_t buf[64];
+    for (size_t i = 0; i < n; i++) {
+        tm_inproc_step s = {.step = i,
+                            .start_ns = at(start + (double)i * dur),
+                            .end_ns = at(start + (double)(i + 1) * dur),
+                            .data_wait_ns = (int64_t)(wait * (double)S_NS)};
+        int len = tm_inproc_encode_step(&s, buf, sizeof buf);
+        assert_true(len > 0);
+        assert_int_equal(tm_rec_append(w, TM_REC_STEP, s.end_ns, buf, (uint32_t)len), 0);
+    }
+}
+
+static void put_value(tm_rec *w, double t, const char *name, const char *labels, double v)
+{
+    int id = tm_rec_series(w, name, labels, "");
+    assert_true(id > 0);
+    uint32_t u = (uint32_t)id;
+    assert_int_equal(tm_rec_sample(w, at(t), &u, &v, 1), 0);
+}
+
+/* Batches of one worker: fetch seconds each, busy CPU share of it. */
+static void put_worker_batches(tm_rec *w, int id, unsigned pid, size_t n, double fetch, double busy,
+                               double rss0, double rss_step)
+{
+    uint8_t buf[64];
+    for (size_t b = 0; b < n; b++) {
+        tm_inproc_worker k = {.worker_id = id,
+                              .pid = pid,
+                              .batch = b,
+                              .start_ns = at((double)b * fetch),
+                              .end_ns = at((double)(b + 1) * fetch),
+                              .cpu_s = busy * fetch * (double)(b + 1),
+                              .rss_bytes = rss0 + rss_step * (double)b};
+        int len = tm_inproc_encode_worker(&k, buf, sizeof buf);
+        assert_true(len > 0);
+        assert_int_equal(tm_rec_append(w, TM_REC_WORKER, k.end_ns, buf, (uint32_t)len), 0);
+    }
+}
+
+/* A worker's own record file (worker-r<rank>-<pid>.tmr), as the
+ * extension writes it in each DataLoader worker. */
+static void put_worker_file(int id, unsigned pid, size_t n, double fetch, double busy, double rss0,
+                            double rss_step)
+{
+    char file[64], role[32];
+    snprintf(file, sizeof file, "worker-r0-%u.tmr", pid);
+    snprintf(role, sizeof role, "worker%d", id);
+    tm_rec *w = open_rec(file, role, 0);
+    put_worker_batches(w, id, pid, n, fetch, busy, rss0, rss_step);
+    tm_rec_close(&w);
+}
+
+/* A per-process series point as trainmon run records it (sysrec_procs.c). */
+static void put_proc(tm_rec *w, double t, const char *name, unsigned pid, double v)
+{
+    char lab[64];
+    snprintf(lab, sizeof lab, "pid=%u,comm=python3", pid);
+    put_value(w, t, name, lab, v);
+}
+
+static tm_analysis *analyze(tm_run **run)
+{
+    const char *dirs[] = {dir};
+    assert_int_equal(tm_run_load(run, dirs, 1), 0);
+    tm_analysis *a = NULL;
+    assert_int_equal(tm_analyze(*run, &a), 0);
+    return a;
+}
+
+/* The number after "key": in a finding's evidence (NAN if absent or null). */
+static double ev_num(const tm_finding *f, const char *key)
+{
+    char pat[80];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(f->evidence, pat);
+    if (!p)
+        return NAN;
+    p += strlen(pat);
+    char *end;
+    double v = strtod(p, &end);
+    return end == p ? NAN : v;
+}
+
+static void done(tm_run **run, tm_analysis **a)
+{
+    tm_analysis_free(a);
+    tm_run_free(run);
+}
+
+/* The two dataset readings of collect_dscache.c. */
+static void put_dataset(tm_rec *s, double files, double bytes, double start, double end, double mem)
+{
+    const char *at[] = {"at=start", "at=end"};
+    double frac[] = {start, end};
+    for (int k = 0; k < 2; k++) {
+        double t = k ? 10.5 : 0;
+        put_value(s, t, TM_SER_DATASET_FILES, at[k], files);
+        put_value(s, t, TM_SER_DATASET_BYTES, at[k], bytes);
+        put_value(s, t, TM_SER_DATASET_CACHED_FRACTION, at[k], frac[k]);
+        put_value(s, t, TM_SER_DATASET_WALK_COMPLETE, at[k], 1);
+        put_value(s, t, TM_SER_DATASET_MEMORY_BYTES, at[k], mem);
+    }
+}
+
+/* A job that waits for data 60% of each 0.1 s step (compute 0.04 s), two
+ * workers reading from vdb in D state, and the disk reading req bytes per
+ * request at rps requests per second. */
+static void put_waiting_job(double rps, double req)
+{
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(r0, 100, 0, 0.1, 0.06);
+    tm_rec_close(&r0);
+    for (int p = 0; p < 2; p++)
+        put_worker_file(p, 100u + (unsigned)p, 20, 0.5, 0.1, 200 * MiB, 0);
+    tm_rec *s = open_rec("system.tmr", "system", -1);
+    assert_int_equal(tm_rec_event(s, at(0), "run_target",
+                                  "{\"path\":\"/data\",\"kind\":\"block\",\"device\":\"vdb\","
+                                  "\"disks\":[\"vdb\"],\"why\":\"\"}"),
+                     0);
+    for (int i = 0; i <= 100; i++) {
+        double t = i * 0.1;
+        put_value(s, t, "disk.read_bytes_per_second", "device=vdb", rps * req);
+        put_value(s, t, "disk.reads_per_second", "device=vdb", rps);
+        put_value(s, t, "disk.read_await_seconds", "device=vdb", 0.025);
+        put_value(s, t, "disk.utilization", "device=vdb", 1.0);
+        put_value(s, t, "disk.queue_depth", "device=vdb", 4);
+        for (unsigned p = 0; p < 2; p++) {
+            put_proc(s, t, "proc.process_state_d", 100 + p, 1);
+            put_proc(s, t, "proc.process_cpu_utilization", 100 + p, 0.05);
+            put_proc(s, t, "proc.process_read_bytes_per_second", 100 + p, rps * req / 2);
+        }
+    }
+    tm_rec_close(&s);
+}
+
+static void put_readings(double files, double bytes, double start, double end, double mem)
+{
+    tm_rec *s = open_rec("system2.tmr", "system", -1);
+    put_dataset(s, files, bytes, start, end, mem);
+    tm_rec_close(&s);
+}
+
+/* --- the packing gain, by hand */
+
+static void test_pack_gain_by_hand(void **st)
+{
+    (void)st;
+    double gain, after, speedup;
+    /* 4 KiB requests: a 128 KiB readahead window carries 32x the bytes;
+     * 150 reads/s x 4096 B = 614400 B/s becomes 19660800 B/s.  A 0.1 s
+     * step of 0.04 s compute waits 0.06 s; 32x faster reads wait
+     * 0.06 / 32 = 0.001875 s: 0.1 / 0.041875 = 2.3881 times faster. */
+    tm_an_pack_gain(4096, 614400, 0.1, 0.04, &gain, &after, &speedup);
+    assert_true(fabs(gain - 32) < 1e-12);
+    assert_true(fabs(after - 19660800) < 1e-6);
+    assert_true(fabs(speedup - 0.1 / 0.041875) < 1e-12);
+    /* 256 KiB requests are already larger than a readahead window: no
+     * gain (1x, never less), no speed-up. */
+    tm_an_pack_gain(262144, 1e6, 0.1, 0.04, &gain, &after, &speedup);
+    assert_true(gain == 1 && after == 1e6 && fabs(speedup - 1) < 1e-12);
+    /* No request size: nothing to say. */
+    tm_an_pack_gain(NAN, 1e6, 0.1, 0.04, &gain, &after, &speedup);
+    assert_true(isnan(gain) && isnan(after) && isnan(speedup));
+}
+
+/* --- data.page_cache */
+
+static void test_cold_first_epoch_then_all_cached_says_later_epochs_are_not_disk_bound(void **st)
+{
+    (void)st;
+    /* 48 KiB reads: no small-files finding. */
+    put_waiting_job(100, 49152);
+    put_readings(1000, 49152000, 0.0, 0.99, 24 * GiB);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "data.page_cache");
+    assert_non_null(f);
+    assert_string_equal(tm_severity_name(f->severity), "low");
+    assert_non_null(strstr(f->title, "epoch 1 read from disk, 99% cached after: later epochs "
+                                     "will not be disk-bound"));
+    assert_true(ev_num(f, "dataset_cached_fraction_start") == 0);
+    assert_true(fabs(ev_num(f, "dataset_cached_fraction_end") - 0.99) < 1e-9);
+    /* 49152000 B / 24 GiB = 0.0019073 */
+    assert_true(fabs(ev_num(f, "dataset_memory_ratio") - 49152000 / (24 * GiB)) <
+                1e-8); /* 6 digits */
+    const tm_finding *d = tm_analysis_find(a, "input.disk_bound");
+    assert_non_null(d);
+    assert_true(fabs(ev_num(d, "dataset_cached_fraction_end") - 0.99) < 1e-9);
+    assert_non_null(strstr(d->advice, "later epochs will read it from memory"));
+    assert_null(tm_analysis_find(a, "data.small_files"));
+    done(&run, &a);
+}
+
+static void test_dataset_cached_at_start_is_said_read_from_memory(void **st)
+{
+    (void)st;
+    put_waiting_job(2, 49152);
+    put_readings(1000, 49152000, 0.98, 1.0, 24 * GiB);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "data.page_cache");
+    assert_non_null(f);
+    assert_string_equal(tm_severity_name(f->severity), "info");
+    assert_non_null(strstr(f->title, "dataset cached: 98% of the 46.9 MiB of data"));
+    done(&run, &a);
+}
+
+static void test_dataset_three_times_the_ram_reads_from_disk_every_epoch(void **st)
+{
+    (void)st;
+    put_waiting_job(100, 262144);
+    /* 72 GiB against 24 GiB: 3.0x. */
+    put_readings(500000, 72 * GiB, 0.01, 0.30, 24 * GiB);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "data.page_cache");
+    assert_non_null(f);
+    assert_string_equal(tm_severity_name(f->severity), "medium");
+    assert_non_null(strstr(f->title, "the dataset is 3.0x the RAM (72.00 GiB against 24.00 GiB): "
+                                     "every epoch reads it from disk"));
+    assert_true(fabs(ev_num(f, "dataset_memory_ratio") - 3.0) < 1e-12);
+    const tm_finding *d = tm_analysis_find(a, "input.disk_bound");
+    assert_non_null(d);
+    assert_non_null(strstr(d->advice, "3.0x the RAM"));
+    done(&run, &a);
+}
+
+static void test_no_readings_no_page_cache_finding(void **st)
+{
+    (void)st;
+    put_waiting_job(100, 49152);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    assert_null(tm_analysis_find(a, "data.page_cache"));
+    const tm_finding *d = tm_analysis_find(a, "input.disk_bound");
+    assert_non_null(d);
+    assert_null(strstr(d->evidence, "dataset_"));
+    done(&run, &a);
+}
+
+/* --- data.small_files */
+
+static void test_small_requests_at_a_high_rate_advise_packing_with_the_gain(void **st)
+{
+    (void)st;
+    /* 150 reads/s of 4 KiB from 2000 files of 4 KiB: test_pack_gain_by_hand's
+     * numbers. */
+    put_waiting_job(150, 4096);
+    put_readings(2000, 8192000, 0.0, 0.6, 24 * GiB);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "data.small_files");
+    assert_non_null(f);
+    assert_string_equal(tm_severity_name(f->severity), "medium");
+    assert_string_equal(tm_confidence_name(f->confidence), "high");
+    assert_true(fabs(ev_num(f, "read_request_bytes") - 4096) < 1e-6);
+    assert_true(fabs(ev_num(f, "mean_file_bytes") - 4096) < 1e-9);
+    assert_true(fabs(ev_num(f, "expected_read_gain") - 32) < 1e-6);
+    assert_true(fabs(ev_num(f, "expected_read_bytes_per_second") - 19660800) < 1);
+    assert_true(fabs(ev_num(f, "expected_speedup") - 2.38806) < 1e-4);
+    /* it needs 614400 x 0.1 / 0.04 = 1536000 B/s */
+    assert_true(fabs(ev_num(f, "needed_read_bytes_per_second") - 1536000) < 1);
+    assert_non_null(strstr(f->title, "150 reads/s of 4.0 KiB"));
+    assert_non_null(strstr(f->advice, "WebDataset"));
+    assert_non_null(strstr(f->advice, "up to 19.7 MB/s at the same 150 requests/s"));
+    done(&run, &a);
+}
+
+static void test_large_files_read_in_small_pieces_are_not_small_files(void **st)
+{
+    (void)st;
+    /* The same requests, but the dataset is 10 files of 100 MB. */
+    put_waiting_job(150, 4096);
+    put_readings(10, 1e9, 0.0, 0.1, 24 * GiB);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    assert_null(tm_analysis_find(a, "data.small_files"));
+    done(&run, &a);
+}
+
+static void test_a_few_small_reads_per_second_are_not_small_files(void **st)
+{
+    (void)st;
+    put_waiting_job(20, 4096); /* 20 reads/s: under 50 */
+    put_readings(2000, 8192000, 0.0, 0.6, 24 * GiB);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    assert_null(tm_analysis_find(a, "data.small_files"));
+    done(&run, &a);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pack_gain_by_hand),
+        cmocka_unit_test_setup_teardown(
+            test_cold_first_epoch_then_all_cached_says_later_epochs_are_not_disk_bound, setup,
+            teardown),
+        cmocka_unit_test_setup_teardown(test_dataset_cached_at_start_is_said_read_from_memory,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_dataset_three_times_the_ram_reads_from_disk_every_epoch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_readings_no_page_cache_finding, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_small_requests_at_a_high_rate_advise_packing_with_the_gain, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_large_files_read_in_small_pieces_are_not_small_files,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_few_small_reads_per_second_are_not_small_files,
+                                        setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
