@@ -158,6 +158,12 @@ def test_leading_dimension_of_a_batch():
 ATTACHED = r"""
 import json, torch, trainmon
 trainmon.attach()
+checks = []
+due = trainmon._anatomy_due
+def counted():
+    checks.append(1)
+    due()
+trainmon._anatomy_due = counted           # the glue looks it up at each call
 torch.manual_seed(0)
 model = torch.nn.Linear(64, 32)
 extra = torch.nn.Linear(64, 64)          # 64*64*4 + 64*4 = 16640 bytes
@@ -171,7 +177,7 @@ for i in range(4100):
     opt.step()
 m = trainmon.Monitor()
 s = m.summary()
-print(json.dumps({"anatomy": trainmon.anatomy(), "summary": s["anatomy"]}))
+print(json.dumps({"anatomy": trainmon.anatomy(), "summary": s["anatomy"], "checks": len(checks)}))
 """
 
 
@@ -198,6 +204,8 @@ def test_attached_job_records_the_anatomy_first_and_when_it_changes(tmp_path):
     import json
     got = json.loads(out)
     assert got["anatomy"][0]["params"] == both and got["summary"] == got["anatomy"]
+    # the glue was asked twice in 4100 steps: not at every step
+    assert got["checks"] == 2
 
 
 # The CUDA path without a GPU: torch.cuda's allocator counters stood in by
@@ -219,7 +227,8 @@ opt = torch.optim.SGD(model.parameters(), lr=0.1)
 dev = {("cuda", 0): [8320.0, 8320.0, 0.0, 0.0]}
 trainmon._anat["pending"] = {"opt": opt, "no": 0, "dev": dev, "batch": -1, "reason": 1}
 trainmon._anatomy_arm(torch)
-armed = ag.__dict__["backward"] is not hook_bw and dl._BaseDataLoaderIter.__dict__["__next__"] is not hook_nx
+armed = (ag.__dict__["backward"] is not hook_bw
+         and dl._BaseDataLoaderIter.__dict__["__next__"] is not hook_nx)
 loader = DataLoader(TensorDataset(torch.randn(64, 64)), batch_size=16)
 for (x,) in loader:
     opt.zero_grad(set_to_none=True)
