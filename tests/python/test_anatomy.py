@@ -157,6 +157,7 @@ def test_leading_dimension_of_a_batch():
 
 ATTACHED = r"""
 import json, torch, trainmon
+torch.set_num_threads(1)  # 4100 tiny steps: two threads only contend on a shared machine
 trainmon.attach()
 checks = []
 due = trainmon._anatomy_due
