@@ -37,6 +37,9 @@ static const struct {
     {"fraction", TM_UNIT_FRACTION},
     {"share", TM_UNIT_FRACTION},
     {"share_threshold", TM_UNIT_FRACTION},
+    {"busy_threshold", TM_UNIT_FRACTION},   /* gpu.util_swing */
+    {"idle_threshold", TM_UNIT_FRACTION},   /* gpu.util_swing */
+    {"cached_threshold", TM_UNIT_FRACTION}, /* data.page_cache */
     {"utilization", TM_UNIT_FRACTION},
     {"psi_threshold", TM_UNIT_FRACTION}, /* PSI "some" avg10 as a ratio */
     {"some", TM_UNIT_FRACTION},          /* psi_io_some, psi_cpu_some */
@@ -57,9 +60,10 @@ static const struct {
     {"rank", TM_UNIT_COUNT},
 };
 
-/* A statistic after the unit keeps it: disk_read_bytes_per_second_max
- * is in bytes per second. */
-static const char *const statistics[] = {"_max", "_min", "_mean", "_median"};
+/* A statistic (or the reading: _start, _end) after the unit keeps it:
+ * disk_read_bytes_per_second_max is in bytes per second,
+ * dataset_cached_fraction_end a fraction. */
+static const char *const statistics[] = {"_max", "_min", "_mean", "_median", "_start", "_end"};
 
 tm_unit tm_unit_of_key(const char *key, size_t len)
 {

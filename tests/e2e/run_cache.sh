@@ -94,5 +94,10 @@ check "$small" data.small_files mean_file_bytes 'x == 4096'
 check "$small" data.small_files expected_read_gain 'x >= 2'
 check "$small" data.small_files expected_speedup 'x > 1'
 scen_report "$small"
-grep -q 'WebDataset' "$small/report.json" || scen_fail "no packing advice"
+"$PY" -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+adv = [f["advice"] for f in r["findings"] if f["id"] == "data.small_files"][0]
+sys.exit(0 if "WebDataset" in adv and "shard" in adv else 1)' "$small/report.json" ||
+    scen_fail "data.small_files gives no packing advice"
 echo "PASS: many 4 KiB files -> data.small_files with the packing gain"

@@ -15,7 +15,8 @@
 # total (same MiB), utilization (within 15 points: the two tools sample at
 # different moments), and attribution: the torch pid's GPU memory and the
 # watched tree's gpu_memory_bytes are at least the allocation.  Other fields
-# are printed for the eye.  Exit 0 when all match, 1 on a mismatch, 77 when
+# are printed for the eye.  Then a real loop that computes and waits for
+# data in turn under `trainmon run` must get gpu.util_swing.  Exit 0 when all match, 1 on a mismatch, 77 when
 # the machine cannot run the check (no nvidia-smi, no CUDA torch).
 # Environment: ALLOC_GIB (default 8), PYTHON (a python3 with CUDA torch),
 # BUILD (default build).
@@ -329,4 +330,49 @@ if ooms:
 sys.exit(1 if bad else 0)
 PY
 py_rc=$?
-[ $watch_rc -eq 0 ] && [ $py_rc -eq 0 ]
+
+# --- gpu.util_swing on real NVML (#11 item 5): a loop that computes about
+# 0.6 s of matmuls per step on GPU 0, then waits about 0.6 s for its next
+# batch (a DataLoader whose items sleep), under `trainmon run -i 0.25`: the
+# utilization samples swing busy/idle at the step period and the report
+# says gpu.util_swing with the data wait (tests/e2e/run_gpu_swing.sh is the
+# fake-NVML version).
+cat >"$work/swing.py" <<'PY'
+import time, torch
+class Slow(torch.utils.data.Dataset):
+    def __len__(self): return 24
+    def __getitem__(self, i):
+        time.sleep(0.6)
+        return torch.randn(64)
+dev = torch.device("cuda:0")
+model = torch.nn.Linear(64, 64).to(dev)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+a = torch.randn(8192, 8192, device=dev)
+for x in torch.utils.data.DataLoader(Slow(), batch_size=1):
+    t = time.time()
+    while time.time() - t < 0.6:
+        for _ in range(4):
+            c = a @ a
+        torch.cuda.synchronize()
+    loss = model(x.to(dev)).sum()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+print("swing.py: done")
+PY
+CUDA_VISIBLE_DEVICES=0 timeout 120 "$build/trainmon" run -o "$work/swing" -i 0.25 -- "$py" "$work/swing.py" \
+    >"$work/swing.out" 2>&1
+swing_rc=$?
+"$build/trainmon" report --json "$work/swing" >"$work/swing.json" 2>>"$work/swing.out"
+"$py" - "$work/swing.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+f = [f for f in r.get("findings", []) if f["id"] == "gpu.util_swing"]
+ev = f[0]["evidence"] if f else {}
+print("check: gpu.util_swing on a real GPU:", "ok" if f else "MISSING",
+      {k: ev.get(k) for k in ("busy_sample_share", "idle_sample_share", "swing_period_s",
+                               "step_time_median_s", "data_wait_per_step_s")})
+sys.exit(0 if f else 1)
+PY
+[ $? -eq 0 ] && [ $swing_rc -eq 0 ] || { tail -n 20 "$work/swing.out"; swing_rc=1; }
+[ $watch_rc -eq 0 ] && [ $py_rc -eq 0 ] && [ $swing_rc -eq 0 ]

@@ -57,6 +57,10 @@ static void test_unit_of_key_reads_the_suffix(void **state)
     assert_int_equal(unit_of("wait_per_batch_median_s"), TM_UNIT_SECONDS);
     assert_int_equal(unit_of("compute_median"), TM_UNIT_PLAIN);
     assert_int_equal(unit_of("_max"), TM_UNIT_PLAIN);
+    /* so does the reading: the dataset's share cached at the start, end */
+    assert_int_equal(unit_of("dataset_cached_fraction_start"), TM_UNIT_FRACTION);
+    assert_int_equal(unit_of("dataset_cached_fraction_end"), TM_UNIT_FRACTION);
+    assert_int_equal(unit_of("busy_threshold"), TM_UNIT_FRACTION);
 }
 
 /* A suffix counts only after '_': "threads" is not "_s", "process" not
