@@ -29,6 +29,7 @@ LIB_SOURCES = [
     "src/lib/safefile.c",
     "src/lib/steps.c",
     "src/lib/follow.c",
+    "src/lib/anatomy.c",  # follow.c names devices as the report does
 ]
 
 ext = Extension(

@@ -609,6 +609,7 @@ enum tm_inproc_type {
     TM_REC_OOM = 19,     /* a CUDA out-of-memory event */
     TM_REC_WORKER = 20,  /* one batch fetched by a DataLoader worker */
     TM_REC_OPTSTEP = 21, /* one optimizer.step() */
+    TM_REC_ANATOMY = 22, /* what one device's memory is made of (memory anatomy) */
 };
 
 #define TM_INPROC_NAME_MAX 1024 /* tags, phase and file names are cut here */
@@ -725,6 +726,34 @@ typedef struct tm_inproc_optstep {
     uint32_t optimizer; /* 0 for the first optimizer seen in the process, ... */
 } tm_inproc_optstep;
 
+/* Why an anatomy record was written. */
+enum tm_anatomy_reason {
+    TM_ANATOMY_FIRST = 1,   /* the lead optimizer's first step(s) */
+    TM_ANATOMY_CHANGED = 2, /* a later check found parameters or state changed */
+};
+
+/* Memory anatomy: what one device's memory held at a lead optimizer step,
+ * one record per device the optimizer's tensors live on (docs/DIAGNOSIS.md
+ * "Memory anatomy").  Bytes are counted once per storage (tied weights,
+ * views, fused/foreach state); NAN when unknown. */
+typedef struct tm_inproc_anatomy {
+    uint64_t step;                    /* steps begun when it was measured */
+    int32_t device;                   /* device index; -1 for the CPU or none */
+    uint32_t optimizer;               /* the lead optimizer's number (tm_inproc_optstep) */
+    double params;                    /* parameters the optimizer holds */
+    double grads;                     /* their gradients after the step (set_to_none: 0) */
+    double optim_state;               /* the optimizer's state tensors (moments, step counts) */
+    double activations;               /* allocated at the start of the next backward pass beyond the
+                                       * rest (CUDA only; NAN elsewhere or not measured) */
+    double unknown;                   /* tensors found whose storage could not be told apart */
+    double allocated, reserved;       /* the allocator's bytes then (NAN on the CPU) */
+    double free_device, total_device; /* cudaMemGetInfo then (NAN on the CPU) */
+    int64_t batch_size;               /* leading dimension of that step's batch; -1 unknown */
+    uint32_t reason;                  /* tm_anatomy_reason */
+    const char *kind;                 /* the device type: "cuda", "cpu", ... */
+    uint16_t kind_len;
+} tm_inproc_anatomy;
+
 /* Encoders: write the payload into buf (cap bytes) and return its length,
  * or -ENOSPC when it does not fit.  Names longer than TM_INPROC_NAME_MAX
  * are cut.  Decoders: 0, or -EINVAL for a payload of another type, too short
@@ -735,12 +764,14 @@ int tm_inproc_encode_phase(const tm_inproc_phase *p, void *buf, size_t cap);
 int tm_inproc_encode_oom(const tm_inproc_oom *o, void *buf, size_t cap);
 int tm_inproc_encode_worker(const tm_inproc_worker *w, void *buf, size_t cap);
 int tm_inproc_encode_optstep(const tm_inproc_optstep *o, void *buf, size_t cap);
+int tm_inproc_encode_anatomy(const tm_inproc_anatomy *a, void *buf, size_t cap);
 int tm_inproc_decode_step(const tm_record *rec, tm_inproc_step *out);
 int tm_inproc_decode_capture(const tm_record *rec, tm_inproc_capture *out);
 int tm_inproc_decode_phase(const tm_record *rec, tm_inproc_phase *out);
 int tm_inproc_decode_oom(const tm_record *rec, tm_inproc_oom *out);
 int tm_inproc_decode_worker(const tm_record *rec, tm_inproc_worker *out);
 int tm_inproc_decode_optstep(const tm_record *rec, tm_inproc_optstep *out);
+int tm_inproc_decode_anatomy(const tm_record *rec, tm_inproc_anatomy *out);
 
 /* Whether type is one of the in-process record types above. */
 bool tm_inproc_is(uint16_t type);
@@ -788,6 +819,7 @@ typedef union tm_inproc_any {
     tm_inproc_oom oom;
     tm_inproc_worker worker;
     tm_inproc_optstep optstep;
+    tm_inproc_anatomy anatomy;
 } tm_inproc_any;
 
 /* A field's value; strings point where the decoded record's do. */
@@ -808,7 +840,7 @@ typedef struct tm_inproc_value {
  * the program); 0 for a type that is not in-process. */
 size_t tm_inproc_fields(uint16_t type, const tm_inproc_field **out);
 /* The type's name ("step", "capture", "phase", "oom", "worker",
- * "optimizer_step": `type` in dump --json, `kind` in export jsonl and in
+ * "optimizer_step", "anatomy": `type` in dump --json, `kind` in export jsonl and in
  * read_records), or NULL. */
 const char *tm_inproc_type_name(uint16_t type);
 /* Generic forms of the encoders and decoders above, by type. */
@@ -923,6 +955,15 @@ size_t tm_stepwin_sum(const tm_stepwin *w, size_t last, double *dur_s, double *w
 #define TM_FOLLOW_WINDOW 100
 
 /* What one training process's record file says so far.  NAN: unavailable. */
+/* One device's memory anatomy as /metrics shows it: bytes of parameters,
+ * gradients, optimizer state, activations and unknown (NAN: not measured). */
+#define TM_FOLLOW_ANAT_MAX 4
+enum { TM_ANAT_PARAMS, TM_ANAT_GRADS, TM_ANAT_STATE, TM_ANAT_ACT, TM_ANAT_UNKNOWN, TM_ANAT_N };
+typedef struct tm_anat_parts {
+    char device[40]; /* "cuda:0", "cpu" (tm_anat_device: letters, digits, '_', ':') */
+    double bytes[TM_ANAT_N];
+} tm_anat_parts;
+
 typedef struct tm_follow_rank {
     char label[32];        /* the rank ("0"), or the role outside a distributed job ("pid42") */
     char file[256];        /* the record file's name in its run directory */
@@ -943,6 +984,10 @@ typedef struct tm_follow_rank {
     size_t damage;
     uint64_t damage_offset;
     char damage_what[96];
+    /* The latest memory anatomy of each device (TM_REC_ANATOMY), the first
+     * TM_FOLLOW_ANAT_MAX devices seen. */
+    size_t nanat;
+    tm_anat_parts anat[TM_FOLLOW_ANAT_MAX];
 } tm_follow_rank;
 
 typedef struct tm_follow_run {
@@ -1076,6 +1121,12 @@ typedef struct tm_run_optstep {
     int32_t rank;
     tm_inproc_optstep o;
 } tm_run_optstep;
+typedef struct tm_run_anatomy {
+    uint32_t source;
+    int32_t rank;
+    int64_t t_ns;
+    tm_inproc_anatomy a;
+} tm_run_anatomy;
 
 /* Loads the run directories dirs[0..n).  Files that are not record files
  * and damaged places are skipped and noted (tm_run_notes); what is intact
@@ -1105,6 +1156,7 @@ size_t tm_run_phases(const tm_run *r, const tm_run_phase **list);
 size_t tm_run_ooms(const tm_run *r, const tm_run_oom **list);
 size_t tm_run_workers(const tm_run *r, const tm_run_worker **list);
 size_t tm_run_optsteps(const tm_run *r, const tm_run_optstep **list);
+size_t tm_run_anatomies(const tm_run *r, const tm_run_anatomy **list);
 
 /* Label value of key in a "k=v,k2=v2" label text, copied into buf (cap
  * bytes).  false when the key is absent. */
@@ -1235,6 +1287,8 @@ typedef struct tm_prom_rank {
      * (s since the epoch) the kept steps start at; NAN for other files. */
     double ring_steps_dropped, ring_kept_from_s;
     bool steps_valid, memory_valid;
+    size_t nanat; /* the memory anatomy of each device (tm_follow_rank) */
+    tm_anat_parts anat[TM_FOLLOW_ANAT_MAX];
 } tm_prom_rank;
 
 /* Fills *out from what a follower knows of one training process (steps

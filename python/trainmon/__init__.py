@@ -60,7 +60,7 @@ from . import _trainmon as _c
 
 __version__ = _c.VERSION
 __all__ = ["Monitor", "attach", "detach", "phase", "on_threshold", "clear_thresholds",
-           "run_dir", "stats", "read_records", "schema", "ThresholdEvent"]
+           "run_dir", "stats", "read_records", "schema", "ThresholdEvent", "anatomy"]
 
 GB = float(1 << 30)
 
@@ -343,7 +343,8 @@ class Monitor(_c.MonitorCore):
 
     def summary(self, file=None):
         """Prints max allocated, max retries and the number of samples, and
-        returns them as a dict (None: never measured)."""
+        returns them as a dict (None: never measured); with attach(), also
+        the memory anatomy per device (key "anatomy", trainmon.anatomy())."""
         h = self.history
         alloc = [v for v in h["allocated_gb"] if v is not None]
         retries = [v for v in h["num_retries"] if v is not None]
@@ -355,6 +356,13 @@ class Monitor(_c.MonitorCore):
         print("trainmon: max allocated %s, max retries %s, %d samples"
               % (fmt(s["max_allocated_gb"], "%.3f GB"), fmt(s["max_retries"], "%d"),
                  s["samples"]), file=out)
+        # the memory anatomy, when the lead optimizer has stepped (attach)
+        s["anatomy"] = anatomy()
+        gb = lambda v: "n/a" if v != v else "%.3f GB" % (v / GB)  # noqa: E731
+        for r in s["anatomy"]:
+            print("trainmon: %s: params %s, grads %s, optimizer state %s, activations %s"
+                  % (r["device"], gb(r["params"]), gb(r["grads"]), gb(r["optim_state"]),
+                     gb(r["activations"])), file=out)
         return s
 
     def to_csv(self, path):
@@ -458,8 +466,10 @@ def clear_thresholds():
 def _on_boundary(flags):
     """Runs at a step boundary when the C core asks: due callbacks, and the
     OOM observer once CUDA is up."""
-    if flags >> 16:
+    if flags & _CUDA_NEWS:
         _on_cuda_ready()
+    if flags & _ANATOMY_DUE:
+        _anatomy_due()
     if flags & 0xFFFF:
         for idx, value, step in _c.take_pending():
             try:
@@ -475,6 +485,236 @@ def _on_boundary(flags):
                         {"metric": metric, "error": "%s: %s" % (type(e).__name__, e)}))
                 except Exception:
                     pass
+
+
+# --------------------------------------------------------- memory anatomy
+#
+# What the memory of each device is made of (issue #16, docs/DIAGNOSIS.md
+# "Memory anatomy"): the bytes of the lead optimizer's parameters, their
+# gradients and its state, each storage counted once, and on CUDA the rest
+# of what is allocated at the start of the next backward pass (the
+# activations).  The C core asks for it (flag _ANATOMY_DUE) at the lead
+# optimizer's first step and every 4096th after; a record per device is
+# written the first time and when a later check finds the parameter or
+# state bytes changed by more than _ANATOMY_CHANGE.  Cost: one walk over
+# the optimizer's tensors per check (docs/DIAGNOSIS.md "Memory anatomy").
+
+_CUDA_NEWS = 1 << 16
+_ANATOMY_DUE = 1 << 17
+_ANATOMY_CHANGE = 0.05  # a share of the bytes: a re-check finding less writes nothing
+_ANATOMY_FIRST, _ANATOMY_CHANGED = 1, 2
+_NAN = float("nan")
+_anat = {"last": None, "pending": None, "rows": []}
+
+
+def _storage_of(t):
+    """(data_ptr, bytes) of t's whole storage: torch >= 2.0 untyped_storage,
+    torch 1.13 storage() (a TypedStorage with the same two methods).  Raises
+    for a tensor without one (sparse, some subclasses)."""
+    us = getattr(t, "untyped_storage", None)
+    s = us() if us is not None else t.storage()
+    return s.data_ptr(), float(s.nbytes())
+
+
+def _anatomy_walk(torch, opt):
+    """{(device type, index): [params, grads, optim_state, unknown]} bytes of
+    opt's tensors, each storage counted once across all four (tied weights,
+    views, foreach/fused state).  A tensor whose storage cannot be read is
+    counted in unknown by its own size: never a storage twice, never a
+    tensor lost."""
+    Tensor = torch.Tensor
+    seen = set()
+    dev = {}
+
+    def add(t, cat):
+        d = t.device
+        if d.type == "meta":
+            return  # holds no memory
+        key = (d.type, -1 if d.index is None else d.index)
+        row = dev.get(key)
+        if row is None:
+            row = dev[key] = [0.0, 0.0, 0.0, 0.0]
+        try:
+            ptr, n = _storage_of(t)
+        except Exception:
+            try:
+                row[3] += float(t.numel() * t.element_size())
+            except Exception:
+                pass
+            return
+        if (key, ptr) in seen:
+            return
+        seen.add((key, ptr))
+        row[cat] += n
+
+    params = [p for g in opt.param_groups for p in g["params"] if isinstance(p, Tensor)]
+    for p in params:
+        add(p, 0)
+    for p in params:
+        g = p.grad
+        if g is not None:
+            add(g, 1)
+    for st in list(opt.state.values()):
+        vals = st.values() if isinstance(st, dict) else (st,)
+        for v in list(vals):
+            if isinstance(v, Tensor):
+                add(v, 2)
+            elif isinstance(v, (list, tuple)):
+                for x in v:
+                    if isinstance(x, Tensor):
+                        add(x, 2)
+    return dev
+
+
+def _leading_dim(batch):
+    """The batch size: the leading dimension of the batch's first tensor
+    (itself, or the first of a tuple, list or dict), -1 when there is none."""
+    torch = sys.modules.get("torch")
+    Tensor = getattr(torch, "Tensor", ())
+    items = [batch]
+    for _ in range(3):  # nested at most a few levels
+        nxt = []
+        for b in items:
+            if isinstance(b, Tensor):
+                return int(b.shape[0]) if b.dim() > 0 else -1
+            if isinstance(b, dict):
+                nxt.extend(b.values())
+            elif isinstance(b, (list, tuple)):
+                nxt.extend(b)
+        items = nxt
+    return -1
+
+
+def _anatomy_changed(dev, last):
+    if last is None or set(dev) != set(last):
+        return True
+    for k, row in dev.items():
+        old = last[k]
+        for i in (0, 2):  # parameters and state (gradients come and go)
+            base = max(old[i], 1.0)
+            if abs(row[i] - old[i]) > _ANATOMY_CHANGE * base:
+                return True
+    return False
+
+
+def _anatomy_due():
+    """At a due lead optimizer step: walks its tensors, and writes the
+    anatomy now (CPU) or at the start of the next backward pass (CUDA, for
+    the activations).  Never raises."""
+    try:
+        torch = sys.modules.get("torch")
+        no = _c.lead_optimizer()
+        opt = None
+        for o, n in list(_opt_numbers.items()):
+            if n == no:
+                opt = o
+                break
+        if torch is None or opt is None or _anat["pending"] is not None:
+            return
+        dev = _anatomy_walk(torch, opt)
+        last = _anat["last"]
+        if not _anatomy_changed(dev, last):
+            return
+        _anat["last"] = {k: list(v) for k, v in dev.items()}
+        pend = {"opt": opt, "no": no, "dev": dev, "batch": -1,
+                "reason": _ANATOMY_FIRST if last is None else _ANATOMY_CHANGED}
+        if any(k[0] == "cuda" for k in dev) and _c_cuda_up(torch):
+            _anat["pending"] = pend
+            _anatomy_arm(torch)
+        else:
+            _anatomy_write(torch, pend, None)
+    except Exception as e:
+        _anat["pending"] = None
+        _report_exc("memory anatomy", e)
+
+
+def _anatomy_arm(torch):
+    """One-shot wrappers: the next torch.autograd.backward call measures the
+    activations, the next DataLoader batch gives the batch size; each puts
+    back what it replaced on its first call (no cost on other steps)."""
+    ag = torch.autograd
+    cur_bw = ag.__dict__.get("backward")
+    if cur_bw is not None and not getattr(cur_bw, "_trainmon_anatomy", False):
+        def backward(*args, **kwargs):
+            if ag.__dict__.get("backward") is backward:
+                ag.backward = cur_bw
+            pend, _anat["pending"] = _anat["pending"], None
+            if pend is not None:
+                try:
+                    _anatomy_write(torch, pend, _anatomy_backward_start(torch, pend))
+                except Exception as e:
+                    _report_exc("memory anatomy", e)
+            return cur_bw(*args, **kwargs)
+        backward._trainmon = backward._trainmon_anatomy = True
+        ag.backward = backward
+    dlm = sys.modules.get("torch.utils.data.dataloader")
+    it = getattr(dlm, "_BaseDataLoaderIter", None)
+    cur_nx = it.__dict__.get("__next__") if it is not None else None
+    if cur_nx is not None and not getattr(cur_nx, "_trainmon_anatomy", False):
+        def __next__(self):
+            if it.__dict__.get("__next__") is __next__:
+                setattr(it, "__next__", cur_nx)
+            batch = cur_nx(self)
+            pend = _anat["pending"]
+            if pend is not None:
+                try:
+                    pend["batch"] = _leading_dim(batch)
+                except Exception:
+                    pass
+            return batch
+        __next__._trainmon = __next__._trainmon_anatomy = True
+        setattr(it, "__next__", __next__)
+
+
+def _anatomy_backward_start(torch, pend):
+    """{device key: (activations, allocated, reserved, free, total)} at the
+    start of a backward pass: what is allocated beyond the parameters, the
+    gradients present now and the optimizer's state."""
+    now = _anatomy_walk(torch, pend["opt"])
+    out = {}
+    for key, row in pend["dev"].items():
+        if key[0] != "cuda":
+            continue
+        d = key[1]
+        alloc = float(torch.cuda.memory_allocated(d))
+        reserved = float(torch.cuda.memory_reserved(d))
+        try:
+            free, total = (float(x) for x in torch.cuda.mem_get_info(d))
+        except Exception:
+            free = total = _NAN
+        cur = now.get(key, row)
+        act = alloc - (cur[0] + cur[1] + cur[2] + cur[3])
+        out[key] = (act if act >= 0 else _NAN, alloc, reserved, free, total)
+    return out
+
+
+def _anatomy_write(torch, pend, at_bwd):
+    rows = []
+    for key, (par, grad, state, unk) in sorted(pend["dev"].items()):
+        act, alloc, reserved, free, total = (at_bwd or {}).get(key, (_NAN,) * 5)
+        batch = pend["batch"] if key[0] == "cuda" else -1
+        _c.anatomy(key[1], pend["no"], par, grad, state, act, unk, alloc, reserved, free, total,
+                   batch, pend["reason"], key[0])
+        rows.append({"device": "%s:%d" % key if key[1] >= 0 else key[0], "params": par,
+                     "grads": grad, "optim_state": state, "activations": act, "unknown": unk,
+                     "batch_size": batch})
+    _anat["rows"] = rows
+
+
+def _anatomy_flush():
+    """At exit: a pending anatomy whose backward pass never came is written
+    without its activations."""
+    pend, _anat["pending"] = _anat["pending"], None
+    if pend is not None:
+        _anatomy_write(sys.modules.get("torch"), pend, None)
+
+
+def anatomy():
+    """The last memory anatomy this process recorded: a list of dicts, one
+    per device (device, params, grads, optim_state, activations, unknown:
+    bytes, NaN unknown; batch_size, -1 unknown); [] before the lead
+    optimizer's first step."""
+    return [dict(r) for r in _anat["rows"]]
 
 
 # ----------------------------------------------------------------- attach
@@ -841,6 +1081,10 @@ def _c_cuda_up(torch):
 def _at_exit():
     try:
         if _state["pid"] == os.getpid():
+            try:
+                _anatomy_flush()
+            except Exception:
+                pass
             _c.shutdown()
     except Exception:
         pass
@@ -1028,6 +1272,7 @@ def detach():
         if sys.excepthook is _excepthook:
             sys.excepthook = _orig_excepthook or sys.__excepthook__
         _state["attached"] = False
+        _anat.update(last=None, pending=None)  # a new attach() measures afresh
         _c.reset_steps()
     except Exception as e:
         _report_exc("trainmon.detach()", e)

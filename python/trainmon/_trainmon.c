@@ -1595,6 +1595,21 @@ static PyObject *py_opt_pre(PyObject *self, PyObject *noargs)
     Py_RETURN_NONE;
 }
 
+/* Memory anatomy (issue #16): whether the glue's anatomy is due at the
+ * lead optimizer's n-th step, as bit 17 of the boundary flags: at the first
+ * (the optimizer's state exists from then on) and every 4096th after, when
+ * the glue walks the optimizer's tensors (a cost of its own,
+ * docs/DIAGNOSIS.md "Memory anatomy") and writes records only if the bytes
+ * changed.  The other steps cost this test: the agent's budget per step
+ * (bench/agent_cost.py, 1 us) has no room for a walk, and a 256-step block
+ * measured after a warm-up sees none. */
+#define ANATOMY_DUE_FLAG (1 << 17)
+#define ANATOMY_EVERY 4096u
+static int anatomy_due(uint64_t n)
+{
+    return n == 1 || (n && n % ANATOMY_EVERY == 0) ? ANATOMY_DUE_FLAG : 0;
+}
+
 /* opt_post(optimizer number): writes the optimizer-step record and, for
  * the lead optimizer on the training thread, ends the step.  Returns the
  * flags of threshold callbacks due. */
@@ -1628,6 +1643,7 @@ static PyObject *py_opt_post(PyObject *self, PyObject *arg)
     g_level = TM_STEP_BY_OPTIMIZER;
     confirm_batch();
     close_acc(TM_STEP_BY_OPTIMIZER, t, 0);
+    g_pending_flags |= anatomy_due(g_n_opt); /* memory anatomy (#16): the one line here */
     return take_flags();
 }
 
@@ -2068,6 +2084,56 @@ static PyObject *py_oom(PyObject *self, PyObject *args)
     return PyLong_FromUnsignedLong(g_ooms);
 }
 
+/* anatomy(device, optimizer, params, grads, optim_state, activations,
+ * unknown, allocated, reserved, free, total, batch_size, reason, kind):
+ * one memory anatomy record (TM_REC_ANATOMY) for one device, measured by
+ * the glue (trainmon._anatomy).  Never raises: bad arguments are said
+ * once. */
+static PyObject *py_anatomy(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int dev;
+    unsigned opt, reason;
+    double v[9];
+    long long batch;
+    const char *kind;
+    Py_ssize_t kind_len;
+    if (!PyArg_ParseTuple(args, "iIdddddddddLIs#", &dev, &opt, &v[0], &v[1], &v[2], &v[3], &v[4],
+                          &v[5], &v[6], &v[7], &v[8], &batch, &reason, &kind, &kind_len)) {
+        swallow(R_INTERNAL, "recording the memory anatomy");
+        Py_RETURN_NONE;
+    }
+    int64_t t = now_ns();
+    char buf[128 + TM_INPROC_NAME_MAX];
+    tm_inproc_anatomy a = {
+        .step = g_steps,
+        .device = dev,
+        .optimizer = opt,
+        .params = v[0],
+        .grads = v[1],
+        .optim_state = v[2],
+        .activations = v[3],
+        .unknown = v[4],
+        .allocated = v[5],
+        .reserved = v[6],
+        .free_device = v[7],
+        .total_device = v[8],
+        .batch_size = batch < 0 ? -1 : (int64_t)batch,
+        .reason = reason,
+        .kind = kind,
+        .kind_len = (uint16_t)(kind_len > TM_INPROC_NAME_MAX ? TM_INPROC_NAME_MAX : kind_len)};
+    rec_put(TM_REC_ANATOMY, t, buf, tm_inproc_encode_anatomy(&a, buf, sizeof buf));
+    Py_RETURN_NONE;
+}
+
+/* lead_optimizer(): the number of the optimizer whose steps end steps (-1:
+ * none yet), for the glue's anatomy. */
+static PyObject *py_lead_optimizer(PyObject *self, PyObject *noargs)
+{
+    (void)self, (void)noargs;
+    return PyLong_FromLong(g_lead);
+}
+
 /* ------------------------------------------------------------- Monitor */
 
 /* One capture of the history: its record as written (tag unset: the tag
@@ -2445,6 +2511,10 @@ static PyMethodDef methods[] = {
     {"redact_args", py_redact_args, METH_O, "redact_args(argv): secret-looking values redacted"},
     {"worker_batch", py_worker_batch, METH_VARARGS, "worker_batch(worker_id, t0_ns)"},
     {"oom", py_oom, METH_VARARGS, "oom(source, device, requested, free, total, snapshot)"},
+    {"anatomy", py_anatomy, METH_VARARGS,
+     "anatomy(device, optimizer, params, grads, optim_state, activations, unknown, allocated, "
+     "reserved, free, total, batch_size, reason, kind)"},
+    {"lead_optimizer", py_lead_optimizer, METH_NOARGS, "the lead optimizer's number, -1 if none"},
     {"read_records", py_read_records, METH_VARARGS, "read_records(path)"},
     {"schema", py_schema, METH_NOARGS, "the in-process record fields: {kind: ((key, type, unit))}"},
     {NULL, NULL, 0, NULL},

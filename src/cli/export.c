@@ -149,6 +149,19 @@ static int export_csv(struct exp *e)
         csv_row(e, om[i].t_ns, om[i].source, "oom.requested_bytes", lab, o->requested);
         csv_row(e, om[i].t_ns, om[i].source, "oom.device_free_bytes", lab, o->free_device);
     }
+    const tm_run_anatomy *an;
+    n = tm_run_anatomies(e->r, &an);
+    for (size_t i = 0; i < n; i++) {
+        const tm_inproc_anatomy *x = &an[i].a;
+        static const char *const names[] = {"anatomy.params_bytes", "anatomy.grads_bytes",
+                                            "anatomy.optim_state_bytes",
+                                            "anatomy.activations_bytes", "anatomy.unknown_bytes"};
+        const double v[] = {x->params, x->grads, x->optim_state, x->activations, x->unknown};
+        snprintf(lab, sizeof lab, "kind=%s,device=%d,step=%" PRIu64, x->kind, (int)x->device,
+                 x->step);
+        for (size_t k = 0; k < sizeof v / sizeof v[0]; k++)
+            csv_row(e, an[i].t_ns, an[i].source, names[k], lab, v[k]);
+    }
     return 0;
 }
 
@@ -267,6 +280,12 @@ static int export_jsonl(struct exp *e)
     for (size_t i = 0; i < n; i++) {
         tm_inproc_any a = {.optstep = os[i].o};
         skipped += jrec(e, os[i].o.end_ns, os[i].source, TM_REC_OPTSTEP, &a, buf);
+    }
+    const tm_run_anatomy *an;
+    n = tm_run_anatomies(e->r, &an);
+    for (size_t i = 0; i < n; i++) {
+        tm_inproc_any a = {.anatomy = an[i].a};
+        skipped += jrec(e, an[i].t_ns, an[i].source, TM_REC_ANATOMY, &a, buf);
     }
     free(buf);
     if (skipped)

@@ -149,6 +149,22 @@
 #define TM_AN_FRAG_MIN_BYTES (256.0 * 1024 * 1024)
 /* gpu_mem.alloc_retries: any; high above this many per step. */
 #define TM_AN_RETRIES_PER_STEP_HIGH 0.05
+/* anatomy.*: judged on the latest memory anatomy of each device.  Below
+ * TM_AN_ANAT_MIN_BYTES a part is no concern on any GPU (and a CPU test
+ * model says nothing).  optimizer_state: the state's share of the bytes
+ * accounted for (parameters, gradients, state, unknown, activations) at
+ * or above 35%: Adam's fp32 moments are 2x the fp32 weights, half of
+ * weights + gradients + state (torch/optim/adam.py: exp_avg, exp_avg_sq);
+ * 35% leaves room for activations beside them.  An 8-bit optimizer
+ * (bitsandbytes) stores each moment in 1 byte instead of 4: it saves 3/4. */
+#define TM_AN_ANAT_MIN_BYTES (256.0 * 1024 * 1024)
+#define TM_AN_ANAT_STATE_SHARE 0.35
+#define TM_AN_ANAT_8BIT_SAVES 0.75
+/* activations: half of what is accounted for or more. */
+#define TM_AN_ANAT_ACT_SHARE 0.50
+/* max_micro_batch: the share of the usable memory (free + reserved) kept
+ * back for fragmentation and the transient buffers of a backward pass. */
+#define TM_AN_ANAT_MARGIN 0.10
 /* host_mem.worker_growth: a worker's PSS (RSS without PSS) rising
  * steadily.  Stale repeats (PSS is re-read every 5 s) are one reading. */
 #define TM_AN_WORKER_GROWTH_MIN_BYTES (64.0 * 1024 * 1024)

@@ -29,6 +29,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "anatomy.h"
 #include "util.h"
 
 #define FOLLOW_NAME_MAX 256
@@ -119,6 +120,29 @@ static void follow_record(tm_follow_rank *k, int64_t mono_to_wall, const tm_reco
          * not change, so the last one known stays. */
         if (!isnan(c.total_device) && c.total_device > 0)
             k->total_device = c.total_device;
+        break;
+    }
+    case TM_REC_ANATOMY: {
+        tm_inproc_anatomy a;
+        if (tm_inproc_decode_anatomy(rec, &a) < 0)
+            return;
+        char dev[40];
+        tm_anat_device(dev, sizeof dev, &a);
+        size_t i = 0;
+        while (i < k->nanat && strcmp(k->anat[i].device, dev) != 0)
+            i++;
+        if (i == k->nanat) {
+            if (k->nanat == TM_FOLLOW_ANAT_MAX)
+                return;
+            k->nanat++;
+        }
+        tm_anat_parts *p = &k->anat[i];
+        tm_strlcpy(p->device, dev, sizeof p->device);
+        p->bytes[TM_ANAT_PARAMS] = a.params;
+        p->bytes[TM_ANAT_GRADS] = a.grads;
+        p->bytes[TM_ANAT_STATE] = a.optim_state;
+        p->bytes[TM_ANAT_ACT] = a.activations;
+        p->bytes[TM_ANAT_UNKNOWN] = a.unknown;
         break;
     }
     case TM_REC_OOM: {

@@ -123,6 +123,24 @@ static const view optstep_view[] = {
     {.a = F_OPTSTEP_start_ns},
 };
 
+static const view anatomy_view[] = {
+    {.a = F_ANATOMY_step},
+    {.text = POS, .a = F_ANATOMY_kind},
+    {.omit = OMIT_NEG, .a = F_ANATOMY_device},
+    {.a = F_ANATOMY_optimizer},
+    {.a = F_ANATOMY_reason},
+    {.a = F_ANATOMY_params},
+    {.a = F_ANATOMY_grads},
+    {.a = F_ANATOMY_optim_state},
+    {.a = F_ANATOMY_activations},
+    {.a = F_ANATOMY_unknown},
+    {.a = F_ANATOMY_allocated},
+    {.a = F_ANATOMY_reserved},
+    {.a = F_ANATOMY_free_device},
+    {.a = F_ANATOMY_total_device},
+    {.omit = OMIT_NEG, .a = F_ANATOMY_batch_size},
+};
+
 /* --------------------------------------------------------------- tables */
 
 #define ROW_STEP(k, m, t, o, u, n) TM_ROW(tm_inproc_step, k, m, t, o, u, n)
@@ -131,6 +149,7 @@ static const view optstep_view[] = {
 #define ROW_OOM(k, m, t, o, u, n) TM_ROW(tm_inproc_oom, k, m, t, o, u, n)
 #define ROW_WORKER(k, m, t, o, u, n) TM_ROW(tm_inproc_worker, k, m, t, o, u, n)
 #define ROW_OPTSTEP(k, m, t, o, u, n) TM_ROW(tm_inproc_optstep, k, m, t, o, u, n)
+#define ROW_ANATOMY(k, m, t, o, u, n) TM_ROW(tm_inproc_anatomy, k, m, t, o, u, n)
 
 static const tm_inproc_field step_fields[] = {TM_SCHEMA_STEP(ROW_STEP)};
 static const tm_inproc_field capture_fields[] = {TM_SCHEMA_CAPTURE(ROW_CAPTURE)};
@@ -138,6 +157,7 @@ static const tm_inproc_field phase_fields[] = {TM_SCHEMA_PHASE(ROW_PHASE)};
 static const tm_inproc_field oom_fields[] = {TM_SCHEMA_OOM(ROW_OOM)};
 static const tm_inproc_field worker_fields[] = {TM_SCHEMA_WORKER(ROW_WORKER)};
 static const tm_inproc_field optstep_fields[] = {TM_SCHEMA_OPTSTEP(ROW_OPTSTEP)};
+static const tm_inproc_field anatomy_fields[] = {TM_SCHEMA_ANATOMY(ROW_ANATOMY)};
 
 typedef struct schema {
     const char *name;
@@ -167,9 +187,10 @@ static const schema schemas[] = {
     SCHEMA("oom", TM_OOM_HDR, oom_fields, oom_view),
     SCHEMA_GREW("worker", TM_WORKER_LEN, TM_WORKER_LEN_V1, worker_fields, worker_view),
     SCHEMA("optimizer_step", TM_OPTSTEP_LEN, optstep_fields, optstep_view),
+    SCHEMA("anatomy", TM_ANATOMY_HDR, anatomy_fields, anatomy_view),
 };
 
-_Static_assert(N(schemas) == TM_REC_OPTSTEP - TM_REC_STEP + 1, "one schema per in-process type");
+_Static_assert(N(schemas) == TM_REC_ANATOMY - TM_REC_STEP + 1, "one schema per in-process type");
 #define FITS(f) _Static_assert(N(f) <= TM_INPROC_FIELDS_MAX, "TM_INPROC_FIELDS_MAX: " #f)
 FITS(step_fields);
 FITS(capture_fields);
@@ -177,10 +198,11 @@ FITS(phase_fields);
 FITS(oom_fields);
 FITS(worker_fields);
 FITS(optstep_fields);
+FITS(anatomy_fields);
 
 bool tm_inproc_is(uint16_t type)
 {
-    return type >= TM_REC_STEP && type <= TM_REC_OPTSTEP;
+    return type >= TM_REC_STEP && type <= TM_REC_ANATOMY;
 }
 
 static const schema *schema_of(uint16_t type)
@@ -418,6 +440,13 @@ int tm_inproc_encode_optstep(const tm_inproc_optstep *o, void *buf, size_t cap)
     return encode_base(schema_of(TM_REC_OPTSTEP), (const char *)o, buf, cap);
 }
 
+int tm_inproc_encode_anatomy(const tm_inproc_anatomy *a, void *buf, size_t cap)
+{
+    if (!a || (!buf && cap))
+        return tm_seterr(-EINVAL, "tm_inproc_encode_anatomy: NULL argument");
+    return encode_base(schema_of(TM_REC_ANATOMY), (const char *)a, buf, cap);
+}
+
 /* ------------------------------------------------------------- decoders */
 
 static int bad(const tm_record *rec, uint16_t type)
@@ -527,6 +556,11 @@ int tm_inproc_decode_worker(const tm_record *rec, tm_inproc_worker *out)
 int tm_inproc_decode_optstep(const tm_record *rec, tm_inproc_optstep *out)
 {
     DECODE_AS(TM_REC_OPTSTEP, optstep);
+}
+
+int tm_inproc_decode_anatomy(const tm_record *rec, tm_inproc_anatomy *out)
+{
+    DECODE_AS(TM_REC_ANATOMY, anatomy);
 }
 
 /* ------------------------------------------------------------ formatter */

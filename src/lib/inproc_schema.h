@@ -1,5 +1,5 @@
 /*
- * inproc_schema.h - the in-process record layouts (types 16-21), described
+ * inproc_schema.h - the in-process record layouts (types 16-22), described
  * once.  Included by inproc.c only: the encoders, the decoders, the
  * formatter behind `trainmon dump` / `dump --json` / `export --format
  * jsonl` and, through tm_inproc_fields() and tm_inproc_get(), Python's
@@ -42,6 +42,7 @@
 #define TM_WORKER_LEN 64u
 #define TM_WORKER_LEN_V1 48u
 #define TM_OPTSTEP_LEN 32u
+#define TM_ANATOMY_HDR 102u
 
 /* Enum value names by value, NULL-terminated; 0 is no valid value. */
 static const char *const tm_capture_sources[] = {"unknown", "user", "step", "phase", "oom", NULL};
@@ -50,6 +51,7 @@ static const char *const tm_oom_sources[] = {"unknown", "observer", "exception",
 static const char *const tm_step_boundaries[] = {"unknown", "loader", "backward", "optimizer",
                                                  NULL};
 static const char *const tm_step_phases[] = {"unknown", "train", "eval", NULL};
+static const char *const tm_anatomy_reasons[] = {"unknown", "first", "changed", NULL};
 
 /* clang-format off */
 #define TM_SCHEMA_STEP(X)                                          \
@@ -120,6 +122,23 @@ static const char *const tm_step_phases[] = {"unknown", "train", "eval", NULL};
     X("start_ns",  start_ns,  I64, 8,  "ns", NULL)                 \
     X("end_ns",    end_ns,    I64, 16, "ns", NULL)                 \
     X("optimizer", optimizer, U32, 24, "",   NULL)
+
+#define TM_SCHEMA_ANATOMY(X)                                       \
+    X("step",         step,         U64, 0,   "",      NULL)       \
+    X("device",       device,       I32, 8,   "",      NULL)       \
+    X("optimizer",    optimizer,    U32, 12,  "",      NULL)       \
+    X("params",       params,       F64, 16,  "bytes", NULL)       \
+    X("grads",        grads,        F64, 24,  "bytes", NULL)       \
+    X("optim_state",  optim_state,  F64, 32,  "bytes", NULL)       \
+    X("activations",  activations,  F64, 40,  "bytes", NULL)       \
+    X("unknown",      unknown,      F64, 48,  "bytes", NULL)       \
+    X("allocated",    allocated,    F64, 56,  "bytes", NULL)       \
+    X("reserved",     reserved,     F64, 64,  "bytes", NULL)       \
+    X("free_device",  free_device,  F64, 72,  "bytes", NULL)       \
+    X("total_device", total_device, F64, 80,  "bytes", NULL)       \
+    X("batch_size",   batch_size,   I64, 88,  "count", NULL)       \
+    X("reason",       reason,       U32, 96,  "",      tm_anatomy_reasons) \
+    X("device_type",  kind,         STR, 100, "",      NULL)
 /* clang-format on */
 
 /* Field indices, for the views: F_<TYPE>_<member>. */
@@ -130,12 +149,14 @@ static const char *const tm_step_phases[] = {"unknown", "train", "eval", NULL};
 #define TM_IDX_OOM(k, m, t, o, u, n) TM_SCHEMA_IDX(OOM, m)
 #define TM_IDX_WORKER(k, m, t, o, u, n) TM_SCHEMA_IDX(WORKER, m)
 #define TM_IDX_OPTSTEP(k, m, t, o, u, n) TM_SCHEMA_IDX(OPTSTEP, m)
+#define TM_IDX_ANATOMY(k, m, t, o, u, n) TM_SCHEMA_IDX(ANATOMY, m)
 enum { TM_SCHEMA_STEP(TM_IDX_STEP) F_STEP_N };
 enum { TM_SCHEMA_CAPTURE(TM_IDX_CAPTURE) F_CAPTURE_N };
 enum { TM_SCHEMA_PHASE(TM_IDX_PHASE) F_PHASE_N };
 enum { TM_SCHEMA_OOM(TM_IDX_OOM) F_OOM_N };
 enum { TM_SCHEMA_WORKER(TM_IDX_WORKER) F_WORKER_N };
 enum { TM_SCHEMA_OPTSTEP(TM_IDX_OPTSTEP) F_OPTSTEP_N };
+enum { TM_SCHEMA_ANATOMY(TM_IDX_ANATOMY) F_ANATOMY_N };
 
 /* The table rows.  A string's length member is found by name (member_len);
  * other types have none. */

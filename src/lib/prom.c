@@ -667,6 +667,8 @@ void tm_prom_rank_set(tm_prom_rank *out, const tm_follow_rank *k)
     out->peak_allocated_bytes = k->peak_allocated;
     out->memory_valid = !isnan(k->allocated);
     out->ooms = k->ooms;
+    out->nanat = k->nanat;
+    memcpy(out->anat, k->anat, sizeof out->anat);
     out->ring_steps_dropped = out->ring_kept_from_s = NAN;
     if (k->ring) {
         out->ring_steps_dropped = (double)(out->steps - k->tally.steps);
@@ -720,6 +722,34 @@ int tm_prom_write_runs(tm_text *t, const tm_prom_run *runs, size_t n)
             }
         }
     }
+    /* The memory anatomy: one gauge per device and part. */
+    static const char *const parts[TM_ANAT_N] = {"params", "grads", "optim_state", "activations",
+                                                 "unknown"};
+    header = false;
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < runs[i].nranks; j++) {
+            const tm_prom_rank *k = &runs[i].ranks[j];
+            for (size_t d = 0; d < k->nanat && d < TM_FOLLOW_ANAT_MAX; d++)
+                for (size_t p = 0; p < TM_ANAT_N; p++) {
+                    if (isnan(k->anat[d].bytes[p]))
+                        continue;
+                    if (!header)
+                        tx_family(t, "trainmon_run_memory_anatomy_bytes", "gauge",
+                                  "What a device's memory held at the lead optimizer's step "
+                                  "(latest memory anatomy): part is params, grads, optim_state, "
+                                  "activations (CUDA) or unknown.");
+                    header = true;
+                    tm_text_puts(t, "trainmon_run_memory_anatomy_bytes{run=\"");
+                    tm_prom_escape(t, runs[i].name);
+                    tm_text_puts(t, "\",rank=\"");
+                    tm_prom_escape(t, k->rank);
+                    tm_text_puts(t, "\",device=\"");
+                    tm_prom_escape(t, k->anat[d].device);
+                    tm_text_printf(t, "\",part=\"%s\"} ", parts[p]);
+                    tx_value(t, k->anat[d].bytes[p]);
+                    tm_text_puts(t, "\n");
+                }
+        }
     return t->rc;
 }
 

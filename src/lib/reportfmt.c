@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "analysis.h"
+#include "anatomy.h"
 #include "prom.h"
 #include "reportfmt.h"
 #include "units.h"
@@ -239,6 +240,68 @@ static void write_ring_json(tm_text *t, const tm_run *r)
         tm_text_puts(t, ",\"kept_from\":null,\"kept_from_ns\":null}");
 }
 
+/* The rank label of source src ("0", "pid42"), or "?". */
+static const char *src_label(const tm_analysis *a, uint32_t src)
+{
+    for (size_t i = 0; i < a->nranks; i++)
+        if (a->ranks[i].source == src)
+            return a->ranks[i].label;
+    return "?";
+}
+
+/* The memory anatomy (anatomy.h): the latest record of each device of each
+ * process, bytes as recorded (null: unknown). */
+static void write_anatomy_json(tm_text *t, const tm_run *r, const tm_analysis *a)
+{
+    const tm_run_anatomy *rows[TM_ANAT_MAX];
+    size_t n = tm_anat_latest(r, UINT32_MAX, rows, TM_ANAT_MAX);
+    tm_text_puts(t, ",\"anatomy\":[");
+    for (size_t i = 0; i < n; i++) {
+        const tm_inproc_anatomy *x = &rows[i]->a;
+        char dev[64];
+        tm_anat_device(dev, sizeof dev, x);
+        tm_text_puts(t, i ? ",{" : "{");
+        j_ks(t, "rank", src_label(a, rows[i]->source), false);
+        j_ks(t, "device", dev, true);
+        j_kn(t, "step", (double)x->step, true);
+        j_kn(t, "params_bytes", x->params, true);
+        j_kn(t, "grads_bytes", x->grads, true);
+        j_kn(t, "optim_state_bytes", x->optim_state, true);
+        j_kn(t, "activations_bytes", x->activations, true);
+        j_kn(t, "unknown_bytes", x->unknown, true);
+        j_kn(t, "allocated_bytes", x->allocated, true);
+        j_kn(t, "device_free_bytes", x->free_device, true);
+        j_kn(t, "device_total_bytes", x->total_device, true);
+        j_kn(t, "batch_size", x->batch_size >= 0 ? (double)x->batch_size : NAN, true);
+        tm_text_puts(t, "}");
+    }
+    tm_text_puts(t, "]");
+}
+
+static void write_anatomy_text(tm_text *t, const tm_run *r, const tm_analysis *a)
+{
+    const tm_run_anatomy *rows[TM_ANAT_MAX];
+    size_t n = tm_anat_latest(r, UINT32_MAX, rows, TM_ANAT_MAX);
+    if (!n)
+        return;
+    tm_text_puts(t, "  memory anatomy (at the lead optimizer's step; activations: allocated at "
+                    "the next backward's start beyond the rest)\n");
+    tm_text_printf(t, "  %-8s %-8s %10s %10s %10s %11s %10s %6s\n", "rank", "device", "params",
+                   "grads", "opt_state", "activations", "unknown", "step");
+    for (size_t i = 0; i < n; i++) {
+        const tm_inproc_anatomy *x = &rows[i]->a;
+        char dev[64], c[5][24];
+        tm_anat_device(dev, sizeof dev, x);
+        tm_anat_bytes(c[0], sizeof c[0], x->params);
+        tm_anat_bytes(c[1], sizeof c[1], x->grads);
+        tm_anat_bytes(c[2], sizeof c[2], x->optim_state);
+        tm_anat_bytes(c[3], sizeof c[3], x->activations);
+        tm_anat_bytes(c[4], sizeof c[4], x->unknown);
+        tm_text_printf(t, "  %-8s %-8s %10s %10s %10s %11s %10s %6" PRIu64 "\n",
+                       src_label(a, rows[i]->source), dev, c[0], c[1], c[2], c[3], c[4], x->step);
+    }
+}
+
 static void write_summary_json(tm_text *t, const tm_run *r, const tm_analysis *a)
 {
     const tm_an_summary *S = &a->sum;
@@ -317,7 +380,9 @@ static void write_summary_json(tm_text *t, const tm_run *r, const tm_analysis *a
         j_kn(t, "collective_time_median_s", R->collective_median_s, true);
         tm_text_puts(t, "}");
     }
-    tm_text_puts(t, "]}");
+    tm_text_puts(t, "]");
+    write_anatomy_json(t, r, a);
+    tm_text_puts(t, "}");
 }
 
 static void write_findings_json(tm_text *t, const tm_analysis *a)
@@ -534,6 +599,7 @@ static void write_text(tm_text *t, const tm_run *r, const tm_analysis *a)
                            c2, c3, c4, c5, R->ooms);
         }
     }
+    write_anatomy_text(t, r, a);
     tm_text_puts(t, "\nFindings\n");
     if (!a->nf)
         tm_text_puts(t, "  none: no steps or memory samples to judge\n");

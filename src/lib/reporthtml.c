@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "analysis.h"
+#include "anatomy.h"
 #include "prom.h"
 #include "reportfmt.h"
 #include "series.h"
@@ -835,6 +836,78 @@ static void write_summary(tm_text *t, const tm_run *r, const tm_analysis *a)
     tm_text_puts(t, "</table>\n");
 }
 
+/* The memory anatomy (anatomy.h): one stacked bar per device of each
+ * process, parameters, gradients, optimizer state, unknown and
+ * activations, on one scale (the largest device total, else the largest
+ * bar) so that the bars compare; a row of numbers under each. */
+static void write_anatomy(tm_text *t, const tm_run *r, const tm_analysis *a)
+{
+    const tm_run_anatomy *rows[TM_ANAT_MAX];
+    size_t n = tm_anat_latest(r, UINT32_MAX, rows, TM_ANAT_MAX);
+    if (!n)
+        return;
+    static const char *const names[] = {"parameters", "gradients", "optimizer state", "unknown",
+                                        "activations"};
+    static const char *const colors[] = {"#4c78a8", "#f58518", "#54a24b", "#bab0ac", "#e45756"};
+    double scale = 0;
+    for (size_t i = 0; i < n; i++) {
+        scale = fmax(scale, tm_anat_accounted(&rows[i]->a));
+        if (isfinite(rows[i]->a.total_device))
+            scale = fmax(scale, rows[i]->a.total_device);
+    }
+    if (scale <= 0)
+        scale = 1;
+    const double W = 600;
+    tm_text_puts(t, "<h2>Memory anatomy</h2>\n<p class=\"u\">At the lead optimizer's step; "
+                    "activations: allocated at the next backward pass's start beyond the rest "
+                    "(CUDA only).  Bars on one scale: ");
+    char h[32];
+    tm_anat_bytes(h, sizeof h, scale);
+    html_esc(t, h);
+    tm_text_puts(t, ".  ");
+    for (size_t k = 0; k < 5; k++)
+        tm_text_printf(t, "<span style=\"color:%s\">&#9632;</span> %s ", colors[k], names[k]);
+    tm_text_puts(t, "</p>\n<table class=\"ranks\">\n<tr><th>rank</th><th>device</th><th></th>"
+                    "<th>params</th><th>grads</th><th>state</th><th>activations</th>"
+                    "<th>unknown</th></tr>\n");
+    for (size_t i = 0; i < n; i++) {
+        const tm_inproc_anatomy *x = &rows[i]->a;
+        const double part[] = {x->params, x->grads, x->optim_state, x->unknown, x->activations};
+        const char *label = "?";
+        for (size_t j = 0; j < a->nranks; j++)
+            if (a->ranks[j].source == rows[i]->source)
+                label = a->ranks[j].label;
+        char dev[64];
+        tm_anat_device(dev, sizeof dev, x);
+        tm_text_puts(t, "<tr><td>");
+        html_esc(t, label);
+        tm_text_puts(t, "</td><td>");
+        html_esc(t, dev);
+        tm_text_printf(t, "</td><td><svg width=\"%.0f\" height=\"14\">", W);
+        double at = 0;
+        for (size_t k = 0; k < 5; k++) {
+            if (!isfinite(part[k]) || part[k] <= 0)
+                continue;
+            double w = W * part[k] / scale;
+            tm_anat_bytes(h, sizeof h, part[k]);
+            tm_text_printf(t,
+                           "<rect x=\"%.1f\" y=\"0\" width=\"%.1f\" height=\"14\" "
+                           "fill=\"%s\"><title>%s %s</title></rect>",
+                           at, w, colors[k], names[k], h);
+            at += w;
+        }
+        tm_text_puts(t, "</svg></td>");
+        for (size_t k = 0; k < 5; k++) {
+            /* the columns in the header's order: params, grads, state, activations, unknown */
+            static const size_t col[] = {0, 1, 2, 4, 3};
+            tm_anat_bytes(h, sizeof h, part[col[k]]);
+            tm_text_printf(t, "<td>%s</td>", h);
+        }
+        tm_text_puts(t, "</tr>\n");
+    }
+    tm_text_puts(t, "</table>\n");
+}
+
 static void write_findings(tm_text *t, const tm_run *r, const tm_analysis *a)
 {
     tm_text_puts(t, "<h2>Findings</h2>\n");
@@ -893,6 +966,7 @@ int tm_report_html(const tm_run *r, const tm_analysis *a, tm_text *out)
     write_charts(&pg, r, a);
     write_header(out, r);
     write_summary(out, r, a);
+    write_anatomy(out, r, a);
     write_findings(out, r, a);
     const char *const *notes;
     size_t nn = tm_run_notes(r, &notes);

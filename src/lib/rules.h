@@ -85,6 +85,10 @@ void tm_rule_gpu_mem_growth(struct an *an, const tm_an_rank *R);
 void tm_rule_gpu_mem_fragmentation(struct an *an, const tm_an_rank *R);
 void tm_rule_gpu_mem_alloc_retries(struct an *an, const tm_an_rank *R);
 void tm_rule_gpu_mem_oom(struct an *an, const tm_an_rank *R);
+/* rules_anatomy.c: per training process, from its memory anatomy records. */
+void tm_rule_anatomy_optimizer_state(struct an *an, const tm_an_rank *R);
+void tm_rule_anatomy_activations(struct an *an, const tm_an_rank *R);
+void tm_rule_anatomy_max_micro_batch(struct an *an, const tm_an_rank *R);
 /* rules_host.c */
 void tm_rule_host_mem_worker_growth(struct an *an);
 /* rules_cpu.c */

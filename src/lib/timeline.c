@@ -228,10 +228,10 @@ struct pseries {
     bool shared; /* uses the lead's time array */
 };
 
-enum { V_STEP, V_CAPTURE, V_PHASE, V_OOM, V_WORKER, V_OPTSTEP, V_EVENT, V_N };
+enum { V_STEP, V_CAPTURE, V_PHASE, V_OOM, V_WORKER, V_OPTSTEP, V_ANATOMY, V_EVENT, V_N };
 static const size_t vec_el[V_N] = {
-    sizeof(tm_run_step),   sizeof(tm_run_capture), sizeof(tm_run_phase), sizeof(tm_run_oom),
-    sizeof(tm_run_worker), sizeof(tm_run_optstep), sizeof(tm_run_event)};
+    sizeof(tm_run_step),   sizeof(tm_run_capture), sizeof(tm_run_phase),   sizeof(tm_run_oom),
+    sizeof(tm_run_worker), sizeof(tm_run_optstep), sizeof(tm_run_anatomy), sizeof(tm_run_event)};
 
 struct part {
     char *path;
@@ -260,6 +260,7 @@ struct part {
         tm_run_oom d;
         tm_run_worker e;
         tm_run_optstep f;
+        tm_run_anatomy h;
         tm_run_event g;
     } spill; /* a record beyond the count (the file grew meanwhile): dropped */
     char **notes;
@@ -460,6 +461,16 @@ static int part_inproc(struct part *p, const tm_record *rec, int64_t t)
         *o = (tm_run_optstep){.source = p->src, .rank = rank, .o = s};
         return 0;
     }
+    case TM_REC_ANATOMY: {
+        tm_inproc_anatomy a;
+        if (tm_inproc_decode_anatomy(rec, &a) < 0)
+            return 0;
+        if (!(a.kind = part_str(p, a.kind, a.kind_len, &a.kind_len)))
+            return -ENOMEM;
+        tm_run_anatomy *o = part_slot(p, V_ANATOMY);
+        *o = (tm_run_anatomy){.source = p->src, .rank = rank, .t_ns = t, .a = a};
+        return 0;
+    }
     default:
         return 0; /* a type this version does not know: skipped by design */
     }
@@ -495,6 +506,8 @@ static int rec_kind(uint16_t type)
         return V_WORKER;
     case TM_REC_OPTSTEP:
         return V_OPTSTEP;
+    case TM_REC_ANATOMY:
+        return V_ANATOMY;
     case TM_REC_EVENT:
         return V_EVENT;
     default:
@@ -866,7 +879,7 @@ static int run_merge(tm_run *r)
 _Static_assert(offsetof(tm_run_step, source) == 0 && offsetof(tm_run_capture, source) == 0 &&
                    offsetof(tm_run_phase, source) == 0 && offsetof(tm_run_oom, source) == 0 &&
                    offsetof(tm_run_worker, source) == 0 && offsetof(tm_run_optstep, source) == 0 &&
-                   offsetof(tm_run_event, source) == 0,
+                   offsetof(tm_run_anatomy, source) == 0 && offsetof(tm_run_event, source) == 0,
                "run records start with their source");
 
 int tm_run_load(tm_run **out, const char *const *dirs, size_t n)
@@ -1029,6 +1042,7 @@ RUN_LIST(tm_run_phases, tm_run_phase, V_PHASE)
 RUN_LIST(tm_run_ooms, tm_run_oom, V_OOM)
 RUN_LIST(tm_run_workers, tm_run_worker, V_WORKER)
 RUN_LIST(tm_run_optsteps, tm_run_optstep, V_OPTSTEP)
+RUN_LIST(tm_run_anatomies, tm_run_anatomy, V_ANATOMY)
 
 bool tm_labels_get(const char *labels, const char *key, char *buf, size_t cap)
 {

@@ -39,7 +39,8 @@ def test_summary_prints_max_allocated_retries_and_sample_count(capsys):
     s = make(["a", "b"]).summary()
     out = capsys.readouterr().out
     assert "2 samples" in out and "max allocated n/a" in out and "max retries n/a" in out
-    assert s == {"max_allocated_gb": None, "max_retries": None, "samples": 2}
+    # (no optimizer stepped under attach() here: an empty memory anatomy)
+    assert s == {"max_allocated_gb": None, "max_retries": None, "samples": 2, "anatomy": []}
 
 
 def test_to_csv_writes_a_header_and_one_row_per_capture(tmp_path):

@@ -319,7 +319,7 @@ static void test_schema_fields_have_unique_keys_and_do_not_overlap(void **st)
                 assert_true(apart);
             }
     }
-    assert_int_equal(types, 6);
+    assert_int_equal(types, 7);
 }
 
 static void test_json_members_are_the_dump_line_after_its_type(void **st)
@@ -412,6 +412,97 @@ static void test_step_flags_show_as_booleans_in_both_forms(void **st)
 /* The step model's fields (72-byte layout) round-trip; a 40-byte step (a
  * file from before the step model) still decodes, its newer fields absent:
  * -1 in the struct, left out of dump and jsonl. */
+/* The memory anatomy record (type 22): its documented offsets, a round
+ * trip with NAN for what the CPU cannot say, the dump line, a payload that
+ * is too short refused and a longer one (a later writer's) still read. */
+static void test_anatomy_round_trips_at_its_documented_offsets(void **st)
+{
+    (void)st;
+    uint8_t b[256];
+    memset(b, 0xee, sizeof b);
+    tm_inproc_anatomy a = {.step = 7,
+                           .device = 1,
+                           .optimizer = 2,
+                           .params = 8320,
+                           .grads = 8320,
+                           .optim_state = 16648,
+                           .activations = 1e9,
+                           .unknown = 0,
+                           .allocated = 2e9,
+                           .reserved = 3e9,
+                           .free_device = 4e9,
+                           .total_device = 8e9,
+                           .batch_size = 32,
+                           .reason = TM_ANATOMY_CHANGED,
+                           .kind = "cuda",
+                           .kind_len = 4};
+    assert_int_equal(tm_inproc_encode_anatomy(&a, b, sizeof b), 102 + 4);
+    assert_true(at_u64(b, 0) == 7 && at_u32(b, 8) == 1 && at_u32(b, 12) == 2);
+    assert_true(at_f64(b, 16) == 8320 && at_f64(b, 24) == 8320 && at_f64(b, 32) == 16648);
+    assert_true(at_f64(b, 40) == 1e9 && at_f64(b, 48) == 0 && at_f64(b, 56) == 2e9);
+    assert_true(at_f64(b, 64) == 3e9 && at_f64(b, 72) == 4e9 && at_f64(b, 80) == 8e9);
+    assert_true(at_u64(b, 88) == 32 && at_u32(b, 96) == 2 && at_u16(b, 100) == 4);
+    assert_memory_equal(b + 102, "cuda", 4);
+
+    tm_record r = rec_of(TM_REC_ANATOMY, b, 106);
+    tm_inproc_anatomy o;
+    assert_int_equal(tm_inproc_decode_anatomy(&r, &o), 0);
+    assert_true(o.step == 7 && o.device == 1 && o.optim_state == 16648 && o.batch_size == 32);
+    assert_true(o.kind_len == 4 && memcmp(o.kind, "cuda", 4) == 0);
+
+    char line[TM_INPROC_FORMAT_MAX];
+    assert_true(tm_inproc_format(&r, false, line, sizeof line) > 0);
+    assert_non_null(strstr(line, "anatomy \"cuda\" step=7 device=1"));
+    assert_non_null(strstr(line, "reason=changed"));
+    assert_non_null(strstr(line, "batch_size=32"));
+
+    /* the CPU: no allocator, no activations, no batch size: left out */
+    a = (tm_inproc_anatomy){.device = -1,
+                            .params = 1,
+                            .activations = NAN,
+                            .allocated = NAN,
+                            .reserved = NAN,
+                            .free_device = NAN,
+                            .total_device = NAN,
+                            .batch_size = -1,
+                            .reason = TM_ANATOMY_FIRST,
+                            .kind = "cpu",
+                            .kind_len = 3};
+    r = rec_of(TM_REC_ANATOMY, b, tm_inproc_encode_anatomy(&a, b, sizeof b));
+    assert_true(tm_inproc_format(&r, true, line, sizeof line) > 0);
+    assert_non_null(strstr(line, "\"type\":\"anatomy\""));
+    assert_null(strstr(line, "activations"));
+    assert_null(strstr(line, "batch_size"));
+    assert_null(strstr(line, "\"device\""));
+    assert_int_equal(tm_inproc_decode_anatomy(&r, &o), 0);
+    assert_true(isnan(o.activations) && o.batch_size == -1 && o.params == 1);
+
+    /* too short for its fixed part, or its string: refused */
+    r.len = 101;
+    assert_int_equal(tm_inproc_decode_anatomy(&r, &o), -EINVAL);
+    r.len = 102; /* kind_len 3 says 3 more bytes */
+    assert_int_equal(tm_inproc_decode_anatomy(&r, &o), -EINVAL);
+    /* a later writer may append: the fields known are read */
+    r.len = 120;
+    assert_int_equal(tm_inproc_decode_anatomy(&r, &o), 0);
+    assert_true(o.params == 1 && o.kind_len == 3);
+}
+
+/* A reader that does not know a type skips it: what a reader older than
+ * type 22 does with an anatomy record (tm_inproc_format says it is not
+ * its own, the run loader's default case drops it). */
+static void test_a_type_past_the_known_ones_is_not_in_process(void **st)
+{
+    (void)st;
+    uint8_t b[128] = {0};
+    char line[64];
+    tm_record r = rec_of(TM_REC_ANATOMY + 1, b, 128);
+    assert_false(tm_inproc_is(TM_REC_ANATOMY + 1));
+    assert_true(tm_inproc_is(TM_REC_ANATOMY));
+    assert_int_equal(tm_inproc_format(&r, false, line, sizeof line), -ENOENT);
+    assert_string_equal(tm_inproc_type_name(TM_REC_ANATOMY), "anatomy");
+}
+
 static void test_step_model_fields_round_trip_and_old_steps_still_read(void **st)
 {
     (void)st;
@@ -513,6 +604,8 @@ int main(void)
         cmocka_unit_test(test_crafted_clocks_give_a_bounded_duration),
         cmocka_unit_test(test_step_flags_show_as_booleans_in_both_forms),
         cmocka_unit_test(test_step_model_fields_round_trip_and_old_steps_still_read),
+        cmocka_unit_test(test_anatomy_round_trips_at_its_documented_offsets),
+        cmocka_unit_test(test_a_type_past_the_known_ones_is_not_in_process),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
