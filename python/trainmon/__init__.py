@@ -611,6 +611,12 @@ def _anatomy_due():
                 break
         if torch is None or opt is None or _anat["pending"] is not None:
             return
+        # not torch's tensors and optimizers (a stand-in, a duck-typed
+        # optimizer): nothing to count, and nothing to say
+        if getattr(torch, "Tensor", None) is None or \
+                not isinstance(getattr(opt, "param_groups", None), list) or \
+                not hasattr(getattr(opt, "state", None), "values"):
+            return
         dev = _anatomy_walk(torch, opt)
         last = _anat["last"]
         if not _anatomy_changed(dev, last):
