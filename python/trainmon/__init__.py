@@ -948,13 +948,13 @@ def _install_optimizer(torch):
     __init__.__wrapped__ = orig_init
     _patch(Optimizer, "__init__", __init__)
     # optimizers made before attach(): their classes carry torch's wrapper
-    todo, seen = list(Optimizer.__subclasses__()), set()
-    while todo:
-        cls = todo.pop()
+    queue, seen = list(Optimizer.__subclasses__()), set()
+    while queue:
+        cls = queue.pop()
         if cls in seen:
             continue
         seen.add(cls)
-        todo.extend(cls.__subclasses__())
+        queue.extend(cls.__subclasses__())
         if getattr(cls.__dict__.get("step"), "hooked", False):
             _wrap_optimizer_class(cls)
 
