@@ -9,14 +9,20 @@ Prints a markdown table and one PASS/FAIL line.  Environment:
   AGENT_COST_STEPS  steps per measured block (default 256: one epoch of the
                     loader loops, so each block has the same epoch ends)
   AGENT_COST_KINDS  the loops (default: loader slice manual accum)
+  AGENT_COST_ROUNDS agent blocks per loop, each between two plain blocks
+                    (default 3)
 
 How (docs/BENCHMARKS.md "The agent's cost per step"):
-  1. Instructions, under callgrind: one process per loop runs N steps
-     without trainmon, N with attach(), N after detach(), each after an
-     uninstrumented warm-up and bracketed by client requests (cgmark.so),
-     so start-up is not counted.  The agent's instructions per step are
-     (agent - mean(plain, plain2)) / N; |plain - plain2| / N is the noise.
-     --collect-systime counts the system calls per step too.
+  1. Instructions, under callgrind: one process per loop runs R rounds
+     of N steps without trainmon and N with attach() (detach() after),
+     then N without again: plain.0 agent.0 plain.1 ... agent.R-1 plain.R,
+     each after an uninstrumented warm-up and a gc.collect(), with the
+     garbage collector off in the block, bracketed by client requests
+     (cgmark.so), so start-up is not counted.  Round i's agent
+     instructions per step are (agent.i - mean(plain.i, plain.i+1)) / N;
+     the figure is their median over the rounds, and the noise the median
+     of |plain.i - plain.i+1| / N (what two blocks without the agent
+     differ by).  --collect-systime counts the system calls per step too.
   2. ns: instructions / (instructions per ns of this machine) + the
      agent's system calls at their measured native cost.  The rate is the
      plain loops' own: their instructions per step (callgrind) over their
@@ -45,6 +51,7 @@ cgmark = os.path.join(root, build, "bench", "cgmark.so")
 venv_py = os.path.join(root, ".venv", "bin", "python")
 py = os.environ.get("AGENT_COST_PY") or (venv_py if os.access(venv_py, os.X_OK) else "/usr/bin/python3")
 N = int(os.environ.get("AGENT_COST_STEPS", "256"))
+ROUNDS = int(os.environ.get("AGENT_COST_ROUNDS", "3"))
 WARM = 64
 kinds = os.environ.get("AGENT_COST_KINDS", "loader slice manual accum").split()
 
@@ -95,7 +102,7 @@ def callgrind(kind, d):
     out = sh(["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-systime=nsec",
               "--callgrind-out-file=" + os.path.join(d, "cg.%p"), "-q", py,
               os.path.join(here, "agent_loops.py"), "callgrind", kind, str(N), str(WARM), cgmark,
-              os.path.join(d, "run")])
+              os.path.join(d, "run"), str(ROUNDS)])
     if out.returncode != 0:
         raise RuntimeError("callgrind run of %s failed: %s" % (kind, out.stderr.strip()[-400:]))
     dumps = {}
@@ -106,7 +113,7 @@ def callgrind(kind, d):
                 if line.startswith("desc: Trigger: Client Request: "):
                     dumps[line.split(": ")[-1].strip()] = p
                     break
-    return {k: read_dump(v) for k, v in dumps.items()}, dumps["agent"]
+    return {k: read_dump(v) for k, v in dumps.items()}, dumps
 
 
 def wall(kind, d):
@@ -125,8 +132,9 @@ def clock_costs():
             cg.cg_clock_ns(time.CLOCK_THREAD_CPUTIME_ID, 20000))
 
 
-ENTRY = ("py_opt_pre_hook", "py_opt_post_hook", "py_backward_enter", "py_backward_exit",
-         "py_next_enter", "py_next_exit", "armed_bool", "py_loader_dropped", "py_fwd_pre")
+ENTRY = ("py_opt_pre_hook", "py_opt_post_hook", "opt_post", "backward_enter", "backward_exit",
+         "next_enter", "next_exit", "py_backward_enter", "py_next_exit", "armed_bool",
+         "py_loader_dropped", "py_fwd_pre")
 
 
 rows, worst = [], 0.0
@@ -135,20 +143,28 @@ results = {}
 for kind in kinds:
     with tempfile.TemporaryDirectory(prefix="trainmon-agentcost-") as d:
         try:
-            blocks, agent_dump = callgrind(kind, d)
+            blocks, dumps = callgrind(kind, d)
+            rounds = []
+            for i in range(ROUNDS):
+                a, p, q = blocks["agent.%d" % i], blocks["plain.%d" % i], blocks["plain.%d" % (i + 1)]
+                rounds.append(dict(
+                    i=i, plain=(p["Ir"] + q["Ir"]) / 2 / N,
+                    ir=(a["Ir"] - (p["Ir"] + q["Ir"]) / 2) / N,
+                    noise=abs(p["Ir"] - q["Ir"]) / N,
+                    sys=(a.get("sysCount", 0) - (p.get("sysCount", 0) + q.get("sysCount", 0)) / 2) / N))
         except (RuntimeError, KeyError) as e:
             print("agent cost: %s: %s" % (kind, e))
             continue
         w = wall(kind, d)
+        mid = sorted(rounds, key=lambda r: r["ir"])[len(rounds) // 2]  # the median round
+        agent_dump = dumps["agent.%d" % mid["i"]]
         fn = annotate(agent_dump, "Ir", r"trainmon/_trainmon\.c$")
         mono_calls = annotate(agent_dump, "sysCount", r"util\.c$").get("tm_now_mono_ns", 0)
-    plain = (blocks["plain"]["Ir"] + blocks["plain2"]["Ir"]) / 2
     results[kind] = dict(
-        plain_ir=plain / N,
-        ir=(blocks["agent"]["Ir"] - plain) / N,
-        noise=abs(blocks["plain"]["Ir"] - blocks["plain2"]["Ir"]) / N,
-        sys=(blocks["agent"].get("sysCount", 0) - (blocks["plain"].get("sysCount", 0) +
-                                                    blocks["plain2"].get("sysCount", 0)) / 2) / N,
+        plain_ir=statistics.median(r["plain"] for r in rounds),
+        ir=mid["ir"], ir_min=min(r["ir"] for r in rounds), ir_max=max(r["ir"] for r in rounds),
+        noise=statistics.median(r["noise"] for r in rounds),
+        sys=mid["sys"],
         mono=mono_calls / N,
         plain_ns=float(w.get("plain_ns", "nan")), plain_min=float(w.get("plain_min_ns", "nan")),
         wall_diff=float(w.get("diff_ns", "nan")),
@@ -160,11 +176,13 @@ rate = statistics.median(rates) if rates else float("nan")
 print("Agent cost per step (issue #14: at most %.0f ns, 0.1 %% of a 1 ms step), %s, torch %s, "
       "%d steps per block." % (BUDGET_NS, os.path.basename(py), torch_version, N))
 print("Instructions per ns of this machine: %.2f (median over the loops of their instructions "
-      "per step / their fastest native ns per step, of 50-step chunks; %s).  A CLOCK_MONOTONIC read costs %.0f ns (vDSO), a "
+      "per step / their fastest native ns per step, of 50-step chunks; %s).  Agent instructions: "
+      "the median over %d rounds (min..max); noise: the median |plain - plain| of a round's two "
+      "plain blocks.  A CLOCK_MONOTONIC read costs %.0f ns (vDSO), a "
       "CLOCK_THREAD_CPUTIME_ID read %.0f ns (a system call)."
-      % (rate, ", ".join("%.2f" % x for x in rates), mono_ns, thread_ns))
+      % (rate, ", ".join("%.2f" % x for x in rates), ROUNDS, mono_ns, thread_ns))
 print("")
-print("| loop | plain: instr/step, ns/step | agent: instr/step (noise) | agent syscalls/step "
+print("| loop | plain: instr/step, ns/step | agent: instr/step (min..max; noise) | agent syscalls/step "
       "(clock reads, other) | agent ns/step | wall-clock difference, median (min..max) | "
       "agent's C entry points, instr/step |")
 print("|---|---|---|---|---|---|---|")
@@ -173,8 +191,10 @@ for kind, r in results.items():
     ns = r["ir"] / rate + r["mono"] * mono_ns + other * thread_ns
     worst = max(worst, ns)
     r["ns"] = ns
-    print("| %s | %.0f, %.0f | %.0f (+-%.0f) | %.2f, %.2f | %.0f | %.0f (%.0f..%.0f) ns | %s |" % (
-        kind, r["plain_ir"], r["plain_ns"], r["ir"], r["noise"], r["mono"], other, ns,
+    print("| %s | %.0f, %.0f | %.0f (%.0f..%.0f; +-%.0f) | %.2f, %.2f | %.0f | %.0f (%.0f..%.0f) ns "
+          "| %s |" % (
+              kind, r["plain_ir"], r["plain_ns"], r["ir"], r["ir_min"], r["ir_max"], r["noise"],
+              r["mono"], other, ns,
         r["wall_diff"], r["wall_min"], r["wall_max"],
         ", ".join("%s %.0f" % (k, v) for v, k in r["top"])))
 print("")
