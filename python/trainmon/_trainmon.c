@@ -237,18 +237,56 @@ static int lazy_open(void);
 
 /* Appends a record to the process's file.  -ECHILD (a forked worker) is
  * the normal case there and said nowhere; a full disk is said once. */
+static struct {
+    int have;
+    tm_rec_item it;
+    char buf[64];
+} g_staged; /* a record written with the next one (rec_stage) */
+
 static void rec_put(uint16_t type, int64_t t, const void *p, int len)
 {
     if (len < 0)
         return;
     lazy_open(); /* the first record makes the file */
-    if (!g_rec)
+    if (!g_rec) {
+        g_staged.have = 0;
         return;
-    int rc = tm_rec_append(g_rec, type, t, p, (uint32_t)len);
+    }
+    int rc;
+    if (g_staged.have) {
+        tm_rec_item v[2] = {g_staged.it,
+                            {.type = type, .t_ns = t, .payload = p, .len = (uint32_t)len}};
+        g_staged.have = 0;
+        rc = tm_rec_appendv(g_rec, v, 2);
+    } else {
+        rc = tm_rec_append(g_rec, type, t, p, (uint32_t)len);
+    }
     if (rc == -ENOSPC)
         report_once(R_FULL, "%s: disk full: recording stopped, the job goes on", g_run_dir);
     else if (rc && rc != -ECHILD)
         report_once(R_APPEND, "recording failed: %s", tm_last_error());
+}
+
+/* A record made now and written with the next one, in this order, under
+ * one lock of the file (the optimizer-step record and the step record it
+ * ends: a lock taken once a step); rec_unstage writes it alone where no
+ * other record follows.  At most one is staged, between two calls of
+ * the same C function (opt_post). */
+static void rec_stage(uint16_t type, int64_t t, int len)
+{
+    if (len < 0 || (size_t)len > sizeof g_staged.buf)
+        return;
+    g_staged.have = 1;
+    g_staged.it =
+        (tm_rec_item){.type = type, .t_ns = t, .payload = g_staged.buf, .len = (uint32_t)len};
+}
+
+static void rec_unstage(void)
+{
+    if (!g_staged.have)
+        return;
+    g_staged.have = 0;
+    rec_put(g_staged.it.type, g_staged.it.t_ns, g_staged.buf, (int)g_staged.it.len);
 }
 
 static double dict_num(PyObject *d, const char *key)
@@ -1651,16 +1689,26 @@ static int anatomy_due(uint64_t n)
 /* opt_post(optimizer number): writes the optimizer-step record and, for
  * the lead optimizer on the training thread, ends the step.  Returns the
  * flags of threshold callbacks due. */
+static long opt_post_step(long no, int64_t t);
+
 static long opt_post(long no)
 {
     int64_t t = now_ns();
-    char buf[64];
     tm_inproc_optstep o = {.step = g_steps,
                            .start_ns = g_opt_t0 ? g_opt_t0 : t,
                            .end_ns = t,
                            .optimizer = (uint32_t)no};
     g_opt_t0 = 0;
-    rec_put(TM_REC_OPTSTEP, t, buf, tm_inproc_encode_optstep(&o, buf, sizeof buf));
+    /* written with the step record it ends, if any (below), else alone */
+    rec_stage(TM_REC_OPTSTEP, t, tm_inproc_encode_optstep(&o, g_staged.buf, sizeof g_staged.buf));
+    long flags = opt_post_step(no, t);
+    rec_unstage();
+    return flags;
+}
+
+/* The step model's part of opt_post, after the optimizer-step record. */
+static long opt_post_step(long no, int64_t t)
+{
     if (!on_thread())
         return 0;
     /* The lead optimizer ends steps: the first to step, or one that steps
