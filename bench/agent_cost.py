@@ -9,20 +9,23 @@ Prints a markdown table and one PASS/FAIL line.  Environment:
   AGENT_COST_STEPS  steps per measured block (default 256: one epoch of the
                     loader loops, so each block has the same epoch ends)
   AGENT_COST_KINDS  the loops (default: loader slice manual accum)
-  AGENT_COST_ROUNDS agent blocks per loop, each between two plain blocks
-                    (default 3)
+  AGENT_COST_SEEDS  the PYTHONHASHSEED values, one plain and one agent
+                    process each (default: 0 1 2)
 
 How (docs/BENCHMARKS.md "The agent's cost per step"):
-  1. Instructions, under callgrind: one process per loop runs R rounds
-     of N steps without trainmon and N with attach() (detach() after),
-     then N without again: plain.0 agent.0 plain.1 ... agent.R-1 plain.R,
-     each after an uninstrumented warm-up and a gc.collect(), with the
-     garbage collector off in the block, bracketed by client requests
-     (cgmark.so), so start-up is not counted.  Round i's agent
-     instructions per step are (agent.i - mean(plain.i, plain.i+1)) / N;
-     the figure is their median over the rounds, and the noise the median
-     of |plain.i - plain.i+1| / N (what two blocks without the agent
-     differ by).  --collect-systime counts the system calls per step too.
+  1. Instructions, under callgrind: per loop and per seed, one process
+     runs N steps without trainmon and one runs N steps with attach()
+     (made first, as `trainmon run` does), each after an uninstrumented
+     warm-up and a gc.collect(), with the garbage collector off in the
+     block, bracketed by client requests (cgmark.so), so start-up is not
+     counted.  The two of a seed are the same program with the same
+     hash seed (PYTHONHASHSEED), so valgrind runs them the same way but
+     for the agent.  The agent's instructions per step are the median over
+     the seeds of (agent - plain) / N; the noise is the spread of the plain
+     processes over the seeds (max - min) / N: what the same loop without
+     the agent varies by with the hash seed (dict layouts, the method
+     cache).  Two processes run at a time.  --collect-systime counts the
+     system calls per step too.
   2. ns: instructions / (instructions per ns of this machine) + the
      agent's system calls at their measured native cost.  The rate is the
      plain loops' own: their instructions per step (callgrind) over their
@@ -51,7 +54,7 @@ cgmark = os.path.join(root, build, "bench", "cgmark.so")
 venv_py = os.path.join(root, ".venv", "bin", "python")
 py = os.environ.get("AGENT_COST_PY") or (venv_py if os.access(venv_py, os.X_OK) else "/usr/bin/python3")
 N = int(os.environ.get("AGENT_COST_STEPS", "256"))
-ROUNDS = int(os.environ.get("AGENT_COST_ROUNDS", "3"))
+SEEDS = os.environ.get("AGENT_COST_SEEDS", "0 1 2").split()
 WARM = 64
 kinds = os.environ.get("AGENT_COST_KINDS", "loader slice manual accum").split()
 
@@ -99,21 +102,37 @@ def annotate(path, event, pattern):
 
 
 def callgrind(kind, d):
-    out = sh(["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-systime=nsec",
-              "--callgrind-out-file=" + os.path.join(d, "cg.%p"), "-q", py,
-              os.path.join(here, "agent_loops.py"), "callgrind", kind, str(N), str(WARM), cgmark,
-              os.path.join(d, "run"), str(ROUNDS)])
-    if out.returncode != 0:
-        raise RuntimeError("callgrind run of %s failed: %s" % (kind, out.stderr.strip()[-400:]))
-    dumps = {}
-    for f in os.listdir(d):
-        if re.match(r"cg\.\d+\.\d+$", f):
-            p = os.path.join(d, f)
-            for line in open(p):
-                if line.startswith("desc: Trigger: Client Request: "):
-                    dumps[line.split(": ")[-1].strip()] = p
-                    break
-    return {k: read_dump(v) for k, v in dumps.items()}, dumps
+    """{(which, seed): ({event: total}, dump path)} of the loop's processes."""
+    jobs = [(w, seed) for seed in SEEDS for w in ("plain", "agent")]
+    procs, res = [], {}
+
+    def reap(p, which, seed, out):
+        _, err = p.communicate()
+        if p.returncode != 0:
+            raise RuntimeError("callgrind run of %s (%s, seed %s) failed: %s"
+                               % (kind, which, seed, err.strip()[-400:]))
+        for f in os.listdir(out):
+            if re.match(r"cg\.\d+\.\d+$", f):
+                res[(which, seed)] = (read_dump(os.path.join(out, f)), os.path.join(out, f))
+                return
+        raise RuntimeError("callgrind run of %s (%s, seed %s): no dump" % (kind, which, seed))
+
+    for which, seed in jobs:
+        out = os.path.join(d, "%s.%s" % (which, seed))
+        os.mkdir(out)
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        p = subprocess.Popen(
+            ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-systime=nsec",
+             "--callgrind-out-file=" + os.path.join(out, "cg.%p"), "-q", py,
+             os.path.join(here, "agent_loops.py"), "callgrind", kind, str(N), str(WARM), cgmark,
+             os.path.join(out, "run"), which],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        procs.append((p, which, seed, out))
+        if len(procs) == 2:
+            reap(*procs.pop(0))
+    while procs:
+        reap(*procs.pop(0))
+    return res
 
 
 def wall(kind, d):
@@ -143,27 +162,24 @@ results = {}
 for kind in kinds:
     with tempfile.TemporaryDirectory(prefix="trainmon-agentcost-") as d:
         try:
-            blocks, dumps = callgrind(kind, d)
-            rounds = []
-            for i in range(ROUNDS):
-                a, p, q = blocks["agent.%d" % i], blocks["plain.%d" % i], blocks["plain.%d" % (i + 1)]
-                rounds.append(dict(
-                    i=i, plain=(p["Ir"] + q["Ir"]) / 2 / N,
-                    ir=(a["Ir"] - (p["Ir"] + q["Ir"]) / 2) / N,
-                    noise=abs(p["Ir"] - q["Ir"]) / N,
-                    sys=(a.get("sysCount", 0) - (p.get("sysCount", 0) + q.get("sysCount", 0)) / 2) / N))
+            runs = callgrind(kind, d)
+            seeds = []
+            for seed in SEEDS:
+                a, p = runs[("agent", seed)][0], runs[("plain", seed)][0]
+                seeds.append(dict(seed=seed, plain=p["Ir"] / N, ir=(a["Ir"] - p["Ir"]) / N,
+                                  sys=(a.get("sysCount", 0) - p.get("sysCount", 0)) / N))
         except (RuntimeError, KeyError) as e:
             print("agent cost: %s: %s" % (kind, e))
             continue
         w = wall(kind, d)
-        mid = sorted(rounds, key=lambda r: r["ir"])[len(rounds) // 2]  # the median round
-        agent_dump = dumps["agent.%d" % mid["i"]]
+        mid = sorted(seeds, key=lambda r: r["ir"])[len(seeds) // 2]  # the median seed
+        agent_dump = runs[("agent", mid["seed"])][1]
         fn = annotate(agent_dump, "Ir", r"trainmon/_trainmon\.c$")
         mono_calls = annotate(agent_dump, "sysCount", r"util\.c$").get("tm_now_mono_ns", 0)
     results[kind] = dict(
-        plain_ir=statistics.median(r["plain"] for r in rounds),
-        ir=mid["ir"], ir_min=min(r["ir"] for r in rounds), ir_max=max(r["ir"] for r in rounds),
-        noise=statistics.median(r["noise"] for r in rounds),
+        plain_ir=statistics.median(r["plain"] for r in seeds),
+        ir=mid["ir"], ir_min=min(r["ir"] for r in seeds), ir_max=max(r["ir"] for r in seeds),
+        noise=max(r["plain"] for r in seeds) - min(r["plain"] for r in seeds),
         sys=mid["sys"],
         mono=mono_calls / N,
         plain_ns=float(w.get("plain_ns", "nan")), plain_min=float(w.get("plain_min_ns", "nan")),
@@ -177,10 +193,10 @@ print("Agent cost per step (issue #14: at most %.0f ns, 0.1 %% of a 1 ms step), 
       "%d steps per block." % (BUDGET_NS, os.path.basename(py), torch_version, N))
 print("Instructions per ns of this machine: %.2f (median over the loops of their instructions "
       "per step / their fastest native ns per step, of 50-step chunks; %s).  Agent instructions: "
-      "the median over %d rounds (min..max); noise: the median |plain - plain| of a round's two "
-      "plain blocks.  A CLOCK_MONOTONIC read costs %.0f ns (vDSO), a "
+      "the median over hash seeds %s of agent - plain (min..max); noise: the plain processes' "
+      "spread over the seeds.  A CLOCK_MONOTONIC read costs %.0f ns (vDSO), a "
       "CLOCK_THREAD_CPUTIME_ID read %.0f ns (a system call)."
-      % (rate, ", ".join("%.2f" % x for x in rates), ROUNDS, mono_ns, thread_ns))
+      % (rate, ", ".join("%.2f" % x for x in rates), ",".join(SEEDS), mono_ns, thread_ns))
 print("")
 print("| loop | plain: instr/step, ns/step | agent: instr/step (min..max; noise) | agent syscalls/step "
       "(clock reads, other) | agent ns/step | wall-clock difference, median (min..max) | "

@@ -1,6 +1,6 @@
 """The in-process agent's cost per training step, per kind of loop.
 
-    python agent_loops.py callgrind KIND N WARMUP CGMARK_SO RUN_DIR [ROUNDS]
+    python agent_loops.py callgrind KIND N WARMUP CGMARK_SO RUN_DIR plain|agent
     python agent_loops.py wall KIND N ROUNDS RUN_DIR
 
 KIND is one of the four loops the step model tells apart (a tiny MLP, so
@@ -13,17 +13,18 @@ that the loop's own cost is small and the agent's stands out):
   accum   DataLoader, gradient accumulation: 4 backward passes per
           optimizer step (a step is an optimizer step)
 
-callgrind (under `valgrind --tool=callgrind --instr-atstart=no`): ROUNDS
-rounds of an N-step block without trainmon and an N-step block with
-trainmon.attach() (detach() after it), then one more block without: plain.0
-agent.0 plain.1 agent.1 ... plain.ROUNDS, so that every agent block has a
-plain block on each side.  Each block follows WARMUP uninstrumented steps
-and a gc.collect(), runs with the garbage collector disabled (a collection
-falls wherever the allocation count says, not where the agent is: it was
-most of the difference between two plain blocks of the DataLoader loops)
-and is bracketed by the client requests of bench/cgmark (one dump per
-block, labelled as above).  Start-up, the torch import and the warm-ups
-are not counted.
+callgrind (under `valgrind --tool=callgrind --instr-atstart=no`): one
+process, one block: with `agent`, trainmon.attach() first (as `trainmon
+run` does, before the model and optimizer are made), then WARMUP
+uninstrumented steps, a gc.collect(), and N steps with the garbage
+collector off, bracketed by the client requests of bench/cgmark (one dump,
+labelled plain or agent).  Start-up, the torch import and the warm-up are
+not counted.  One process per block, not attach()/detach() between blocks
+of one process: attaching and detaching patch classes (the optimizer's
+step, DataLoader __next__), which resets the interpreter's specialized
+attribute loads and its method cache, and those settled at different
+points in different blocks (plain blocks of one process differed by up to
+1,500 instructions a step, as much as the agent's cost).
 
 wall (no valgrind): ROUNDS rounds of an N-step block without and an N-step
 block with attach() (attach and detach between blocks, one process), the
@@ -140,27 +141,24 @@ def main():
         sys.exit("agent_loops.py: unknown loop kind %s (one of %s)" % (kind, ", ".join(KINDS)))
     if mode == "callgrind":
         n, warm, so, run_dir = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
-        rounds = int(sys.argv[7]) if len(sys.argv) > 7 else 1
+        which = sys.argv[7]
         cg = ctypes.CDLL(so)
         cg.cg_end.argtypes = [ctypes.c_char_p]
         if not cg.cg_running():
             sys.exit("agent_loops.py callgrind: not running under valgrind")
         import trainmon
+        if which == "agent":
+            trainmon.attach(run_dir=run_dir)
         loop = Loop(kind)
-        labels = [x for i in range(rounds) for x in ("plain.%d" % i, "agent.%d" % i)]
-        for label in labels + ["plain.%d" % rounds]:
-            if label.startswith("agent"):
-                trainmon.attach(run_dir=run_dir)
-            loop.run(warm)
-            gc.collect()  # no collection of the warm-up's garbage in the block
-            gc.disable()  # and none in it
-            cg.cg_begin()
-            loop.run(n)
-            cg.cg_end(label.encode())
-            gc.enable()
-            if label.startswith("agent"):
-                print("agent_steps=%d" % trainmon.stats()["steps_closed"])
-                trainmon.detach()
+        loop.run(warm)
+        gc.collect()  # no collection of the warm-up's garbage in the block
+        gc.disable()  # and none in it
+        cg.cg_begin()
+        loop.run(n)
+        cg.cg_end(which.encode())
+        gc.enable()
+        if which == "agent":
+            print("agent_steps=%d" % trainmon.stats()["steps_closed"])
     elif mode == "wall":
         n, rounds, run_dir = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
         import trainmon
