@@ -80,8 +80,7 @@ static FX_UNUSED void put_steps(tm_rec *w, size_t n, double start, double dur, d
 }
 
 /* One point of a system series at time t. */
-static FX_UNUSED void put_value(tm_rec *w, double t, const char *name, const char *labels,
-                                double v)
+static FX_UNUSED void put_value(tm_rec *w, double t, const char *name, const char *labels, double v)
 {
     int id = tm_rec_series(w, name, labels, "");
     assert_true(id > 0);
