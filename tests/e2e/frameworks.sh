@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Framework loops under `trainmon run` (issue #14): PyTorch Lightning and
 # the Hugging Face Trainer, on the CPU in the torch 2.x virtualenv of `make
-# deps` ($TM_ROOT/.venv or /work/main/.venv), tiny models built from code
+# deps` (tests/lib/venv.sh: $VENV_PY, else .venv), tiny models built from code
 # or a config (no download).  Skipped with one line when the virtualenv or
 # its lightning / transformers is missing (`make deps` installs them where a
 # package index is reachable).
@@ -39,12 +39,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 TRAINMON=${TRAINMON:-$root/${BUILD:-build}/trainmon}
 [ -x "$TRAINMON" ] || { echo "skipped: $TRAINMON not built"; exit 77; }
-PY=${VENV_PY:-}
-if [ -z "$PY" ]; then
-    for v in "${TM_ROOT:-$root}/.venv/bin/python" /work/main/.venv/bin/python; do
-        [ -x "$v" ] && { PY=$v; break; }
-    done
-fi
+. "$root/tests/lib/venv.sh"
+PY=$(tm_venv_python)
 [ -n "$PY" ] && [ -x "$PY" ] || { echo "skipped: no torch 2.x virtualenv (make deps makes it)"; exit 77; }
 scratch=$(mktemp -d /var/tmp/trainmon-fw.XXXXXX)
 trap 'rm -rf "$scratch"' EXIT

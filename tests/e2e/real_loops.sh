@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Real training loops under `trainmon run` (issue #14): the step model on
 # the loops people write, on torch 1.13 (Debian's /usr/bin/python3) and
-# torch 2.x (the virtualenv of `make deps`, $TM_ROOT/.venv or
-# /work/main/.venv; that half is skipped with one line when it is missing).
+# torch 2.x (the virtualenv of `make deps`, tests/lib/venv.sh:
+# $VENV_PY, else .venv; that half is skipped with one line when it is missing).
 #
 # Each job in tests/jobs/ prints, as its last line, its own step count
 # (optimizer steps; backward passes for manual SGD) and its data-wait share
@@ -137,12 +137,8 @@ half() { # name python
 }
 
 half torch1 /usr/bin/python3
-venv=${VENV_PY:-}
-if [ -z "$venv" ]; then
-    for v in "${TM_ROOT:-$root}/.venv/bin/python" /work/main/.venv/bin/python; do
-        [ -x "$v" ] && { venv=$v; break; }
-    done
-fi
+. "$root/tests/lib/venv.sh"
+venv=$(tm_venv_python)
 half torch2 "${venv:-/nonexistent/.venv/bin/python}"
 [ $ran -gt 0 ] || { echo "skipped: no interpreter with torch"; exit 77; }
 [ $fails -eq 0 ] || { echo "FAIL: $fails of $ran real-loop jobs"; exit 1; }
