@@ -52,24 +52,14 @@ check() {
     "$TRAINMON" report --json "$run" > "$run/report.json" 2> "$run/report.err" ||
         { cat "$run/report.err"; return 1; }
     "$TRAINMON" dump --json "$run"/pid*.tmr > "$run/dump.jsonl" 2>/dev/null
-    "$PY" - "$run" "$job" <<'PYEOF'
+    "$PY" - "$run" "$job" "$root/tests/lib" <<'PYEOF'
 import json, sys
 run, job = sys.argv[1], sys.argv[2]
+sys.path.insert(0, sys.argv[3])
+import runcheck
 free = job.endswith("_free")
-out = [l for l in open(run + ".out") if l.startswith('{"steps"')]
-oracle = json.loads(out[-1])
-rep = json.load(open(run + "/report.json"))
+oracle, rep, train, evals = runcheck.load(run, '{"steps"')
 S = rep["summary"]
-recs = []
-for line in open(run + "/dump.jsonl"):
-    try:
-        o = json.loads(line)
-    except ValueError:
-        continue
-    if o.get("type") == "step":
-        recs.append(o)
-train = [o for o in recs if o.get("phase") != "eval"]
-evals = [o for o in recs if o.get("phase") == "eval"]
 bad = []
 if not S.get("steps") or abs(S["steps"] - oracle["steps"]) > 1:
     bad.append("steps %s, the job counted %s" % (S.get("steps"), oracle["steps"]))

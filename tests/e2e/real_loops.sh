@@ -40,9 +40,11 @@ check() {
     "$TRAINMON" report --json "$run" > "$run/report.json" 2> "$run/report.err" ||
         { cat "$run/report.err"; return 1; }
     "$TRAINMON" dump --json "$run"/pid*.tmr > "$run/dump.jsonl" 2>/dev/null
-    "$PY" - "$run" "$job" <<'PYEOF'
+    "$PY" - "$run" "$job" "$root/tests/lib" <<'PYEOF'
 import json, sys
 run, job = sys.argv[1], sys.argv[2]
+sys.path.insert(0, sys.argv[3])
+import runcheck
 # the input finding each job must get (and the ones it must not)
 EXPECT = {"llm_memmap": ("input.main_prep", "cpu"), "manual_sgd": ("input.main_prep", "cpu"),
           "llm_memmap_fast": ("input.ok", None), "grad_accum": (None, None),
@@ -60,20 +62,8 @@ NEVER = {"llm_memmap": {"input.data_wait", "input.cpu_bound", "input.disk_bound"
          "llm_memmap_eval": {"input.data_wait", "input.cpu_bound", "input.disk_bound"},
          "loader_persistent": LOADER_NEVER, "loader_iterable": LOADER_NEVER,
          "loader_forkserver": LOADER_NEVER}
-out = [l for l in open(run + ".out") if l.startswith("{")]
-oracle = json.loads(out[-1])
-rep = json.load(open(run + "/report.json"))
+oracle, rep, train, evals = runcheck.load(run)
 S = rep["summary"]
-recs = []
-for line in open(run + "/dump.jsonl"):
-    try:
-        o = json.loads(line)
-    except ValueError:
-        continue
-    if o.get("type") == "step":
-        recs.append(o)
-train = [o for o in recs if o.get("phase") != "eval"]
-evals = [o for o in recs if o.get("phase") == "eval"]
 bad = []
 import glob
 mains = glob.glob(run + "/pid*.tmr")
