@@ -24,6 +24,7 @@
 #include "analysis.h"
 #include "reportfmt.h"
 #include "rules.h"
+#include "series.h"
 #include "trainmon.h"
 
 #define FX_NAME "test_report"
@@ -1426,6 +1427,36 @@ static void test_html_opens_with_the_verdict_and_shows_units(void **st)
     free(page);
 }
 
+/* The process memory chart names its lines by rank: the training process
+ * (its record file's pid) and its DataLoader worker (the pid of its batch
+ * records), on the host that recorded the series; a pid no record file
+ * names keeps "pid comm". */
+static void test_html_chart_lines_of_processes_are_named_by_rank(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(w, 40, 0, 0.1, 0.01);
+    tm_rec_close(&w);
+    put_worker_file(0, 4242, 40, 0.1, 0.5, 100 * MiB, 0);
+    tm_rec *s = open_rec("system.tmr", "system", -1);
+    for (int i = 0; i < 8; i++) {
+        double t = 0.5 * i;
+        put_proc(s, t, TM_SER_PROC_PROCESS_PSS_BYTES, (unsigned)getpid(), (200 + i) * MiB);
+        put_proc(s, t, TM_SER_PROC_PROCESS_PSS_BYTES, 4242, (100 + i) * MiB);
+        put_proc(s, t, TM_SER_PROC_PROCESS_PSS_BYTES, 777, (50 + i) * MiB);
+    }
+    tm_rec_close(&s);
+    char *page = html_of(dir);
+    assert_non_null(strstr(page, "Process memory (PSS)"));
+    assert_non_null(strstr(page, "rank 0 worker 0"));
+    assert_non_null(strstr(page, "777 python3"));
+    assert_null(strstr(page, "4242 python3"));
+    char own[32];
+    snprintf(own, sizeof own, "%d python3", (int)getpid());
+    assert_null(strstr(page, own));
+    free(page);
+}
+
 static void test_html_report_escapes_the_run_name_and_draws_svg_charts(void **st)
 {
     (void)st;
@@ -1580,6 +1611,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
         T(test_data_wait_of_one_percent_is_input_ok),
+        T(test_html_chart_lines_of_processes_are_named_by_rank),
         T(test_html_report_escapes_the_run_name_and_draws_svg_charts),
         T(test_html_chart_lines_of_a_long_run_keep_at_most_1000_points),
         T(test_two_disk_samples_of_a_short_job_are_no_plateau),
