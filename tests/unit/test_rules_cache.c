@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "analysis.h"
+#include "probe.h"
 #include "rules.h"
 #include "series.h"
 #include "trainmon.h"
@@ -91,17 +92,31 @@ static void test_pack_gain_by_hand(void **st)
      * 150 reads/s x 4096 B = 614400 B/s becomes 19660800 B/s.  A 0.1 s
      * step of 0.04 s compute waits 0.06 s; 32x faster reads wait
      * 0.06 / 32 = 0.001875 s: 0.1 / 0.041875 = 2.3881 times faster. */
-    tm_an_pack_gain(4096, 614400, 0.1, 0.04, &gain, &after, &speedup);
+    tm_an_pack_gain(4096, 614400, NAN, 0.1, 0.04, &gain, &after, &speedup);
     assert_true(fabs(gain - 32) < 1e-12);
     assert_true(fabs(after - 19660800) < 1e-6);
     assert_true(fabs(speedup - 0.1 / 0.041875) < 1e-12);
     /* 256 KiB requests are already larger than a readahead window: no
      * gain (1x, never less), no speed-up. */
-    tm_an_pack_gain(262144, 1e6, 0.1, 0.04, &gain, &after, &speedup);
+    tm_an_pack_gain(262144, 1e6, NAN, 0.1, 0.04, &gain, &after, &speedup);
     assert_true(gain == 1 && after == 1e6 && fabs(speedup - 1) < 1e-12);
     /* No request size: nothing to say. */
-    tm_an_pack_gain(NAN, 1e6, 0.1, 0.04, &gain, &after, &speedup);
+    tm_an_pack_gain(NAN, 1e6, NAN, 0.1, 0.04, &gain, &after, &speedup);
     assert_true(isnan(gain) && isnan(after) && isnan(speedup));
+    /* A probe got 4 MB/s from the disk reading sequentially: 614400 B/s
+     * can grow to 4e6 B/s, 4e6 / 614400 = 6.5104x, not 32x; the wait of
+     * 0.06 s becomes 0.06 / 6.5104 = 0.0092160 s: 0.1 / 0.049216 = 2.0319
+     * times faster. */
+    tm_an_pack_gain(4096, 614400, 4e6, 0.1, 0.04, &gain, &after, &speedup);
+    assert_true(fabs(gain - 4e6 / 614400) < 1e-12);
+    assert_true(fabs(after - 4e6) < 1e-6);
+    assert_true(fabs(speedup - 0.1 / (0.04 + 0.06 * 614400 / 4e6)) < 1e-12);
+    /* A ceiling above the packed rate changes nothing; one below the rate
+     * now never makes the gain less than 1. */
+    tm_an_pack_gain(4096, 614400, 1e9, 0.1, 0.04, &gain, &after, &speedup);
+    assert_true(fabs(gain - 32) < 1e-12);
+    tm_an_pack_gain(4096, 614400, 1e5, 0.1, 0.04, &gain, &after, &speedup);
+    assert_true(gain == 1 && after == 614400);
 }
 
 /* --- data.page_cache */
@@ -181,6 +196,43 @@ static void test_no_readings_no_page_cache_finding(void **st)
 
 /* --- data.small_files */
 
+/* With `run --probe` of the same disk, the gain is what the disk gave the
+ * probe reading sequentially: 4 MB/s, 4e6 / 614400 = 6.51x (the probe's
+ * sequential test is its first two, test_probe.c's put_probe pattern). */
+static void test_the_probe_caps_the_gain_of_packing(void **st)
+{
+    (void)st;
+    put_waiting_job(150, 4096);
+    put_readings(2000, 8192000, 0.0, 0.6, 24 * GiB);
+    static tm_probe p;
+    memset(&p, 0, sizeof p);
+    snprintf(p.path, sizeof p.path, "/data");
+    snprintf(p.device, sizeof p.device, "vdb");
+    p.ntests = tm_probe_plan(4096, p.tests, TM_PROBE_MAX_TESTS);
+    for (size_t i = 0; i < p.ntests; i++) /* sequential 4 MB/s, random 0.7 MB/s */
+        p.tests[i].bytes_per_second = p.tests[i].pattern[0] == 's' ? 4e6 : 0.7e6;
+    char *js = tm_probe_json(&p, 1);
+    assert_non_null(js);
+    char path[600];
+    snprintf(path, sizeof path, "%s/probe.json", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(js, f);
+    fclose(f);
+    free(js);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *x = tm_analysis_find(a, "data.small_files");
+    assert_non_null(x);
+    assert_true(fabs(ev_num(x, "expected_read_gain") - 4e6 / 614400) < 1e-3);
+    assert_true(fabs(ev_num(x, "expected_read_bytes_per_second") - 4e6) < 1);
+    assert_true(fabs(ev_num(x, "probe_sequential_read_bytes_per_second") - 4e6) < 1);
+    assert_non_null(strstr(x->evidence, "\"gain_capped_by_probe\":true"));
+    assert_non_null(strstr(x->advice, "only 4.0 MB/s reading sequentially: up to 6.5x"));
+    assert_null(strstr(x->advice, "19.7 MB/s"));
+    done(&run, &a);
+}
+
 static void test_small_requests_at_a_high_rate_advise_packing_with_the_gain(void **st)
 {
     (void)st;
@@ -244,6 +296,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_no_readings_no_page_cache_finding, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_small_requests_at_a_high_rate_advise_packing_with_the_gain, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_the_probe_caps_the_gain_of_packing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_large_files_read_in_small_pieces_are_not_small_files,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_few_small_reads_per_second_are_not_small_files,
