@@ -221,7 +221,7 @@ def test_end_to_end_the_oom_its_summary_and_the_finding(name, tmp_path, trainmon
     ev = f["evidence"]
     assert ev["cause"] == exp["cause"], (ev["cause"], f["title"])
     assert ev["live_bytes"] == exp["live"] and ev["site1"] == exp["sites"][0][0]
-    assert exp["sites"][0][0] in text  # the sites under the finding
+    assert "      site: %s holds " % exp["sites"][0][0] in text, text  # under the finding
     if name == "fragmentation":
         # asked for 1 GiB; 256 + 799 = 1055 MiB free, largest 200 MiB (4 pieces)
         assert "asked for 1.00 GiB; 1.03 GiB free but the largest piece is 200.0 MiB " \
