@@ -1265,7 +1265,10 @@ def _on_cuda_ready():
             try:
                 rec(enabled="all", max_entries=int(n))          # torch >= 2.1
             except TypeError:
-                rec(True, trace_alloc_max_entries=int(n))     # torch 2.0
+                try:
+                    rec(True, trace_alloc_max_entries=int(n))  # torch 2.0
+                except TypeError:
+                    rec(True)                                  # torch 1.13: a history per block
     except Exception as e:
         _report_exc("OOM instrumentation", e)
 
@@ -1394,6 +1397,16 @@ def _make_set_threads(orig, torch):
     return set_threads
 
 
+def _env_memory_history():
+    """TRAINMON_MEMORY_HISTORY=N (trainmon run --memory-history): N, or
+    None when unset or not a positive number."""
+    try:
+        n = int(os.environ.get("TRAINMON_MEMORY_HISTORY", ""))
+        return n if n > 0 else None
+    except ValueError:
+        return None
+
+
 def attach(run_dir=None, memory_history=None):
     """Instruments the job with no other code change: steps and data wait
     (every DataLoader), per-batch worker time, CPU and RSS, optimizer steps,
@@ -1407,6 +1420,8 @@ def attach(run_dir=None, memory_history=None):
         if _state["attached"]:
             return
         _state["attached"] = True
+        if memory_history is None:  # `trainmon run --memory-history[=N]`
+            memory_history = _env_memory_history()
         _state["memory_history"] = memory_history
         _bind_torch()
         torch = sys.modules.get("torch")

@@ -256,3 +256,55 @@ def test_a_snapshot_that_cannot_be_taken_still_gives_a_summary(tmp_path, trainmo
     assert s["largest_free"] is None and s["live"] is None  # NAN: unknown
     f, _ = _finding(run_dir, trainmon_bin)
     assert f["evidence"]["snapshot_status"] == "no_snapshot"
+
+
+# ----------------------------------------------- run --memory-history[=N]
+
+HISTORY_JOB = r"""
+import json, torch
+it = torch.utils.data.dataloader._BaseDataLoaderIter(range(5))
+next(it)
+torch.cuda.init()
+next(it)
+next(it)
+print("HISTORY " + json.dumps(torch.cuda.memory.history))
+"""
+
+
+def _run_cli(tmp_path, trainmon_bin, *opts):
+    fake = tmp_path / "fake"
+    make_torch(fake)
+    env = dict(os.environ, PYTHONPATH="%s:%s" % (fake, PYDIR))
+    env.pop("TRAINMON_ATTACH", None)
+    env.pop("TRAINMON_MEMORY_HISTORY", None)
+    return subprocess.run([trainmon_bin, "run", "-o", str(tmp_path / "run")] + list(opts) +
+                          ["--", sys.executable, "-c", HISTORY_JOB],
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
+def _history(p):
+    lines = [x for x in p.stdout.splitlines() if x.startswith("HISTORY ")]
+    assert lines, (p.stdout, p.stderr)
+    return json.loads(lines[0][len("HISTORY "):])
+
+
+@pytest.mark.parametrize("opt,want", [([], []), (["--memory-history"], [["all", 100000]]),
+                                      (["--memory-history=500"], [["all", 500]])])
+def test_run_memory_history_reaches_the_allocator_and_is_off_by_default(
+        opt, want, tmp_path, trainmon_bin):
+    p = _run_cli(tmp_path, trainmon_bin, *opt)
+    assert p.returncode == 0, p.stderr
+    assert _history(p) == want
+
+
+@pytest.mark.parametrize("bad", ["0", "abc", "-3", "99999999999"])
+def test_run_memory_history_refuses_a_bad_count_in_one_line(bad, tmp_path, trainmon_bin):
+    p = _run_cli(tmp_path, trainmon_bin, "--memory-history=" + bad)
+    assert p.returncode == 2
+    assert p.stderr.count("\n") == 1 and "--memory-history=%s" % bad in p.stderr, p.stderr
+
+
+def test_run_help_states_the_memory_history_cost(trainmon_bin):
+    out = subprocess.run([trainmon_bin, "run", "--help"], capture_output=True, text=True).stdout
+    assert "--memory-history[=N]" in out and "2 us per recorded" in out
+    assert "tests/gpu/check.sh" in out
