@@ -1007,7 +1007,11 @@ _OOM_SNAPSHOTS_MAX = 3        # per process: the observer fires several times pe
 _OOM_BLOCKS_MAX = 1000000     # blocks walked at most (a bounded pause at the OOM)
 _OOM_SMALL_REQUEST = 1 << 20  # CUDACachingAllocator kSmallSize: <= 1 MiB from small segments
 _OOM_SMALL_SEGMENT = 2 << 20  # kSmallBuffer: a small segment's size (when segment_type is absent)
-_OOM_PAGE = 2 << 20           # the granularity expandable segments map and unmap
+# Expandable segments map physical memory into a large-pool segment in
+# kLargeBuffer pieces (CUDACachingAllocator.cpp: segment_size =
+# pool->is_small ? kSmallBuffer : kLargeBuffer), so what they could have
+# given back is the whole 20 MiB pages inside the free pieces.
+_OOM_PAGE = 20 << 20
 _OOM_SITES = 5
 _OOM_SITE_CHARS = 200         # a site's text is cut to its last 200 characters
 _OOMSUM_OK, _OOMSUM_CUT, _OOMSUM_NO_SNAPSHOT = 1, 2, 3

@@ -398,7 +398,7 @@ void tm_rule_gpu_mem_oom(struct an *an, const tm_an_rank *R)
                 if (isfinite(S->expandable) && S->expandable >= S->requested)
                     snprintf(adv, sizeof adv,
                              "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True would have fit "
-                             "it (%s usable: the device's free memory and the whole 2 MiB "
+                             "it (%s usable: the device's free memory and the whole 20 MiB "
                              "pages inside the free pieces).%s",
                              h4, snapnote);
                 else

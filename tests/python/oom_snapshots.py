@@ -66,37 +66,38 @@ def _snapshot(segments, requested, device_free):
 
 
 def fragmentation(torch_dir=TORCH_DIR):
-    """1 GiB asked for with 256 MiB free on the device; four 256 MiB large
+    """1 GiB asked for with 256 MiB free on the device; four 320 MiB large
     segments each keep a live block at their start and a free piece after
     it, and a small segment holds 512 KiB live and 1.5 MiB free.
 
-      free pieces in the large pool: 200 + 200 + 200 + 199 = 799 MiB, 4 of
-        them, the largest 200 MiB (< 1 GiB: no piece fits it)
-      free in total: 256 + 799 = 1055 MiB >= 1024 MiB: fragmentation
-      expandable_segments: whole 2 MiB pages inside the free pieces:
-        [56, 256) MiB of a segment: 200 MiB (x3); [57, 256): from 58 to 256,
-        198 MiB; 600 + 198 = 798 MiB; usable 256 + 798 = 1054 MiB >= 1 GiB
-      live: 56 x 3 + 57 + 0.5 = 225.5 MiB; reserved 4 x 256 + 2 = 1026 MiB
+      free pieces in the large pool: 280 + 280 + 280 + 279 = 1119 MiB, 4 of
+        them, the largest 280 MiB (< 1 GiB: no piece fits it)
+      free in total: 256 + 1119 = 1375 MiB >= 1024 MiB: fragmentation
+      expandable_segments: whole 20 MiB pages (from the segment's start)
+        inside the free pieces: [40, 320) MiB: 280 MiB (x3); [41, 320):
+        from 60 to 320, 260 MiB; 840 + 260 = 1100 MiB; usable 256 + 1100 =
+        1356 MiB >= 1024 MiB
+      live: 40 x 3 + 41 + 0.5 = 161.5 MiB; reserved 4 x 320 + 2 = 1282 MiB
       blocks: 4 x 2 + 2 = 10
-      sites: train.py:30:forward 56 x 3 + 57 = 225 MiB, data.py:9:collate
+      sites: train.py:30:forward 40 x 3 + 41 = 161 MiB, data.py:9:collate
         0.5 MiB
     """
     fw = _user("/work/job/train.py", 30, "forward", torch_dir)
     segs = []
-    for i, live in enumerate((56, 56, 56, 57)):
-        segs.append(_segment(0x7F0000000000 + i * 256 * MiB,
+    for i, live in enumerate((40, 40, 40, 41)):
+        segs.append(_segment(0x7F0000000000 + i * 320 * MiB,
                              [(live * MiB, "active_allocated", fw),
-                              ((256 - live) * MiB, "inactive", [])]))
+                              ((320 - live) * MiB, "inactive", [])]))
     segs.append(_segment(0x7E0000000000, [(512 << 10, "active_allocated",
                                             _user("/work/job/data.py", 9, "collate", torch_dir)),
                                            ((3 << 19), "inactive", [])], stype="small"))
     req, free = 1 * GiB, 256 * MiB
     return {"device": 0, "requested": req, "device_free": free, "total": 80 * GiB,
             "snapshot": _snapshot(segs, req, free), "ptrs": None,
-            "expect": {"pool": 2, "largest_free": 200 * MiB, "free_cached": 799 * MiB,
-                       "fragments": 4, "expandable": 1054 * MiB, "live": 225.5 * MiB,
-                       "reserved": 1026 * MiB, "blocks": 10, "cause": "fragmentation",
-                       "sites": [("/work/job/train.py:30:forward", 225 * MiB),
+            "expect": {"pool": 2, "largest_free": 280 * MiB, "free_cached": 1119 * MiB,
+                       "fragments": 4, "expandable": 1356 * MiB, "live": 161.5 * MiB,
+                       "reserved": 1282 * MiB, "blocks": 10, "cause": "fragmentation",
+                       "sites": [("/work/job/train.py:30:forward", 161 * MiB),
                                  ("/work/job/data.py:9:collate", 0.5 * MiB)]}}
 
 
@@ -109,7 +110,7 @@ def _packed(address, sizes_frames, tail_free):
 
 
 def activations(torch_dir=TORCH_DIR):
-    """512 MiB asked for with 100 MiB free; one 4116 MiB segment holds the
+    """512 MiB asked for with 100 MiB free; one 3860 MiB segment holds the
     parameters (2 x 128 MiB), Adam's state (2 x 256 MiB), no gradients
     (set_to_none before backward) and the forward's saved activations
     (8 x 256 MiB from attention, 4 x 256 MiB from the MLP), then 20 MiB free.
@@ -118,8 +119,8 @@ def activations(torch_dir=TORCH_DIR):
         state 512, other (activations) 3840 - 768 = 3072 MiB: 80% of live
       largest free piece 20 MiB, 1 piece; free in total 100 + 20 = 120 MiB
         < 512 MiB: not fragmentation
-      expandable: 100 + 20 = 120 MiB (the piece starts at 3840 MiB, on a
-        page boundary)
+      expandable: 100 + 20 = 120 MiB (the piece [3840, 3860) MiB is one
+        whole 20 MiB page: 3840 = 192 x 20)
       sites: model.py:88:attention 2048 MiB, model.py:120:mlp 1024 MiB,
         train.py:50:train_step 512 MiB (the state: adam.py's frames are
         torch's), train.py:12:<module> 256 MiB
@@ -160,6 +161,8 @@ def optimizer_state(torch_dir=TORCH_DIR):
       live: 2048 + 2048 + 4096 + 512 = 8704 MiB; state 4096/8704 = 47%
         (>= 35%), other 512/8704 = 6% (< 50%): the optimizer's state
       free in total 1024 + 256 = 1280 MiB < 2048 MiB: not fragmentation
+      expandable: the piece [8704, 8960) MiB holds the 20 MiB pages from
+        8720 to 8960: 240 MiB; usable 1024 + 240 = 1264 MiB
       sharding over 8 ranks saves 4096 x 7/8 = 3584 MiB; 8-bit 4096 x 3/4 =
         3072 MiB
     """
@@ -179,7 +182,7 @@ def optimizer_state(torch_dir=TORCH_DIR):
             "snapshot": _snapshot([seg], req, free),
             "ptrs": (st[0:4], st[4:8], st[8:16]),
             "expect": {"pool": 2, "largest_free": 256 * MiB, "free_cached": 256 * MiB,
-                       "fragments": 1, "expandable": 1280 * MiB, "live": 8704 * MiB,
+                       "fragments": 1, "expandable": 1264 * MiB, "live": 8704 * MiB,
                        "reserved": 8960 * MiB, "blocks": 19,
                        "live_params": 2048 * MiB, "live_grads": 2048 * MiB,
                        "live_optim_state": 4096 * MiB, "live_other": 512 * MiB,

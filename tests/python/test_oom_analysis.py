@@ -107,9 +107,9 @@ def test_the_walk_is_bounded_and_says_so(monkeypatch):
     import trainmon
     monkeypatch.setattr(trainmon, "_OOM_BLOCKS_MAX", 3)
     s = _analyze(CASES["fragmentation"]())
-    # 3 blocks: segment 0's live 56 MiB and free 200 MiB, segment 1's live 56 MiB
+    # 3 blocks: segment 0's live 40 MiB and free 280 MiB, segment 1's live 40 MiB
     assert s["status"] == 2 and "3 blocks" in s["why"]
-    assert s["blocks"] == 3 and s["live"] == 112 * MiB and s["free_cached"] == 200 * MiB
+    assert s["blocks"] == 3 and s["live"] == 80 * MiB and s["free_cached"] == 280 * MiB
 
 
 def test_another_devices_segments_are_left_out():
@@ -223,12 +223,13 @@ def test_end_to_end_the_oom_its_summary_and_the_finding(name, tmp_path, trainmon
     assert ev["live_bytes"] == exp["live"] and ev["site1"] == exp["sites"][0][0]
     assert "      site: %s holds " % exp["sites"][0][0] in text, text  # under the finding
     if name == "fragmentation":
-        # asked for 1 GiB; 256 + 799 = 1055 MiB free, largest 200 MiB (4 pieces)
-        assert "asked for 1.00 GiB; 1.03 GiB free but the largest piece is 200.0 MiB " \
+        # asked for 1 GiB; 256 + 1119 = 1375 MiB = 1.34 GiB free, the largest
+        # piece 280 MiB (4 pieces); usable with expandable segments 1356 MiB
+        assert "asked for 1.00 GiB; 1.34 GiB free but the largest piece is 280.0 MiB " \
                "(4 pieces): fragmentation" in f["title"], f["title"]
         assert f["advice"].startswith("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
-                                      "would have fit it (1.03 GiB usable"), f["advice"]
-        assert ev["expandable_usable_bytes"] == 1054 * MiB
+                                      "would have fit it (1.32 GiB usable"), f["advice"]
+        assert ev["expandable_usable_bytes"] == 1356 * MiB
     elif name == "activations":
         # 3072 of 3840 MiB live: 80%; half the micro-batch saves 1536 MiB
         assert "activations and temporaries hold 3.00 GiB of the 3.75 GiB live (80%)" \
