@@ -1212,6 +1212,7 @@ def _record_oom(torch, source, dev, req, free, total):
             snap = _take_snapshot(torch)
         except Exception as e:
             why = "the allocator snapshot failed: %s: %s" % (type(e).__name__, e)
+            _oom_said("the OOM snapshot", e)
     seq = _c.oom(source, dev, req, free, total, _dump_snapshot(snap))
     s = None
     if snap is not None:

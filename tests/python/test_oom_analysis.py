@@ -168,12 +168,13 @@ if case["ptrs"]:
     opt.param_groups = [{"params": params}]
 opt.step()
 with trainmon.phase("fwd"):
-    for cb in list(torch._C.observers):
-        cb(0, case["requested"], case["total"], case["device_free"])
+    for _ in range(int(os.environ.get("STANDIN_OOM_REPEAT", "1"))):
+        for cb in list(torch._C.observers):
+            cb(0, case["requested"], case["total"], case["device_free"])
 """
 
 
-def _run(tmp_path, env):
+def _run(tmp_path, env, said=0):
     fake = tmp_path / "fake"
     make_torch(fake)
     with open(str(fake / "torch" / "__init__.py"), "a") as f:
@@ -183,8 +184,8 @@ def _run(tmp_path, env):
     e = {"PYTHONPATH": "%s:%s:%s" % (fake, PYDIR, HERE)}
     e.update(env)
     p = run_script(SCRIPT, run_dir, env=e)
-    assert "trainmon:" not in p.stderr, p.stderr
-    return run_dir
+    assert p.stderr.count("trainmon:") == said, p.stderr
+    return run_dir, p.stderr
 
 
 def _finding(run_dir, trainmon_bin):
@@ -201,7 +202,7 @@ def _finding(run_dir, trainmon_bin):
 def test_end_to_end_the_oom_its_summary_and_the_finding(name, tmp_path, trainmon_bin):
     case = CASES[name]()
     exp = case["expect"]
-    run_dir = _run(tmp_path, {"STANDIN_OOM_CASE": name})
+    run_dir, _ = _run(tmp_path, {"STANDIN_OOM_CASE": name})
     path = main_file(run_dir)
     ooms = [r[2] for r in records(path, "oom")]
     sums = [r[2] for r in records(path, "oom_summary")]
@@ -247,7 +248,9 @@ def test_end_to_end_the_oom_its_summary_and_the_finding(name, tmp_path, trainmon
 
 
 def test_a_snapshot_that_cannot_be_taken_still_gives_a_summary(tmp_path, trainmon_bin):
-    run_dir = _run(tmp_path, {"STANDIN_OOM_FAIL": "1"})
+    # said once on stderr (the job runs on), and in the record
+    run_dir, err = _run(tmp_path, {"STANDIN_OOM_FAIL": "1"}, said=1)
+    assert "the OOM snapshot off" in err and "out of memory (stand-in)" in err
     path = main_file(run_dir)
     o = records(path, "oom")[0][2]
     s = records(path, "oom_summary")[0][2]
@@ -257,6 +260,20 @@ def test_a_snapshot_that_cannot_be_taken_still_gives_a_summary(tmp_path, trainmo
     assert s["largest_free"] is None and s["live"] is None  # NAN: unknown
     f, _ = _finding(run_dir, trainmon_bin)
     assert f["evidence"]["snapshot_status"] == "no_snapshot"
+
+
+def test_past_three_snapshots_an_oom_still_gets_its_summary(tmp_path):
+    # the observer fires 4 times (cuDNN retries, later OOMs): 3 snapshots
+    # are taken, pickled and read; the 4th says why it has none
+    run_dir, _ = _run(tmp_path, {"STANDIN_OOM_CASE": "activations", "STANDIN_OOM_REPEAT": "4"})
+    path = main_file(run_dir)
+    ooms = [r[2] for r in records(path, "oom")]
+    sums = [r[2] for r in records(path, "oom_summary")]
+    assert [o["seq"] for o in ooms] == [s["seq"] for s in sums] == [1, 2, 3, 4]
+    assert [s["status"] for s in sums] == [1, 1, 1, 3]
+    assert "at most 3 snapshots" in sums[3]["why"] and sums[3]["live"] is None
+    assert [bool(o["snapshot"]) for o in ooms] == [True, True, True, False]
+    assert len([f for f in os.listdir(str(run_dir)) if f.endswith(".pickle")]) == 3
 
 
 # ----------------------------------------------- run --memory-history[=N]
