@@ -92,7 +92,7 @@ $(BUILD)/src/cli/run.o: override CFLAGS += -I$(BUILD)/gen
 $(BUILD)/trainmon: $(CLI_OBJ) $(BUILD)/libtrainmon.a
 	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libtrainmon.a $(LDFLAGS) $(LDLIBS)
 
-$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libtrainmon.a
+$(BUILD)/tests/%: tests/unit/%.c $(wildcard tests/unit/*.h) $(BUILD)/libtrainmon.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Wno-missing-prototypes -o $@ $< $(BUILD)/libtrainmon.a $(LDFLAGS) -lcmocka $(LDLIBS)
 
@@ -208,7 +208,7 @@ bench: all $(BENCH_BIN) $(HELPER_BIN) $(FAKE_LIB) $(CGMARK)
 	@BUILD=$(BUILD) bench/run.sh
 
 FORMAT_SRC = $(wildcard include/*.h src/lib/*.[ch] src/cli/*.[ch] python/trainmon/*.c \
-               tests/unit/*.c tests/fuzz/*.c tests/helpers/*.[ch] tests/fakes/*.c bench/*.c \
+               tests/unit/*.[ch] tests/fuzz/*.c tests/helpers/*.[ch] tests/fakes/*.c bench/*.c \
                bench/cgmark/*.c)
 format:
 	clang-format -i $(FORMAT_SRC)

@@ -5,7 +5,8 @@
  *
  * What it does, in order:
  *   0. With --probe, before the recording starts, measures what the storage
- *      behind each -d path delivers (tm_probe_run: O_DIRECT reads of the
+ *      behind each -d path delivers (tm_probe_run in a child process, so
+ *      that a hung mount cannot hold the job back: O_DIRECT reads of the
  *      dataset's files, a few seconds, one probe per device) and, once
  *      the run directory exists, writes DIR/probe.json (docs/FORMAT.md), which the report's disk
  * verdict compares the job's reads with.
@@ -75,6 +76,7 @@
 
 #include "cli.h"
 #include "trainmon.h"
+#include "util.h"
 
 /* --memory-history: the events torch keeps by default here (its docs'
  * example), and at most (each event holds a stack: memory in the job). */
@@ -133,7 +135,8 @@ static void run_usage(FILE *f)
         "  --probe[=SEC]   before the job, measure what the storage behind each -d PATH\n"
         "                  delivers (trainmon probe; SEC in all per device, default 4)\n"
         "                  into DIR/probe.json: the report compares the job's reads\n"
-        "                  with it\n"
+        "                  with it; storage that does not answer within 20 s + 2 x SEC\n"
+        "                  (a hung mount) is left unprobed and the job starts\n"
         "  --group-readable  make the run directory 0750 and its files 0640 (default\n"
         "                  0700 and 0600: only the owner reads the recording)\n"
         "  --keep-args     store the command line in meta.json as given (default: the\n"
@@ -1057,6 +1060,98 @@ static int run_open(struct run *r, const char *outdir, const char *const *paths,
 static tm_probe run_probes[RUN_MAX_TARGETS];
 static size_t run_nprobes;
 
+/* One probe, in a child process: a read on a hung mount (NFS whose server
+ * is gone, a stalled device) blocks in the kernel, and no deadline of the
+ * probe's own can end it.  The child sends its result through a pipe; the
+ * parent waits at most RUN_PROBE_GRACE_S + 2 x the probe's time for it,
+ * then abandons the probe (SIGKILL: a process blocked in a read dies when
+ * the read returns; it is reaped when the job's wait collects children or
+ * by init) and the job starts anyway.  0, or a negative errno with
+ * tm_last_error() saying why. */
+#define RUN_PROBE_GRACE_S 20.0
+struct run_probe_msg {
+    int rc;
+    char err[512];
+    tm_probe p;
+};
+
+static int run_probe_child(const char *path, double secs, tm_probe *out)
+{
+    static struct run_probe_msg m;
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0)
+        return tm_seterr(-errno, "probe: pipe: %s", strerror(errno));
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        close(fds[0]);
+        close(fds[1]);
+        return tm_seterr(-e, "probe: fork: %s", strerror(e));
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        memset(&m, 0, sizeof m);
+        m.rc = tm_probe_run(path, secs, &m.p);
+        if (m.rc < 0)
+            snprintf(m.err, sizeof m.err, "%s", tm_last_error());
+        const char *b = (const char *)&m;
+        size_t left = sizeof m;
+        while (left) {
+            ssize_t n = write(fds[1], b, left);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0)
+                _exit(1);
+            b += n;
+            left -= (size_t)n;
+        }
+        _exit(0);
+    }
+    close(fds[1]);
+    double wait_s = RUN_PROBE_GRACE_S + 2 * (secs > 0 ? secs : 4.0);
+    int64_t deadline = tm_now_mono_ns() + (int64_t)(wait_s * 1e9);
+    size_t got = 0;
+    char *b = (char *)&m;
+    int rc = 0;
+    for (;;) {
+        int64_t left = deadline - tm_now_mono_ns();
+        if (left <= 0) {
+            rc = tm_seterr(-ETIMEDOUT,
+                           "%s: no answer from the storage within %.0f s (a hung mount, or reads "
+                           "slower than a few KB/s): probe abandoned",
+                           path, wait_s);
+            break;
+        }
+        struct pollfd pf = {.fd = fds[0], .events = POLLIN};
+        int pr = poll(&pf, 1, (int)(left / 1000000 + 1));
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr <= 0)
+            continue; /* timed out: the deadline check above ends it */
+        ssize_t n = read(fds[0], b + got, sizeof m - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0 || (got += (size_t)n) == sizeof m)
+            break;
+    }
+    close(fds[0]);
+    if (rc < 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, WNOHANG);
+        return rc;
+    }
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+    if (got != sizeof m)
+        return tm_seterr(-EIO, "%s: the probe ended without a result", path);
+    if (m.rc < 0) {
+        m.err[sizeof m.err - 1] = '\0';
+        return tm_seterr(m.rc, "%s", m.err);
+    }
+    *out = m.p;
+    return 0;
+}
+
 static void run_probe(struct run *r)
 {
     if (r->probe_s <= 0)
@@ -1074,7 +1169,7 @@ static void run_probe(struct run *r)
             continue;
         fprintf(stderr, "trainmon: probing the storage behind %s (%g s, O_DIRECT reads)\n", t->path,
                 r->probe_s);
-        if (tm_probe_run(t->path, r->probe_s, &probes[n]) < 0) {
+        if (run_probe_child(t->path, r->probe_s, &probes[n]) < 0) {
             cli_warn("--probe: %s; the report will not know this storage's ceiling",
                      tm_last_error());
             continue;

@@ -396,26 +396,32 @@ double tm_machine_workers_advice(char *buf, size_t cap, double need, double now,
     }
     if (capped)
         *capped = true;
-    /* By how much a sample must get cheaper for the workers that fit to
-     * keep up: fit workers do the work of need when each sample costs
-     * fit/need of now. */
-    char cut[160] = "";
+    /* The remedy first (the report's "Top remedy" is the advice's first
+     * sentence), then the arithmetic behind it.  By how much a sample must
+     * get cheaper for the workers that fit to keep up: fit workers do the
+     * work of need when each sample costs fit/need of now. */
+    size_t len;
     if (fit >= 1)
-        snprintf(
-            cut, sizeof cut,
-            " With the %.0f worker%s that fit%s%s, each sample must cost %.0f%% less (%.0f/%.0f "
-            "of now) to keep up:",
+        len = (size_t)snprintf(
+            buf, cap,
+            "With the %.0f worker%s that fit%s%s, each sample must cost %.0f%% less (%.0f/%.0f "
+            "of now) to keep up: %s, or give the job %.0f cores per rank.",
             fit, fit == 1 ? "" : "s", fit == 1 ? "s" : "", ranks > 1 ? " per rank" : "",
-            100 * (1 - fit / need), fit, need);
+            100 * (1 - fit / need), fit, need, cheaper, need);
     else
-        snprintf(cut, sizeof cut, " No core is left per rank for workers:");
-    size_t len =
-        (size_t)snprintf(buf, cap,
-                         "It would need about %.0f workers per rank %s but the job may "
-                         "use %.3g core%s%s.%s %s, or give the job %.0f cores per rank",
-                         need, paren, usable, usable == 1 ? "" : "s", per, cut, cheaper, need);
+        len = (size_t)snprintf(buf, cap,
+                               "No core is left per rank for workers: give the job %.0f cores "
+                               "per rank, or %s.",
+                               need, cheaper);
     if (len >= cap)
         return fit;
+    size_t more = (size_t)snprintf(buf + len, cap - len,
+                                   " It would need about %.0f workers per rank %s but the job may "
+                                   "use %.3g core%s%s",
+                                   need, paren, usable, usable == 1 ? "" : "s", per);
+    if (more >= cap - len)
+        return fit;
+    len += more;
     if (now > fit)
         snprintf(buf + len, cap - len,
                  "; %.0f workers per rank already oversubscribe those cores (num_workers=%.0f "

@@ -28,21 +28,22 @@ bool tm_rpt_first_of_host(const tm_run_source *src, size_t i)
     return true;
 }
 
-bool tm_rpt_pid_name(void *run, long pid, char *buf, size_t cap)
+bool tm_rpt_pid_rank(const tm_run *r, long pid, const char *on_host, char *buf, size_t cap)
 {
-    const tm_run *r = run;
     const tm_run_source *src;
     size_t ns = tm_run_sources(r, &src);
     const char *host = NULL;
     char name[64] = "";
     for (size_t i = 0; i < ns; i++) {
         const tm_rec_header *h = &src[i].header;
-        if (h->pid != pid || h->rank < 0 || !tm_rec_is_training(h))
+        if (h->pid != pid || h->rank < 0 || !tm_rec_is_training(h) ||
+            (on_host && strcmp(on_host, h->host) != 0))
             continue;
         if (host && strcmp(host, h->host) != 0)
             return false;
+        if (!host)
+            snprintf(name, sizeof name, "rank %d", (int)h->rank);
         host = h->host;
-        snprintf(name, sizeof name, "rank %d", (int)h->rank);
     }
     const tm_run_worker *wk;
     size_t nw = tm_run_workers(r, &wk);
@@ -50,15 +51,24 @@ bool tm_rpt_pid_name(void *run, long pid, char *buf, size_t cap)
         if (wk[i].w.pid != (uint32_t)pid || wk[i].rank < 0 || wk[i].source >= ns)
             continue;
         const char *h = src[wk[i].source].header.host;
+        if (on_host && strcmp(on_host, h) != 0)
+            continue;
         if (host && strcmp(host, h) != 0)
             return false;
+        if (!host)
+            snprintf(name, sizeof name, "rank %d worker %d", (int)wk[i].rank,
+                     (int)wk[i].w.worker_id);
         host = h;
-        snprintf(name, sizeof name, "rank %d worker %d", (int)wk[i].rank, (int)wk[i].w.worker_id);
     }
     if (!host)
         return false;
     snprintf(buf, cap, "%s", name);
     return true;
+}
+
+bool tm_rpt_pid_name(void *run, long pid, char *buf, size_t cap)
+{
+    return tm_rpt_pid_rank(run, pid, NULL, buf, cap);
 }
 
 void tm_rpt_iso_time(char *buf, size_t cap, int64_t ns)

@@ -41,6 +41,10 @@ void tm_rpt_headline(const tm_analysis *a, tm_rpt_head *h);
  * processes of two hosts do (a pid alone cannot tell them apart). */
 bool tm_rpt_pid_name(void *run, long pid, char *buf, size_t cap);
 
+/* The same name for a pid on one host (on_host; NULL: on any one host, as
+ * above), for the charts of series recorded on that host. */
+bool tm_rpt_pid_rank(const tm_run *r, long pid, const char *on_host, char *buf, size_t cap);
+
 /* Whether src[i] is the first of src[0..i] from its host (to list each
  * host of a run once). */
 bool tm_rpt_first_of_host(const tm_run_source *src, size_t i);

@@ -548,21 +548,9 @@ static void process_label(char *buf, size_t cap, const tm_run *r, const tm_run_s
     size_t ns = tm_run_sources(r, &src);
     if (end == pid || *end || p <= 0 || s->source >= ns)
         return;
-    const char *host = src[s->source].header.host;
-    for (size_t i = 0; i < ns; i++)
-        if (src[i].header.pid == p && src[i].header.rank >= 0 &&
-            strcmp(src[i].header.host, host) == 0 && tm_rec_is_training(&src[i].header)) {
-            snprintf(buf, cap, "rank %d", (int)src[i].header.rank);
-            return;
-        }
-    const tm_run_worker *wk;
-    size_t nw = tm_run_workers(r, &wk);
-    for (size_t i = 0; i < nw; i++)
-        if (wk[i].w.pid == (uint32_t)p && wk[i].rank >= 0 && wk[i].source < ns &&
-            strcmp(src[wk[i].source].header.host, host) == 0) {
-            snprintf(buf, cap, "rank %d worker %d", (int)wk[i].rank, (int)wk[i].w.worker_id);
-            return;
-        }
+    char name[64];
+    if (tm_rpt_pid_rank(r, p, src[s->source].header.host, name, sizeof name))
+        snprintf(buf, cap, "%s", name);
 }
 
 /* Process memory: PSS of the recorded processes (RSS without PSS), or,

@@ -107,12 +107,14 @@ void tm_an_dataset_evidence(struct ev *e, const tm_an_summary *S);
 void tm_an_dataset_advice(char *adv, size_t cap, const tm_an_summary *S);
 /* The gain of packing small files into shards read sequentially: at the
  * same request rate, TM_AN_SHARD_REQ_BYTES per request instead of req.
- * read_gain = shard request / req (at least 1); *read_bps_after the bytes
- * per second that would carry; *speedup the step's expected speed-up,
- * at most step/compute (the input cannot make compute faster).  NAN where
- * an input is missing. */
-void tm_an_pack_gain(double req_bytes, double read_bps, double step_s, double compute_s,
-                     double *read_gain, double *read_bps_after, double *speedup);
+ * read_gain = shard request / req (at least 1), capped where the storage
+ * ceiling is known (ceiling_bps, the probe's sequential rate of that disk;
+ * NAN: unknown) at ceiling / read_bps; *read_bps_after the bytes per
+ * second that would carry; *speedup the step's expected speed-up, at most
+ * step/compute (the input cannot make compute faster).  NAN where an input
+ * is missing. */
+void tm_an_pack_gain(double req_bytes, double read_bps, double ceiling_bps, double step_s,
+                     double compute_s, double *read_gain, double *read_bps_after, double *speedup);
 /* rules_run.c: the run itself (the in-process recorder did not load) */
 void tm_rule_run_agent_not_loaded(struct an *an);
 /* The rule table, in the order the rules are applied; NULL-free. */

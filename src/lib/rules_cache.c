@@ -62,13 +62,17 @@ void tm_an_dataset_advice(char *adv, size_t cap, const tm_an_summary *S)
                  100 * S->ds_cached_end);
 }
 
-void tm_an_pack_gain(double req_bytes, double read_bps, double step_s, double compute_s,
-                     double *read_gain, double *read_bps_after, double *speedup)
+void tm_an_pack_gain(double req_bytes, double read_bps, double ceiling_bps, double step_s,
+                     double compute_s, double *read_gain, double *read_bps_after, double *speedup)
 {
     *read_gain = *read_bps_after = *speedup = NAN;
     if (!(req_bytes > 0))
         return;
     *read_gain = fmax(TM_AN_SHARD_REQ_BYTES / req_bytes, 1.0);
+    /* the device cannot carry more than the probe got from it reading
+     * sequentially (and packing never makes reads slower) */
+    if (ceiling_bps > 0 && read_bps > 0 && read_bps * *read_gain > ceiling_bps)
+        *read_gain = fmax(ceiling_bps / read_bps, 1.0);
     if (read_bps >= 0)
         *read_bps_after = read_bps * *read_gain;
     /* The loop waits for data (step - compute) of each step; reads
@@ -167,8 +171,13 @@ void tm_rule_data_small_files(struct an *an)
     if (mean_file >= TM_AN_SMALL_FILE_BYTES)
         return; /* large files read in small pieces: a read pattern, not a file count */
     double gain, after, speedup;
-    tm_an_pack_gain(S->disk_req_bytes, S->disk_read_bps, S->step_median_s, S->compute_median_s,
-                    &gain, &after, &speedup);
+    /* the probe's sequential rate of this disk, when `run --probe` measured it */
+    double ceiling = S->probe_disk[0] && strcmp(S->probe_disk, S->disk) == 0 && S->probe_seq_bps > 0
+                         ? S->probe_seq_bps
+                         : NAN;
+    tm_an_pack_gain(S->disk_req_bytes, S->disk_read_bps, ceiling, S->step_median_s,
+                    S->compute_median_s, &gain, &after, &speedup);
+    double uncapped = fmax(TM_AN_SHARD_REQ_BYTES / S->disk_req_bytes, 1.0);
     double need =
         S->compute_median_s > 0 ? S->disk_read_bps * S->step_median_s / S->compute_median_s : NAN;
     struct ev e;
@@ -187,6 +196,11 @@ void tm_rule_data_small_files(struct an *an)
     tm_an_ev_num(&e, "expected_read_bytes_per_second", after);
     tm_an_ev_num(&e, "needed_read_bytes_per_second", need);
     tm_an_ev_num(&e, "expected_speedup", speedup);
+    if (isfinite(ceiling)) {
+        tm_an_ev_num(&e, "probe_sequential_read_bytes_per_second", ceiling);
+        tm_an_ev_key(&e, "gain_capped_by_probe");
+        tm_buf_printf(&e.b, "%s", gain < uncapped ? "true" : "false");
+    }
     char title[512], adv[2048], files[160] = "";
     snprintf(title, sizeof title,
              "many small files: the disk served %.0f reads/s of %.1f KiB on average while the "
@@ -204,7 +218,12 @@ void tm_rule_data_small_files(struct an *an)
         "TFRecord, or one numpy memmap): the kernel then reads %.0f KiB readahead windows, "
         "%.0fx the bytes per request",
         files, TM_AN_SHARD_REQ_BYTES / 1024.0, gain);
-    if (len < sizeof adv && isfinite(after))
+    if (len < sizeof adv && isfinite(after) && gain < uncapped)
+        len += (size_t)snprintf(adv + len, sizeof adv - len,
+                                ", but the disk gave the probe only %.1f MB/s reading "
+                                "sequentially: up to %.1fx, %.1f MB/s",
+                                ceiling / 1e6, gain, after / 1e6);
+    else if (len < sizeof adv && isfinite(after))
         len += (size_t)snprintf(adv + len, sizeof adv - len,
                                 ", up to %.1f MB/s at the same %.0f requests/s", after / 1e6,
                                 S->disk_reads_s);
@@ -214,10 +233,13 @@ void tm_rule_data_small_files(struct an *an)
     if (len < sizeof adv && isfinite(speedup))
         len += (size_t)snprintf(adv + len, sizeof adv - len,
                                 ": the steps would be up to %.1fx faster", speedup);
-    if (len < sizeof adv)
+    if (len < sizeof adv && isfinite(ceiling))
+        snprintf(adv + len, sizeof adv - len,
+                 ". The gain is capped at what the probe read sequentially from /dev/%s.", S->disk);
+    else if (len < sizeof adv)
         snprintf(adv + len, sizeof adv - len,
                  ". The request rate is the device's; the gain holds while its bandwidth "
-                 "exceeds the larger reads (a probe of the storage says).");
+                 "exceeds the larger reads (`trainmon run --probe` measures it).");
     tm_an_add(an, TM_SEV_MEDIUM, isfinite(mean_file) ? TM_CONF_HIGH : TM_CONF_MEDIUM, -1, &e, title,
               adv);
 }

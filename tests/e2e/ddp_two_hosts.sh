@@ -15,13 +15,8 @@ TRAINMON=${TRAINMON:-$root/${BUILD:-build}/trainmon}
 [ -x "$TRAINMON" ] || { echo "skipped: $TRAINMON not built"; exit 77; }
 [ "$(id -u)" = 0 ] || { echo "skipped: needs root (network namespaces)"; exit 77; }
 command -v ip > /dev/null && command -v unshare > /dev/null || { echo "skipped: no ip or unshare"; exit 77; }
-venv=${VENV_PY:-}
-if [ -z "$venv" ]; then
-    for v in "${TM_ROOT:-$root}/.venv/bin/python" /work/main/.venv/bin/python; do
-        [ -x "$v" ] && { venv=$v; break; }
-    done
-fi
-case $venv in /*) ;; ?*) venv=$root/$venv ;; esac
+. "$root/tests/lib/venv.sh"
+venv=$(tm_venv_python)
 [ -n "$venv" ] && "$venv" -c 'import torch.distributed as d; assert d.is_available()' 2>/dev/null ||
     { echo "skipped: no virtualenv with torch.distributed (make deps makes .venv)"; exit 77; }
 

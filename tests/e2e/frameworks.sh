@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Framework loops under `trainmon run` (issue #14): PyTorch Lightning and
 # the Hugging Face Trainer, on the CPU in the torch 2.x virtualenv of `make
-# deps` ($TM_ROOT/.venv or /work/main/.venv), tiny models built from code
+# deps` (tests/lib/venv.sh: $VENV_PY, else .venv), tiny models built from code
 # or a config (no download).  Skipped with one line when the virtualenv or
 # its lightning / transformers is missing (`make deps` installs them where a
 # package index is reachable).
@@ -39,12 +39,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 TRAINMON=${TRAINMON:-$root/${BUILD:-build}/trainmon}
 [ -x "$TRAINMON" ] || { echo "skipped: $TRAINMON not built"; exit 77; }
-PY=${VENV_PY:-}
-if [ -z "$PY" ]; then
-    for v in "${TM_ROOT:-$root}/.venv/bin/python" /work/main/.venv/bin/python; do
-        [ -x "$v" ] && { PY=$v; break; }
-    done
-fi
+. "$root/tests/lib/venv.sh"
+PY=$(tm_venv_python)
 [ -n "$PY" ] && [ -x "$PY" ] || { echo "skipped: no torch 2.x virtualenv (make deps makes it)"; exit 77; }
 scratch=$(mktemp -d /var/tmp/trainmon-fw.XXXXXX)
 trap 'rm -rf "$scratch"' EXIT
@@ -56,24 +52,14 @@ check() {
     "$TRAINMON" report --json "$run" > "$run/report.json" 2> "$run/report.err" ||
         { cat "$run/report.err"; return 1; }
     "$TRAINMON" dump --json "$run"/pid*.tmr > "$run/dump.jsonl" 2>/dev/null
-    "$PY" - "$run" "$job" <<'PYEOF'
+    "$PY" - "$run" "$job" "$root/tests/lib" <<'PYEOF'
 import json, sys
 run, job = sys.argv[1], sys.argv[2]
+sys.path.insert(0, sys.argv[3])
+import runcheck
 free = job.endswith("_free")
-out = [l for l in open(run + ".out") if l.startswith('{"steps"')]
-oracle = json.loads(out[-1])
-rep = json.load(open(run + "/report.json"))
+oracle, rep, train, evals = runcheck.load(run, '{"steps"')
 S = rep["summary"]
-recs = []
-for line in open(run + "/dump.jsonl"):
-    try:
-        o = json.loads(line)
-    except ValueError:
-        continue
-    if o.get("type") == "step":
-        recs.append(o)
-train = [o for o in recs if o.get("phase") != "eval"]
-evals = [o for o in recs if o.get("phase") == "eval"]
 bad = []
 if not S.get("steps") or abs(S["steps"] - oracle["steps"]) > 1:
     bad.append("steps %s, the job counted %s" % (S.get("steps"), oracle["steps"]))

@@ -20,13 +20,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 TRAINMON=${TRAINMON:-$root/${BUILD:-build}/trainmon}
 [ -x "$TRAINMON" ] || { echo "skipped: $TRAINMON not built"; exit 77; }
-venv=${VENV_PY:-}
-if [ -z "$venv" ]; then
-    for v in "${TM_ROOT:-$root}/.venv/bin/python" /work/main/.venv/bin/python; do
-        [ -x "$v" ] && { venv=$v; break; }
-    done
-fi
-case $venv in /*) ;; ?*) venv=$root/$venv ;; esac
+. "$root/tests/lib/venv.sh"
+venv=$(tm_venv_python)
 if [ -z "$venv" ] || ! "$venv" -c 'import tensorboard, pandas, torch' 2>/dev/null; then
     echo "skipped: no virtualenv with tensorboard, pandas and torch (make deps installs them)"; exit 77
 fi

@@ -5,7 +5,9 @@
 # throttle's rate within 10%, at two rates (16 MiB/s, then 6 MiB/s: it
 # tracks the limit, it does not print a constant), and far above it with no
 # throttle; it must leave the dataset out of the page cache (O_DIRECT), and
-# refuse what it cannot measure with one line and a non-zero exit.
+# refuse what it cannot measure with one line and a non-zero exit; under
+# `run --probe`, storage that does not answer is given up on and the job
+# starts.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib/slowdisk.sh"
@@ -82,4 +84,27 @@ res=$(fincore -b -n -o RES "$ds"/*.bin | awk '{s += $1} END {print s + 0}')
 echo "$SD_MAJMIN $((6 * 1024 * 1024))" > "$SD_CG/blkio.throttle.read_bps_device"
 probe "$SD_DIR/p6.json" $((6 * 1024 * 1024))
 probe "$SD_DIR/pfree.json" 0
-echo "PASS: the probe finds a blkio throttle's rate within 10% and leaves the page cache alone"
+
+# Storage that does not answer: a throttle of 4 KiB/s makes each O_DIRECT
+# read of the probe take minutes, as a hung mount would.  `run --probe=1`
+# must give up on it after 20 s + 2 x 1 s, say so in one line, write no
+# probe.json and start the job anyway.  (The dataset's metadata is cached
+# first: the walk's stat calls are not what is measured here.)
+find "$ds" -type f -exec stat -c %s {} + > /dev/null
+echo "$SD_MAJMIN 4096" > "$SD_CG/blkio.throttle.read_bps_device"
+start=$(date +%s)
+slowdisk_run "$TRAINMON" run --no-python -o "$SD_DIR/hung" --probe=1 -d "$ds" -- \
+    touch "$SD_DIR/job-ran" > "$SD_DIR/hung.out" 2>&1
+rc=$?
+took=$(($(date +%s) - start))
+# release the abandoned probe's reads (a SIGKILLed reader dies when its read
+# returns), so that the cleanup can unmount
+echo "$SD_MAJMIN 0" > "$SD_CG/blkio.throttle.read_bps_device"
+[ $rc -eq 0 ] || { cat "$SD_DIR/hung.out"; fail "run --probe on hung storage exited $rc"; }
+[ -e "$SD_DIR/job-ran" ] || fail "the job did not run after the probe was abandoned"
+[ "$took" -lt 60 ] || fail "run --probe on hung storage took $took s"
+grep -q "no answer from the storage within 22 s.*probe abandoned" "$SD_DIR/hung.out" ||
+    { cat "$SD_DIR/hung.out"; fail "no line saying the probe was abandoned"; }
+[ ! -e "$SD_DIR/hung/probe.json" ] || fail "a probe.json for an abandoned probe"
+echo "hung storage: the probe was abandoned after $took s and the job ran"
+echo "PASS: the probe finds a blkio throttle's rate within 10%, leaves the page cache alone and gives up on storage that does not answer"

@@ -76,11 +76,9 @@ torch_job() {
 # 1. the build tree's package, on both torches
 torch_job torch113 "$TRAINMON" "$SYS_PY"
 [ "$file" = "$root/python/trainmon/__init__.py" ] || fail "torch113: loaded $file"
-VENV_PY=${VENV_PY:-}
-for p in "$VENV_PY" "$root/.venv/bin/python" /work/main/.venv/bin/python; do
-    [ -n "$p" ] && [ -x "$p" ] && "$p" -c 'import torch' 2> /dev/null && { VENV_PY=$p; break; }
-    VENV_PY=
-done
+. "$root/tests/lib/venv.sh"
+VENV_PY=$(tm_venv_python)
+[ -n "$VENV_PY" ] && ! "$VENV_PY" -c 'import torch' 2> /dev/null && VENV_PY=
 if [ -n "$VENV_PY" ]; then
     torch_job torch2 "$TRAINMON" "$VENV_PY"
     [ "$file" = "$root/python/trainmon/__init__.py" ] || fail "torch2: loaded $file"

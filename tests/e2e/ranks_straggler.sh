@@ -123,12 +123,8 @@ half() { # name python launcher
 }
 
 half torch1 /usr/bin/python3 by-hand
-venv=${VENV_PY:-}
-if [ -z "$venv" ]; then
-    for v in "${TM_ROOT:-$root}/.venv/bin/python" /work/main/.venv/bin/python; do
-        [ -x "$v" ] && { venv=$v; break; }
-    done
-fi
+. "$root/tests/lib/venv.sh"
+venv=$(tm_venv_python)
 half torch2 "${venv:-/nonexistent/.venv/bin/python}" torchrun
 [ $ran -gt 0 ] || { echo "skipped: no interpreter with torch.distributed"; exit 77; }
 [ $fails -eq 0 ] || { echo "FAIL: $fails of $ran straggler runs"; exit 1; }

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Real training loops under `trainmon run` (issue #14): the step model on
 # the loops people write, on torch 1.13 (Debian's /usr/bin/python3) and
-# torch 2.x (the virtualenv of `make deps`, $TM_ROOT/.venv or
-# /work/main/.venv; that half is skipped with one line when it is missing).
+# torch 2.x (the virtualenv of `make deps`, tests/lib/venv.sh:
+# $VENV_PY, else .venv; that half is skipped with one line when it is missing).
 #
 # Each job in tests/jobs/ prints, as its last line, its own step count
 # (optimizer steps; backward passes for manual SGD) and its data-wait share
@@ -40,9 +40,11 @@ check() {
     "$TRAINMON" report --json "$run" > "$run/report.json" 2> "$run/report.err" ||
         { cat "$run/report.err"; return 1; }
     "$TRAINMON" dump --json "$run"/pid*.tmr > "$run/dump.jsonl" 2>/dev/null
-    "$PY" - "$run" "$job" <<'PYEOF'
+    "$PY" - "$run" "$job" "$root/tests/lib" <<'PYEOF'
 import json, sys
 run, job = sys.argv[1], sys.argv[2]
+sys.path.insert(0, sys.argv[3])
+import runcheck
 # the input finding each job must get (and the ones it must not)
 EXPECT = {"llm_memmap": ("input.main_prep", "cpu"), "manual_sgd": ("input.main_prep", "cpu"),
           "llm_memmap_fast": ("input.ok", None), "grad_accum": (None, None),
@@ -60,20 +62,8 @@ NEVER = {"llm_memmap": {"input.data_wait", "input.cpu_bound", "input.disk_bound"
          "llm_memmap_eval": {"input.data_wait", "input.cpu_bound", "input.disk_bound"},
          "loader_persistent": LOADER_NEVER, "loader_iterable": LOADER_NEVER,
          "loader_forkserver": LOADER_NEVER}
-out = [l for l in open(run + ".out") if l.startswith("{")]
-oracle = json.loads(out[-1])
-rep = json.load(open(run + "/report.json"))
+oracle, rep, train, evals = runcheck.load(run)
 S = rep["summary"]
-recs = []
-for line in open(run + "/dump.jsonl"):
-    try:
-        o = json.loads(line)
-    except ValueError:
-        continue
-    if o.get("type") == "step":
-        recs.append(o)
-train = [o for o in recs if o.get("phase") != "eval"]
-evals = [o for o in recs if o.get("phase") == "eval"]
 bad = []
 import glob
 mains = glob.glob(run + "/pid*.tmr")
@@ -137,12 +127,8 @@ half() { # name python
 }
 
 half torch1 /usr/bin/python3
-venv=${VENV_PY:-}
-if [ -z "$venv" ]; then
-    for v in "${TM_ROOT:-$root}/.venv/bin/python" /work/main/.venv/bin/python; do
-        [ -x "$v" ] && { venv=$v; break; }
-    done
-fi
+. "$root/tests/lib/venv.sh"
+venv=$(tm_venv_python)
 half torch2 "${venv:-/nonexistent/.venv/bin/python}"
 [ $ran -gt 0 ] || { echo "skipped: no interpreter with torch"; exit 77; }
 [ $fails -eq 0 ] || { echo "FAIL: $fails of $ran real-loop jobs"; exit 1; }

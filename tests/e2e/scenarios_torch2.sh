@@ -10,13 +10,8 @@ set -u
 case ${BUILD:-} in *asan*) echo "skipped: under the sanitizer build (the Python side and the framework jobs are the plain build's; the binary's parsers run under ASan in the other tests)"; exit 77 ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-venv=${VENV_PY:-}
-if [ -z "$venv" ]; then
-    for v in "${TM_ROOT:-$root}/.venv/bin/python" /work/main/.venv/bin/python; do
-        [ -x "$v" ] && { venv=$v; break; }
-    done
-fi
-case $venv in /*) ;; ?*) venv=$root/$venv ;; esac
+. "$root/tests/lib/venv.sh"
+venv=$(tm_venv_python)
 if [ -z "$venv" ] || ! tv=$("$venv" -c 'import torch; print(torch.__version__)' 2>/dev/null); then
     echo "skipped: no virtualenv with torch (make deps makes .venv)"; exit 77
 fi

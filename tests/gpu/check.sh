@@ -16,7 +16,9 @@
 # different moments), and attribution: the torch pid's GPU memory and the
 # watched tree's gpu_memory_bytes are at least the allocation.  Other fields
 # are printed for the eye.  Then a real loop that computes and waits for
-# data in turn under `trainmon run` must get gpu.util_swing.  Exit 0 when all match, 1 on a mismatch, 77 when
+# data in turn under `trainmon run` must get gpu.util_swing, and a
+# transformer's predicted largest micro-batch is compared with the one that
+# really fits, then run out of memory for the report to explain.  Exit 0 when all match, 1 on a mismatch, 77 when
 # the machine cannot run the check (no nvidia-smi, no CUDA torch).
 # Environment: ALLOC_GIB (default 8), PYTHON (a python3 with CUDA torch),
 # BUILD (default build).
@@ -183,8 +185,10 @@ gib=${ALLOC_GIB:-8}
 alloc=$((gib << 30))
 work=$(mktemp -d /tmp/trainmon-gpu.XXXXXX)
 torch_pid=""
+ballast_pid=""
 cleanup() {
     [ -n "$torch_pid" ] && kill "$torch_pid" 2>/dev/null && wait "$torch_pid" 2>/dev/null
+    [ -n "$ballast_pid" ] && kill "$ballast_pid" 2>/dev/null && wait "$ballast_pid" 2>/dev/null
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -375,4 +379,91 @@ print("check: gpu.util_swing on a real GPU:", "ok" if f else "MISSING",
 sys.exit(0 if f else 1)
 PY
 [ $? -eq 0 ] && [ $swing_rc -eq 0 ] || { tail -n 20 "$work/swing.out"; swing_rc=1; }
-[ $watch_rc -eq 0 ] && [ $py_rc -eq 0 ] && [ $swing_rc -eq 0 ]
+
+# --- the largest micro-batch (#16 item 5): with GPU 0 left about BATCH_GIB
+# free by a ballast process, a transformer trained under `trainmon run` at
+# batch 8 gets anatomy.max_micro_batch (the prediction); batch_oom.py then
+# finds the largest batch that really fits (doubled, then bisected, two
+# Adam steps each); the prediction must not promise a batch that runs out
+# of memory, nor fall below 60% of the real one.  Then the same job at twice
+# the first failing batch runs out of memory under `trainmon run
+# --memory-history`: the report's gpu_mem.oom must explain it (cause,
+# largest free piece, live bytes by category, sites).  Last, what torch's
+# history recording costs per step and per event (run --help states it).
+bgib=${BATCH_GIB:-24}
+CUDA_VISIBLE_DEVICES=0 "$py" - "$bgib" "$work/ballast" >"$work/ballast.log" 2>&1 <<'PY' &
+import os, sys, time, torch
+keep = int(sys.argv[1]) << 30
+free, total = torch.cuda.mem_get_info(0)
+hold = torch.empty(max(0, free - keep), dtype=torch.uint8, device="cuda:0")
+hold.fill_(1)
+torch.cuda.synchronize()
+open(sys.argv[2], "w").write("%d %d\n" % (free, hold.numel()))
+time.sleep(900)
+PY
+ballast_pid=$!
+for _ in $(seq 1 240); do
+    [ -s "$work/ballast" ] && break
+    kill -0 "$ballast_pid" 2>/dev/null || break
+    sleep 0.5
+done
+batch_rc=1
+if [ -s "$work/ballast" ]; then
+    echo "check: ballast pid $ballast_pid leaves about $bgib GiB of GPU 0 free"
+    CUDA_VISIBLE_DEVICES=0 timeout 240 "$build/trainmon" run -o "$work/pred" -- \
+        "$py" tests/gpu/batch_oom.py train 8 6 >"$work/pred.out" 2>&1
+    "$build/trainmon" report --json "$work/pred" >"$work/pred.json" 2>>"$work/pred.out"
+    CUDA_VISIBLE_DEVICES=0 timeout 240 "$py" tests/gpu/batch_oom.py search 8 >"$work/search.out" 2>&1
+    first_fail=$("$py" -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["first_fail"])' "$work/search.out" 2>/dev/null || echo 64)
+    hist=""
+    "$build/trainmon" run --help 2>&1 | grep -q -- '--memory-history' && hist=--memory-history
+    CUDA_VISIBLE_DEVICES=0 timeout 240 "$build/trainmon" run -o "$work/oom" $hist -- \
+        "$py" tests/gpu/batch_oom.py train $((first_fail * 2)) 3 >"$work/oom.out" 2>&1
+    "$build/trainmon" report --json "$work/oom" >"$work/oom.json" 2>>"$work/oom.out"
+    "$build/trainmon" report "$work/oom" 2>&1 | sed -n '/out of memory/,/^$/p' | head -n 30
+    CUDA_VISIBLE_DEVICES=0 timeout 120 "$py" tests/gpu/batch_oom.py histcost 8 20 >"$work/hist.out" 2>&1
+    "$py" - "$work/pred.json" "$work/search.out" "$work/oom.json" "$work/hist.out" <<'PY'
+import json, sys
+def last_json(path):
+    for line in reversed(open(path).read().splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    return {}
+bad = 0
+def check(what, ok, detail=""):
+    global bad
+    bad += not ok
+    print("check: %-58s %s %s" % (what, "ok" if ok else "MISMATCH", detail))
+pred = json.load(open(sys.argv[1]))
+f = [x for x in pred.get("findings", []) if x["id"] == "anatomy.max_micro_batch"]
+p = f[0]["evidence"].get("max_micro_batch") if f else None
+s = last_json(sys.argv[2])
+real = s.get("largest_fit")
+check("anatomy.max_micro_batch predicted", p is not None, "predicted %s" % p)
+check("the largest batch that fits was found", bool(real), "largest %s, first failing %s"
+      % (real, s.get("first_fail")))
+if p is not None and real:
+    r = p / real
+    check("prediction within [0.6, 1.0] of the real largest batch", 0.6 <= r <= 1.0,
+          "%.0f / %d = %.2f" % (p, real, r))
+oom = json.load(open(sys.argv[3]))
+f = [x for x in oom.get("findings", []) if x["id"] == "gpu_mem.oom"]
+ev = f[0]["evidence"] if f else {}
+check("gpu_mem.oom reported for the batch that does not fit", bool(f),
+      f[0]["title"] if f else "")
+check("the OOM finding names its cause", bool(ev.get("cause")), str(ev.get("cause")))
+print("check: OOM evidence:", {k: v for k, v in ev.items() if k != "snapshot"})
+h = last_json(sys.argv[4])
+print("check: memory history cost: %s" % h)
+sys.exit(1 if bad else 0)
+PY
+    batch_rc=$?
+    [ $batch_rc -eq 0 ] || tail -n 20 "$work/pred.out" "$work/search.out" "$work/oom.out" "$work/hist.out"
+else
+    cat "$work/ballast.log"
+    echo "check: the ballast process did not get ready" >&2
+fi
+kill "$ballast_pid" 2>/dev/null && wait "$ballast_pid" 2>/dev/null
+ballast_pid=""
+
+[ $watch_rc -eq 0 ] && [ $py_rc -eq 0 ] && [ $swing_rc -eq 0 ] && [ $batch_rc -eq 0 ]

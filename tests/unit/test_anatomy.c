@@ -19,42 +19,13 @@
 #include "anatomy.h"
 #include "trainmon.h"
 
-#define S_NS 1000000000LL
-#define GiB (1024.0 * 1024.0 * 1024.0)
+#define FX_NAME "test_anatomy"
+#include "fixture.h"
 
-static char dir[256];
 static int64_t T0;
 
-static int setup(void **st)
-{
-    (void)st;
-    snprintf(dir, sizeof dir, "/tmp/test_anatomy.XXXXXX");
-    if (!mkdtemp(dir))
-        return -1;
-    T0 = tm_now_mono_ns();
-    return 0;
-}
-
-static int teardown(void **st)
-{
-    (void)st;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
-static tm_rec *open_rec(const char *file, const char *role, int rank)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", dir, file);
-    tm_rec_opts o = {.role = role, .rank = rank};
-    tm_rec *w = NULL;
-    assert_int_equal(tm_rec_open(&w, path, &o), 0);
-    return w;
-}
-
 /* Ten steps of 0.1 s, so that the file is a training process. */
-static void put_steps(tm_rec *w)
+static void put_anatomy_steps(tm_rec *w)
 {
     uint8_t buf[128];
     for (uint64_t i = 0; i < 10; i++) {
@@ -99,28 +70,6 @@ static void put_anatomy(tm_rec *w, struct anat a)
         tm_rec_append(w, TM_REC_ANATOMY, T0 + (int64_t)a.step * S_NS / 10, buf, (uint32_t)len), 0);
 }
 
-static tm_analysis *analyze(tm_run **run)
-{
-    const char *dirs[] = {dir};
-    assert_int_equal(tm_run_load(run, dirs, 1), 0);
-    tm_analysis *a = NULL;
-    assert_int_equal(tm_analyze(*run, &a), 0);
-    return a;
-}
-
-static double ev_num(const tm_finding *f, const char *key)
-{
-    char pat[80];
-    snprintf(pat, sizeof pat, "\"%s\":", key);
-    const char *p = strstr(f->evidence, pat);
-    if (!p)
-        return NAN;
-    p += strlen(pat);
-    char *end;
-    double v = strtod(p, &end);
-    return end == p ? NAN : v;
-}
-
 static size_t count(const tm_analysis *a, const char *id)
 {
     const tm_finding *list;
@@ -128,12 +77,6 @@ static size_t count(const tm_analysis *a, const char *id)
     for (size_t i = 0; i < n; i++)
         k += strcmp(list[i].id, id) == 0;
     return k;
-}
-
-static void done(tm_run **run, tm_analysis **a)
-{
-    tm_analysis_free(a);
-    tm_run_free(run);
 }
 
 static void test_adam_state_over_a_third_says_what_sharding_and_8_bit_save(void **st)
@@ -148,7 +91,7 @@ static void test_adam_state_over_a_third_says_what_sharding_and_8_bit_save(void 
         snprintf(file, sizeof file, "rank%d.tmr", r);
         snprintf(role, sizeof role, "rank%d", r);
         tm_rec *w = open_rec(file, role, r);
-        put_steps(w);
+        put_anatomy_steps(w);
         put_anatomy(w, (struct anat){1, 4, 4, 8, 2, 16, 60, 80, 8});
         tm_rec_close(&w);
     }
@@ -180,7 +123,7 @@ static void test_activations_over_half_say_what_half_the_micro_batch_saves(void 
      * the micro-batch saves 6 GiB; per sample 12/32 GiB = 384 MiB.  The
      * state, 2/16 = 12.5%, does not dominate. */
     tm_rec *w = open_rec("rank0.tmr", "rank0", 0);
-    put_steps(w);
+    put_anatomy_steps(w);
     put_anatomy(w, (struct anat){1, 1, 1, 2, 12, 16, 60, 80, 32});
     tm_rec_close(&w);
     tm_run *run;
@@ -206,7 +149,7 @@ static void test_largest_micro_batch_from_activations_per_sample_and_free_memory
      * 4 + 4 + 8 = 16 GiB leaves 56 GiB for activations: 56 / 0.625 = 89.6,
      * so a micro-batch of 89. */
     tm_rec *w = open_rec("rank0.tmr", "rank0", 0);
-    put_steps(w);
+    put_anatomy_steps(w);
     put_anatomy(w, (struct anat){1, 4, 4, 8, 10, 24, 56, 80, 16});
     tm_rec_close(&w);
     tm_run *run;
@@ -228,7 +171,7 @@ static void test_a_full_device_says_no_larger_micro_batch_fits(void **st)
     /* Free 0, reserved 20 GiB: usable 18 GiB, fixed 4 + 4 + 8 = 16 GiB,
      * room 2 GiB / 0.625 = 3.2: 3, below the 16 it runs with. */
     tm_rec *w = open_rec("rank0.tmr", "rank0", 0);
-    put_steps(w);
+    put_anatomy_steps(w);
     put_anatomy(w, (struct anat){1, 4, 4, 8, 10, 20, 0, 80, 16});
     tm_rec_close(&w);
     tm_run *run;
@@ -246,7 +189,7 @@ static void test_the_latest_anatomy_of_a_device_is_the_one_judged(void **st)
     /* The first record has the state dominating (8 of 18 GiB); a later
      * check found it sharded to 1 GiB (1 of 11): no finding. */
     tm_rec *w = open_rec("rank0.tmr", "rank0", 0);
-    put_steps(w);
+    put_anatomy_steps(w);
     put_anatomy(w, (struct anat){1, 4, 4, 8, 2, 16, 60, 80, -1});
     put_anatomy(w, (struct anat){1024, 4, 4, 1, 2, 16, 60, 80, -1});
     tm_rec_close(&w);
@@ -268,7 +211,7 @@ static void test_small_cpu_models_and_unknown_parts_give_no_finding(void **st)
     /* A CPU model of 8320 bytes with Adam (state 16648): the state is 40%
      * of what is accounted, but far below 256 MiB; activations unknown. */
     tm_rec *w = open_rec("pid7.tmr", "pid7", -1);
-    put_steps(w);
+    put_anatomy_steps(w);
     uint8_t buf[256];
     tm_inproc_anatomy x = {.step = 1,
                            .device = -1,
@@ -327,7 +270,7 @@ static void test_metrics_show_the_latest_anatomy_of_each_device(void **st)
     /* The follower behind /metrics reads both records of cuda:0 and keeps
      * the latest (state 1 GiB); activations unknown in neither: 2 GiB. */
     tm_rec *w = open_rec("rank0.tmr", "rank0", 0);
-    put_steps(w);
+    put_anatomy_steps(w);
     put_anatomy(w, (struct anat){1, 4, 4, 8, 2, 16, 60, 80, -1});
     put_anatomy(w, (struct anat){1024, 4, 4, 1, 2, 16, 60, 80, -1});
     tm_rec_close(&w);

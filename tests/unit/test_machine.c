@@ -192,6 +192,13 @@ static void test_advice_never_proposes_more_workers_than_usable_cores(void **st)
     assert_non_null(strstr(buf, "With the 2 workers that fit, each sample must cost 85% less "
                                 "(2/13 of now) to keep up"));
     assert_non_null(strstr(buf, "or give the job 13 cores per rank"));
+    /* the remedy is the first sentence (the report's "Top remedy"), the
+     * arithmetic behind it follows */
+    assert_int_equal(strncmp(buf, "With the 2 workers that fit", 27), 0);
+    const char *end = strstr(buf, ". ");
+    assert_non_null(end);
+    assert_true(strstr(buf, "or give the job 13 cores per rank") < end);
+    assert_true(strstr(buf, "would need about 13") > end);
     assert_null(strstr(buf, "num_workers=13"));
     assert_null(strstr(buf, "GPU"));
     /* Every number in the text is at most 2, but the need itself. */
@@ -248,6 +255,11 @@ static void test_advice_with_no_core_per_rank_says_so(void **st)
     double n = tm_machine_workers_advice(buf, sizeof buf, 4, 1, 2.0, 3, false, "", NULL);
     assert_true(n == 0);
     assert_non_null(strstr(buf, "No core is left per rank for workers"));
+    assert_int_equal(strncmp(buf,
+                             "No core is left per rank for workers: give the job 4 cores per "
+                             "rank, or make each sample cheaper",
+                             96),
+                     0);
     assert_null(strstr(buf, "must cost"));
 }
 

@@ -27,9 +27,10 @@
 #include "rules.h"
 #include "trainmon.h"
 
-#define S_NS 1000000000LL
+#define FX_NAME "test_probe"
+#define FX_OWN_SETUP
+#include "fixture.h"
 
-static char dir[256];
 static int64_t T0;
 
 static int setup(void **st)
@@ -43,14 +44,6 @@ static int setup(void **st)
         return -1;
     T0 = tm_now_mono_ns();
     return 0;
-}
-
-static int teardown(void **st)
-{
-    (void)st;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
 }
 
 static void write_file(const char *name, const char *text, size_t len)
@@ -384,29 +377,6 @@ static void test_the_walk_reads_regular_files_only_and_never_follows_a_symlink(v
 
 /* --- the disk verdict */
 
-static tm_rec *open_rec(const char *file, const char *role, int rank)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", dir, file);
-    tm_rec_opts o = {.role = role, .rank = rank};
-    tm_rec *w = NULL;
-    assert_int_equal(tm_rec_open(&w, path, &o), 0);
-    return w;
-}
-
-static int64_t at(double s)
-{
-    return T0 + (int64_t)(s * (double)S_NS);
-}
-
-static void put_value(tm_rec *w, double t, const char *name, const char *labels, double v)
-{
-    int id = tm_rec_series(w, name, labels, "");
-    assert_true(id > 0);
-    uint32_t u = (uint32_t)id;
-    assert_int_equal(tm_rec_sample(w, at(t), &u, &v, 1), 0);
-}
-
 /* A storage-bound run: 100 steps of 0.1 s waiting 60%, the disk behind the
  * data (vdb) at a plateau of mean read_mbs MB/s with 25 ms await and a
  * queue: the votes say input.disk_bound whatever the probe says. */
@@ -465,19 +435,6 @@ static const tm_finding *disk_bound(tm_run **run, tm_analysis **a)
     const tm_finding *f = tm_analysis_find(*a, "input.disk_bound");
     assert_non_null(f);
     return f;
-}
-
-static double ev_num(const tm_finding *f, const char *key)
-{
-    char pat[80];
-    snprintf(pat, sizeof pat, "\"%s\":", key);
-    const char *p = strstr(f->evidence, pat);
-    if (!p)
-        return NAN;
-    p += strlen(pat);
-    char *end;
-    double v = strtod(p, &end);
-    return end == p ? NAN : v;
 }
 
 static void test_reading_at_11_percent_of_the_probes_random_ceiling_is_the_pattern(void **st)

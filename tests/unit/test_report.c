@@ -24,62 +24,11 @@
 #include "analysis.h"
 #include "reportfmt.h"
 #include "rules.h"
+#include "series.h"
 #include "trainmon.h"
 
-#define S_NS 1000000000LL
-#define MiB (1024.0 * 1024.0)
-#define GiB (1024.0 * 1024.0 * 1024.0)
-
-static char dir[256];
-static int64_t T0; /* monotonic base of every fixture */
-
-static int setup(void **st)
-{
-    (void)st;
-    snprintf(dir, sizeof dir, "/tmp/test_report.XXXXXX");
-    if (!mkdtemp(dir))
-        return -1;
-    T0 = tm_now_mono_ns();
-    return 0;
-}
-
-static int teardown(void **st)
-{
-    (void)st;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
-static tm_rec *open_rec(const char *file, const char *role, int rank)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", dir, file);
-    tm_rec_opts o = {.role = role, .rank = rank};
-    tm_rec *w = NULL;
-    assert_int_equal(tm_rec_open(&w, path, &o), 0);
-    return w;
-}
-
-static int64_t at(double s)
-{
-    return T0 + (int64_t)(s * (double)S_NS);
-}
-
-/* Steps of dur seconds, of which wait waiting for data, from time start. */
-static void put_steps(tm_rec *w, size_t n, double start, double dur, double wait)
-{
-    uint8_t buf[64];
-    for (size_t i = 0; i < n; i++) {
-        tm_inproc_step s = {.step = i,
-                            .start_ns = at(start + (double)i * dur),
-                            .end_ns = at(start + (double)(i + 1) * dur),
-                            .data_wait_ns = (int64_t)(wait * (double)S_NS)};
-        int len = tm_inproc_encode_step(&s, buf, sizeof buf);
-        assert_true(len > 0);
-        assert_int_equal(tm_rec_append(w, TM_REC_STEP, s.end_ns, buf, (uint32_t)len), 0);
-    }
-}
+#define FX_NAME "test_report"
+#include "fixture.h"
 
 struct cap {
     double allocated, reserved, peak, inactive, total, retries;
@@ -107,83 +56,6 @@ static void put_capture(tm_rec *w, double t, uint64_t step, struct cap c)
     int len = tm_inproc_encode_capture(&k, buf, sizeof buf);
     assert_true(len > 0);
     assert_int_equal(tm_rec_append(w, TM_REC_CAPTURE, at(t), buf, (uint32_t)len), 0);
-}
-
-static void put_value(tm_rec *w, double t, const char *name, const char *labels, double v)
-{
-    int id = tm_rec_series(w, name, labels, "");
-    assert_true(id > 0);
-    uint32_t u = (uint32_t)id;
-    assert_int_equal(tm_rec_sample(w, at(t), &u, &v, 1), 0);
-}
-
-/* Batches of one worker: fetch seconds each, busy CPU share of it. */
-static void put_worker_batches(tm_rec *w, int id, unsigned pid, size_t n, double fetch, double busy,
-                               double rss0, double rss_step)
-{
-    uint8_t buf[64];
-    for (size_t b = 0; b < n; b++) {
-        tm_inproc_worker k = {.worker_id = id,
-                              .pid = pid,
-                              .batch = b,
-                              .start_ns = at((double)b * fetch),
-                              .end_ns = at((double)(b + 1) * fetch),
-                              .cpu_s = busy * fetch * (double)(b + 1),
-                              .rss_bytes = rss0 + rss_step * (double)b};
-        int len = tm_inproc_encode_worker(&k, buf, sizeof buf);
-        assert_true(len > 0);
-        assert_int_equal(tm_rec_append(w, TM_REC_WORKER, k.end_ns, buf, (uint32_t)len), 0);
-    }
-}
-
-/* A worker's own record file (worker-r<rank>-<pid>.tmr), as the
- * extension writes it in each DataLoader worker. */
-static void put_worker_file(int id, unsigned pid, size_t n, double fetch, double busy, double rss0,
-                            double rss_step)
-{
-    char file[64], role[32];
-    snprintf(file, sizeof file, "worker-r0-%u.tmr", pid);
-    snprintf(role, sizeof role, "worker%d", id);
-    tm_rec *w = open_rec(file, role, 0);
-    put_worker_batches(w, id, pid, n, fetch, busy, rss0, rss_step);
-    tm_rec_close(&w);
-}
-
-/* A per-process series point as trainmon run records it (sysrec_procs.c). */
-static void put_proc(tm_rec *w, double t, const char *name, unsigned pid, double v)
-{
-    char lab[64];
-    snprintf(lab, sizeof lab, "pid=%u,comm=python3", pid);
-    put_value(w, t, name, lab, v);
-}
-
-static tm_analysis *analyze(tm_run **run)
-{
-    const char *dirs[] = {dir};
-    assert_int_equal(tm_run_load(run, dirs, 1), 0);
-    tm_analysis *a = NULL;
-    assert_int_equal(tm_analyze(*run, &a), 0);
-    return a;
-}
-
-/* The number after "key": in a finding's evidence (NAN if absent or null). */
-static double ev_num(const tm_finding *f, const char *key)
-{
-    char pat[80];
-    snprintf(pat, sizeof pat, "\"%s\":", key);
-    const char *p = strstr(f->evidence, pat);
-    if (!p)
-        return NAN;
-    p += strlen(pat);
-    char *end;
-    double v = strtod(p, &end);
-    return end == p ? NAN : v;
-}
-
-static void done(tm_run **run, tm_analysis **a)
-{
-    tm_analysis_free(a);
-    tm_run_free(run);
 }
 
 /* --- input */
@@ -1555,6 +1427,36 @@ static void test_html_opens_with_the_verdict_and_shows_units(void **st)
     free(page);
 }
 
+/* The process memory chart names its lines by rank: the training process
+ * (its record file's pid) and its DataLoader worker (the pid of its batch
+ * records), on the host that recorded the series; a pid no record file
+ * names keeps "pid comm". */
+static void test_html_chart_lines_of_processes_are_named_by_rank(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(w, 40, 0, 0.1, 0.01);
+    tm_rec_close(&w);
+    put_worker_file(0, 4242, 40, 0.1, 0.5, 100 * MiB, 0);
+    tm_rec *s = open_rec("system.tmr", "system", -1);
+    for (int i = 0; i < 8; i++) {
+        double t = 0.5 * i;
+        put_proc(s, t, TM_SER_PROC_PROCESS_PSS_BYTES, (unsigned)getpid(), (200 + i) * MiB);
+        put_proc(s, t, TM_SER_PROC_PROCESS_PSS_BYTES, 4242, (100 + i) * MiB);
+        put_proc(s, t, TM_SER_PROC_PROCESS_PSS_BYTES, 777, (50 + i) * MiB);
+    }
+    tm_rec_close(&s);
+    char *page = html_of(dir);
+    assert_non_null(strstr(page, "Process memory (PSS)"));
+    assert_non_null(strstr(page, "rank 0 worker 0"));
+    assert_non_null(strstr(page, "777 python3"));
+    assert_null(strstr(page, "4242 python3"));
+    char own[32];
+    snprintf(own, sizeof own, "%d python3", (int)getpid());
+    assert_null(strstr(page, own));
+    free(page);
+}
+
 static void test_html_report_escapes_the_run_name_and_draws_svg_charts(void **st)
 {
     (void)st;
@@ -1709,6 +1611,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
         T(test_data_wait_of_one_percent_is_input_ok),
+        T(test_html_chart_lines_of_processes_are_named_by_rank),
         T(test_html_report_escapes_the_run_name_and_draws_svg_charts),
         T(test_html_chart_lines_of_a_long_run_keep_at_most_1000_points),
         T(test_two_disk_samples_of_a_short_job_are_no_plateau),

@@ -21,141 +21,13 @@
 #include <cmocka.h>
 
 #include "analysis.h"
+#include "probe.h"
 #include "rules.h"
 #include "series.h"
 #include "trainmon.h"
 
-#define S_NS 1000000000LL
-#define MiB (1024.0 * 1024.0)
-#define GiB (1024.0 * 1024.0 * 1024.0)
-
-static char dir[256];
-static int64_t T0; /* monotonic base of every fixture */
-
-static int setup(void **st)
-{
-    (void)st;
-    snprintf(dir, sizeof dir, "/tmp/test_rules_cache.XXXXXX");
-    if (!mkdtemp(dir))
-        return -1;
-    T0 = tm_now_mono_ns();
-    return 0;
-}
-
-static int teardown(void **st)
-{
-    (void)st;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
-static tm_rec *open_rec(const char *file, const char *role, int rank)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", dir, file);
-    tm_rec_opts o = {.role = role, .rank = rank};
-    tm_rec *w = NULL;
-    assert_int_equal(tm_rec_open(&w, path, &o), 0);
-    return w;
-}
-
-static int64_t at(double s)
-{
-    return T0 + (int64_t)(s * (double)S_NS);
-}
-
-/* Steps of dur seconds, of which wait waiting for data, from time start. */
-static void put_steps(tm_rec *w, size_t n, double start, double dur, double wait)
-{
-    uint8_t buf[64];
-    for (size_t i = 0; i < n; i++) {
-        tm_inproc_step s = {.step = i,
-                            .start_ns = at(start + (double)i * dur),
-                            .end_ns = at(start + (double)(i + 1) * dur),
-                            .data_wait_ns = (int64_t)(wait * (double)S_NS)};
-        int len = tm_inproc_encode_step(&s, buf, sizeof buf);
-        assert_true(len > 0);
-        assert_int_equal(tm_rec_append(w, TM_REC_STEP, s.end_ns, buf, (uint32_t)len), 0);
-    }
-}
-
-static void put_value(tm_rec *w, double t, const char *name, const char *labels, double v)
-{
-    int id = tm_rec_series(w, name, labels, "");
-    assert_true(id > 0);
-    uint32_t u = (uint32_t)id;
-    assert_int_equal(tm_rec_sample(w, at(t), &u, &v, 1), 0);
-}
-
-/* Batches of one worker: fetch seconds each, busy CPU share of it. */
-static void put_worker_batches(tm_rec *w, int id, unsigned pid, size_t n, double fetch, double busy,
-                               double rss0, double rss_step)
-{
-    uint8_t buf[64];
-    for (size_t b = 0; b < n; b++) {
-        tm_inproc_worker k = {.worker_id = id,
-                              .pid = pid,
-                              .batch = b,
-                              .start_ns = at((double)b * fetch),
-                              .end_ns = at((double)(b + 1) * fetch),
-                              .cpu_s = busy * fetch * (double)(b + 1),
-                              .rss_bytes = rss0 + rss_step * (double)b};
-        int len = tm_inproc_encode_worker(&k, buf, sizeof buf);
-        assert_true(len > 0);
-        assert_int_equal(tm_rec_append(w, TM_REC_WORKER, k.end_ns, buf, (uint32_t)len), 0);
-    }
-}
-
-/* A worker's own record file (worker-r<rank>-<pid>.tmr), as the
- * extension writes it in each DataLoader worker. */
-static void put_worker_file(int id, unsigned pid, size_t n, double fetch, double busy, double rss0,
-                            double rss_step)
-{
-    char file[64], role[32];
-    snprintf(file, sizeof file, "worker-r0-%u.tmr", pid);
-    snprintf(role, sizeof role, "worker%d", id);
-    tm_rec *w = open_rec(file, role, 0);
-    put_worker_batches(w, id, pid, n, fetch, busy, rss0, rss_step);
-    tm_rec_close(&w);
-}
-
-/* A per-process series point as trainmon run records it (sysrec_procs.c). */
-static void put_proc(tm_rec *w, double t, const char *name, unsigned pid, double v)
-{
-    char lab[64];
-    snprintf(lab, sizeof lab, "pid=%u,comm=python3", pid);
-    put_value(w, t, name, lab, v);
-}
-
-static tm_analysis *analyze(tm_run **run)
-{
-    const char *dirs[] = {dir};
-    assert_int_equal(tm_run_load(run, dirs, 1), 0);
-    tm_analysis *a = NULL;
-    assert_int_equal(tm_analyze(*run, &a), 0);
-    return a;
-}
-
-/* The number after "key": in a finding's evidence (NAN if absent or null). */
-static double ev_num(const tm_finding *f, const char *key)
-{
-    char pat[80];
-    snprintf(pat, sizeof pat, "\"%s\":", key);
-    const char *p = strstr(f->evidence, pat);
-    if (!p)
-        return NAN;
-    p += strlen(pat);
-    char *end;
-    double v = strtod(p, &end);
-    return end == p ? NAN : v;
-}
-
-static void done(tm_run **run, tm_analysis **a)
-{
-    tm_analysis_free(a);
-    tm_run_free(run);
-}
+#define FX_NAME "test_rules_cache"
+#include "fixture.h"
 
 /* The two dataset readings of collect_dscache.c. */
 static void put_dataset(tm_rec *s, double files, double bytes, double start, double end, double mem)
@@ -220,17 +92,31 @@ static void test_pack_gain_by_hand(void **st)
      * 150 reads/s x 4096 B = 614400 B/s becomes 19660800 B/s.  A 0.1 s
      * step of 0.04 s compute waits 0.06 s; 32x faster reads wait
      * 0.06 / 32 = 0.001875 s: 0.1 / 0.041875 = 2.3881 times faster. */
-    tm_an_pack_gain(4096, 614400, 0.1, 0.04, &gain, &after, &speedup);
+    tm_an_pack_gain(4096, 614400, NAN, 0.1, 0.04, &gain, &after, &speedup);
     assert_true(fabs(gain - 32) < 1e-12);
     assert_true(fabs(after - 19660800) < 1e-6);
     assert_true(fabs(speedup - 0.1 / 0.041875) < 1e-12);
     /* 256 KiB requests are already larger than a readahead window: no
      * gain (1x, never less), no speed-up. */
-    tm_an_pack_gain(262144, 1e6, 0.1, 0.04, &gain, &after, &speedup);
+    tm_an_pack_gain(262144, 1e6, NAN, 0.1, 0.04, &gain, &after, &speedup);
     assert_true(gain == 1 && after == 1e6 && fabs(speedup - 1) < 1e-12);
     /* No request size: nothing to say. */
-    tm_an_pack_gain(NAN, 1e6, 0.1, 0.04, &gain, &after, &speedup);
+    tm_an_pack_gain(NAN, 1e6, NAN, 0.1, 0.04, &gain, &after, &speedup);
     assert_true(isnan(gain) && isnan(after) && isnan(speedup));
+    /* A probe got 4 MB/s from the disk reading sequentially: 614400 B/s
+     * can grow to 4e6 B/s, 4e6 / 614400 = 6.5104x, not 32x; the wait of
+     * 0.06 s becomes 0.06 / 6.5104 = 0.0092160 s: 0.1 / 0.049216 = 2.0319
+     * times faster. */
+    tm_an_pack_gain(4096, 614400, 4e6, 0.1, 0.04, &gain, &after, &speedup);
+    assert_true(fabs(gain - 4e6 / 614400) < 1e-12);
+    assert_true(fabs(after - 4e6) < 1e-6);
+    assert_true(fabs(speedup - 0.1 / (0.04 + 0.06 * 614400 / 4e6)) < 1e-12);
+    /* A ceiling above the packed rate changes nothing; one below the rate
+     * now never makes the gain less than 1. */
+    tm_an_pack_gain(4096, 614400, 1e9, 0.1, 0.04, &gain, &after, &speedup);
+    assert_true(fabs(gain - 32) < 1e-12);
+    tm_an_pack_gain(4096, 614400, 1e5, 0.1, 0.04, &gain, &after, &speedup);
+    assert_true(gain == 1 && after == 614400);
 }
 
 /* --- data.page_cache */
@@ -310,6 +196,43 @@ static void test_no_readings_no_page_cache_finding(void **st)
 
 /* --- data.small_files */
 
+/* With `run --probe` of the same disk, the gain is what the disk gave the
+ * probe reading sequentially: 4 MB/s, 4e6 / 614400 = 6.51x (the probe's
+ * sequential test is its first two, test_probe.c's put_probe pattern). */
+static void test_the_probe_caps_the_gain_of_packing(void **st)
+{
+    (void)st;
+    put_waiting_job(150, 4096);
+    put_readings(2000, 8192000, 0.0, 0.6, 24 * GiB);
+    static tm_probe p;
+    memset(&p, 0, sizeof p);
+    snprintf(p.path, sizeof p.path, "/data");
+    snprintf(p.device, sizeof p.device, "vdb");
+    p.ntests = tm_probe_plan(4096, p.tests, TM_PROBE_MAX_TESTS);
+    for (size_t i = 0; i < p.ntests; i++) /* sequential 4 MB/s, random 0.7 MB/s */
+        p.tests[i].bytes_per_second = p.tests[i].pattern[0] == 's' ? 4e6 : 0.7e6;
+    char *js = tm_probe_json(&p, 1);
+    assert_non_null(js);
+    char path[600];
+    snprintf(path, sizeof path, "%s/probe.json", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(js, f);
+    fclose(f);
+    free(js);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *x = tm_analysis_find(a, "data.small_files");
+    assert_non_null(x);
+    assert_true(fabs(ev_num(x, "expected_read_gain") - 4e6 / 614400) < 1e-3);
+    assert_true(fabs(ev_num(x, "expected_read_bytes_per_second") - 4e6) < 1);
+    assert_true(fabs(ev_num(x, "probe_sequential_read_bytes_per_second") - 4e6) < 1);
+    assert_non_null(strstr(x->evidence, "\"gain_capped_by_probe\":true"));
+    assert_non_null(strstr(x->advice, "only 4.0 MB/s reading sequentially: up to 6.5x"));
+    assert_null(strstr(x->advice, "19.7 MB/s"));
+    done(&run, &a);
+}
+
 static void test_small_requests_at_a_high_rate_advise_packing_with_the_gain(void **st)
 {
     (void)st;
@@ -373,6 +296,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_no_readings_no_page_cache_finding, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_small_requests_at_a_high_rate_advise_packing_with_the_gain, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_the_probe_caps_the_gain_of_packing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_large_files_read_in_small_pieces_are_not_small_files,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_few_small_reads_per_second_are_not_small_files,
