@@ -18,75 +18,8 @@
 
 #include "trainmon.h"
 
-#define S_NS 1000000000LL
-#define GiB (1024.0 * 1024.0 * 1024.0)
-
-static char dir[256];
-static int64_t T0;
-
-static int setup(void **st)
-{
-    (void)st;
-    snprintf(dir, sizeof dir, "/tmp/test_oom.XXXXXX");
-    if (!mkdtemp(dir))
-        return -1;
-    T0 = tm_now_mono_ns();
-    return 0;
-}
-
-static int teardown(void **st)
-{
-    (void)st;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
-static tm_rec *open_rec(const char *file, const char *role, int rank)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", dir, file);
-    tm_rec_opts o = {.role = role, .rank = rank};
-    tm_rec *w = NULL;
-    assert_int_equal(tm_rec_open(&w, path, &o), 0);
-    return w;
-}
-
-/* Ten steps of 0.1 s, so that the file is a training process. */
-static void put_steps(tm_rec *w)
-{
-    uint8_t buf[128];
-    for (uint64_t i = 0; i < 10; i++) {
-        tm_inproc_step s = {.step = i,
-                            .start_ns = T0 + (int64_t)i * S_NS / 10,
-                            .end_ns = T0 + (int64_t)(i + 1) * S_NS / 10};
-        int len = tm_inproc_encode_step(&s, buf, sizeof buf);
-        assert_true(len > 0);
-        assert_int_equal(tm_rec_append(w, TM_REC_STEP, s.end_ns, buf, (uint32_t)len), 0);
-    }
-}
-
-static tm_analysis *analyze(tm_run **run)
-{
-    const char *dirs[] = {dir};
-    assert_int_equal(tm_run_load(run, dirs, 1), 0);
-    tm_analysis *a = NULL;
-    assert_int_equal(tm_analyze(*run, &a), 0);
-    return a;
-}
-
-static double ev_num(const tm_finding *f, const char *key)
-{
-    char pat[80];
-    snprintf(pat, sizeof pat, "\"%s\":", key);
-    const char *p = strstr(f->evidence, pat);
-    if (!p)
-        return NAN;
-    p += strlen(pat);
-    char *end;
-    double v = strtod(p, &end);
-    return end == p ? NAN : v;
-}
+#define FX_NAME "test_oom"
+#include "fixture.h"
 
 static size_t count(const tm_analysis *a, const char *id)
 {
@@ -96,14 +29,6 @@ static size_t count(const tm_analysis *a, const char *id)
         k += strcmp(list[i].id, id) == 0;
     return k;
 }
-
-static void done(tm_run **run, tm_analysis **a)
-{
-    tm_analysis_free(a);
-    tm_run_free(run);
-}
-
-#define MiB (1024.0 * 1024.0)
 
 /* One OOM (seq) at step 9 and, unless sum is NULL, its summary. */
 static void put_oom(tm_rec *w, uint32_t seq, double req, double free, const tm_inproc_oomsum *sum)
@@ -190,7 +115,7 @@ static void test_fragmentation_leads_with_the_largest_piece_and_expandable_segme
      * but no piece and not the device fit it: fragmentation.  Expandable
      * segments: 256 + 1382 of whole pages = 1638 MiB = 1.60 GiB >= 1024. */
     tm_rec *w = open_rec("rank0.tmr", "rank0", 0);
-    put_steps(w);
+    put_steps(w, 10, 0, 0.1, 0); /* a training process */
     tm_inproc_oomsum s = sum_of(1, 1024, 256, 200, 1280, 37, 1638, 512, 512, 1024, 3000);
     put_oom(w, 1, 1024 * MiB, 256 * MiB, &s);
     tm_rec_close(&w);
@@ -217,7 +142,7 @@ static void test_fragmentation_that_expandable_segments_would_not_fix_says_so(vo
     /* 1024 MiB asked; 100 free + 1000 cached = 1100 >= 1024: fragmented,
      * but the pieces' whole pages give only 100 + 900 = 1000 < 1024. */
     tm_rec *w = open_rec("rank0.tmr", "rank0", 0);
-    put_steps(w);
+    put_steps(w, 10, 0, 0.1, 0); /* a training process */
     tm_inproc_oomsum s = sum_of(1, 1024, 100, 300, 1000, 50, 1000, 512, 512, 1024, 3000);
     put_oom(w, 1, 1024 * MiB, 100 * MiB, &s);
     tm_rec_close(&w);
@@ -238,7 +163,7 @@ static void test_live_activations_say_checkpointing_and_the_anatomys_bytes_per_s
      * 1536 MiB = 1.50 GiB.  The anatomy measured 12 GiB of activations at a
      * batch of 32: 12 GiB / 32 = 384 MiB per sample. */
     tm_rec *w = open_rec("rank0.tmr", "rank0", 0);
-    put_steps(w);
+    put_steps(w, 10, 0, 0.1, 0); /* a training process */
     uint8_t buf[256];
     tm_inproc_anatomy x = {.step = 1,
                            .device = 0,
@@ -285,7 +210,7 @@ static void test_optimizer_state_says_what_sharding_over_the_ranks_and_8_bit_sav
         snprintf(file, sizeof file, "rank%d.tmr", r);
         snprintf(role, sizeof role, "rank%d", r);
         tm_rec *w = open_rec(file, role, r);
-        put_steps(w);
+        put_steps(w, 10, 0, 0.1, 0); /* a training process */
         tm_inproc_oomsum s = sum_of(1, 2048, 1024, 256, 256, 1, 1280, 2048, 2048, 4096, 512);
         put_oom(w, 1, 2048 * MiB, 1024 * MiB, &s);
         tm_rec_close(&w);
@@ -312,7 +237,7 @@ static void test_parameters_and_gradients_over_half_say_sharding_them(void **st)
      * 0; parameters and gradients 6144/7168 = 86% >= 50%.  One process: 8
      * ranks as the example, 6144 x 7/8 = 5376 MiB = 5.25 GiB. */
     tm_rec *w = open_rec("rank0.tmr", "rank0", 0);
-    put_steps(w);
+    put_steps(w, 10, 0, 0.1, 0); /* a training process */
     tm_inproc_oomsum s = sum_of(1, 2048, 10, 2, 2, 1, 12, 3072, 3072, 0, 1024);
     put_oom(w, 1, 2048 * MiB, 10 * MiB, &s);
     tm_rec_close(&w);
@@ -336,7 +261,7 @@ static void test_a_summary_without_a_snapshot_or_an_optimizer_falls_back_to_the_
      * live bytes are all unknown (no optimizer): not split by category, it
      * says the peak.  Each OOM is joined to its own summary by seq. */
     tm_rec *w = open_rec("rank0.tmr", "rank0", 0);
-    put_steps(w);
+    put_steps(w, 10, 0, 0.1, 0); /* a training process */
     tm_inproc_oomsum s1 = {.seq = 1,
                            .device = 0,
                            .status = TM_OOMSUM_NO_SNAPSHOT,
