@@ -262,6 +262,40 @@ def test_a_snapshot_that_cannot_be_taken_still_gives_a_summary(tmp_path, trainmo
     assert f["evidence"]["snapshot_status"] == "no_snapshot"
 
 
+EXC_SCRIPT = SCRIPT.split("with trainmon.phase")[0] + r"""
+raise torch.cuda.OutOfMemoryError(
+    "CUDA out of memory. Tried to allocate 512.00 MiB (GPU 0; 79.15 GiB total capacity; "
+    "3.75 GiB already allocated; 100.00 MiB free; 3.77 GiB reserved in total by PyTorch)")
+"""
+
+
+def test_torch_1_13s_path_an_uncaught_oom_read_from_its_list_of_segments(tmp_path):
+    """torch 1.13 has no OOM observer: the exception hook records the OOM at
+    exit, and the snapshot is 1.13's list of segments (frames in history)."""
+    fake = tmp_path / "fake"
+    make_torch(fake)
+    with open(str(fake / "torch" / "__init__.py"), "a") as f:
+        f.write(EXTRA_INIT)
+    (fake / "torch" / "autograd.py").write_text("def backward(*a, **k):\n    pass\n")
+    run_dir = tmp_path / "run"
+    p = run_script(EXC_SCRIPT, run_dir, check=False,
+                   env={"PYTHONPATH": "%s:%s:%s" % (fake, PYDIR, HERE),
+                        "STANDIN_OOM_CASE": "activations", "STANDIN_OOM_LEGACY": "1"})
+    assert p.returncode == 1 and "OutOfMemoryError" in p.stderr
+    assert "trainmon:" not in p.stderr, p.stderr
+    path = main_file(run_dir)
+    o = records(path, "oom")[0][2]
+    s = records(path, "oom_summary")[0][2]
+    exp = CASES["activations"]()["expect"]
+    # parsed from the message: 512 MiB asked, 100 MiB free on GPU 0
+    assert o["source"] == 2 and o["requested"] == 512 * MiB and o["free_device"] == 100 * MiB
+    assert s["seq"] == o["seq"] and s["status"] == 1
+    for k in ("largest_free", "free_cached", "live", "live_params", "live_optim_state",
+              "live_other"):
+        assert s[k] == exp[k], (k, s[k], exp[k])
+    assert s["site1"] == exp["sites"][0][0]
+
+
 def test_past_three_snapshots_an_oom_still_gets_its_summary(tmp_path):
     # the observer fires 4 times (cuDNN retries, later OOMs): 3 snapshots
     # are taken, pickled and read; the 4th says why it has none
