@@ -18,6 +18,8 @@
 
 #include "trainmon.h"
 
+#include "reportfmt.h"
+
 #define FX_NAME "test_oom"
 #include "fixture.h"
 
@@ -321,6 +323,34 @@ static void test_a_summary_without_a_snapshot_or_an_optimizer_falls_back_to_the_
     done(&run, &a);
 }
 
+/* A job that waited for data 60% of each step (input.data_wait, high) and
+ * then ran out of memory (high): the OOM ended the run, so it leads the
+ * findings and is the report's verdict, though the input rule comes first
+ * in the rule table. */
+static void test_the_oom_that_ended_the_run_leads_a_slowdown_of_the_same_severity(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(w, 100, 0, 0.1, 0.06);
+    tm_inproc_oomsum s = sum_of(1, 512, 100, 20, 20, 1, 120, 256, 0, 512, 3072);
+    put_oom(w, 1, 512 * MiB, 100 * MiB, &s);
+    tm_rec_close(&w);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *list;
+    size_t n = tm_analysis_findings(a, &list);
+    assert_true(n >= 2);
+    const tm_finding *in = tm_analysis_find(a, "input.data_wait");
+    assert_non_null(in);
+    assert_int_equal(in->severity, TM_SEV_HIGH);
+    assert_string_equal(list[0].id, "gpu_mem.oom");
+    tm_rpt_head h;
+    tm_rpt_headline(a, &h);
+    assert_ptr_equal(h.f, &list[0]);
+    assert_non_null(strstr(h.verdict, "CUDA out of memory"));
+    done(&run, &a);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -331,6 +361,7 @@ int main(void)
         T(test_optimizer_state_says_what_sharding_over_the_ranks_and_8_bit_save),
         T(test_parameters_and_gradients_over_half_say_sharding_them),
         T(test_a_summary_without_a_snapshot_or_an_optimizer_falls_back_to_the_peak),
+        T(test_the_oom_that_ended_the_run_leads_a_slowdown_of_the_same_severity),
 #undef T
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
