@@ -623,6 +623,7 @@ enum tm_inproc_type {
     TM_REC_WORKER = 20,  /* one batch fetched by a DataLoader worker */
     TM_REC_OPTSTEP = 21, /* one optimizer.step() */
     TM_REC_ANATOMY = 22, /* what one device's memory is made of (memory anatomy) */
+    TM_REC_OOMSUM = 23,  /* what the allocator held at an OOM (from its snapshot) */
 };
 
 #define TM_INPROC_NAME_MAX 1024 /* tags, phase and file names are cut here */
@@ -767,6 +768,47 @@ typedef struct tm_inproc_anatomy {
     uint16_t kind_len;
 } tm_inproc_anatomy;
 
+/* How far the OOM analysis got (tm_inproc_oomsum.status). */
+enum tm_oomsum_status {
+    TM_OOMSUM_OK = 1,          /* the whole snapshot was read */
+    TM_OOMSUM_CUT = 2,         /* the walk stopped at its block bound: totals are lower bounds */
+    TM_OOMSUM_NO_SNAPSHOT = 3, /* the snapshot could not be taken (why says why) */
+};
+/* The allocator pool a request is served from (CUDACachingAllocator:
+ * requests <= 1 MiB from small segments, larger ones from large). */
+enum tm_oomsum_pool { TM_OOMSUM_SMALL = 1, TM_OOMSUM_LARGE = 2 };
+#define TM_OOMSUM_SITES 5
+
+/* The OOM summary: what the allocator held on the OOM's device, read from
+ * the snapshot taken at that OOM (docs/DIAGNOSIS.md "gpu_mem.oom").  One
+ * per OOM record, joined to it by the file it is in and seq.  Bytes are
+ * NAN where unknown; the live_* split is NAN (and live_unknown the whole)
+ * when no optimizer was known.  site<k> is "file:line:function" of the
+ * innermost user frame of live blocks, site<k>_bytes their live bytes
+ * ("" and NAN past the sites found). */
+typedef struct tm_inproc_oomsum {
+    uint32_t seq;        /* the OOM record's seq */
+    int32_t device;      /* -1 if unknown */
+    uint64_t step;       /* steps begun then */
+    uint32_t status;     /* tm_oomsum_status */
+    uint32_t pool;       /* tm_oomsum_pool of the request; 0 unknown */
+    double requested;    /* the failed request */
+    double free_device;  /* cudaMemGetInfo's free then */
+    double largest_free; /* the largest inactive block in the request's pool */
+    double free_cached;  /* bytes in inactive blocks of that pool ... */
+    double fragments;    /* ... and how many blocks they are */
+    double expandable;   /* usable with expandable_segments:True (DIAGNOSIS.md) */
+    double reserved;     /* segments' total size on the device */
+    double live;         /* active_allocated bytes on the device */
+    double live_params, live_grads, live_optim_state, live_other, live_unknown;
+    double blocks; /* blocks walked */
+    double site1_bytes, site2_bytes, site3_bytes, site4_bytes, site5_bytes;
+    const char *why; /* why status is not OK, or "" */
+    uint16_t why_len;
+    const char *site1, *site2, *site3, *site4, *site5;
+    uint16_t site1_len, site2_len, site3_len, site4_len, site5_len;
+} tm_inproc_oomsum;
+
 /* Encoders: write the payload into buf (cap bytes) and return its length,
  * or -ENOSPC when it does not fit.  Names longer than TM_INPROC_NAME_MAX
  * are cut.  Decoders: 0, or -EINVAL for a payload of another type, too short
@@ -778,6 +820,7 @@ int tm_inproc_encode_oom(const tm_inproc_oom *o, void *buf, size_t cap);
 int tm_inproc_encode_worker(const tm_inproc_worker *w, void *buf, size_t cap);
 int tm_inproc_encode_optstep(const tm_inproc_optstep *o, void *buf, size_t cap);
 int tm_inproc_encode_anatomy(const tm_inproc_anatomy *a, void *buf, size_t cap);
+int tm_inproc_encode_oomsum(const tm_inproc_oomsum *o, void *buf, size_t cap);
 int tm_inproc_decode_step(const tm_record *rec, tm_inproc_step *out);
 int tm_inproc_decode_capture(const tm_record *rec, tm_inproc_capture *out);
 int tm_inproc_decode_phase(const tm_record *rec, tm_inproc_phase *out);
@@ -785,6 +828,7 @@ int tm_inproc_decode_oom(const tm_record *rec, tm_inproc_oom *out);
 int tm_inproc_decode_worker(const tm_record *rec, tm_inproc_worker *out);
 int tm_inproc_decode_optstep(const tm_record *rec, tm_inproc_optstep *out);
 int tm_inproc_decode_anatomy(const tm_record *rec, tm_inproc_anatomy *out);
+int tm_inproc_decode_oomsum(const tm_record *rec, tm_inproc_oomsum *out);
 
 /* Whether type is one of the in-process record types above. */
 bool tm_inproc_is(uint16_t type);
@@ -833,6 +877,7 @@ typedef union tm_inproc_any {
     tm_inproc_worker worker;
     tm_inproc_optstep optstep;
     tm_inproc_anatomy anatomy;
+    tm_inproc_oomsum oomsum;
 } tm_inproc_any;
 
 /* A field's value; strings point where the decoded record's do. */
@@ -847,13 +892,13 @@ typedef struct tm_inproc_value {
                     (dump and jsonl leave it out, read_records gives -1) */
 } tm_inproc_value;
 
-#define TM_INPROC_FIELDS_MAX 16 /* no type has more stored fields */
+#define TM_INPROC_FIELDS_MAX 32 /* no type has more stored fields */
 
 /* The stored fields of type in schema order (*out valid for the life of
  * the program); 0 for a type that is not in-process. */
 size_t tm_inproc_fields(uint16_t type, const tm_inproc_field **out);
 /* The type's name ("step", "capture", "phase", "oom", "worker",
- * "optimizer_step", "anatomy": `type` in dump --json, `kind` in export jsonl and in
+ * "optimizer_step", "anatomy", "oom_summary": `type` in dump --json, `kind` in export jsonl and in
  * read_records), or NULL. */
 const char *tm_inproc_type_name(uint16_t type);
 /* Generic forms of the encoders and decoders above, by type. */
@@ -1124,6 +1169,12 @@ typedef struct tm_run_oom {
     int64_t t_ns;
     tm_inproc_oom o;
 } tm_run_oom;
+typedef struct tm_run_oomsum {
+    uint32_t source;
+    int32_t rank;
+    int64_t t_ns;
+    tm_inproc_oomsum o;
+} tm_run_oomsum;
 typedef struct tm_run_worker {
     uint32_t source;
     int32_t rank;
@@ -1170,6 +1221,10 @@ size_t tm_run_ooms(const tm_run *r, const tm_run_oom **list);
 size_t tm_run_workers(const tm_run *r, const tm_run_worker **list);
 size_t tm_run_optsteps(const tm_run *r, const tm_run_optstep **list);
 size_t tm_run_anatomies(const tm_run *r, const tm_run_anatomy **list);
+size_t tm_run_oomsums(const tm_run *r, const tm_run_oomsum **list);
+/* The OOM summary of the OOM record o of source (the first with its seq),
+ * or NULL. */
+const tm_inproc_oomsum *tm_run_oomsum_of(const tm_run *r, uint32_t source, uint32_t seq);
 
 /* Label value of key in a "k=v,k2=v2" label text, copied into buf (cap
  * bytes).  false when the key is absent. */

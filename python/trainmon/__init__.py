@@ -126,6 +126,7 @@ _state = {
     "ooms": 0,
     "oom_recorded": False,
     "snapshots": 0,
+    "oom_snaps": 0,
 }
 
 
@@ -955,10 +956,10 @@ def _snapshot_path():
     return os.path.join(_state["run_dir"] or ".", "oom-%s-%d.pickle" % (_state["role"] or "pid%d" % os.getpid(), n))
 
 
-def _dump_snapshot(torch):
-    """Writes the allocator snapshot for memory_viz (at most 3 per process:
-    the observer fires several times per OOM).  Returns the file name or ""."""
-    if _state["snapshots"] >= 3 or not _state["run_dir"]:
+def _dump_snapshot(snap):
+    """Writes the allocator snapshot snap (taken once at the OOM, also
+    analysed) for memory_viz.  Returns the file name or ""."""
+    if snap is None or not _state["run_dir"]:
         return ""
     path = _snapshot_path()
     # Written by us, not by torch's _dump_snapshot (a plain open(), which
@@ -968,7 +969,6 @@ def _dump_snapshot(torch):
     tmp = "%s.%d.%s.tmp" % (path, os.getpid(), os.urandom(4).hex())
     try:
         import pickle
-        snap = torch.cuda.memory._snapshot()
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | \
             getattr(os, "O_CLOEXEC", 0)
         with os.fdopen(os.open(tmp, flags, 0o600), "wb") as f:
@@ -985,6 +985,249 @@ def _dump_snapshot(torch):
         return ""
 
 
+# ------------------------------------------------------------ OOM analysis
+#
+# At an OOM (issue #16, docs/DIAGNOSIS.md "gpu_mem.oom"): the allocator
+# snapshot is taken once, pickled for memory_viz and read here into the OOM
+# summary record: the failed request against the largest free block of its
+# pool, the free bytes scattered in cached pieces, what
+# expandable_segments:True would have made usable, the live bytes by
+# anatomy category and, with memory history, the top allocation sites.
+
+_OOM_SNAPSHOTS_MAX = 3        # per process: the observer fires several times per OOM
+_OOM_BLOCKS_MAX = 1000000     # blocks walked at most (a bounded pause at the OOM)
+_OOM_SMALL_REQUEST = 1 << 20  # CUDACachingAllocator kSmallSize: <= 1 MiB from small segments
+_OOM_SMALL_SEGMENT = 2 << 20  # kSmallBuffer: a small segment's size (when segment_type is absent)
+# Expandable segments map physical memory into a large-pool segment in
+# kLargeBuffer pieces (CUDACachingAllocator.cpp: segment_size =
+# pool->is_small ? kSmallBuffer : kLargeBuffer), so what they could have
+# given back is the whole 20 MiB pages inside the free pieces.
+_OOM_PAGE = 20 << 20
+_OOM_SITES = 5
+_OOM_SITE_CHARS = 200         # a site's text is cut to its last 200 characters
+_OOMSUM_OK, _OOMSUM_CUT, _OOMSUM_NO_SNAPSHOT = 1, 2, 3
+_POOL_SMALL, _POOL_LARGE = 1, 2
+
+
+def _oom_pool(requested):
+    if not (requested >= 0):
+        return 0
+    return _POOL_SMALL if requested <= _OOM_SMALL_REQUEST else _POOL_LARGE
+
+
+def _take_snapshot(torch):
+    """The allocator snapshot: torch 2.x memory._snapshot() (a dict with
+    "segments"), 1.13 memory._snapshot() / memory_snapshot() (the list of
+    segments).  Raises what torch raises."""
+    mem = torch.cuda.memory
+    f = getattr(mem, "_snapshot", None) or getattr(torch.cuda, "memory_snapshot")
+    return f()
+
+
+def _oom_frame_site(frames, skip, cache):
+    """file:line:function of the innermost frame (frames[0] is the
+    innermost, as torch's _memory_viz reads them) that is the user's code:
+    not "<...>", a Python file, outside torch's and trainmon's packages."""
+    for f in frames or ():
+        try:
+            fn = f["filename"]
+        except Exception:
+            continue
+        ok = cache.get(fn)
+        if ok is None:
+            ok = bool(fn) and not fn.startswith("<") and fn.endswith(".py")
+            if ok and skip:
+                rp = os.path.realpath(fn) if os.path.isabs(fn) else fn
+                ok = not any(rp.startswith(d) for d in skip)
+            cache[fn] = ok
+        if ok:
+            txt = "%s:%s:%s" % (fn, f.get("line", "?"), f.get("name", "?"))
+            return txt if len(txt) <= _OOM_SITE_CHARS else "..." + txt[3 - _OOM_SITE_CHARS:]
+    return None
+
+
+def _oom_analyze(snap, device, requested, device_free, ptrs=None, skip=()):
+    """What the snapshot says about an OOM on device (-1: every device).
+    ptrs: the lead optimizer's storages on that device as three lists of
+    data pointers (parameters, gradients, state), or None when no optimizer
+    is known (the live bytes are then all "unknown").  skip: directories
+    whose frames are not the user's.  Returns a dict of the summary's
+    fields (docs/FORMAT.md "oom_summary").  Pure: testable on any snapshot
+    in torch's layout (2.x dict, 1.13 list of segments)."""
+    import bisect
+    segs = snap.get("segments", []) if isinstance(snap, dict) else snap
+    pool = _oom_pool(requested)
+    want = "small" if pool == _POOL_SMALL else "large"
+    largest = free_cached = 0.0
+    frags = 0
+    pages = reserved = live = 0.0
+    walked = 0
+    cut = False
+    active = []  # (address, size, frames) of live blocks
+    for seg in segs or ():
+        if device >= 0 and seg.get("device", device) != device:
+            continue
+        total = seg.get("total_size", 0)
+        reserved += total
+        stype = seg.get("segment_type") or ("small" if total <= _OOM_SMALL_SEGMENT else "large")
+        base = seg.get("address", 0)
+        addr = base
+        for b in seg.get("blocks", ()):
+            if walked >= _OOM_BLOCKS_MAX:
+                cut = True
+                break
+            walked += 1
+            size = b.get("size", 0)
+            a = b.get("address", addr)  # 1.13's blocks follow each other from the segment's
+            addr = a + size
+            state = b.get("state")
+            if state == "inactive":
+                if stype == "large":
+                    lo = -(-(a - base) // _OOM_PAGE) * _OOM_PAGE
+                    hi = ((a + size - base) // _OOM_PAGE) * _OOM_PAGE
+                    pages += max(0, hi - lo)
+                if stype == want:
+                    free_cached += size
+                    frags += 1
+                    largest = max(largest, size)
+            elif state == "active_allocated":
+                live += size
+                if "frames" in b:
+                    fr = b["frames"]
+                else:
+                    h = b.get("history") or ()
+                    fr = h[0].get("frames") if h else None  # as _memory_viz's legacy reader
+                active.append((a, size, fr))
+        if cut:
+            break
+    nan = _NAN
+    out = {"status": _OOMSUM_CUT if cut else _OOMSUM_OK,
+           "why": "the walk stopped at %d blocks: totals are lower bounds" % _OOM_BLOCKS_MAX
+           if cut else "",
+           "pool": pool, "requested": requested, "free_device": device_free,
+           "largest_free": largest, "free_cached": free_cached, "fragments": float(frags),
+           "expandable": device_free + pages if device_free >= 0 else nan,
+           "reserved": reserved, "live": live, "blocks": float(walked)}
+    active.sort(key=lambda x: x[0])
+    if ptrs is None:
+        out.update(live_params=nan, live_grads=nan, live_optim_state=nan, live_other=nan,
+                   live_unknown=live)
+    else:
+        starts = [x[0] for x in active]
+        owner = {}
+        for cat, lst in enumerate(ptrs):
+            for p in lst:
+                i = bisect.bisect_right(starts, p) - 1
+                if i >= 0 and p < starts[i] + active[i][1] and i not in owner:
+                    owner[i] = cat
+        by = [0.0, 0.0, 0.0]
+        for i, cat in owner.items():
+            by[cat] += active[i][1]
+        out.update(live_params=by[0], live_grads=by[1], live_optim_state=by[2],
+                   live_other=live - sum(by), live_unknown=0.0)
+    sites, cache = {}, {}
+    for a, size, fr in active:
+        site = _oom_frame_site(fr, skip, cache) if fr else None
+        if site is not None:
+            sites[site] = sites.get(site, 0.0) + size
+    top = sorted(sites.items(), key=lambda kv: (-kv[1], kv[0]))[:_OOM_SITES]
+    out["sites"] = [(k, float(v)) for k, v in top]
+    return out
+
+
+def _oom_ptrs(torch, device):
+    """The lead optimizer's storages on cuda:device as (params, grads,
+    state) data pointer lists, or None when no optimizer is known."""
+    no = _c.lead_optimizer()
+    opt = None
+    for o, n in list(_opt_numbers.items()):
+        if n == no:
+            opt = o
+            break
+    Tensor = getattr(torch, "Tensor", None)
+    if opt is None or Tensor is None or not isinstance(getattr(opt, "param_groups", None), list):
+        return None
+    out = ([], [], [])
+
+    def add(t, cat):
+        if not isinstance(t, Tensor):
+            return
+        d = t.device
+        if d.type != "cuda" or (device >= 0 and (d.index or 0) != device):
+            return
+        try:
+            out[cat].append(_storage_of(t)[0])
+        except Exception:
+            out[cat].append(t.data_ptr())
+    params = [p for g in opt.param_groups for p in g["params"]]
+    for p in params:
+        add(p, 0)
+        add(getattr(p, "grad", None), 1)
+    for st in list(getattr(opt, "state", {}).values()):
+        for v in list(st.values() if isinstance(st, dict) else (st,)):
+            for x in (v if isinstance(v, (list, tuple)) else (v,)):
+                add(x, 2)
+    return out
+
+
+def _oom_skip_dirs(torch):
+    out = []
+    for mod in (torch, sys.modules.get(__name__)):
+        f = getattr(mod, "__file__", None)
+        if f:
+            out.append(os.path.realpath(os.path.dirname(f)) + os.sep)
+    return tuple(out)
+
+
+def _oom_said(what, e):
+    if what not in _oom_off:
+        _oom_off.add(what)
+        _report_exc(what, e)
+
+
+_oom_off = set()
+
+
+def _record_oom(torch, source, dev, req, free, total):
+    """An OOM: the snapshot taken once (at most _OOM_SNAPSHOTS_MAX per
+    process), pickled and analysed; the OOM record and its summary.  Never
+    raises."""
+    snap, why = None, ""
+    if torch is None or not _c_cuda_up(torch):
+        why = "CUDA is not initialised: no allocator to read"
+    elif _state["oom_snaps"] >= _OOM_SNAPSHOTS_MAX:
+        why = "not taken: a process takes at most %d snapshots" % _OOM_SNAPSHOTS_MAX
+    else:
+        _state["oom_snaps"] += 1  # a failing allocator is not asked again and again
+        try:
+            snap = _take_snapshot(torch)
+        except Exception as e:
+            why = "the allocator snapshot failed: %s: %s" % (type(e).__name__, e)
+            _oom_said("the OOM snapshot", e)
+    seq = _c.oom(source, dev, req, free, total, _dump_snapshot(snap))
+    s = None
+    if snap is not None:
+        try:
+            s = _oom_analyze(snap, dev, req, free, _oom_ptrs(torch, dev), _oom_skip_dirs(torch))
+        except Exception as e:
+            why = "the snapshot could not be read: %s: %s" % (type(e).__name__, e)
+            _oom_said("the OOM analysis", e)
+    nan = _NAN
+    if s is None:
+        s = {"status": _OOMSUM_NO_SNAPSHOT, "why": why, "pool": _oom_pool(req), "requested": req,
+             "free_device": free, "sites": []}
+    try:
+        g = s.get
+        _c.oom_summary(int(seq or 0), int(dev), s["status"], s["pool"], float(req), float(free),
+                       g("largest_free", nan), g("free_cached", nan), g("fragments", nan),
+                       g("expandable", nan), g("reserved", nan), g("live", nan),
+                       g("live_params", nan), g("live_grads", nan), g("live_optim_state", nan),
+                       g("live_other", nan), g("live_unknown", nan), g("blocks", nan),
+                       s["why"][:1000], s["sites"])
+    except Exception as e:
+        _oom_said("the OOM summary record", e)
+
+
 def _oom_observer(device, alloc, device_total, device_free):
     # Called by the allocator (torch >= 2.0) with its lock released; a raise
     # here would propagate into the allocator, so nothing may escape.
@@ -992,8 +1235,7 @@ def _oom_observer(device, alloc, device_total, device_free):
         if not _state["attached"]:
             return
         torch = sys.modules["torch"]
-        snap = _dump_snapshot(torch)
-        _c.oom(1, int(device), float(alloc), float(device_free), float(device_total), snap)
+        _record_oom(torch, 1, int(device), float(alloc), float(device_free), float(device_total))
         _state["oom_recorded"] = True
     except BaseException as e:  # noqa: B902
         try:
@@ -1019,7 +1261,10 @@ def _on_cuda_ready():
             try:
                 rec(enabled="all", max_entries=int(n))          # torch >= 2.1
             except TypeError:
-                rec(True, trace_alloc_max_entries=int(n))     # torch 2.0
+                try:
+                    rec(True, trace_alloc_max_entries=int(n))  # torch 2.0
+                except TypeError:
+                    rec(True)                                  # torch 1.13: a history per block
     except Exception as e:
         _report_exc("OOM instrumentation", e)
 
@@ -1059,9 +1304,7 @@ def _excepthook(tp, val, tb):
     try:
         if _state["attached"] and not _state["oom_recorded"] and _is_oom(val):
             dev, req, free, total = _parse_oom(str(val))
-            torch = sys.modules.get("torch")
-            snap = _dump_snapshot(torch) if torch is not None and _c_cuda_up(torch) else ""
-            _c.oom(2, dev, req, free, total, snap)
+            _record_oom(sys.modules.get("torch"), 2, dev, req, free, total)
             _state["oom_recorded"] = True
     except Exception:
         pass
@@ -1150,6 +1393,16 @@ def _make_set_threads(orig, torch):
     return set_threads
 
 
+def _env_memory_history():
+    """TRAINMON_MEMORY_HISTORY=N (trainmon run --memory-history): N, or
+    None when unset or not a positive number."""
+    try:
+        n = int(os.environ.get("TRAINMON_MEMORY_HISTORY", ""))
+        return n if n > 0 else None
+    except ValueError:
+        return None
+
+
 def attach(run_dir=None, memory_history=None):
     """Instruments the job with no other code change: steps and data wait
     (every DataLoader), per-batch worker time, CPU and RSS, optimizer steps,
@@ -1163,6 +1416,8 @@ def attach(run_dir=None, memory_history=None):
         if _state["attached"]:
             return
         _state["attached"] = True
+        if memory_history is None:  # `trainmon run --memory-history[=N]`
+            memory_history = _env_memory_history()
         _state["memory_history"] = memory_history
         _bind_torch()
         torch = sys.modules.get("torch")

@@ -2281,6 +2281,93 @@ static PyObject *py_anatomy(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* oom_summary(seq, device, status, pool, requested, free_device,
+ * largest_free, free_cached, fragments, expandable, reserved, live,
+ * live_params, live_grads, live_optim_state, live_other, live_unknown,
+ * blocks, why, sites): the OOM summary record (TM_REC_OOMSUM) the glue
+ * read from the allocator snapshot at OOM seq (trainmon._oom_analyze).
+ * sites: up to TM_OOMSUM_SITES (text, bytes) pairs.  Never raises: bad
+ * arguments are said once. */
+static PyObject *py_oom_summary(PyObject *self, PyObject *args)
+{
+    (void)self;
+    unsigned seq, status, pool;
+    int dev;
+    double v[14];
+    const char *why;
+    Py_ssize_t why_len;
+    PyObject *sites;
+    if (!PyArg_ParseTuple(args, "IiIIddddddddddddddz#O", &seq, &dev, &status, &pool, &v[0], &v[1],
+                          &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11],
+                          &v[12], &v[13], &why, &why_len, &sites)) {
+        swallow(R_INTERNAL, "recording the OOM summary");
+        Py_RETURN_NONE;
+    }
+    const char *st[TM_OOMSUM_SITES] = {"", "", "", "", ""};
+    Py_ssize_t sl[TM_OOMSUM_SITES] = {0};
+    double sb[TM_OOMSUM_SITES] = {NAN, NAN, NAN, NAN, NAN};
+    PyObject *seqo = PySequence_Fast(sites, "sites");
+    if (!seqo) {
+        swallow(R_INTERNAL, "recording the OOM summary");
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t ns = PySequence_Fast_GET_SIZE(seqo);
+    for (Py_ssize_t i = 0; i < ns && i < TM_OOMSUM_SITES; i++) {
+        const char *txt;
+        Py_ssize_t tl;
+        double b;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seqo, i), "s#d", &txt, &tl, &b)) {
+            PyErr_Clear();
+            break;
+        }
+        st[i] = txt;
+        sl[i] = tl > 256 ? 256 : tl; /* a path's tail is cut; the record stays small */
+        sb[i] = b;
+    }
+#define CUT(n) (uint16_t)((n) > TM_INPROC_NAME_MAX ? TM_INPROC_NAME_MAX : (n))
+    tm_inproc_oomsum o = {.seq = seq,
+                          .device = dev,
+                          .step = g_steps,
+                          .status = status,
+                          .pool = pool,
+                          .requested = v[0],
+                          .free_device = v[1],
+                          .largest_free = v[2],
+                          .free_cached = v[3],
+                          .fragments = v[4],
+                          .expandable = v[5],
+                          .reserved = v[6],
+                          .live = v[7],
+                          .live_params = v[8],
+                          .live_grads = v[9],
+                          .live_optim_state = v[10],
+                          .live_other = v[11],
+                          .live_unknown = v[12],
+                          .blocks = v[13],
+                          .site1_bytes = sb[0],
+                          .site2_bytes = sb[1],
+                          .site3_bytes = sb[2],
+                          .site4_bytes = sb[3],
+                          .site5_bytes = sb[4],
+                          .why = why ? why : "",
+                          .why_len = why ? CUT(why_len) : 0,
+                          .site1 = st[0],
+                          .site1_len = CUT(sl[0]),
+                          .site2 = st[1],
+                          .site2_len = CUT(sl[1]),
+                          .site3 = st[2],
+                          .site3_len = CUT(sl[2]),
+                          .site4 = st[3],
+                          .site4_len = CUT(sl[3]),
+                          .site5 = st[4],
+                          .site5_len = CUT(sl[4])};
+#undef CUT
+    char buf[256 + TM_INPROC_NAME_MAX + TM_OOMSUM_SITES * 260];
+    rec_put(TM_REC_OOMSUM, now_ns(), buf, tm_inproc_encode_oomsum(&o, buf, sizeof buf));
+    Py_DECREF(seqo);
+    Py_RETURN_NONE;
+}
+
 /* lead_optimizer(): the number of the optimizer whose steps end steps (-1:
  * none yet), for the glue's anatomy. */
 static PyObject *py_lead_optimizer(PyObject *self, PyObject *noargs)
@@ -2670,6 +2757,7 @@ static PyMethodDef methods[] = {
     {"anatomy", py_anatomy, METH_VARARGS,
      "anatomy(device, optimizer, params, grads, optim_state, activations, unknown, allocated, "
      "reserved, free, total, batch_size, reason, kind)"},
+    {"oom_summary", py_oom_summary, METH_VARARGS, "oom_summary(seq, device, status, pool, ...)"},
     {"lead_optimizer", py_lead_optimizer, METH_NOARGS, "the lead optimizer's number, -1 if none"},
     {"read_records", py_read_records, METH_VARARGS, "read_records(path)"},
     {"schema", py_schema, METH_NOARGS, "the in-process record fields: {kind: ((key, type, unit))}"},

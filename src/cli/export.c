@@ -162,6 +162,23 @@ static int export_csv(struct exp *e)
         for (size_t k = 0; k < sizeof v / sizeof v[0]; k++)
             csv_row(e, an[i].t_ns, an[i].source, names[k], lab, v[k]);
     }
+    const tm_run_oomsum *os2;
+    n = tm_run_oomsums(e->r, &os2);
+    for (size_t i = 0; i < n; i++) {
+        const tm_inproc_oomsum *x = &os2[i].o;
+        static const char *const names[] = {"oom.largest_free_bytes", "oom.free_cached_bytes",
+                                            "oom.free_pieces",        "oom.expandable_usable_bytes",
+                                            "oom.live_bytes",         "oom.live_params_bytes",
+                                            "oom.live_grads_bytes",   "oom.live_optim_state_bytes",
+                                            "oom.live_other_bytes",   "oom.live_unknown_bytes"};
+        const double v[] = {x->largest_free, x->free_cached, x->fragments,  x->expandable,
+                            x->live,         x->live_params, x->live_grads, x->live_optim_state,
+                            x->live_other,   x->live_unknown};
+        snprintf(lab, sizeof lab, "seq=%u,step=%" PRIu64 ",device=%d", x->seq, x->step,
+                 (int)x->device);
+        for (size_t k = 0; k < sizeof v / sizeof v[0]; k++)
+            csv_row(e, os2[i].t_ns, os2[i].source, names[k], lab, v[k]);
+    }
     return 0;
 }
 
@@ -286,6 +303,12 @@ static int export_jsonl(struct exp *e)
     for (size_t i = 0; i < n; i++) {
         tm_inproc_any a = {.anatomy = an[i].a};
         skipped += jrec(e, an[i].t_ns, an[i].source, TM_REC_ANATOMY, &a, buf);
+    }
+    const tm_run_oomsum *sm;
+    n = tm_run_oomsums(e->r, &sm);
+    for (size_t i = 0; i < n; i++) {
+        tm_inproc_any a = {.oomsum = sm[i].o};
+        skipped += jrec(e, sm[i].t_ns, sm[i].source, TM_REC_OOMSUM, &a, buf);
     }
     free(buf);
     if (skipped)

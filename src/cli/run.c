@@ -78,6 +78,10 @@
 #include "trainmon.h"
 #include "util.h"
 
+/* --memory-history: the events torch keeps by default here (its docs'
+ * example), and at most (each event holds a stack: memory in the job). */
+#define RUN_MEMORY_HISTORY 100000ul
+#define RUN_MEMORY_HISTORY_MAX 10000000ul
 #define RUN_MAX_DEVS 256
 #define RUN_MAX_TARGETS 64
 #define RUN_RATE_WINDOW 5           /* ticks over which the live steps/s is taken */
@@ -114,6 +118,7 @@ static void run_usage(FILE *f)
     fputs(
         "usage: trainmon run [-o DIR] [-d PATH]... [-i SEC] [--max-size SIZE] [--no-python]\n"
         "                    [--probe[=SEC]] [--group-readable] [--keep-args]\n"
+        "                    [--memory-history[=N]]\n"
         "                    [--serve ADDR] [--alert RULE [--on-alert CMD]]... [--] CMD [ARG...]\n"
         "\n"
         "Runs CMD, records the system and its Python processes into a run directory,\n"
@@ -138,6 +143,14 @@ static void run_usage(FILE *f)
         "                  values of arguments named like token, key, password, passwd,\n"
         "                  secret or credential, and of NAME_TOKEN=VALUE words, are\n"
         "                  stored as <redacted>)\n"
+        "  --memory-history[=N]  keep the CUDA allocator's last N events (default N\n"
+        "                  100000) with the Python stack of each, so that an OOM's\n"
+        "                  report names the lines of the job that hold the memory\n"
+        "                  (torch's _record_memory_history, torch >= 2.0; off by\n"
+        "                  default).  Cost: PyTorch states about 2 us per recorded\n"
+        "                  allocation or free (Python trace collection, docs\n"
+        "                  \"Understanding CUDA Memory Usage\", torch_cuda_memory);\n"
+        "                  tests/gpu/check.sh measures it on a real GPU\n"
         "  --serve ADDR    also run the Prometheus exporter (trainmon serve) on ADDR\n"
         "                  (e.g. 127.0.0.1:10436) for the run's directory\n"
         "  --alert RULE    e.g. 'disk.r_await_ms > 50 for 3m', 'run.data_wait_fraction >\n"
@@ -214,9 +227,10 @@ struct run {
     double interval;
     unsigned long long max_size;
     bool inject;
-    bool group_readable; /* --group-readable: 0750 directory, 0640 files */
-    bool keep_args;      /* --keep-args: meta.json keeps secret-looking arguments */
-    double probe_s;      /* --probe: seconds per device, 0 off */
+    bool group_readable;          /* --group-readable: 0750 directory, 0640 files */
+    bool keep_args;               /* --keep-args: meta.json keeps secret-looking arguments */
+    unsigned long memory_history; /* --memory-history=N: allocator events kept; 0 off */
+    double probe_s;               /* --probe: seconds per device, 0 off */
     struct run_target targets[RUN_MAX_TARGETS];
     size_t ntargets;
     char tops[RUN_MAX_DEVS][TM_DISK_NAME_MAX]; /* the devices the data paths sit on */
@@ -563,6 +577,13 @@ static void run_setup_python(const struct run *r)
         snprintf(v, sizeof v, "%llu", r->max_size);
         setenv("TRAINMON_MAX_SIZE", v, 1);
     }
+    if (r->memory_history) { /* read by trainmon.attach() (python/trainmon) */
+        char v[32];
+        snprintf(v, sizeof v, "%lu", r->memory_history);
+        setenv("TRAINMON_MEMORY_HISTORY", v, 1);
+    } else {
+        unsetenv("TRAINMON_MEMORY_HISTORY");
+    }
 }
 
 /* --- live status line */
@@ -799,7 +820,8 @@ static int run_parse(struct run *r, int argc, char **argv, const char **outdir, 
         OPT_SERVE,
         OPT_GROUP,
         OPT_KEEP,
-        OPT_PROBE
+        OPT_PROBE,
+        OPT_MEMHIST
     };
     static const struct option opts[] = {
         {"output", required_argument, NULL, 'o'},
@@ -813,6 +835,7 @@ static int run_parse(struct run *r, int argc, char **argv, const char **outdir, 
         {"group-readable", no_argument, NULL, OPT_GROUP},
         {"keep-args", no_argument, NULL, OPT_KEEP},
         {"probe", optional_argument, NULL, OPT_PROBE},
+        {"memory-history", optional_argument, NULL, OPT_MEMHIST},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -871,6 +894,22 @@ static int run_parse(struct run *r, int argc, char **argv, const char **outdir, 
                 return 2;
             }
             break;
+        case OPT_MEMHIST: {
+            r->memory_history = RUN_MEMORY_HISTORY;
+            if (optarg) {
+                char *end;
+                errno = 0;
+                unsigned long long n = strtoull(optarg, &end, 10);
+                if (errno || end == optarg || *end || optarg[0] == '-' || n == 0 ||
+                    n > RUN_MEMORY_HISTORY_MAX) {
+                    cli_err("--memory-history=%s: not a number of events from 1 to %lu", optarg,
+                            (unsigned long)RUN_MEMORY_HISTORY_MAX);
+                    return 2;
+                }
+                r->memory_history = (unsigned long)n;
+            }
+            break;
+        }
         case 'h':
             run_usage(stdout);
             return 0;

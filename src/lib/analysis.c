@@ -52,7 +52,7 @@ static const struct tm_rule rules[] = {
     {.id = "gpu_mem.growth", .max = TM_SEV_HIGH, .rank = tm_rule_gpu_mem_growth},
     {.id = "gpu_mem.fragmentation", .max = TM_SEV_HIGH, .rank = tm_rule_gpu_mem_fragmentation},
     {.id = "gpu_mem.alloc_retries", .max = TM_SEV_HIGH, .rank = tm_rule_gpu_mem_alloc_retries},
-    {.id = "gpu_mem.oom", .max = TM_SEV_HIGH, .rank = tm_rule_gpu_mem_oom},
+    {.id = "gpu_mem.oom", .max = TM_SEV_HIGH, .rank = tm_rule_gpu_mem_oom, .ends_run = true},
     {.id = "anatomy.optimizer_state", .max = TM_SEV_LOW, .rank = tm_rule_anatomy_optimizer_state},
     {.id = "anatomy.activations", .max = TM_SEV_LOW, .rank = tm_rule_anatomy_activations},
     {.id = "anatomy.max_micro_batch", .max = TM_SEV_INFO, .rank = tm_rule_anatomy_max_micro_batch},
@@ -66,6 +66,17 @@ size_t tm_an_rules(const struct tm_rule **list)
 {
     *list = rules;
     return TM_ARRAY_LEN(rules);
+}
+
+/* The sort key of a finding: its severity, then whether its rule says
+ * why the run ended. */
+static int finding_order(const tm_finding *f)
+{
+    int ends = 0;
+    for (size_t i = 0; i < TM_ARRAY_LEN(rules); i++)
+        if (rules[i].ends_run && strcmp(rules[i].id, f->id) == 0)
+            ends = 1;
+    return 2 * (int)f->severity + ends;
 }
 
 static void apply_rules(struct an *an)
@@ -222,11 +233,12 @@ int tm_analyze(const tm_run *r, tm_analysis **out)
         tm_analysis_free(&a);
         return tm_seterr(-ENOMEM, "analysis: out of memory");
     }
-    /* Most severe first, stable (insertion sort: a handful of findings). */
+    /* Most severe first, within a severity what ended the run first, else
+     * stable (insertion sort: a handful of findings). */
     for (size_t i = 1; i < a->nf; i++) {
         tm_finding f = a->f[i];
         size_t j = i;
-        while (j > 0 && a->f[j - 1].severity < f.severity) {
+        while (j > 0 && finding_order(&a->f[j - 1]) < finding_order(&f)) {
             a->f[j] = a->f[j - 1];
             j--;
         }

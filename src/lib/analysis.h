@@ -147,6 +147,17 @@
 /* gpu_mem.fragmentation: inactive split blocks at peak reserved. */
 #define TM_AN_FRAG_RATIO 0.25
 #define TM_AN_FRAG_MIN_BYTES (256.0 * 1024 * 1024)
+/* gpu_mem.oom: the live data's cause, from the OOM summary's live bytes
+ * by category (docs/DIAGNOSIS.md "gpu_mem.oom").  Activations and other
+ * temporaries at half of what is live or more, as anatomy.activations
+ * (TM_AN_ANAT_ACT_SHARE); the optimizer's state at 35% or more, as
+ * anatomy.optimizer_state (TM_AN_ANAT_STATE_SHARE: Adam's two fp32
+ * moments are half of weights + gradients + state); parameters with their
+ * gradients at half or more (fp32 weights and gradients of a model
+ * without Adam's state: SGD without momentum, or inference). */
+#define TM_AN_OOM_ACT_SHARE 0.50
+#define TM_AN_OOM_STATE_SHARE 0.35
+#define TM_AN_OOM_PARAMS_SHARE 0.50
 /* gpu_mem.alloc_retries: any; high above this many per step. */
 #define TM_AN_RETRIES_PER_STEP_HIGH 0.05
 /* anatomy.*: judged on the latest memory anatomy of each device.  Below

@@ -142,6 +142,39 @@ static const view anatomy_view[] = {
     {.omit = OMIT_NEG, .a = F_ANATOMY_batch_size},
 };
 
+static const view oomsum_view[] = {
+    {.text = POS, .a = F_OOMSUM_seq},
+    {.omit = OMIT_NEG, .a = F_OOMSUM_device},
+    {.a = F_OOMSUM_step},
+    {.a = F_OOMSUM_status},
+    {.omit = OMIT_EMPTY, .a = F_OOMSUM_why},
+    {.a = F_OOMSUM_pool},
+    {.a = F_OOMSUM_requested},
+    {.a = F_OOMSUM_free_device},
+    {.a = F_OOMSUM_largest_free},
+    {.a = F_OOMSUM_free_cached},
+    {.a = F_OOMSUM_fragments},
+    {.a = F_OOMSUM_expandable},
+    {.a = F_OOMSUM_reserved},
+    {.a = F_OOMSUM_live},
+    {.a = F_OOMSUM_live_params},
+    {.a = F_OOMSUM_live_grads},
+    {.a = F_OOMSUM_live_optim_state},
+    {.a = F_OOMSUM_live_other},
+    {.a = F_OOMSUM_live_unknown},
+    {.a = F_OOMSUM_blocks},
+    {.omit = OMIT_EMPTY, .a = F_OOMSUM_site1},
+    {.a = F_OOMSUM_site1_bytes},
+    {.omit = OMIT_EMPTY, .a = F_OOMSUM_site2},
+    {.a = F_OOMSUM_site2_bytes},
+    {.omit = OMIT_EMPTY, .a = F_OOMSUM_site3},
+    {.a = F_OOMSUM_site3_bytes},
+    {.omit = OMIT_EMPTY, .a = F_OOMSUM_site4},
+    {.a = F_OOMSUM_site4_bytes},
+    {.omit = OMIT_EMPTY, .a = F_OOMSUM_site5},
+    {.a = F_OOMSUM_site5_bytes},
+};
+
 /* --------------------------------------------------------------- tables */
 
 #define ROW_STEP(k, m, t, o, u, n) TM_ROW(tm_inproc_step, k, m, t, o, u, n)
@@ -151,6 +184,7 @@ static const view anatomy_view[] = {
 #define ROW_WORKER(k, m, t, o, u, n) TM_ROW(tm_inproc_worker, k, m, t, o, u, n)
 #define ROW_OPTSTEP(k, m, t, o, u, n) TM_ROW(tm_inproc_optstep, k, m, t, o, u, n)
 #define ROW_ANATOMY(k, m, t, o, u, n) TM_ROW(tm_inproc_anatomy, k, m, t, o, u, n)
+#define ROW_OOMSUM(k, m, t, o, u, n) TM_ROW(tm_inproc_oomsum, k, m, t, o, u, n)
 
 static const tm_inproc_field step_fields[] = {TM_SCHEMA_STEP(ROW_STEP)};
 static const tm_inproc_field capture_fields[] = {TM_SCHEMA_CAPTURE(ROW_CAPTURE)};
@@ -159,6 +193,7 @@ static const tm_inproc_field oom_fields[] = {TM_SCHEMA_OOM(ROW_OOM)};
 static const tm_inproc_field worker_fields[] = {TM_SCHEMA_WORKER(ROW_WORKER)};
 static const tm_inproc_field optstep_fields[] = {TM_SCHEMA_OPTSTEP(ROW_OPTSTEP)};
 static const tm_inproc_field anatomy_fields[] = {TM_SCHEMA_ANATOMY(ROW_ANATOMY)};
+static const tm_inproc_field oomsum_fields[] = {TM_SCHEMA_OOMSUM(ROW_OOMSUM)};
 
 typedef struct schema {
     const char *name;
@@ -189,9 +224,10 @@ static const schema schemas[] = {
     SCHEMA_GREW("worker", TM_WORKER_LEN, TM_WORKER_LEN_V1, worker_fields, worker_view),
     SCHEMA("optimizer_step", TM_OPTSTEP_LEN, optstep_fields, optstep_view),
     SCHEMA("anatomy", TM_ANATOMY_HDR, anatomy_fields, anatomy_view),
+    SCHEMA("oom_summary", TM_OOMSUM_HDR, oomsum_fields, oomsum_view),
 };
 
-_Static_assert(N(schemas) == TM_REC_ANATOMY - TM_REC_STEP + 1, "one schema per in-process type");
+_Static_assert(N(schemas) == TM_REC_OOMSUM - TM_REC_STEP + 1, "one schema per in-process type");
 #define FITS(f) _Static_assert(N(f) <= TM_INPROC_FIELDS_MAX, "TM_INPROC_FIELDS_MAX: " #f)
 FITS(step_fields);
 FITS(capture_fields);
@@ -200,10 +236,11 @@ FITS(oom_fields);
 FITS(worker_fields);
 FITS(optstep_fields);
 FITS(anatomy_fields);
+FITS(oomsum_fields);
 
 bool tm_inproc_is(uint16_t type)
 {
-    return type >= TM_REC_STEP && type <= TM_REC_ANATOMY;
+    return type >= TM_REC_STEP && type <= TM_REC_OOMSUM;
 }
 
 static const schema *schema_of(uint16_t type)
@@ -527,6 +564,13 @@ int tm_inproc_encode_anatomy(const tm_inproc_anatomy *a, void *buf, size_t cap)
     return encode_base(schema_of(TM_REC_ANATOMY), (const char *)a, buf, cap);
 }
 
+int tm_inproc_encode_oomsum(const tm_inproc_oomsum *o, void *buf, size_t cap)
+{
+    if (!o || (!buf && cap))
+        return tm_seterr(-EINVAL, "tm_inproc_encode_oomsum: NULL argument");
+    return encode_base(schema_of(TM_REC_OOMSUM), (const char *)o, buf, cap);
+}
+
 /* ------------------------------------------------------------- decoders */
 
 static int bad(const tm_record *rec, uint16_t type)
@@ -641,6 +685,11 @@ int tm_inproc_decode_optstep(const tm_record *rec, tm_inproc_optstep *out)
 int tm_inproc_decode_anatomy(const tm_record *rec, tm_inproc_anatomy *out)
 {
     DECODE_AS(TM_REC_ANATOMY, anatomy);
+}
+
+int tm_inproc_decode_oomsum(const tm_record *rec, tm_inproc_oomsum *out)
+{
+    DECODE_AS(TM_REC_OOMSUM, oomsum);
 }
 
 /* ------------------------------------------------------------ formatter */

@@ -1,5 +1,5 @@
 /*
- * inproc_schema.h - the in-process record layouts (types 16-22), described
+ * inproc_schema.h - the in-process record layouts (types 16-23), described
  * once.  Included by inproc.c only: the encoders, the decoders, the
  * formatter behind `trainmon dump` / `dump --json` / `export --format
  * jsonl` and, through tm_inproc_fields() and tm_inproc_get(), Python's
@@ -43,6 +43,7 @@
 #define TM_WORKER_LEN_V1 48u
 #define TM_OPTSTEP_LEN 32u
 #define TM_ANATOMY_HDR 102u
+#define TM_OOMSUM_HDR 188u
 
 /* Enum value names by value, NULL-terminated; 0 is no valid value. */
 static const char *const tm_capture_sources[] = {"unknown", "user", "step", "phase", "oom", NULL};
@@ -52,6 +53,8 @@ static const char *const tm_step_boundaries[] = {"unknown", "loader", "backward"
                                                  NULL};
 static const char *const tm_step_phases[] = {"unknown", "train", "eval", NULL};
 static const char *const tm_anatomy_reasons[] = {"unknown", "first", "changed", NULL};
+static const char *const tm_oomsum_statuses[] = {"unknown", "ok", "cut", "no_snapshot", NULL};
+static const char *const tm_oomsum_pools[] = {"unknown", "small", "large", NULL};
 
 /* clang-format off */
 #define TM_SCHEMA_STEP(X)                                          \
@@ -139,6 +142,38 @@ static const char *const tm_anatomy_reasons[] = {"unknown", "first", "changed", 
     X("batch_size",   batch_size,   I64, 88,  "count", NULL)       \
     X("reason",       reason,       U32, 96,  "",      tm_anatomy_reasons) \
     X("device_type",  kind,         STR, 100, "",      NULL)
+
+#define TM_SCHEMA_OOMSUM(X) \
+    X("seq",              seq,              U32, 0,   "",      NULL) \
+    X("device",           device,           I32, 4,   "",      NULL) \
+    X("step",             step,             U64, 8,   "",      NULL) \
+    X("status",           status,           U32, 16,  "",      tm_oomsum_statuses) \
+    X("pool",             pool,             U32, 20,  "",      tm_oomsum_pools) \
+    X("requested",        requested,        F64, 24,  "bytes", NULL) \
+    X("free_device",      free_device,      F64, 32,  "bytes", NULL) \
+    X("largest_free",     largest_free,     F64, 40,  "bytes", NULL) \
+    X("free_cached",      free_cached,      F64, 48,  "bytes", NULL) \
+    X("fragments",        fragments,        F64, 56,  "count", NULL) \
+    X("expandable",       expandable,       F64, 64,  "bytes", NULL) \
+    X("reserved",         reserved,         F64, 72,  "bytes", NULL) \
+    X("live",             live,             F64, 80,  "bytes", NULL) \
+    X("live_params",      live_params,      F64, 88,  "bytes", NULL) \
+    X("live_grads",       live_grads,       F64, 96,  "bytes", NULL) \
+    X("live_optim_state", live_optim_state, F64, 104, "bytes", NULL) \
+    X("live_other",       live_other,       F64, 112, "bytes", NULL) \
+    X("live_unknown",     live_unknown,     F64, 120, "bytes", NULL) \
+    X("blocks",           blocks,           F64, 128, "count", NULL) \
+    X("site1_bytes",      site1_bytes,      F64, 136, "bytes", NULL) \
+    X("site2_bytes",      site2_bytes,      F64, 144, "bytes", NULL) \
+    X("site3_bytes",      site3_bytes,      F64, 152, "bytes", NULL) \
+    X("site4_bytes",      site4_bytes,      F64, 160, "bytes", NULL) \
+    X("site5_bytes",      site5_bytes,      F64, 168, "bytes", NULL) \
+    X("why",              why,              STR, 176, "",      NULL) \
+    X("site1",            site1,            STR, 178, "",      NULL) \
+    X("site2",            site2,            STR, 180, "",      NULL) \
+    X("site3",            site3,            STR, 182, "",      NULL) \
+    X("site4",            site4,            STR, 184, "",      NULL) \
+    X("site5",            site5,            STR, 186, "",      NULL)
 /* clang-format on */
 
 /* Field indices, for the views: F_<TYPE>_<member>. */
@@ -150,6 +185,7 @@ static const char *const tm_anatomy_reasons[] = {"unknown", "first", "changed", 
 #define TM_IDX_WORKER(k, m, t, o, u, n) TM_SCHEMA_IDX(WORKER, m)
 #define TM_IDX_OPTSTEP(k, m, t, o, u, n) TM_SCHEMA_IDX(OPTSTEP, m)
 #define TM_IDX_ANATOMY(k, m, t, o, u, n) TM_SCHEMA_IDX(ANATOMY, m)
+#define TM_IDX_OOMSUM(k, m, t, o, u, n) TM_SCHEMA_IDX(OOMSUM, m)
 enum { TM_SCHEMA_STEP(TM_IDX_STEP) F_STEP_N };
 enum { TM_SCHEMA_CAPTURE(TM_IDX_CAPTURE) F_CAPTURE_N };
 enum { TM_SCHEMA_PHASE(TM_IDX_PHASE) F_PHASE_N };
@@ -157,6 +193,7 @@ enum { TM_SCHEMA_OOM(TM_IDX_OOM) F_OOM_N };
 enum { TM_SCHEMA_WORKER(TM_IDX_WORKER) F_WORKER_N };
 enum { TM_SCHEMA_OPTSTEP(TM_IDX_OPTSTEP) F_OPTSTEP_N };
 enum { TM_SCHEMA_ANATOMY(TM_IDX_ANATOMY) F_ANATOMY_N };
+enum { TM_SCHEMA_OOMSUM(TM_IDX_OOMSUM) F_OOMSUM_N };
 
 /* The table rows.  A string's length member is found by name (member_len);
  * other types have none. */

@@ -508,6 +508,28 @@ static void write_headline_text(tm_text *t, const tm_analysis *a)
     }
 }
 
+/* The allocation sites of an OOM finding (gpu_mem.oom's site<k> and
+ * site<k>_bytes evidence), one line each under it. */
+static void write_sites_text(tm_text *t, const tm_finding *f)
+{
+    for (int k = 1; k <= TM_OOMSUM_SITES; k++) {
+        char key[24];
+        const char *v, *b;
+        size_t vl, bl;
+        snprintf(key, sizeof key, "site%d", k);
+        if (!tm_unit_evidence_member(f->evidence, key, &v, &vl))
+            break;
+        tm_text_puts(t, "      site: ");
+        tm_unit_json_value(t, TM_ESC_TEXT, key, strlen(key), v, vl, NULL, NULL);
+        snprintf(key, sizeof key, "site%d_bytes", k);
+        if (tm_unit_evidence_member(f->evidence, key, &b, &bl)) {
+            tm_text_puts(t, " holds ");
+            tm_unit_json_value(t, TM_ESC_TEXT, key, strlen(key), b, bl, NULL, NULL);
+        }
+        tm_text_puts(t, "\n");
+    }
+}
+
 static void write_text(tm_text *t, const tm_run *r, const tm_analysis *a)
 {
     const char *const *dirs;
@@ -624,6 +646,7 @@ static void write_text(tm_text *t, const tm_run *r, const tm_analysis *a)
         tm_unit_evidence_line(t, TM_ESC_TEXT, f->evidence, tm_rpt_pid_name, (void *)r);
         tm_text_puts(t, "\n");
         tx_line(t, "      advice: ", f->advice, strlen(f->advice));
+        write_sites_text(t, f);
     }
     const char *const *notes;
     size_t nn = tm_run_notes(r, &notes);

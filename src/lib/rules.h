@@ -30,6 +30,10 @@ struct tm_rule {
     enum tm_severity max;
     void (*run)(struct an *an);
     void (*rank)(struct an *an, const tm_an_rank *R);
+    /* Its findings say why the run ended (an out-of-memory error): they
+     * lead the findings of their severity, so the report's verdict is the
+     * crash, not a slowdown of the same severity found before it. */
+    bool ends_run;
 };
 
 /* One analysis in progress.  v and a are tm_analyze's; rule is the rule

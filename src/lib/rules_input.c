@@ -10,6 +10,7 @@
 
 #include "machine.h"
 #include "rules.h"
+#include "units.h"
 
 static enum tm_severity wait_severity(double f)
 {
@@ -44,8 +45,13 @@ void tm_an_input_cost(struct ev *e, const tm_an_summary *S, char *buf, size_t ca
     char sh[48] = "";
     if (isfinite(share))
         snprintf(sh, sizeof sh, " (%.0f%% of the run)", 100 * (share > 1 ? 1 : share));
-    snprintf(buf + len, cap - len, "; %.*f s lost%s, about %.*fx faster if the input kept up",
-             S->time_lost_s < 10 ? 1 : 0, S->time_lost_s, sh, S->speedup < 10 ? 1 : 0, S->speedup);
+    char lost[48]; /* "12.3 s", "123 s"; under a second in its unit: "85.0 ms", not "0.1 s" */
+    if (S->time_lost_s >= 1)
+        snprintf(lost, sizeof lost, "%.*f s", S->time_lost_s < 10 ? 1 : 0, S->time_lost_s);
+    else
+        tm_unit_fmt(lost, sizeof lost, TM_UNIT_SECONDS, S->time_lost_s);
+    snprintf(buf + len, cap - len, "; %s lost%s, about %.*fx faster if the input kept up", lost, sh,
+             S->speedup < 10 ? 1 : 0, S->speedup);
 }
 
 /* Advice that knows the run: what waits for the data ("the GPU" only when

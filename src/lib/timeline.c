@@ -228,10 +228,11 @@ struct pseries {
     bool shared; /* uses the lead's time array */
 };
 
-enum { V_STEP, V_CAPTURE, V_PHASE, V_OOM, V_WORKER, V_OPTSTEP, V_ANATOMY, V_EVENT, V_N };
+enum { V_STEP, V_CAPTURE, V_PHASE, V_OOM, V_WORKER, V_OPTSTEP, V_ANATOMY, V_OOMSUM, V_EVENT, V_N };
 static const size_t vec_el[V_N] = {
-    sizeof(tm_run_step),   sizeof(tm_run_capture), sizeof(tm_run_phase),   sizeof(tm_run_oom),
-    sizeof(tm_run_worker), sizeof(tm_run_optstep), sizeof(tm_run_anatomy), sizeof(tm_run_event)};
+    sizeof(tm_run_step),    sizeof(tm_run_capture), sizeof(tm_run_phase),
+    sizeof(tm_run_oom),     sizeof(tm_run_worker),  sizeof(tm_run_optstep),
+    sizeof(tm_run_anatomy), sizeof(tm_run_oomsum),  sizeof(tm_run_event)};
 
 struct part {
     char *path;
@@ -261,6 +262,7 @@ struct part {
         tm_run_worker e;
         tm_run_optstep f;
         tm_run_anatomy h;
+        tm_run_oomsum k;
         tm_run_event g;
     } spill; /* a record beyond the count (the file grew meanwhile): dropped */
     char **notes;
@@ -471,6 +473,21 @@ static int part_inproc(struct part *p, const tm_record *rec, int64_t t)
         *o = (tm_run_anatomy){.source = p->src, .rank = rank, .t_ns = t, .a = a};
         return 0;
     }
+    case TM_REC_OOMSUM: {
+        tm_inproc_oomsum s;
+        if (tm_inproc_decode_oomsum(rec, &s) < 0)
+            return 0;
+        if (!(s.why = part_str(p, s.why, s.why_len, &s.why_len)) ||
+            !(s.site1 = part_str(p, s.site1, s.site1_len, &s.site1_len)) ||
+            !(s.site2 = part_str(p, s.site2, s.site2_len, &s.site2_len)) ||
+            !(s.site3 = part_str(p, s.site3, s.site3_len, &s.site3_len)) ||
+            !(s.site4 = part_str(p, s.site4, s.site4_len, &s.site4_len)) ||
+            !(s.site5 = part_str(p, s.site5, s.site5_len, &s.site5_len)))
+            return -ENOMEM;
+        tm_run_oomsum *o = part_slot(p, V_OOMSUM);
+        *o = (tm_run_oomsum){.source = p->src, .rank = rank, .t_ns = t, .o = s};
+        return 0;
+    }
     default:
         return 0; /* a type this version does not know: skipped by design */
     }
@@ -508,6 +525,8 @@ static int rec_kind(uint16_t type)
         return V_OPTSTEP;
     case TM_REC_ANATOMY:
         return V_ANATOMY;
+    case TM_REC_OOMSUM:
+        return V_OOMSUM;
     case TM_REC_EVENT:
         return V_EVENT;
     default:
@@ -879,7 +898,8 @@ static int run_merge(tm_run *r)
 _Static_assert(offsetof(tm_run_step, source) == 0 && offsetof(tm_run_capture, source) == 0 &&
                    offsetof(tm_run_phase, source) == 0 && offsetof(tm_run_oom, source) == 0 &&
                    offsetof(tm_run_worker, source) == 0 && offsetof(tm_run_optstep, source) == 0 &&
-                   offsetof(tm_run_anatomy, source) == 0 && offsetof(tm_run_event, source) == 0,
+                   offsetof(tm_run_anatomy, source) == 0 && offsetof(tm_run_oomsum, source) == 0 &&
+                   offsetof(tm_run_event, source) == 0,
                "run records start with their source");
 
 int tm_run_load(tm_run **out, const char *const *dirs, size_t n)
@@ -1043,6 +1063,17 @@ RUN_LIST(tm_run_ooms, tm_run_oom, V_OOM)
 RUN_LIST(tm_run_workers, tm_run_worker, V_WORKER)
 RUN_LIST(tm_run_optsteps, tm_run_optstep, V_OPTSTEP)
 RUN_LIST(tm_run_anatomies, tm_run_anatomy, V_ANATOMY)
+RUN_LIST(tm_run_oomsums, tm_run_oomsum, V_OOMSUM)
+
+const tm_inproc_oomsum *tm_run_oomsum_of(const tm_run *r, uint32_t source, uint32_t seq)
+{
+    const tm_run_oomsum *l;
+    size_t n = tm_run_oomsums(r, &l);
+    for (size_t i = 0; i < n; i++)
+        if (l[i].source == source && l[i].o.seq == seq)
+            return &l[i].o;
+    return NULL;
+}
 
 bool tm_labels_get(const char *labels, const char *key, char *buf, size_t cap)
 {

@@ -422,6 +422,28 @@ double tm_unit_evidence_num(const char *json, const char *key)
     return NAN;
 }
 
+bool tm_unit_evidence_member(const char *json, const char *key, const char **v, size_t *len)
+{
+    const char *p = ws(json);
+    struct member m = {0};
+    bool bad = false;
+    if (*p != '{')
+        return false;
+    size_t kl = strlen(key);
+    for (const char *q = p + 1; q && *q != '}';) {
+        m.k = NULL;
+        q = next_member(q, &m, &bad);
+        if (!m.k || bad)
+            return false;
+        if (m.klen == kl && memcmp(m.k, key, kl) == 0) {
+            *v = m.v;
+            *len = m.vlen;
+            return true;
+        }
+    }
+    return false;
+}
+
 /* --- printf's "%.*f", fast (trainmon.h) */
 
 size_t tm_fmt_fixed(char *buf, size_t cap, double v, int prec)

@@ -63,4 +63,8 @@ void tm_unit_evidence_line(tm_text *t, tm_esc esc, const char *json, tm_unit_pid
  * absent, null or not a number. */
 double tm_unit_evidence_num(const char *json, const char *key);
 
+/* The raw JSON value under top-level key of a flat evidence object:
+ * true and *v, *len set (pointing into json), false when absent. */
+bool tm_unit_evidence_member(const char *json, const char *key, const char **v, size_t *len);
+
 #endif

@@ -23,7 +23,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!payload)
         return 0;
     memcpy(payload, data + 1, size - 1);
-    tm_record rec = {.type = (uint16_t)(TM_REC_STEP + data[0] % 9), /* 16..24: two unknown */
+    tm_record rec = {.type = (uint16_t)(TM_REC_STEP + data[0] % 10), /* 16..25: two unknown */
                      .t_ns = 12345,
                      .len = (uint32_t)(size - 1),
                      .payload = payload,
@@ -35,6 +35,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     tm_inproc_worker w;
     tm_inproc_optstep op;
     tm_inproc_anatomy an;
+    tm_inproc_oomsum sm;
     tm_inproc_decode_step(&rec, &s);
     if (tm_inproc_decode_capture(&rec, &c) == 0 && c.tag_len && !c.tag)
         abort();
@@ -44,6 +45,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     tm_inproc_decode_worker(&rec, &w);
     tm_inproc_decode_optstep(&rec, &op);
     if (tm_inproc_decode_anatomy(&rec, &an) == 0 && an.kind_len && !an.kind)
+        abort();
+    if (tm_inproc_decode_oomsum(&rec, &sm) == 0 &&
+        ((sm.why_len && !sm.why) || (sm.site1_len && !sm.site1) || (sm.site5_len && !sm.site5)))
         abort();
     static char line[TM_INPROC_FORMAT_MAX];
     for (int json = 0; json < 2; json++) {

@@ -64,6 +64,15 @@ FILES = {
         # readers (torch.cuda._memory_viz) use: one 2 MiB segment with an
         # allocated and a free block, and a trace ending in the OOM.
         def _snapshot():
+            import os
+            case = os.environ.get("STANDIN_OOM_CASE")  # oom_snapshots.py: one per cause
+            if case:
+                import oom_snapshots, torch
+                snap = oom_snapshots.CASES[case](os.path.dirname(torch.__file__))["snapshot"]
+                # torch 1.13's memory_snapshot(): the list of segments
+                return oom_snapshots.legacy(snap) if os.environ.get("STANDIN_OOM_LEGACY") else snap
+            if os.environ.get("STANDIN_OOM_FAIL"):     # the allocator itself failing
+                raise RuntimeError("CUDA error: out of memory (stand-in)")
             fr = [{"filename": "train.py", "line": 42, "name": "forward"}]
             base = 0x7F0000000000
             blocks = [

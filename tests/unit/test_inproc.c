@@ -319,7 +319,7 @@ static void test_schema_fields_have_unique_keys_and_do_not_overlap(void **st)
                 assert_true(apart);
             }
     }
-    assert_int_equal(types, 7);
+    assert_int_equal(types, 8);
 }
 
 static void test_json_members_are_the_dump_line_after_its_type(void **st)
@@ -488,19 +488,94 @@ static void test_anatomy_round_trips_at_its_documented_offsets(void **st)
     assert_true(o.params == 1 && o.kind_len == 3);
 }
 
+/* The OOM summary: offsets as docs/FORMAT.md shows them, a round trip
+ * with its six strings, NAN fields left out of the line. */
+static void test_oom_summary_offsets_round_trip_and_dump_line(void **st)
+{
+    (void)st;
+    uint8_t b[512];
+    memset(b, 0xee, sizeof b);
+    tm_inproc_oomsum s = {.seq = 3,
+                          .device = 1,
+                          .step = 40,
+                          .status = TM_OOMSUM_OK,
+                          .pool = TM_OOMSUM_LARGE,
+                          .requested = 1e9,
+                          .free_device = 2e8,
+                          .largest_free = 3e8,
+                          .free_cached = 9e8,
+                          .fragments = 4,
+                          .expandable = 1.1e9,
+                          .reserved = 5e9,
+                          .live = 4e9,
+                          .live_params = 1e9,
+                          .live_grads = 1e9,
+                          .live_optim_state = 1.5e9,
+                          .live_other = 0.5e9,
+                          .live_unknown = 0,
+                          .blocks = 12,
+                          .site1_bytes = 2e9,
+                          .site2_bytes = NAN,
+                          .site3_bytes = NAN,
+                          .site4_bytes = NAN,
+                          .site5_bytes = NAN,
+                          .why = "",
+                          .site1 = "t.py:3:f",
+                          .site1_len = 8,
+                          .site2 = "",
+                          .site3 = "",
+                          .site4 = "",
+                          .site5 = ""};
+    assert_int_equal(tm_inproc_encode_oomsum(&s, b, sizeof b), 188 + 8);
+    assert_true(at_u32(b, 0) == 3 && at_u32(b, 4) == 1 && at_u64(b, 8) == 40);
+    assert_true(at_u32(b, 16) == 1 && at_u32(b, 20) == 2 && at_f64(b, 24) == 1e9);
+    assert_true(at_f64(b, 40) == 3e8 && at_f64(b, 56) == 4 && at_f64(b, 64) == 1.1e9);
+    assert_true(at_f64(b, 80) == 4e9 && at_f64(b, 104) == 1.5e9 && at_f64(b, 128) == 12);
+    assert_true(at_f64(b, 136) == 2e9 && isnan(at_f64(b, 144)));
+    assert_true(at_u16(b, 176) == 0 && at_u16(b, 178) == 8 && at_u16(b, 186) == 0);
+    assert_memory_equal(b + 188, "t.py:3:f", 8);
+
+    tm_record r = rec_of(TM_REC_OOMSUM, b, 196);
+    tm_inproc_oomsum o;
+    assert_int_equal(tm_inproc_decode_oomsum(&r, &o), 0);
+    assert_true(o.seq == 3 && o.device == 1 && o.largest_free == 3e8 && o.live_other == 0.5e9);
+    assert_true(o.site1_len == 8 && memcmp(o.site1, "t.py:3:f", 8) == 0 && o.site2_len == 0);
+    assert_true(isnan(o.site2_bytes) && o.why_len == 0);
+
+    char line[TM_INPROC_FORMAT_MAX];
+    assert_true(tm_inproc_format(&r, true, line, sizeof line) > 0);
+    assert_non_null(strstr(line, "\"type\":\"oom_summary\""));
+    assert_non_null(strstr(line, "\"status\":\"ok\""));
+    assert_non_null(strstr(line, "\"pool\":\"large\""));
+    assert_non_null(strstr(line, "\"site1\":\"t.py:3:f\""));
+    assert_null(strstr(line, "site2"));
+    assert_null(strstr(line, "\"why\""));
+
+    /* too short for its fixed part or its string: refused; longer: read */
+    r.len = 187;
+    assert_int_equal(tm_inproc_decode_oomsum(&r, &o), -EINVAL);
+    r.len = 190;
+    assert_int_equal(tm_inproc_decode_oomsum(&r, &o), -EINVAL);
+    r.len = 300;
+    assert_int_equal(tm_inproc_decode_oomsum(&r, &o), 0);
+    assert_true(o.live == 4e9 && o.site1_len == 8);
+}
+
 /* A reader that does not know a type skips it: what a reader older than
- * type 22 does with an anatomy record (tm_inproc_format says it is not
- * its own, the run loader's default case drops it). */
+ * type 23 does with an OOM summary (tm_inproc_format says it is not its
+ * own, the run loader's default case drops it). */
 static void test_a_type_past_the_known_ones_is_not_in_process(void **st)
 {
     (void)st;
     uint8_t b[128] = {0};
     char line[64];
-    tm_record r = rec_of(TM_REC_ANATOMY + 1, b, 128);
-    assert_false(tm_inproc_is(TM_REC_ANATOMY + 1));
+    tm_record r = rec_of(TM_REC_OOMSUM + 1, b, 128);
+    assert_false(tm_inproc_is(TM_REC_OOMSUM + 1));
+    assert_true(tm_inproc_is(TM_REC_OOMSUM));
     assert_true(tm_inproc_is(TM_REC_ANATOMY));
     assert_int_equal(tm_inproc_format(&r, false, line, sizeof line), -ENOENT);
     assert_string_equal(tm_inproc_type_name(TM_REC_ANATOMY), "anatomy");
+    assert_string_equal(tm_inproc_type_name(TM_REC_OOMSUM), "oom_summary");
 }
 
 static void test_step_model_fields_round_trip_and_old_steps_still_read(void **st)
@@ -644,6 +719,7 @@ int main(void)
         cmocka_unit_test(test_step_flags_show_as_booleans_in_both_forms),
         cmocka_unit_test(test_step_model_fields_round_trip_and_old_steps_still_read),
         cmocka_unit_test(test_anatomy_round_trips_at_its_documented_offsets),
+        cmocka_unit_test(test_oom_summary_offsets_round_trip_and_dump_line),
         cmocka_unit_test(test_a_type_past_the_known_ones_is_not_in_process),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

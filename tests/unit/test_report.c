@@ -208,6 +208,23 @@ static void test_an_input_finding_states_time_lost_and_speedup(void **st)
     done(&run, &a);
 }
 
+/* Under a second lost is said in its unit: 100 steps of 5 ms waiting 3 ms,
+ * the first a warm-up: 99 x 3 ms = 297 ms, not "0.3 s". */
+static void test_time_lost_under_a_second_is_said_in_ms(void **st)
+{
+    (void)st;
+    tm_rec *r = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(r, 100, 0, 0.005, 0.003);
+    tm_rec_close(&r);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "input.data_wait");
+    assert_non_null(f);
+    assert_true(fabs(ev_num(f, "time_lost_s") - 0.297) < 1e-9);
+    assert_non_null(strstr(f->title, "; 297 ms lost (60% of the run), about 2.5x faster"));
+    done(&run, &a);
+}
+
 static void test_data_wait_without_system_data_is_a_low_confidence_finding(void **st)
 {
     (void)st;
@@ -1618,6 +1635,7 @@ int main(void)
         T(test_throttled_disk_with_high_await_and_workers_in_d_state_is_disk_bound),
         T(test_busy_workers_slower_than_compute_are_cpu_bound_with_a_worker_count),
         T(test_an_input_finding_states_time_lost_and_speedup),
+        T(test_time_lost_under_a_second_is_said_in_ms),
         T(test_data_wait_without_system_data_is_a_low_confidence_finding),
         T(test_workers_off_cpu_without_system_data_are_not_called_disk_bound),
         T(test_cpu_starved_workers_without_d_state_are_cpu_bound_not_disk_bound),
