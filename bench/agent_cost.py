@@ -9,14 +9,23 @@ Prints a markdown table and one PASS/FAIL line.  Environment:
   AGENT_COST_STEPS  steps per measured block (default 256: one epoch of the
                     loader loops, so each block has the same epoch ends)
   AGENT_COST_KINDS  the loops (default: loader slice manual accum)
+  AGENT_COST_SEEDS  the PYTHONHASHSEED values, one plain and one agent
+                    process each (default: 0 1 2)
 
 How (docs/BENCHMARKS.md "The agent's cost per step"):
-  1. Instructions, under callgrind: one process per loop runs N steps
-     without trainmon, N with attach(), N after detach(), each after an
-     uninstrumented warm-up and bracketed by client requests (cgmark.so),
-     so start-up is not counted.  The agent's instructions per step are
-     (agent - mean(plain, plain2)) / N; |plain - plain2| / N is the noise.
-     --collect-systime counts the system calls per step too.
+  1. Instructions, under callgrind: per loop and per seed, one process
+     runs N steps without trainmon and one runs N steps with attach()
+     (made first, as `trainmon run` does), each after an uninstrumented
+     warm-up and a gc.collect(), with the garbage collector off in the
+     block, bracketed by client requests (cgmark.so), so start-up is not
+     counted.  The two of a seed are the same program with the same
+     hash seed (PYTHONHASHSEED), so valgrind runs them the same way but
+     for the agent.  The agent's instructions per step are the median over
+     the seeds of (agent - plain) / N; the noise is the spread of the plain
+     processes over the seeds (max - min) / N: what the same loop without
+     the agent varies by with the hash seed (dict layouts, the method
+     cache).  Two processes run at a time.  --collect-systime counts the
+     system calls per step too.
   2. ns: instructions / (instructions per ns of this machine) + the
      agent's system calls at their measured native cost.  The rate is the
      plain loops' own: their instructions per step (callgrind) over their
@@ -45,6 +54,7 @@ cgmark = os.path.join(root, build, "bench", "cgmark.so")
 venv_py = os.path.join(root, ".venv", "bin", "python")
 py = os.environ.get("AGENT_COST_PY") or (venv_py if os.access(venv_py, os.X_OK) else "/usr/bin/python3")
 N = int(os.environ.get("AGENT_COST_STEPS", "256"))
+SEEDS = os.environ.get("AGENT_COST_SEEDS", "0 1 2").split()
 WARM = 64
 kinds = os.environ.get("AGENT_COST_KINDS", "loader slice manual accum").split()
 
@@ -92,21 +102,37 @@ def annotate(path, event, pattern):
 
 
 def callgrind(kind, d):
-    out = sh(["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-systime=nsec",
-              "--callgrind-out-file=" + os.path.join(d, "cg.%p"), "-q", py,
-              os.path.join(here, "agent_loops.py"), "callgrind", kind, str(N), str(WARM), cgmark,
-              os.path.join(d, "run")])
-    if out.returncode != 0:
-        raise RuntimeError("callgrind run of %s failed: %s" % (kind, out.stderr.strip()[-400:]))
-    dumps = {}
-    for f in os.listdir(d):
-        if re.match(r"cg\.\d+\.\d+$", f):
-            p = os.path.join(d, f)
-            for line in open(p):
-                if line.startswith("desc: Trigger: Client Request: "):
-                    dumps[line.split(": ")[-1].strip()] = p
-                    break
-    return {k: read_dump(v) for k, v in dumps.items()}, dumps["agent"]
+    """{(which, seed): ({event: total}, dump path)} of the loop's processes."""
+    jobs = [(w, seed) for seed in SEEDS for w in ("plain", "agent")]
+    procs, res = [], {}
+
+    def reap(p, which, seed, out):
+        _, err = p.communicate()
+        if p.returncode != 0:
+            raise RuntimeError("callgrind run of %s (%s, seed %s) failed: %s"
+                               % (kind, which, seed, err.strip()[-400:]))
+        for f in os.listdir(out):
+            if re.match(r"cg\.\d+\.\d+$", f):
+                res[(which, seed)] = (read_dump(os.path.join(out, f)), os.path.join(out, f))
+                return
+        raise RuntimeError("callgrind run of %s (%s, seed %s): no dump" % (kind, which, seed))
+
+    for which, seed in jobs:
+        out = os.path.join(d, "%s.%s" % (which, seed))
+        os.mkdir(out)
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        p = subprocess.Popen(
+            ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-systime=nsec",
+             "--callgrind-out-file=" + os.path.join(out, "cg.%p"), "-q", py,
+             os.path.join(here, "agent_loops.py"), "callgrind", kind, str(N), str(WARM), cgmark,
+             os.path.join(out, "run"), which],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        procs.append((p, which, seed, out))
+        if len(procs) == 2:
+            reap(*procs.pop(0))
+    while procs:
+        reap(*procs.pop(0))
+    return res
 
 
 def wall(kind, d):
@@ -125,8 +151,9 @@ def clock_costs():
             cg.cg_clock_ns(time.CLOCK_THREAD_CPUTIME_ID, 20000))
 
 
-ENTRY = ("py_opt_pre_hook", "py_opt_post_hook", "py_backward_enter", "py_backward_exit",
-         "py_next_enter", "py_next_exit", "armed_bool", "py_loader_dropped", "py_fwd_pre")
+ENTRY = ("py_opt_pre_hook", "py_opt_post_hook", "opt_post", "backward_enter", "backward_exit",
+         "next_enter", "next_exit", "py_backward_enter", "py_next_exit", "armed_bool",
+         "py_loader_dropped", "py_fwd_pre")
 
 
 rows, worst = [], 0.0
@@ -135,20 +162,25 @@ results = {}
 for kind in kinds:
     with tempfile.TemporaryDirectory(prefix="trainmon-agentcost-") as d:
         try:
-            blocks, agent_dump = callgrind(kind, d)
+            runs = callgrind(kind, d)
+            seeds = []
+            for seed in SEEDS:
+                a, p = runs[("agent", seed)][0], runs[("plain", seed)][0]
+                seeds.append(dict(seed=seed, plain=p["Ir"] / N, ir=(a["Ir"] - p["Ir"]) / N,
+                                  sys=(a.get("sysCount", 0) - p.get("sysCount", 0)) / N))
         except (RuntimeError, KeyError) as e:
             print("agent cost: %s: %s" % (kind, e))
             continue
         w = wall(kind, d)
+        mid = sorted(seeds, key=lambda r: r["ir"])[len(seeds) // 2]  # the median seed
+        agent_dump = runs[("agent", mid["seed"])][1]
         fn = annotate(agent_dump, "Ir", r"trainmon/_trainmon\.c$")
         mono_calls = annotate(agent_dump, "sysCount", r"util\.c$").get("tm_now_mono_ns", 0)
-    plain = (blocks["plain"]["Ir"] + blocks["plain2"]["Ir"]) / 2
     results[kind] = dict(
-        plain_ir=plain / N,
-        ir=(blocks["agent"]["Ir"] - plain) / N,
-        noise=abs(blocks["plain"]["Ir"] - blocks["plain2"]["Ir"]) / N,
-        sys=(blocks["agent"].get("sysCount", 0) - (blocks["plain"].get("sysCount", 0) +
-                                                    blocks["plain2"].get("sysCount", 0)) / 2) / N,
+        plain_ir=statistics.median(r["plain"] for r in seeds),
+        ir=mid["ir"], ir_min=min(r["ir"] for r in seeds), ir_max=max(r["ir"] for r in seeds),
+        noise=max(r["plain"] for r in seeds) - min(r["plain"] for r in seeds),
+        sys=mid["sys"],
         mono=mono_calls / N,
         plain_ns=float(w.get("plain_ns", "nan")), plain_min=float(w.get("plain_min_ns", "nan")),
         wall_diff=float(w.get("diff_ns", "nan")),
@@ -160,11 +192,13 @@ rate = statistics.median(rates) if rates else float("nan")
 print("Agent cost per step (issue #14: at most %.0f ns, 0.1 %% of a 1 ms step), %s, torch %s, "
       "%d steps per block." % (BUDGET_NS, os.path.basename(py), torch_version, N))
 print("Instructions per ns of this machine: %.2f (median over the loops of their instructions "
-      "per step / their fastest native ns per step, of 50-step chunks; %s).  A CLOCK_MONOTONIC read costs %.0f ns (vDSO), a "
+      "per step / their fastest native ns per step, of 50-step chunks; %s).  Agent instructions: "
+      "the median over hash seeds %s of agent - plain (min..max); noise: the plain processes' "
+      "spread over the seeds.  A CLOCK_MONOTONIC read costs %.0f ns (vDSO), a "
       "CLOCK_THREAD_CPUTIME_ID read %.0f ns (a system call)."
-      % (rate, ", ".join("%.2f" % x for x in rates), mono_ns, thread_ns))
+      % (rate, ", ".join("%.2f" % x for x in rates), ",".join(SEEDS), mono_ns, thread_ns))
 print("")
-print("| loop | plain: instr/step, ns/step | agent: instr/step (noise) | agent syscalls/step "
+print("| loop | plain: instr/step, ns/step | agent: instr/step (min..max; noise) | agent syscalls/step "
       "(clock reads, other) | agent ns/step | wall-clock difference, median (min..max) | "
       "agent's C entry points, instr/step |")
 print("|---|---|---|---|---|---|---|")
@@ -173,8 +207,10 @@ for kind, r in results.items():
     ns = r["ir"] / rate + r["mono"] * mono_ns + other * thread_ns
     worst = max(worst, ns)
     r["ns"] = ns
-    print("| %s | %.0f, %.0f | %.0f (+-%.0f) | %.2f, %.2f | %.0f | %.0f (%.0f..%.0f) ns | %s |" % (
-        kind, r["plain_ir"], r["plain_ns"], r["ir"], r["noise"], r["mono"], other, ns,
+    print("| %s | %.0f, %.0f | %.0f (%.0f..%.0f; +-%.0f) | %.2f, %.2f | %.0f | %.0f (%.0f..%.0f) ns "
+          "| %s |" % (
+              kind, r["plain_ir"], r["plain_ns"], r["ir"], r["ir_min"], r["ir_max"], r["noise"],
+              r["mono"], other, ns,
         r["wall_diff"], r["wall_min"], r["wall_max"],
         ", ".join("%s %.0f" % (k, v) for v, k in r["top"])))
 print("")

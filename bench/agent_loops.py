@@ -1,6 +1,6 @@
 """The in-process agent's cost per training step, per kind of loop.
 
-    python agent_loops.py callgrind KIND N WARMUP CGMARK_SO RUN_DIR
+    python agent_loops.py callgrind KIND N WARMUP CGMARK_SO RUN_DIR plain|agent
     python agent_loops.py wall KIND N ROUNDS RUN_DIR
 
 KIND is one of the four loops the step model tells apart (a tiny MLP, so
@@ -13,11 +13,18 @@ that the loop's own cost is small and the agent's stands out):
   accum   DataLoader, gradient accumulation: 4 backward passes per
           optimizer step (a step is an optimizer step)
 
-callgrind (under `valgrind --tool=callgrind --instr-atstart=no`): N steps
-without trainmon, N with trainmon.attach(), N after detach() again, each
-after WARMUP uninstrumented steps and each bracketed by the client
-requests of bench/cgmark (one dump per block, labelled plain / agent /
-plain2).  Start-up, the torch import and the warm-ups are not counted.
+callgrind (under `valgrind --tool=callgrind --instr-atstart=no`): one
+process, one block: with `agent`, trainmon.attach() first (as `trainmon
+run` does, before the model and optimizer are made), then WARMUP
+uninstrumented steps, a gc.collect(), and N steps with the garbage
+collector off, bracketed by the client requests of bench/cgmark (one dump,
+labelled plain or agent).  Start-up, the torch import and the warm-up are
+not counted.  One process per block, not attach()/detach() between blocks
+of one process: attaching and detaching patch classes (the optimizer's
+step, DataLoader __next__), which resets the interpreter's specialized
+attribute loads and its method cache, and those settled at different
+points in different blocks (plain blocks of one process differed by up to
+1,500 instructions a step, as much as the agent's cost).
 
 wall (no valgrind): ROUNDS rounds of an N-step block without and an N-step
 block with attach() (attach and detach between blocks, one process), the
@@ -134,24 +141,24 @@ def main():
         sys.exit("agent_loops.py: unknown loop kind %s (one of %s)" % (kind, ", ".join(KINDS)))
     if mode == "callgrind":
         n, warm, so, run_dir = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
+        which = sys.argv[7]
         cg = ctypes.CDLL(so)
         cg.cg_end.argtypes = [ctypes.c_char_p]
         if not cg.cg_running():
             sys.exit("agent_loops.py callgrind: not running under valgrind")
         import trainmon
+        if which == "agent":
+            trainmon.attach(run_dir=run_dir)
         loop = Loop(kind)
-        for label in ("plain", "agent", "plain2"):
-            if label == "agent":
-                trainmon.attach(run_dir=run_dir)
-            elif label == "plain2":
-                trainmon.detach()
-            loop.run(warm)
-            gc.collect()  # no collection of the warm-up's garbage in the block
-            cg.cg_begin()
-            loop.run(n)
-            cg.cg_end(label.encode())
-            if label == "agent":
-                print("agent_steps=%d" % trainmon.stats()["steps_closed"])
+        loop.run(warm)
+        gc.collect()  # no collection of the warm-up's garbage in the block
+        gc.disable()  # and none in it
+        cg.cg_begin()
+        loop.run(n)
+        cg.cg_end(which.encode())
+        gc.enable()
+        if which == "agent":
+            print("agent_steps=%d" % trainmon.stats()["steps_closed"])
     elif mode == "wall":
         n, rounds, run_dir = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
         import trainmon

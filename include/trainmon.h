@@ -494,6 +494,19 @@ int tm_rec_open(tm_rec **out, const char *path, const tm_rec_opts *opts);
  * (payload larger than a block), -ECHILD (in a forked child). */
 int tm_rec_append(tm_rec *w, uint16_t type, int64_t t_ns, const void *payload, uint32_t len);
 
+/* Appends n records in order under one lock, as n tm_rec_append calls
+ * would (each complete and checksummed on its own); stops at the first
+ * that fails and returns its error, the ones before it written.  For a
+ * writer that makes several records at one instant (a training step's
+ * optimizer-step and step records): the lock is taken once. */
+typedef struct tm_rec_item {
+    uint16_t type;
+    int64_t t_ns; /* 0: now */
+    const void *payload;
+    uint32_t len;
+} tm_rec_item;
+int tm_rec_appendv(tm_rec *w, const tm_rec_item *items, size_t n);
+
 /* Series helpers on top of tm_rec_append.  tm_rec_series returns an id
  * (>= 1) or a negative errno; the same (name, labels) returns the same id. */
 int tm_rec_series(tm_rec *w, const char *name, const char *labels, const char *unit);

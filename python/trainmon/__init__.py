@@ -764,25 +764,16 @@ def _make_del(orig):
 
 
 def _make_fetch(orig, get_worker_info):
-    now, batch, cpu, fetched = _c.now, _c.worker_batch, _c.worker_cpu, _c.fetched
-
-    def fetch(self, *args, **kwargs):  # (possibly_batched_index): any signature passes
-        info = get_worker_info()
-        if info is None:  # the main process (num_workers=0): counted as data wait
-            fetched()  # (a __next__ hook that never fires is seen against this count)
-            return orig(self, *args, **kwargs)
-        c0 = cpu()
-        t0 = now()
-        data = orig(self, *args, **kwargs)
-        try:
-            batch(info.id, t0, c0)
-        except Exception as e:
-            _report_exc("worker batch timing", e)
-        return data
-
-    fetch.__wrapped__ = orig
-    fetch._trainmon = True
-    return fetch
+    """A dataset fetcher's fetch: a Hook (C) that times the batch in a
+    DataLoader worker (get_worker_info() not None: a worker record per
+    batch) and, in the main process (num_workers=0), counts it (a __next__
+    hook that never fires is seen against this count) and passes it
+    through; no Python frame of ours per batch."""
+    h = _c.hook("fetch", orig, get_worker_info)
+    h.__wrapped__ = orig
+    h.__name__ = "fetch"
+    h._trainmon = True
+    return h
 
 
 _opt_numbers = weakref.WeakKeyDictionary()

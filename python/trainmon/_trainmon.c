@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -236,18 +237,56 @@ static int lazy_open(void);
 
 /* Appends a record to the process's file.  -ECHILD (a forked worker) is
  * the normal case there and said nowhere; a full disk is said once. */
+static struct {
+    int have;
+    tm_rec_item it;
+    char buf[64];
+} g_staged; /* a record written with the next one (rec_stage) */
+
 static void rec_put(uint16_t type, int64_t t, const void *p, int len)
 {
     if (len < 0)
         return;
     lazy_open(); /* the first record makes the file */
-    if (!g_rec)
+    if (!g_rec) {
+        g_staged.have = 0;
         return;
-    int rc = tm_rec_append(g_rec, type, t, p, (uint32_t)len);
+    }
+    int rc;
+    if (g_staged.have) {
+        tm_rec_item v[2] = {g_staged.it,
+                            {.type = type, .t_ns = t, .payload = p, .len = (uint32_t)len}};
+        g_staged.have = 0;
+        rc = tm_rec_appendv(g_rec, v, 2);
+    } else {
+        rc = tm_rec_append(g_rec, type, t, p, (uint32_t)len);
+    }
     if (rc == -ENOSPC)
         report_once(R_FULL, "%s: disk full: recording stopped, the job goes on", g_run_dir);
     else if (rc && rc != -ECHILD)
         report_once(R_APPEND, "recording failed: %s", tm_last_error());
+}
+
+/* A record made now and written with the next one, in this order, under
+ * one lock of the file (the optimizer-step record and the step record it
+ * ends: a lock taken once a step); rec_unstage writes it alone where no
+ * other record follows.  At most one is staged, between two calls of
+ * the same C function (opt_post). */
+static void rec_stage(uint16_t type, int64_t t, int len)
+{
+    if (len < 0 || (size_t)len > sizeof g_staged.buf)
+        return;
+    g_staged.have = 1;
+    g_staged.it =
+        (tm_rec_item){.type = type, .t_ns = t, .payload = g_staged.buf, .len = (uint32_t)len};
+}
+
+static void rec_unstage(void)
+{
+    if (!g_staged.have)
+        return;
+    g_staged.have = 0;
+    rec_put(g_staged.it.type, g_staged.it.t_ns, g_staged.buf, (int)g_staged.it.len);
 }
 
 static double dict_num(PyObject *d, const char *key)
@@ -780,13 +819,24 @@ static int on_thread(void)
 static int g_fwd_flag; /* g_fwd_hooks is an ArmedHooks */
 
 /* The training thread's CPU clock (CLOCK_THREAD_CPUTIME_ID) is a real
- * system call, 0.9-2.3 us on a VM: read around one step's preparation, and
- * one multi-process loader wait, in TM_CPU_SAMPLE_EVERY.  The accounting
- * takes the CPU share over the spans it was read for (prep_cpu_known_s,
- * recv_known_s), so a sampled share is the same estimate at an eighth of
- * the cost; the other steps carry -1. */
-#define TM_CPU_SAMPLE_EVERY 8
+ * system call, 0.85-2.3 us on a VM: read around one step's preparation, and
+ * one multi-process loader wait, in TM_CPU_SAMPLE_EVERY (the first of them
+ * included).  The accounting takes the CPU share over the spans it was read
+ * for (prep_cpu_known_s, recv_known_s): a systematic sample, every span as
+ * likely to be read as any other, so the share is the same estimate, from
+ * fewer spans; the other steps carry -1.  One in 8 cost two reads per 8
+ * steps, 0.2-0.6 us a step, up to half the agent's budget of 1 us
+ * (bench/agent_cost.py); one in 32 costs 50-140 ns, and a run of 1,000
+ * steps still reads 32 spans.  The second span is read first, then every
+ * 32nd: the first step is warm-up, left out of the judged shares, so a
+ * 40-step job has two read spans that count (steps 1 and 33). */
+#define TM_CPU_SAMPLE_EVERY 32
 static unsigned g_prep_tick, g_recv_tick;
+
+static int cpu_sample_due(unsigned *tick)
+{
+    return (*tick)++ % TM_CPU_SAMPLE_EVERY == 1;
+}
 
 static void fwd_arm(int64_t t)
 {
@@ -799,7 +849,7 @@ static void fwd_arm(int64_t t)
     }
     g_fwd_armed = 1;
     g_arm_t = t;
-    g_arm_cpu = g_prep_tick++ % TM_CPU_SAMPLE_EVERY == 0 ? thread_cpu_ns() : -1;
+    g_arm_cpu = cpu_sample_due(&g_prep_tick) ? thread_cpu_ns() : -1;
 }
 
 static void fwd_disarm(void)
@@ -854,11 +904,17 @@ static PyTypeObject ArmedHooksType = {
 static PyMethodDef fwd_def = {"_trainmon_first_forward", py_fwd_pre, METH_VARARGS,
                               "trainmon: notes the first forward after a step boundary"};
 
+/* torch.is_grad_enabled is a builtin taking no arguments: its C function
+ * is called directly (asked on every batch; the generic call was ~40% of
+ * next_exit's instructions).  Anything else is called as an object. */
+static PyCFunction g_grad_cfn;
+static PyObject *g_grad_cself;
+
 static int grad_enabled(void)
 {
     if (!g_grad_on)
         return 1;
-    PyObject *r = PyObject_CallNoArgs(g_grad_on);
+    PyObject *r = g_grad_cfn ? g_grad_cfn(g_grad_cself, NULL) : PyObject_CallNoArgs(g_grad_on);
     if (!r) {
         swallow(R_INTERNAL, "torch.is_grad_enabled()");
         return 1;
@@ -1143,35 +1199,42 @@ static void write_closed(uint32_t flags)
         emit_train(&g_closed);
 }
 
-static PyObject *take_flags(void)
+/* The flags of threshold callbacks due (and bit 16: CUDA came up), taken:
+ * the hooks hand them to boundary(), the Python entry points return them. */
+static long take_flags(void)
 {
-    int pending = g_pending_flags;
+    long pending = g_pending_flags;
     g_pending_flags = 0;
     if (g_cuda_news) {
         /* bit 16: CUDA came up; the glue attaches its OOM observer now */
         g_cuda_news = 0;
         pending |= 1 << 16;
     }
-    return PyLong_FromLong(pending);
+    return pending;
 }
 
 /* Entry into DataLoader __next__: the batch fetched before it is settled
  * here (written at the exit, when it is known whether this call raised).
  * Returns the flags of threshold callbacks due (the caller runs them). */
-static PyObject *py_next_enter(PyObject *self, PyObject *it)
+static long next_enter(PyObject *it)
 {
-    (void)self;
     if (!on_thread() || g_depth++ > 0)
-        return PyLong_FromLong(0);
+        return 0;
     int64_t t = now_ns();
     g_in_t = t;
-    g_in_cpu = g_mp_iter && Py_TYPE(it) == g_mp_iter && g_recv_tick++ % TM_CPU_SAMPLE_EVERY == 0
+    g_in_cpu = g_mp_iter && Py_TYPE(it) == g_mp_iter && cpu_sample_due(&g_recv_tick)
                    ? thread_cpu_ns()
                    : -1;
     settle_batch(t, 0, 1);
     if (g_memstats && !g_cuda_ready)
         cuda_ready();
     return take_flags();
+}
+
+static PyObject *py_next_enter(PyObject *self, PyObject *it)
+{
+    (void)self;
+    return PyLong_FromLong(next_enter(it));
 }
 
 /* Return from __next__: got is true when a batch came back, false when it
@@ -1231,11 +1294,10 @@ static PyObject *py_backward_enter(PyObject *self, PyObject *noargs)
     Py_RETURN_NONE;
 }
 
-static PyObject *py_backward_exit(PyObject *self, PyObject *noargs)
+static long backward_exit(void)
 {
-    (void)self, (void)noargs;
     if (PyThread_get_thread_ident() != g_thread || g_bdepth <= 0 || --g_bdepth > 0)
-        return PyLong_FromLong(0);
+        return 0;
     int64_t t = now_ns();
     g_n_bwd++;
     if (g_bwd_t0 && t > g_bwd_t0)
@@ -1245,6 +1307,12 @@ static PyObject *py_backward_exit(PyObject *self, PyObject *noargs)
     if (g_decided <= TM_STEP_BY_BACKWARD)
         close_acc(TM_STEP_BY_BACKWARD, t, 0);
     return take_flags();
+}
+
+static PyObject *py_backward_exit(PyObject *self, PyObject *noargs)
+{
+    (void)self, (void)noargs;
+    return PyLong_FromLong(backward_exit());
 }
 
 /* A blocking torch.distributed collective (all_reduce, barrier, ...)
@@ -1422,6 +1490,8 @@ static PyObject *py_bind_steps(PyObject *self, PyObject *args)
     fwd_disarm();
     Py_CLEAR(g_fwd_hooks);
     Py_CLEAR(g_grad_on);
+    g_grad_cfn = NULL;
+    g_grad_cself = NULL;
     if (!g_fwd_key)
         g_fwd_key = PyUnicode_InternFromString("trainmon.first_forward");
     if (!g_fwd_fn)
@@ -1436,6 +1506,12 @@ static PyObject *py_bind_steps(PyObject *self, PyObject *args)
     if (grad != Py_None && PyCallable_Check(grad)) {
         Py_INCREF(grad);
         g_grad_on = grad;
+        if (PyCFunction_Check(grad) &&
+            (PyCFunction_GET_FLAGS(grad) & (METH_VARARGS | METH_FASTCALL | METH_NOARGS | METH_O |
+                                            METH_KEYWORDS | METH_METHOD)) == METH_NOARGS) {
+            g_grad_cfn = PyCFunction_GET_FUNCTION(grad);
+            g_grad_cself = PyCFunction_GET_SELF(grad); /* borrowed: grad holds it */
+        }
     }
     fwd_arm(now_ns());
     Py_RETURN_NONE;
@@ -1613,30 +1689,34 @@ static int anatomy_due(uint64_t n)
 /* opt_post(optimizer number): writes the optimizer-step record and, for
  * the lead optimizer on the training thread, ends the step.  Returns the
  * flags of threshold callbacks due. */
-static PyObject *py_opt_post(PyObject *self, PyObject *arg)
+static long opt_post_step(long no, int64_t t);
+
+static long opt_post(long no)
 {
-    (void)self;
-    long no = PyLong_Check(arg) ? PyLong_AsLong(arg) : 0;
-    if (no < 0) {
-        PyErr_Clear();
-        no = 0;
-    }
     int64_t t = now_ns();
-    char buf[64];
     tm_inproc_optstep o = {.step = g_steps,
                            .start_ns = g_opt_t0 ? g_opt_t0 : t,
                            .end_ns = t,
                            .optimizer = (uint32_t)no};
     g_opt_t0 = 0;
-    rec_put(TM_REC_OPTSTEP, t, buf, tm_inproc_encode_optstep(&o, buf, sizeof buf));
+    /* written with the step record it ends, if any (below), else alone */
+    rec_stage(TM_REC_OPTSTEP, t, tm_inproc_encode_optstep(&o, g_staged.buf, sizeof g_staged.buf));
+    long flags = opt_post_step(no, t);
+    rec_unstage();
+    return flags;
+}
+
+/* The step model's part of opt_post, after the optimizer-step record. */
+static long opt_post_step(long no, int64_t t)
+{
     if (!on_thread())
-        return PyLong_FromLong(0);
+        return 0;
     /* The lead optimizer ends steps: the first to step, or one that steps
      * twice in a row (the lead was replaced by a new optimizer). */
     int lead = g_lead < 0 || no == g_lead || no == g_last_opt;
     g_last_opt = no;
     if (!lead)
-        return PyLong_FromLong(0);
+        return 0;
     g_lead = no;
     g_n_opt++;
     held_flush(0); /* no backward pass took them: as they were before */
@@ -1645,6 +1725,17 @@ static PyObject *py_opt_post(PyObject *self, PyObject *arg)
     close_acc(TM_STEP_BY_OPTIMIZER, t, 0);
     g_pending_flags |= anatomy_due(g_n_opt); /* memory anatomy (#16): the one line here */
     return take_flags();
+}
+
+static PyObject *py_opt_post(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    long no = PyLong_Check(arg) ? PyLong_AsLong(arg) : 0;
+    if (no < 0) {
+        PyErr_Clear();
+        no = 0;
+    }
+    return PyLong_FromLong(opt_post(no));
 }
 
 /* ------------------------------------------------ hooks that torch calls
@@ -1664,21 +1755,19 @@ static PyObject *py_opt_post(PyObject *self, PyObject *arg)
 static PyObject *g_boundary; /* the glue's _boundary(flags); it never raises */
 static PyObject *g_opt_no;   /* the glue's _opt_no(optimizer) -> the optimizer's number */
 
-/* The glue's work at a step boundary, when the step model asks for it.
- * flags: a new reference (take_flags) or NULL on an error; consumed. */
-static void boundary(PyObject *flags)
+/* The glue's work at a step boundary, when the step model asks for it
+ * (flags from take_flags: nonzero only then, so that a step without work
+ * for the glue makes no Python object). */
+static void boundary(long flags)
 {
-    if (!flags) {
-        swallow(R_INTERNAL, "step boundary");
+    if (!flags || !g_boundary)
         return;
-    }
-    if (g_boundary && PyObject_IsTrue(flags) > 0) {
-        PyObject *r = PyObject_CallOneArg(g_boundary, flags);
-        if (!r)
-            swallow(R_INTERNAL, "step boundary");
-        Py_XDECREF(r);
-    }
-    Py_DECREF(flags);
+    PyObject *f = PyLong_FromLong(flags);
+    PyObject *r = f ? PyObject_CallOneArg(g_boundary, f) : NULL;
+    if (!r)
+        swallow(R_INTERNAL, "step boundary");
+    Py_XDECREF(r);
+    Py_XDECREF(f);
 }
 
 /* The optimizers' numbers, as the glue's _opt_no gives them (a weak-keyed
@@ -1740,20 +1829,21 @@ static PyObject *py_opt_pre_hook(PyObject *self, PyObject *const *args, Py_ssize
 
 static PyObject *py_opt_post_hook(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *no = PyLong_FromLong(nargs > 0 ? opt_number(args[0]) : 0);
-    boundary(no ? py_opt_post(self, no) : NULL);
-    Py_XDECREF(no);
+    (void)self;
+    boundary(opt_post(nargs > 0 ? opt_number(args[0]) : 0));
     Py_RETURN_NONE;
 }
 
 /* A Hook wraps torch's function orig: HOOK_BACKWARD torch.autograd.backward,
  * HOOK_NEXT _BaseDataLoaderIter.__next__, HOOK_OPTSTEP an optimizer class's
- * step (torch's profiling wrapper, which calls the global step hooks);
+ * step (torch's profiling wrapper, which calls the global step hooks),
+ * HOOK_FETCH a dataset fetcher's fetch (aux: torch's get_worker_info);
  * the methods bind to the instance as a function does. */
-enum { HOOK_BACKWARD, HOOK_NEXT, HOOK_OPTSTEP };
+enum { HOOK_BACKWARD, HOOK_NEXT, HOOK_OPTSTEP, HOOK_FETCH };
 
 typedef struct {
     PyObject_HEAD PyObject *orig;
+    PyObject *aux;  /* HOOK_FETCH: get_worker_info; else NULL */
     PyObject *dict; /* __wrapped__, __name__, _trainmon, ... */
     vectorcallfunc vectorcall;
     int kind;
@@ -1770,7 +1860,7 @@ static PyObject *hook_backward(PyObject *callable, PyObject *const *args, size_t
     r = PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb); /* the backward pass's own error, if any */
-    boundary(py_backward_exit(NULL, NULL));
+    boundary(backward_exit());
     PyErr_Restore(et, ev, tb);
     return r;
 }
@@ -1782,7 +1872,7 @@ static PyObject *hook_next(PyObject *callable, PyObject *const *args, size_t nar
     if (PyVectorcall_NARGS(nargsf) != 1 || kwnames) /* not a __next__ call: orig says why */
         return PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
     PyObject *it = args[0];
-    boundary(py_next_enter(NULL, it));
+    boundary(next_enter(it));
     PyObject *batch = PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
     PyObject *et = NULL, *ev = NULL, *tb = NULL;
     if (!batch)
@@ -1819,12 +1909,68 @@ static PyObject *hook_optstep(PyObject *callable, PyObject *const *args, size_t 
     PyObject *et = NULL, *ev = NULL, *tb = NULL;
     if (!out)
         PyErr_Fetch(&et, &ev, &tb);
-    PyObject *no = PyLong_FromLong(opt_number(args[0]));
-    boundary(no ? py_opt_post(NULL, no) : NULL);
-    Py_XDECREF(no);
+    boundary(opt_post(opt_number(args[0])));
     if (!out)
         PyErr_Restore(et, ev, tb);
     return out;
+}
+
+static PyObject *py_worker_batch(PyObject *self, PyObject *args);
+
+/* fetch(self, index): the dataset fetcher's, called for every batch.  In a
+ * DataLoader worker (get_worker_info() is not None) the batch is timed and
+ * written to the worker's file (worker_batch); in the main process
+ * (num_workers=0) it is counted (g_n_fetch: a __next__ hook that never
+ * fires is seen against it) and passed through.  The main process's None
+ * is kept (a fork clears it, fetch_forked): get_worker_info() is a Python
+ * call, and this hook runs on every batch of the loops the agent's budget
+ * is measured on (a Python wrapper here cost ~1,500 instructions a batch).
+ * An error of get_worker_info() is said once and the batch passes through
+ * uncounted as a worker's; orig's own result or exception passes through
+ * unchanged. */
+static int g_fetch_main; /* get_worker_info() said None in this process */
+
+static void fetch_forked(void)
+{
+    g_fetch_main = 0;
+}
+
+static PyObject *hook_fetch(PyObject *callable, PyObject *const *args, size_t nargsf,
+                            PyObject *kwnames)
+{
+    Hook *h = (Hook *)callable;
+    PyObject *info = NULL;
+    if (!g_fetch_main && h->aux) {
+        info = PyObject_CallNoArgs(h->aux);
+        if (!info)
+            swallow(R_WORKER, "get_worker_info()");
+        else if (info == Py_None) {
+            Py_CLEAR(info);
+            g_fetch_main = 1;
+        }
+    }
+    if (!info) {
+        g_n_fetch++;
+        return PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
+    }
+    double c0 = NAN; /* the worker's CPU time at the fetch's start */
+    struct timespec ts;
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) == 0)
+        c0 = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    int64_t t0 = now_ns();
+    PyObject *data = PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
+    if (data) {
+        PyObject *id = PyObject_GetAttrString(info, "id");
+        PyObject *a = id ? Py_BuildValue("(OLd)", id, (long long)t0, c0) : NULL;
+        PyObject *r = a ? py_worker_batch(NULL, a) : NULL;
+        if (!r)
+            swallow(R_WORKER, "worker batch timing");
+        Py_XDECREF(r);
+        Py_XDECREF(a);
+        Py_XDECREF(id);
+    }
+    Py_DECREF(info);
+    return data;
 }
 
 static PyObject *hook_get(PyObject *self, PyObject *obj, PyObject *type)
@@ -1840,6 +1986,7 @@ static PyObject *hook_get(PyObject *self, PyObject *obj, PyObject *type)
 static int hook_traverse(Hook *h, visitproc visit, void *arg)
 {
     Py_VISIT(h->orig);
+    Py_VISIT(h->aux);
     Py_VISIT(h->dict);
     return 0;
 }
@@ -1847,6 +1994,7 @@ static int hook_traverse(Hook *h, visitproc visit, void *arg)
 static int hook_clear(Hook *h)
 {
     Py_CLEAR(h->orig);
+    Py_CLEAR(h->aux);
     Py_CLEAR(h->dict);
     return 0;
 }
@@ -1879,19 +2027,21 @@ static PyTypeObject HookType = {
     .tp_dealloc = (destructor)hook_dealloc,
 };
 
-/* hook(kind, orig): a Hook ("backward", "next" or "optstep") around orig. */
+/* hook(kind, orig[, aux]): a Hook ("backward", "next", "optstep" or
+ * "fetch", whose aux is get_worker_info) around orig. */
 static PyObject *py_hook(PyObject *self, PyObject *args)
 {
     (void)self;
     const char *kind;
-    PyObject *orig;
-    if (!PyArg_ParseTuple(args, "sO", &kind, &orig))
+    PyObject *orig, *aux = NULL;
+    if (!PyArg_ParseTuple(args, "sO|O", &kind, &orig, &aux))
         return NULL;
     int k = strcmp(kind, "backward") == 0  ? HOOK_BACKWARD
             : strcmp(kind, "next") == 0    ? HOOK_NEXT
             : strcmp(kind, "optstep") == 0 ? HOOK_OPTSTEP
+            : strcmp(kind, "fetch") == 0   ? HOOK_FETCH
                                            : -1;
-    if (k < 0 || !PyCallable_Check(orig)) {
+    if (k < 0 || !PyCallable_Check(orig) || (k == HOOK_FETCH) != (aux != NULL)) {
         PyErr_Format(PyExc_ValueError, "trainmon: hook(%s, ...): no such hook", kind);
         return NULL;
     }
@@ -1900,9 +2050,14 @@ static PyObject *py_hook(PyObject *self, PyObject *args)
         return NULL;
     Py_INCREF(orig);
     h->orig = orig;
+    Py_XINCREF(aux);
+    h->aux = aux;
     h->dict = NULL;
     h->kind = k;
-    h->vectorcall = k == HOOK_BACKWARD ? hook_backward : k == HOOK_NEXT ? hook_next : hook_optstep;
+    h->vectorcall = k == HOOK_BACKWARD ? hook_backward
+                    : k == HOOK_NEXT   ? hook_next
+                    : k == HOOK_FETCH  ? hook_fetch
+                                       : hook_optstep;
     PyObject_GC_Track(h);
     return (PyObject *)h;
 }
@@ -2590,7 +2745,8 @@ static PyMethodDef methods[] = {
      "torch's global optimizer step pre-hook"},
     {"opt_post_hook", (PyCFunction)(void (*)(void))py_opt_post_hook, METH_FASTCALL,
      "torch's global optimizer step post-hook: the step's end"},
-    {"hook", py_hook, METH_VARARGS, "hook(kind, orig): torch's backward or __next__, timed"},
+    {"hook", py_hook, METH_VARARGS,
+     "hook(kind, orig[, aux]): torch's backward, __next__, optimizer step or fetch, timed"},
     {"bind_hooks", py_bind_hooks, METH_VARARGS, "bind_hooks(boundary, opt_no)"},
     {"bind_steps", py_bind_steps, METH_VARARGS,
      "bind_steps(global_forward_pre_hooks, is_grad_enabled)"},
@@ -2625,6 +2781,7 @@ PyMODINIT_FUNC PyInit__trainmon(void)
     for (int i = 0; i < F_N; i++)
         g_last[i] = NAN;
     ArmedHooksType.tp_base = &PyODict_Type;
+    pthread_atfork(NULL, NULL, fetch_forked); /* a DataLoader worker asks get_worker_info() */
     if (PyType_Ready(&MonitorType) < 0 || PyType_Ready(&HookType) < 0 ||
         PyType_Ready(&ArmedHooksType) < 0)
         return NULL;

@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -369,12 +370,91 @@ static size_t ctype_width(tm_inproc_ctype t)
     return t == TM_INPROC_U32 || t == TM_INPROC_I32 ? 4 : 8;
 }
 
+/* A type without strings is encoded by its copy plan: its fields merged
+ * into runs that are contiguous both in the struct and in the payload, in
+ * payload order (the step: 3 runs for 14 fields).  The step and optimizer
+ * records are written at every training step, and the agent's budget there
+ * is 1 us in all (bench/agent_cost.py): a walk of the table per record cost
+ * ~500 instructions, the plan ~100.  Built once, from the same table. */
+#define PLAN_RUNS 16
+typedef struct plan_run {
+    uint32_t dst, src, len; /* payload offset, struct member offset, bytes */
+} plan_run;
+typedef struct plan {
+    int ok; /* a type without strings whose plan fits */
+    size_t nrun;
+    plan_run run[PLAN_RUNS];
+    size_t grow_member; /* the first newer field's member (sc->min < sc->hdr) */
+} plan;
+
+static plan plans[N(schemas)];
+static pthread_once_t plans_once = PTHREAD_ONCE_INIT;
+
+static void plans_build(void)
+{
+    for (size_t t = 0; t < N(schemas); t++) {
+        const schema *sc = &schemas[t];
+        plan *pl = &plans[t];
+        pl->ok = 1;
+        for (size_t i = 0; i < sc->nfields && pl->ok; i++) {
+            const tm_inproc_field *f = &sc->fields[i];
+            if (f->type == TM_INPROC_STR || (i && f->offset < sc->fields[i - 1].offset)) {
+                pl->ok = 0; /* strings, or a table out of payload order */
+                break;
+            }
+            if (f->offset == sc->min && sc->min < sc->hdr)
+                pl->grow_member = f->member;
+            uint32_t w = (uint32_t)ctype_width(f->type);
+            if (pl->nrun) {
+                plan_run *r = &pl->run[pl->nrun - 1];
+                if (r->dst + r->len == f->offset && r->src + r->len == f->member) {
+                    r->len += w;
+                    continue;
+                }
+            }
+            if (pl->nrun == PLAN_RUNS)
+                pl->ok = 0;
+            else
+                pl->run[pl->nrun++] =
+                    (plan_run){.dst = (uint32_t)f->offset, .src = (uint32_t)f->member, .len = w};
+        }
+    }
+}
+
+/* Encodes by the plan: the header zeroed (padding is 0), the runs copied,
+ * those past the old layout of a grown type left out as encode_base does. */
+static int encode_plan(const schema *sc, const plan *pl, const char *base, void *buf, size_t cap)
+{
+    size_t hdr = sc->hdr;
+    if (sc->min < sc->hdr) {
+        uint32_t m;
+        memcpy(&m, base + pl->grow_member, 4);
+        if (m == 0)
+            hdr = sc->min;
+    }
+    if (cap < hdr)
+        return -ENOSPC;
+    uint8_t *p = buf;
+    memset(p, 0, hdr);
+    for (size_t i = 0; i < pl->nrun && pl->run[i].dst < hdr; i++) {
+        size_t len = pl->run[i].len;
+        if (pl->run[i].dst + len > hdr)
+            len = hdr - pl->run[i].dst;
+        memcpy(p + pl->run[i].dst, base + pl->run[i].src, len);
+    }
+    return (int)hdr;
+}
+
 /* The encoder walks the table but copies each member straight into its
  * place: it is the hot path of every in-process record (Monitor.capture's
  * target is 1 us in all), so no tm_inproc_value is built per field.  base
  * is the tm_inproc_* struct of sc's type. */
 static int encode_base(const schema *sc, const char *base, void *buf, size_t cap)
 {
+    pthread_once(&plans_once, plans_build);
+    const plan *pl = &plans[sc - schemas];
+    if (pl->ok)
+        return encode_plan(sc, pl, base, buf, cap);
     size_t hdr = sc->hdr;
     if (sc->min < sc->hdr) {
         /* A type that grew: a record whose first newer field (the step's

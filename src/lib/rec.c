@@ -113,7 +113,13 @@ uint32_t tm_rec_crc(uint64_t seq, const tm_rec_hdr *h, const void *payload)
     uint8_t b[24];
     memcpy(b, &seq, 8);
     memcpy(b + 8, h, 16); /* type, flags, len, t_ns */
-    return tm_crc32c(tm_crc32c(0, b, sizeof b), payload, h->len);
+    /* tm_crc32c(tm_crc32c(0, b), payload) in one pass: once per record */
+    pthread_once(&crc_once, crc_init);
+#if defined(__x86_64__)
+    if (crc_hw)
+        return ~crc_run_hw(crc_run_hw(~0u, b, sizeof b), payload, h->len);
+#endif
+    return ~crc_run_sw(crc_run_sw(~0u, b, sizeof b), payload, h->len);
 }
 
 uint32_t tm_rec_blkcrc(uint64_t seq)
@@ -397,6 +403,28 @@ int tm_rec_append(tm_rec *w, uint16_t type, int64_t t_ns, const void *payload, u
         if (len)
             memcpy(h + 1, payload, len);
         rec_commit(w, h);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+int tm_rec_appendv(tm_rec *w, const tm_rec_item *items, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (items[i].len && !items[i].payload)
+            return tm_seterr(-EINVAL, "record file: NULL payload");
+    int rc = rec_lock(w);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        tm_rec_hdr *h;
+        const tm_rec_item *it = &items[i];
+        rc = rec_begin(w, it->type, it->t_ns ? it->t_ns : tm_now_mono_ns(), it->len, &h);
+        if (rc == 0) {
+            if (it->len)
+                memcpy(h + 1, it->payload, it->len);
+            rec_commit(w, h);
+        }
     }
     pthread_mutex_unlock(&w->mu);
     return rc;

@@ -661,10 +661,49 @@ static void test_step_model_fields_round_trip_and_old_steps_still_read(void **st
     assert_int_equal(tm_inproc_decode_step(&r, &o), -EINVAL);
 }
 
+/* The encoder copies the fields of a type without strings in merged runs
+ * (its copy plan): the payload is byte for byte the one a copy of each
+ * field into its documented offset makes, padding zero, for every such type
+ * and both layouts of the step. */
+static void test_plan_encoding_equals_a_copy_per_field(void **st)
+{
+    (void)st;
+    for (uint16_t type = TM_REC_STEP; tm_inproc_is(type); type++) {
+        const tm_inproc_field *f;
+        size_t nf = tm_inproc_fields(type, &f);
+        int has_str = 0;
+        for (size_t i = 0; i < nf; i++)
+            has_str |= f[i].type == TM_INPROC_STR;
+        if (has_str)
+            continue;
+        for (int old = 0; old <= (type == TM_REC_STEP); old++) {
+            tm_inproc_any rec;
+            uint8_t *b = (uint8_t *)&rec;
+            for (size_t i = 0; i < sizeof rec; i++)
+                b[i] = (uint8_t)(i * 7 + 1);
+            if (old)
+                rec.step.boundary = 0; /* the old 40-byte layout */
+            uint8_t got[256], want[256];
+            int n = tm_inproc_encode(type, &rec, got, sizeof got);
+            assert_true(n > 0);
+            memset(want, 0, sizeof want);
+            for (size_t i = 0; i < nf; i++) {
+                size_t w = f[i].type == TM_INPROC_U32 || f[i].type == TM_INPROC_I32 ? 4 : 8;
+                if (f[i].offset + w <= (size_t)n)
+                    memcpy(want + f[i].offset, b + f[i].member, w);
+            }
+            if (old)
+                assert_int_equal(n, 40);
+            assert_memory_equal(got, want, (size_t)n);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_step_round_trips),
+        cmocka_unit_test(test_plan_encoding_equals_a_copy_per_field),
         cmocka_unit_test(test_capture_round_trips_with_nan_and_tag),
         cmocka_unit_test(test_capture_whose_tag_runs_past_the_payload_is_refused),
         cmocka_unit_test(test_oom_round_trips_phase_and_snapshot),

@@ -204,6 +204,47 @@ static void test_crc32c_matches_the_castagnoli_check_value(void **state)
     assert_int_equal(tm_crc32c(0, "", 0), 0u);
 }
 
+/* A record's CRC, taken in one pass, is the documented one: CRC-32C of the
+ * block's seq, then type, flags, len and t_ns, then the payload. */
+static void test_record_crc_is_seq_header_then_payload(void **state)
+{
+    (void)state;
+    tm_rec_hdr h = {.type = 16, .flags = 0, .len = 13, .t_ns = 123456789012345};
+    const char payload[] = "thirteen byte";
+    uint64_t seq = 0x0102030405060708ull;
+    uint8_t b[24];
+    memcpy(b, &seq, 8);
+    memcpy(b + 8, &h, 16);
+    assert_int_equal(tm_rec_crc(seq, &h, payload), tm_crc32c(tm_crc32c(0, b, 24), payload, 13));
+}
+
+/* tm_rec_appendv writes its records in order, each as tm_rec_append would
+ * (path: the setup's file in its temporary directory). */
+static void test_appendv_writes_records_in_order(void **state)
+{
+    (void)state;
+    tm_rec *w = NULL;
+    tm_rec_opts o = {.role = "test"};
+    assert_int_equal(tm_rec_open(&w, path, &o), 0);
+    uint32_t a = 1, b = 2;
+    tm_rec_item v[2] = {{.type = 200, .t_ns = 10, .payload = &a, .len = 4},
+                        {.type = 201, .t_ns = 11, .payload = &b, .len = 4}};
+    assert_int_equal(tm_rec_appendv(w, v, 2), 0);
+    assert_int_equal(tm_rec_append(w, 202, 12, &a, 4), 0);
+    tm_rec_close(&w);
+    tm_reader *r = NULL;
+    assert_int_equal(tm_reader_open(&r, path), 0);
+    tm_record rec;
+    uint16_t types[3];
+    int n = 0;
+    while (n < 3 && tm_reader_next(r, &rec) > 0)
+        if (rec.type >= 200)
+            types[n++] = rec.type;
+    assert_int_equal(n, 3);
+    assert_true(types[0] == 200 && types[1] == 201 && types[2] == 202);
+    tm_reader_close(&r);
+}
+
 static void test_header_round_trips_role_rank_pid_host_and_sizes(void **state)
 {
     (void)state;
@@ -1059,6 +1100,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         T(test_crc32c_matches_the_castagnoli_check_value),
+        T(test_record_crc_is_seq_header_then_payload),
+        T(test_appendv_writes_records_in_order),
         T(test_header_round_trips_role_rank_pid_host_and_sizes),
         T(test_series_sample_event_round_trip_with_exact_values_and_times),
         T(test_series_same_name_and_labels_get_the_same_id),
