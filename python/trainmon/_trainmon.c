@@ -826,11 +826,13 @@ static int g_fwd_flag; /* g_fwd_hooks is an ArmedHooks */
  * likely to be read as any other, so the share is the same estimate, from
  * fewer spans; the other steps carry -1.  One in 8 cost two reads per 8
  * steps, 0.2-0.6 us a step, up to half the agent's budget of 1 us
- * (bench/agent_cost.py); one in 32 costs 50-140 ns, and a run of 1,000
- * steps still reads 32 spans.  The second span is read first, then every
- * 32nd: the first step is warm-up, left out of the judged shares, so a
- * 40-step job has two read spans that count (steps 1 and 33). */
-#define TM_CPU_SAMPLE_EVERY 32
+ * (bench/agent_cost.py); one in 16 costs 45-140 ns.  One in 32 would halve
+ * that, but a 40-step job would have two read spans that count, and a CPU
+ * share from two spans flips the cause of a short job under load (seen on
+ * a real loop at load 6): 16 keeps three (steps 1, 17 and 33), and a run of
+ * 1,000 steps 63.  The second span is read first, then every 16th: the
+ * first step is warm-up, left out of the judged shares. */
+#define TM_CPU_SAMPLE_EVERY 16
 static unsigned g_prep_tick, g_recv_tick;
 
 static int cpu_sample_due(unsigned *tick)

@@ -76,10 +76,10 @@ def test_manual_sgd_steps_end_at_backward_and_time_their_batch_preparation(tmp_p
     assert all(f["prep_ns"] >= 1.8e6 and f["data_wait_ns"] == f["prep_ns"] for f in later), later[:3]
     # CPU work: the thread is on a CPU for most of it (the median step: a
     # busy machine may take the core away from a few).  The thread CPU
-    # clock is read on one step in 32 (a system call), from the second:
-    # steps 1, 33, ..., 193 here; the others say -1.
+    # clock is read on one step in 16 (a system call), from the second:
+    # steps 1, 17, ..., 193 here; the others say -1.
     measured = [f for f in later if f["prep_cpu_ns"] >= 0]
-    assert [f["step"] for f in measured] == list(range(1, 200, 32)), \
+    assert [f["step"] for f in measured] == list(range(1, 200, 16)), \
         [f["prep_cpu_ns"] for f in later]
     assert all(f["prep_cpu_ns"] == -1 for f in later if f not in measured)
     shares = sorted(f["prep_cpu_ns"] / f["prep_ns"] for f in measured)
