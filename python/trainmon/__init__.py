@@ -598,18 +598,23 @@ def _anatomy_changed(dev, last):
     return False
 
 
+def _lead_optimizer():
+    """(number, optimizer) of the lead optimizer (the C core's), the
+    optimizer None when it is not known here."""
+    no = _c.lead_optimizer()
+    for o, n in list(_opt_numbers.items()):
+        if n == no:
+            return no, o
+    return no, None
+
+
 def _anatomy_due():
     """At a due lead optimizer step: walks its tensors, and writes the
     anatomy now (CPU) or at the start of the next backward pass (CUDA, for
     the activations).  Never raises."""
     try:
         torch = sys.modules.get("torch")
-        no = _c.lead_optimizer()
-        opt = None
-        for o, n in list(_opt_numbers.items()):
-            if n == no:
-                opt = o
-                break
+        no, opt = _lead_optimizer()
         if torch is None or opt is None or _anat["pending"] is not None:
             return
         # not torch's tensors and optimizers (a stand-in, a duck-typed
@@ -1138,12 +1143,7 @@ def _oom_analyze(snap, device, requested, device_free, ptrs=None, skip=()):
 def _oom_ptrs(torch, device):
     """The lead optimizer's storages on cuda:device as (params, grads,
     state) data pointer lists, or None when no optimizer is known."""
-    no = _c.lead_optimizer()
-    opt = None
-    for o, n in list(_opt_numbers.items()):
-        if n == no:
-            opt = o
-            break
+    _, opt = _lead_optimizer()
     Tensor = getattr(torch, "Tensor", None)
     if opt is None or Tensor is None or not isinstance(getattr(opt, "param_groups", None), list):
         return None
