@@ -151,6 +151,93 @@ def clock_costs():
             cg.cg_clock_ns(time.CLOCK_THREAD_CPUTIME_ID, 20000))
 
 
+def call_graph(path):
+    """Instructions (Ir) of one callgrind dump: ({function: file}, {function:
+    self}, {(caller, callee): inclusive}, {(caller, callee): calls}); a
+    recursion's 'N suffix is folded into the function's name."""
+    names, fnfile = {}, {}
+    self_, edge, ncall = {}, {}, {}
+    fl = fn = cfn = None
+    pending = False
+
+    def name(kind, rest):
+        m = re.match(r"\((\d+)\)(?:\s+(.*))?$", rest)
+        if not m:
+            return rest
+        if m.group(2) is not None:
+            names[(kind, m.group(1))] = m.group(2)
+        return names.get((kind, m.group(1)), rest)
+
+    for line in open(path):
+        line = line.rstrip("\n")
+        if line.startswith("fl="):
+            fl = name("fl", line[3:])
+        elif line[:4] in ("fi=(", "fe=(") or line[:5] in ("cfi=(", "cfl=("):
+            name("fl", line[line.index("=") + 1:])  # defines the file's id
+        elif line.startswith("fn="):
+            fn = re.sub(r"'\d+$", "", name("fn", line[3:]))
+            fnfile.setdefault(fn, fl)
+        elif line.startswith("cfn="):
+            cfn = re.sub(r"'\d+$", "", name("fn", line[4:]))
+        elif line.startswith("calls="):
+            pending = True
+            ncall[(fn, cfn)] = ncall.get((fn, cfn), 0) + int(line[6:].split()[0])
+        elif line[:1].isdigit() or line[:1] in "+-*":
+            parts = line.split()
+            ir = int(parts[1]) if len(parts) > 1 else 0
+            if pending:
+                edge[(fn, cfn)] = edge.get((fn, cfn), 0) + ir
+                pending = False
+            else:
+                self_[fn] = self_.get(fn, 0) + ir
+    return fnfile, self_, edge, ncall
+
+
+# The Hooks, by the way torch's code calls the function each wraps
+# (bench/hook_calls.py measures the cost of a call through a Hook per way).
+HOOK_STYLE = {"hook_next": "slot", "hook_backward": "kwcall", "hook_optstep": "method",
+              "hook_fetch": "method"}
+AGENT_FILE = r"trainmon/_trainmon\.c$"
+
+
+def agent_own(path, n):
+    """The agent's own instructions per step in one agent dump: those run in
+    the agent's C functions (python/trainmon/_trainmon.c) and in what they
+    call (the library's record writer, CPython's API, torch's
+    is_grad_enabled), less the Hooks' calls of torch's functions they wrap;
+    and {hook: calls per step}."""
+    fnfile, self_, edge, ncall = call_graph(path)
+    agent = {f for f, fl in fnfile.items() if fl and re.search(AGENT_FILE, fl)}
+    own = sum(v for f, v in self_.items() if f in agent)
+    for (a, b), v in edge.items():
+        if a in agent and b not in agent and not (a.startswith("hook_") and
+                                                  b.startswith("PyObject_Vectorcall")):
+            own += v
+    calls = {h: sum(c for (a, b), c in ncall.items() if b == h and a not in agent) / n
+             for h in HOOK_STYLE}
+    return own / n, calls
+
+
+def hook_overheads(d):
+    """{style: instructions} a call through a pass-through Hook costs over
+    the direct call (bench/hook_calls.py, 20,000 calls under callgrind)."""
+    res = {}
+    for style in set(HOOK_STYLE.values()):
+        ir = {}
+        for which in ("plain", "hook"):
+            out = os.path.join(d, "hook.%s.%s" % (style, which))
+            os.mkdir(out)
+            r = sh(["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                    "--callgrind-out-file=" + os.path.join(out, "cg.%p"), "-q", py,
+                    os.path.join(here, "hook_calls.py"), style, "20000", cgmark, which])
+            dumps = [f for f in os.listdir(out) if re.match(r"cg\.\d+\.\d+$", f)]
+            if r.returncode != 0 or not dumps:
+                raise RuntimeError("hook_calls.py %s %s: %s" % (style, which, r.stderr[-300:]))
+            ir[which] = read_dump(os.path.join(out, dumps[0]))["Ir"] / 20000
+        res[style] = ir["hook"] - ir["plain"]
+    return res
+
+
 ENTRY = ("py_opt_pre_hook", "py_opt_post_hook", "opt_post", "backward_enter", "backward_exit",
          "next_enter", "next_exit", "py_backward_enter", "py_next_exit", "armed_bool",
          "py_loader_dropped", "py_fwd_pre")
@@ -159,6 +246,11 @@ ENTRY = ("py_opt_pre_hook", "py_opt_post_hook", "opt_post", "backward_enter", "b
 rows, worst = [], 0.0
 mono_ns, thread_ns = clock_costs()
 results = {}
+with tempfile.TemporaryDirectory(prefix="trainmon-hookcalls-") as d:
+    try:
+        hook_ovh = hook_overheads(d)
+    except RuntimeError as e:
+        skip(str(e))
 for kind in kinds:
     with tempfile.TemporaryDirectory(prefix="trainmon-agentcost-") as d:
         try:
@@ -175,12 +267,15 @@ for kind in kinds:
         mid = sorted(seeds, key=lambda r: r["ir"])[len(seeds) // 2]  # the median seed
         agent_dump = runs[("agent", mid["seed"])][1]
         fn = annotate(agent_dump, "Ir", r"trainmon/_trainmon\.c$")
+        own_c, hook_calls = agent_own(agent_dump, N)
         mono_calls = annotate(agent_dump, "sysCount", r"util\.c$").get("tm_now_mono_ns", 0)
     results[kind] = dict(
         plain_ir=statistics.median(r["plain"] for r in seeds),
         ir=mid["ir"], ir_min=min(r["ir"] for r in seeds), ir_max=max(r["ir"] for r in seeds),
         noise=max(r["plain"] for r in seeds) - min(r["plain"] for r in seeds),
         sys=mid["sys"],
+        own_c=own_c, hooks=hook_calls,
+        own=own_c + sum(c * hook_ovh[HOOK_STYLE[h]] for h, c in hook_calls.items()),
         mono=mono_calls / N,
         plain_ns=float(w.get("plain_ns", "nan")), plain_min=float(w.get("plain_min_ns", "nan")),
         wall_diff=float(w.get("diff_ns", "nan")),
@@ -192,27 +287,36 @@ rate = statistics.median(rates) if rates else float("nan")
 print("Agent cost per step (issue #14: at most %.0f ns, 0.1 %% of a 1 ms step), %s, torch %s, "
       "%d steps per block." % (BUDGET_NS, os.path.basename(py), torch_version, N))
 print("Instructions per ns of this machine: %.2f (median over the loops of their instructions "
-      "per step / their fastest native ns per step, of 50-step chunks; %s).  Agent instructions: "
-      "the median over hash seeds %s of agent - plain (min..max); noise: the plain processes' "
-      "spread over the seeds.  A CLOCK_MONOTONIC read costs %.0f ns (vDSO), a "
-      "CLOCK_THREAD_CPUTIME_ID read %.0f ns (a system call)."
-      % (rate, ", ".join("%.2f" % x for x in rates), ",".join(SEEDS), mono_ns, thread_ns))
+      "per step / their fastest native ns per step, of 50-step chunks; %s).  A CLOCK_MONOTONIC "
+      "read costs %.0f ns (vDSO), a CLOCK_THREAD_CPUTIME_ID read %.0f ns (a system call).  A "
+      "call through a Hook costs %s instructions over torch's own call (bench/hook_calls.py)."
+      % (rate, ", ".join("%.2f" % x for x in rates), mono_ns, thread_ns,
+         ", ".join("%s %.0f" % kv for kv in sorted(hook_ovh.items()))))
+print("Agent instructions: its own (callgrind: the agent's C functions and what they call, "
+      "less the Hooks' calls of torch's functions, plus each Hook call at its cost above); "
+      "whole program: the median over hash seeds %s of agent - plain (min..max), and the plain "
+      "processes' spread over the seeds (noise), shown for comparison: the hash seed moves the "
+      "plain loop by thousands of instructions a step." % ",".join(SEEDS))
 print("")
-print("| loop | plain: instr/step, ns/step | agent: instr/step (min..max; noise) | agent syscalls/step "
-      "(clock reads, other) | agent ns/step | wall-clock difference, median (min..max) | "
-      "agent's C entry points, instr/step |")
-print("|---|---|---|---|---|---|---|")
+print("| loop | plain: instr/step, ns/step | agent's own instr/step (C + Hook calls) | "
+      "whole program agent - plain (min..max; noise) | agent syscalls/step (clock reads, other) "
+      "| agent ns/step | wall-clock difference, median (min..max) | agent's C entry points, "
+      "instr/step |")
+print("|---|---|---|---|---|---|---|---|")
 for kind, r in results.items():
     other = max(r["sys"] - r["mono"], 0.0)
-    ns = r["ir"] / rate + r["mono"] * mono_ns + other * thread_ns
+    ns = r["own"] / rate + r["mono"] * mono_ns + other * thread_ns
     worst = max(worst, ns)
     r["ns"] = ns
-    print("| %s | %.0f, %.0f | %.0f (%.0f..%.0f; +-%.0f) | %.2f, %.2f | %.0f | %.0f (%.0f..%.0f) ns "
-          "| %s |" % (
-              kind, r["plain_ir"], r["plain_ns"], r["ir"], r["ir_min"], r["ir_max"], r["noise"],
+    hooks = r["own"] - r["own_c"]
+    print("| %s | %.0f, %.0f | %.0f (%.0f + %.0f: %s) | %.0f (%.0f..%.0f; +-%.0f) | %.2f, %.2f "
+          "| %.0f | %.0f (%.0f..%.0f) ns | %s |" % (
+              kind, r["plain_ir"], r["plain_ns"], r["own"], r["own_c"], hooks,
+              " ".join("%s %.2f" % (h[5:], c) for h, c in sorted(r["hooks"].items()) if c),
+              r["ir"], r["ir_min"], r["ir_max"], r["noise"],
               r["mono"], other, ns,
-        r["wall_diff"], r["wall_min"], r["wall_max"],
-        ", ".join("%s %.0f" % (k, v) for v, k in r["top"])))
+              r["wall_diff"], r["wall_min"], r["wall_max"],
+              ", ".join("%s %.0f" % (k, v) for v, k in r["top"])))
 print("")
 if not results:
     print("agent cost per step: FAIL: nothing measured")
