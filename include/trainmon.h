@@ -674,6 +674,13 @@ typedef struct tm_inproc_step {
                             * rebuilding shared tensors); -1 unknown or no such loader */
     int64_t collective_ns; /* wall time inside blocking torch.distributed collectives called
                             * by the loop on the training thread; -1 unknown */
+    /* Appended when the optimizer-step record was folded into the step it
+     * ends (one record a step; absent in older files and in steps no
+     * optimizer step ended: -1).  The optimizer step ran from opt_start_ns
+     * to end_ns; readers (tm_run_optsteps) see it as an optimizer step of
+     * its own, as a separate TM_REC_OPTSTEP record is seen. */
+    int64_t opt_start_ns; /* > 0: the lead optimizer's step that ended this step began here */
+    int32_t optimizer;    /* that optimizer's number (0, 1, ... in order of first step); -1 */
 } tm_inproc_step;
 
 enum tm_capture_source {
@@ -928,6 +935,33 @@ double tm_clock_diff_s(int64_t a_ns, int64_t b_ns);
  * the data-wait fraction unless they are all there is. */
 #define TM_STEP_WARMUP 1
 
+/* The training thread's CPU time in a step's batch preparation
+ * (prep_cpu_ns) is a system call to read (0.7-2 us on a VM), so the agent
+ * reads it on a systematic sample of the steps that grows sparser: step 1
+ * and every 16th after it up to step 64, every 64th up to step 1024, every
+ * 256th after (steps 1, 17, 33, 49, 65, 129, ..., 1025, 1281, ...).  A
+ * 40-step job has three read steps, a 1,000-step job 19; past step 64 the
+ * reads cost 2 per 64 steps.  The CPU share is the ratio of the sums over
+ * the read steps, each weighted by the steps it stands for, its interval
+ * here (tm_prep_cpu_weight), so a long job's late steps count as much as
+ * its early ones. */
+static inline unsigned tm_prep_cpu_every(uint64_t step)
+{
+    return step <= 64 ? 16u : step <= 1024 ? 64u : 256u;
+}
+
+/* Whether the agent reads the CPU clock around step's preparation. */
+static inline bool tm_prep_cpu_due(uint64_t step)
+{
+    return step >= 1 && (step - 1) % tm_prep_cpu_every(step) == 0;
+}
+
+/* The steps a read step stands for (its interval in the schedule). */
+static inline double tm_prep_cpu_weight(uint64_t step)
+{
+    return (double)tm_prep_cpu_every(step);
+}
+
 /* Whether a record file was written by a training process (a rank or a
  * plain Python process), not by the sampler or a DataLoader worker: the one
  * test the report, the live follower and the status line use. */
@@ -948,7 +982,8 @@ typedef struct tm_steptally {
     double eval_s;       /* their summed duration */
     /* After warm-up, the steps whose data wait is batch preparation in the
      * main process (no DataLoader batch, prep_ns measured), and the training
-     * thread's CPU time in it where measured (prep_cpu_known_s: their prep). */
+     * thread's CPU time in it where measured (prep_cpu_known_s: their prep),
+     * these two weighted by tm_prep_cpu_weight: a ratio of them is a share. */
     uint64_t prep_steps;
     double prep_s, prep_cpu_s, prep_cpu_known_s;
     /* After warm-up, the training thread's CPU time inside the waits of a

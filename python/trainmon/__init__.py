@@ -768,6 +768,30 @@ def _make_del(orig):
     return __del__
 
 
+_fetch_hooks = []  # [(fetcher class, its fetch Hook, torch's fetch)] while attached
+
+
+def _fetch_unhook():
+    """The main process's fetch Hooks out (the C Hook asks once a __next__
+    came back there: the step model has the batches, and torch's own fetch
+    is ~320 instructions a batch cheaper than the call through the Hook)."""
+    for cls, h, orig in _fetch_hooks:
+        if cls.__dict__.get("fetch") is h:
+            setattr(cls, "fetch", orig)
+
+
+def _fetch_rehook():
+    """After a fork, in the child (a DataLoader worker, most often): the
+    fetch Hooks back in, to time the worker's batches; never raises."""
+    try:
+        if _state["attached"]:
+            for cls, h, orig in _fetch_hooks:
+                if cls.__dict__.get("fetch") is orig:
+                    setattr(cls, "fetch", h)
+    except Exception:
+        pass
+
+
 def _make_fetch(orig, get_worker_info):
     """A dataset fetcher's fetch: a Hook (C) that times the batch in a
     DataLoader worker (get_worker_info() not None: a worker record per
@@ -840,7 +864,8 @@ def _forward_hooks(nnm):
     hooks = getattr(nnm, "_global_forward_pre_hooks", None)
     if type(hooks) is not collections.OrderedDict or len(hooks):
         return hooks
-    armed = _c.ArmedHooks()
+    armed = _c.ArmedHooks()  # an OrderedDict again while disarmed (the C side)
+    _state["armed_hooks"] = armed
     nnm._global_forward_pre_hooks = armed
     _state["patches"].append((nnm, "_global_forward_pre_hooks", hooks))
     return armed
@@ -1423,7 +1448,7 @@ def attach(run_dir=None, memory_history=None):
         torch = sys.modules.get("torch")
         if torch is None:
             return
-        _c.bind_hooks(_boundary, _opt_no)
+        _c.bind_hooks(_boundary, _opt_no, _fetch_unhook)
         try:
             for name in ("set_num_threads", "set_num_interop_threads"):
                 f = torch.__dict__.get(name)
@@ -1447,10 +1472,19 @@ def attach(run_dir=None, memory_history=None):
         try:
             import torch.utils.data._utils.fetch as fetch
             from torch.utils.data import get_worker_info
+            del _fetch_hooks[:]
             for name in ("_MapDatasetFetcher", "_IterableDatasetFetcher"):
                 cls = getattr(fetch, name, None)
                 if cls is not None and "fetch" in cls.__dict__:
-                    _patch(cls, "fetch", _make_fetch(cls.__dict__["fetch"], get_worker_info))
+                    orig = cls.__dict__["fetch"]
+                    if getattr(orig, "_trainmon", False):
+                        continue
+                    h = _make_fetch(orig, get_worker_info)
+                    _patch(cls, "fetch", h)
+                    _fetch_hooks.append((cls, h, orig))
+            if _fetch_hooks and not _state.get("fetch_atfork"):
+                os.register_at_fork(after_in_child=_fetch_rehook)
+                _state["fetch_atfork"] = True
         except Exception as e:
             _report_exc("DataLoader worker timing", e)
         try:
@@ -1511,13 +1545,14 @@ def detach():
         _c.shutdown()
         for owner, name, orig in reversed(_state["patches"]):
             cur = getattr(owner, name, None)
-            if isinstance(cur, _c.ArmedHooks) and len(cur):
+            if cur is not None and cur is _state.get("armed_hooks") and len(cur):
                 continue  # holds the job's own hooks now (their handles point at it)
             if orig is _MISSING:
                 delattr(owner, name)
             else:
                 setattr(owner, name, orig)
         del _state["patches"][:]
+        del _fetch_hooks[:]
         for h in _state["hook_handles"]:
             h.remove()
         del _state["hook_handles"][:]

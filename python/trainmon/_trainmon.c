@@ -237,56 +237,20 @@ static int lazy_open(void);
 
 /* Appends a record to the process's file.  -ECHILD (a forked worker) is
  * the normal case there and said nowhere; a full disk is said once. */
-static struct {
-    int have;
-    tm_rec_item it;
-    char buf[64];
-} g_staged; /* a record written with the next one (rec_stage) */
-
 static void rec_put(uint16_t type, int64_t t, const void *p, int len)
 {
     if (len < 0)
         return;
-    lazy_open(); /* the first record makes the file */
     if (!g_rec) {
-        g_staged.have = 0;
-        return;
+        lazy_open(); /* the first record makes the file */
+        if (!g_rec)
+            return;
     }
-    int rc;
-    if (g_staged.have) {
-        tm_rec_item v[2] = {g_staged.it,
-                            {.type = type, .t_ns = t, .payload = p, .len = (uint32_t)len}};
-        g_staged.have = 0;
-        rc = tm_rec_appendv(g_rec, v, 2);
-    } else {
-        rc = tm_rec_append(g_rec, type, t, p, (uint32_t)len);
-    }
+    int rc = tm_rec_append(g_rec, type, t, p, (uint32_t)len);
     if (rc == -ENOSPC)
         report_once(R_FULL, "%s: disk full: recording stopped, the job goes on", g_run_dir);
     else if (rc && rc != -ECHILD)
         report_once(R_APPEND, "recording failed: %s", tm_last_error());
-}
-
-/* A record made now and written with the next one, in this order, under
- * one lock of the file (the optimizer-step record and the step record it
- * ends: a lock taken once a step); rec_unstage writes it alone where no
- * other record follows.  At most one is staged, between two calls of
- * the same C function (opt_post). */
-static void rec_stage(uint16_t type, int64_t t, int len)
-{
-    if (len < 0 || (size_t)len > sizeof g_staged.buf)
-        return;
-    g_staged.have = 1;
-    g_staged.it =
-        (tm_rec_item){.type = type, .t_ns = t, .payload = g_staged.buf, .len = (uint32_t)len};
-}
-
-static void rec_unstage(void)
-{
-    if (!g_staged.have)
-        return;
-    g_staged.have = 0;
-    rec_put(g_staged.it.type, g_staged.it.t_ns, g_staged.buf, (int)g_staged.it.len);
 }
 
 static double dict_num(PyObject *d, const char *key)
@@ -753,7 +717,8 @@ static long g_lead = -1, g_last_opt = -1;
 
 /* the last batch fetched on the training thread, until the next fetch */
 static struct {
-    int have, grad, added;
+    int have, added;
+    int grad;       /* grad mode at the fetch: 1, 0, or -1 not asked yet (settle_batch) */
     uintptr_t iter; /* the iterator that returned it (identity only) */
     int64_t entry, exit;
     int32_t bwd;
@@ -773,6 +738,15 @@ static int g_cdepth, g_coll_seen;
  * thread, backward passes, lead-optimizer steps, a forward seen. */
 static uint64_t g_n_batches, g_n_bwd, g_n_opt;
 static uint64_t g_n_fetch; /* fetches in this process (num_workers=0), hook or not */
+/* The main process's fetch Hooks are taken out (the glue's _fetch_unhook)
+ * once a __next__ came back: from then on the step model has the batches,
+ * the count of fetches is needed no more (it tells a __next__ hook that
+ * never fires), and the Hook's call of torch's fetch from C cost ~320
+ * instructions a batch (bench/agent_cost.py's Hook calls) over torch's own
+ * Python-to-Python call.  A fork puts them back in the child (the glue's
+ * at-fork handler): a forked DataLoader worker times its batches. */
+static int g_fetch_off;
+static PyObject *g_fetch_unhook;
 
 static PyObject *py_fetched(PyObject *self, PyObject *noargs)
 {
@@ -817,23 +791,36 @@ static int on_thread(void)
  * and deleted per step.  Otherwise (the job had registered a global
  * forward pre-hook before attach) our hook goes into the dict. */
 static int g_fwd_flag; /* g_fwd_hooks is an ArmedHooks */
+static PyTypeObject ArmedHooksType;
+
+/* While disarmed the ArmedHooks is an OrderedDict again (its type set
+ * back, as `__class__` assignment does: the same layout, and neither type
+ * is a heap type, so no reference to a type changes hands): the module
+ * calls between the first forward and the next boundary make the dict's
+ * own truth test, not a call of armed_bool (~25 instructions each, five a
+ * step in bench/agent_loops.py's MLP). */
+static void fwd_flag_type(int armed)
+{
+    if (g_fwd_flag && g_fwd_hooks)
+        Py_SET_TYPE(g_fwd_hooks, armed ? &ArmedHooksType : ArmedHooksType.tp_base);
+}
 
 /* The training thread's CPU clock (CLOCK_THREAD_CPUTIME_ID) is a real
- * system call, 0.85-2.3 us on a VM: read around one step's preparation, and
- * one multi-process loader wait, in TM_CPU_SAMPLE_EVERY (the first of them
- * included).  The accounting takes the CPU share over the spans it was read
- * for (prep_cpu_known_s, recv_known_s): a systematic sample, every span as
- * likely to be read as any other, so the share is the same estimate, from
- * fewer spans; the other steps carry -1.  One in 8 cost two reads per 8
- * steps, 0.2-0.6 us a step, up to half the agent's budget of 1 us
- * (bench/agent_cost.py); one in 16 costs 45-140 ns.  One in 32 would halve
- * that, but a 40-step job would have two read spans that count, and a CPU
- * share from two spans flips the cause of a short job under load (seen on
- * a real loop at load 6): 16 keeps three (steps 1, 17 and 33), and a run of
- * 1,000 steps 63.  The second span is read first, then every 16th: the
- * first step is warm-up, left out of the judged shares. */
+ * system call, 0.7-2.3 us on a VM, so it is read on a systematic sample.
+ * Around a step's preparation: on the steps tm_prep_cpu_due names (steps
+ * 1, 17, 33, 49, then every 64th to step 1024, every 256th after; the
+ * accounting weights each by the steps it stands for, so the share is the
+ * whole run's).  One in 8 cost 0.2-0.6 us a step, up to half the agent's
+ * budget of 1 us (bench/agent_cost.py); one in 16 throughout, 45-250 ns;
+ * the sparser tail costs 2 reads per 64 steps past step 64, while a
+ * 40-step job keeps three read steps (a CPU share from two flipped the
+ * cause of a short job under load, seen on a real loop at load 6).  Around
+ * a multi-process loader's wait: one batch in TM_CPU_SAMPLE_EVERY (the
+ * second first: the first step is warm-up), a plain systematic sample
+ * (those loops pay for unpickling batches; the share is over the read
+ * batches).  The other steps carry -1. */
 #define TM_CPU_SAMPLE_EVERY 16
-static unsigned g_prep_tick, g_recv_tick;
+static unsigned g_recv_tick;
 
 static int cpu_sample_due(unsigned *tick)
 {
@@ -850,8 +837,11 @@ static void fwd_arm(int64_t t)
         return;
     }
     g_fwd_armed = 1;
+    fwd_flag_type(1);
     g_arm_t = t;
-    g_arm_cpu = cpu_sample_due(&g_prep_tick) ? thread_cpu_ns() : -1;
+    /* the step this span prepares: the next written (after any held
+     * until the step model decides) */
+    g_arm_cpu = tm_prep_cpu_due(g_written + (uint64_t)g_npend) ? thread_cpu_ns() : -1;
 }
 
 static void fwd_disarm(void)
@@ -859,6 +849,7 @@ static void fwd_disarm(void)
     if (!g_fwd_armed)
         return;
     g_fwd_armed = 0;
+    fwd_flag_type(0);
     if (g_fwd_hooks && !g_fwd_flag && PyObject_DelItem(g_fwd_hooks, g_fwd_key) < 0)
         PyErr_Clear(); /* taken out by someone else */
 }
@@ -995,8 +986,10 @@ static void deliver(int level, tm_inproc_step *s)
         decide(level);
 }
 
-/* Closes the open step of boundary kind level at t. */
-static void close_acc(int level, int64_t t, uint32_t flags)
+/* Closes the open step of boundary kind level at t; opt_t0 > 0: the lead
+ * optimizer's step (number opt_no) that ends it began then, and is written
+ * in the step record (one record a step). */
+static void close_acc(int level, int64_t t, uint32_t flags, int64_t opt_t0, long opt_no)
 {
     acc *a = &g_acc[level];
     int64_t start = a->start ? a->start : t;
@@ -1012,7 +1005,9 @@ static void close_acc(int level, int64_t t, uint32_t flags)
                         .prep_cpu_ns = -1,
                         .backward_ns = a->micro ? a->bwd : -1,
                         .wait_cpu_ns = a->wcpu_n ? a->wcpu : -1,
-                        .collective_ns = g_coll_seen ? a->coll : -1};
+                        .collective_ns = g_coll_seen ? a->coll : -1,
+                        .opt_start_ns = opt_t0 > 0 ? opt_t0 : -1,
+                        .optimizer = opt_t0 > 0 ? (int32_t)opt_no : -1};
     if (!a->batches && g_fwd_t >= start && g_fwd_t <= t && g_arm_t <= start && !g_fwd_armed) {
         /* no DataLoader: the loop prepares its batches, and that is its
          * data wait (the first step's start is its first forward) */
@@ -1164,6 +1159,14 @@ static void settle_batch(int64_t t, uint32_t flags, int may_hold)
     if (g_b.added)
         return;
     int64_t wait = g_b.exit - g_b.entry;
+    /* Grad mode not asked at the fetch (a backward pass had been seen):
+     * asked now, at the next fetch's entry or at the end.  A loop's fetches
+     * run in the same grad mode as the one before (`with torch.no_grad():
+     * for x in loader`, or the fetch outside it as the frameworks' eval
+     * loops do); torch.is_grad_enabled() is ~170 instructions, and a
+     * training batch (one a backward pass took) never needs it. */
+    if (g_b.grad < 0)
+        g_b.grad = g_b.bwd || grad_enabled();
     if (may_hold && g_b.grad && !g_b.bwd && held_push(t))
         return;
     if (!g_b.grad || (g_level >= TM_STEP_BY_BACKWARD && !g_b.bwd)) {
@@ -1265,7 +1268,11 @@ static PyObject *py_next_exit(PyObject *self, PyObject *arg)
             int64_t c = thread_cpu_ns();
             g_b.cpu = c >= g_in_cpu ? c - g_in_cpu : -1;
         }
-        g_b.grad = grad_enabled();
+        /* Grad mode at the fetch: asked here only before the first
+         * backward pass (a loader loop's steps, the first batches held);
+         * after it, only a batch that no backward pass took needs it, and
+         * settle_batch asks then (see there) */
+        g_b.grad = g_level < TM_STEP_BY_BACKWARD ? grad_enabled() : -1;
         g_steps = g_written + 1;
         g_n_batches++;
     }
@@ -1307,7 +1314,7 @@ static long backward_exit(void)
             g_acc[L].bwd += t - g_bwd_t0;
     g_bwd_t0 = 0;
     if (g_decided <= TM_STEP_BY_BACKWARD)
-        close_acc(TM_STEP_BY_BACKWARD, t, 0);
+        close_acc(TM_STEP_BY_BACKWARD, t, 0, 0, 0);
     return take_flags();
 }
 
@@ -1427,7 +1434,7 @@ static PyObject *py_shutdown(PyObject *self, PyObject *noargs)
     if (g_decided >= TM_STEP_BY_BACKWARD) {
         acc *a = &g_acc[g_decided];
         if (a->batches || a->micro)
-            close_acc(g_decided, t, TM_STEP_ENDED_AT_EXIT);
+            close_acc(g_decided, t, TM_STEP_ENDED_AT_EXIT, 0, 0);
     }
     fwd_disarm();
     g_pending_flags = 0;
@@ -1459,6 +1466,7 @@ static PyObject *py_reset_steps(PyObject *self, PyObject *noargs)
     g_bwd_t0 = g_coll_t0 = 0;
     g_coll_seen = 0;
     g_n_batches = g_n_bwd = g_n_opt = g_n_fetch = 0;
+    g_fetch_off = 0;
     g_in_eval = 0;
     g_in_cpu = -1;
     g_have_closed = 0;
@@ -1505,6 +1513,7 @@ static PyObject *py_bind_steps(PyObject *self, PyObject *args)
         g_fwd_hooks = hooks;
     }
     g_fwd_flag = g_fwd_hooks && Py_IS_TYPE(g_fwd_hooks, &ArmedHooksType);
+    fwd_flag_type(0); /* an OrderedDict until armed */
     if (grad != Py_None && PyCallable_Check(grad)) {
         Py_INCREF(grad);
         g_grad_on = grad;
@@ -1688,43 +1697,36 @@ static int anatomy_due(uint64_t n)
     return n == 1 || (n && n % ANATOMY_EVERY == 0) ? ANATOMY_DUE_FLAG : 0;
 }
 
-/* opt_post(optimizer number): writes the optimizer-step record and, for
- * the lead optimizer on the training thread, ends the step.  Returns the
- * flags of threshold callbacks due. */
-static long opt_post_step(long no, int64_t t);
-
+/* opt_post(optimizer number): the optimizer step that began at g_opt_t0
+ * ended now.  The lead optimizer's on the training thread ends the step,
+ * and is written in its step record (opt_start_ns, optimizer: one record
+ * a step, where there were two); any other is written as an
+ * optimizer-step record of its own.  Returns the flags of threshold
+ * callbacks due. */
 static long opt_post(long no)
 {
     int64_t t = now_ns();
-    tm_inproc_optstep o = {.step = g_steps,
-                           .start_ns = g_opt_t0 ? g_opt_t0 : t,
-                           .end_ns = t,
-                           .optimizer = (uint32_t)no};
+    int64_t t0 = g_opt_t0 ? g_opt_t0 : t;
     g_opt_t0 = 0;
-    /* written with the step record it ends, if any (below), else alone */
-    rec_stage(TM_REC_OPTSTEP, t, tm_inproc_encode_optstep(&o, g_staged.buf, sizeof g_staged.buf));
-    long flags = opt_post_step(no, t);
-    rec_unstage();
-    return flags;
-}
-
-/* The step model's part of opt_post, after the optimizer-step record. */
-static long opt_post_step(long no, int64_t t)
-{
-    if (!on_thread())
-        return 0;
     /* The lead optimizer ends steps: the first to step, or one that steps
      * twice in a row (the lead was replaced by a new optimizer). */
-    int lead = g_lead < 0 || no == g_lead || no == g_last_opt;
-    g_last_opt = no;
-    if (!lead)
+    int mine = on_thread();
+    int lead = mine && (g_lead < 0 || no == g_lead || no == g_last_opt);
+    if (mine)
+        g_last_opt = no;
+    if (!lead) {
+        tm_inproc_optstep o = {
+            .step = g_steps, .start_ns = t0, .end_ns = t, .optimizer = (uint32_t)no};
+        char buf[64];
+        rec_put(TM_REC_OPTSTEP, t, buf, tm_inproc_encode_optstep(&o, buf, sizeof buf));
         return 0;
+    }
     g_lead = no;
     g_n_opt++;
     held_flush(0); /* no backward pass took them: as they were before */
     g_level = TM_STEP_BY_OPTIMIZER;
     confirm_batch();
-    close_acc(TM_STEP_BY_OPTIMIZER, t, 0);
+    close_acc(TM_STEP_BY_OPTIMIZER, t, 0, t0, no);
     g_pending_flags |= anatomy_due(g_n_opt); /* memory anatomy (#16): the one line here */
     return take_flags();
 }
@@ -1860,10 +1862,12 @@ static PyObject *hook_backward(PyObject *callable, PyObject *const *args, size_t
         swallow(R_INTERNAL, "backward timing");
     Py_XDECREF(r);
     r = PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
-    PyObject *et, *ev, *tb;
-    PyErr_Fetch(&et, &ev, &tb); /* the backward pass's own error, if any */
+    PyObject *et = NULL, *ev = NULL, *tb = NULL;
+    if (!r)
+        PyErr_Fetch(&et, &ev, &tb); /* the backward pass's own error */
     boundary(backward_exit());
-    PyErr_Restore(et, ev, tb);
+    if (!r)
+        PyErr_Restore(et, ev, tb);
     return r;
 }
 
@@ -1935,6 +1939,7 @@ static int g_fetch_main; /* get_worker_info() said None in this process */
 static void fetch_forked(void)
 {
     g_fetch_main = 0;
+    g_fetch_off = 0;
 }
 
 static PyObject *hook_fetch(PyObject *callable, PyObject *const *args, size_t nargsf,
@@ -1953,6 +1958,13 @@ static PyObject *hook_fetch(PyObject *callable, PyObject *const *args, size_t na
     }
     if (!info) {
         g_n_fetch++;
+        if (g_fetch_main && g_n_batches && !g_fetch_off && g_fetch_unhook) {
+            g_fetch_off = 1; /* once: an error of the glue's is said once, the Hooks stay */
+            PyObject *r = PyObject_CallNoArgs(g_fetch_unhook);
+            if (!r)
+                swallow(R_INTERNAL, "taking out the main process's fetch hooks");
+            Py_XDECREF(r);
+        }
         return PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
     }
     double c0 = NAN; /* the worker's CPU time at the fetch's start */
@@ -2064,17 +2076,20 @@ static PyObject *py_hook(PyObject *self, PyObject *args)
     return (PyObject *)h;
 }
 
-/* bind_hooks(boundary, opt_no): the glue's functions the hooks call. */
+/* bind_hooks(boundary, opt_no[, fetch_unhook]): the glue's functions the
+ * hooks call. */
 static PyObject *py_bind_hooks(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *b, *n;
-    if (!PyArg_ParseTuple(args, "OO", &b, &n))
+    PyObject *b, *n, *u = NULL;
+    if (!PyArg_ParseTuple(args, "OO|O", &b, &n, &u))
         return NULL;
     Py_INCREF(b);
     Py_INCREF(n);
+    Py_XINCREF(u);
     Py_XSETREF(g_boundary, b);
     Py_XSETREF(g_opt_no, n);
+    Py_XSETREF(g_fetch_unhook, u);
     Py_RETURN_NONE;
 }
 

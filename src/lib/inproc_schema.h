@@ -27,11 +27,17 @@
 #define TM_INPROC_SCHEMA_H
 
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "trainmon.h"
 
 /* Fixed part of each payload (strings follow it). */
-#define TM_STEP_LEN 96u
+#define TM_STEP_LEN 112u
+/* A step that no optimizer step ended is written without opt_start_ns and
+ * optimizer (96 bytes, the layout before they were appended): a decoder
+ * reads them as absent (-1). */
+#define TM_STEP_LEN_V2 96u
 /* The step payload before the step model (trainmon <= 0.x wrote 40 bytes):
  * a decoder accepts a payload as short as a type's oldest length, and the
  * fields past it are absent (docs/FORMAT.md: -1, NAN, 0, ""). */
@@ -44,6 +50,17 @@
 #define TM_OPTSTEP_LEN 32u
 #define TM_ANATOMY_HDR 102u
 #define TM_OOMSUM_HDR 188u
+
+/* Whether a step record carries the optimizer step that ended it
+ * (opt_start_ns > 0 in a 112-byte payload), without decoding it. */
+static inline int tm_inproc_step_has_opt(const tm_record *rec)
+{
+    int64_t t0;
+    if (rec->type != TM_REC_STEP || rec->len < TM_STEP_LEN || !rec->payload)
+        return 0;
+    memcpy(&t0, (const char *)rec->payload + TM_STEP_LEN_V2, sizeof t0);
+    return t0 > 0;
+}
 
 /* Enum value names by value, NULL-terminated; 0 is no valid value. */
 static const char *const tm_capture_sources[] = {"unknown", "user", "step", "phase", "oom", NULL};
@@ -71,7 +88,9 @@ static const char *const tm_oomsum_pools[] = {"unknown", "small", "large", NULL}
     X("prep_cpu_ns",  prep_cpu_ns,  I64, 64, "ns", NULL)           \
     X("backward_ns",  backward_ns,  I64, 72, "ns", NULL)           \
     X("wait_cpu_ns",  wait_cpu_ns,  I64, 80, "ns", NULL)           \
-    X("collective_ns", collective_ns, I64, 88, "ns", NULL)
+    X("collective_ns", collective_ns, I64, 88, "ns", NULL)         \
+    X("opt_start_ns", opt_start_ns, I64, 96, "ns", NULL)           \
+    X("optimizer",    optimizer,    I32, 104, "",  NULL)
 
 #define TM_SCHEMA_CAPTURE(X)                                                 \
     X("source",            source,            U32, 0,   "",      tm_capture_sources) \

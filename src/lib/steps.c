@@ -83,9 +83,11 @@ bool tm_steptally_add(tm_steptally *t, const tm_inproc_step *s)
             t->prep_steps++;
             t->prep_s += w;
             if (s->prep_cpu_ns >= 0) {
-                double c = (double)s->prep_cpu_ns / 1e9;
-                t->prep_cpu_s += c < w ? c : w;
-                t->prep_cpu_known_s += w;
+                /* a read step of the agent's schedule stands for the steps
+                 * of its interval (tm_prep_cpu_every) */
+                double c = (double)s->prep_cpu_ns / 1e9, k = tm_prep_cpu_weight(s->step);
+                t->prep_cpu_s += k * (c < w ? c : w);
+                t->prep_cpu_known_s += k * w;
             }
         }
         if (s->wait_cpu_ns >= 0 && s->batches > 0) {

@@ -34,6 +34,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "inproc_schema.h"
 #include "rec.h"
 #include "util.h"
 
@@ -409,6 +410,20 @@ static int part_inproc(struct part *p, const tm_record *rec, int64_t t)
         tm_run_step *o = part_slot(p, V_STEP);
         s.start_ns = tm_sat_add64(s.start_ns, off);
         s.end_ns = tm_sat_add64(s.end_ns, off);
+        if (s.opt_start_ns > 0) {
+            /* the optimizer step that ended it, folded in (one record a
+             * step): an optimizer step of its own for the readers, numbered
+             * as its separate record was (steps begun then) */
+            s.opt_start_ns = tm_sat_add64(s.opt_start_ns, off);
+            tm_run_optstep *os = part_slot(p, V_OPTSTEP);
+            *os =
+                (tm_run_optstep){.source = p->src,
+                                 .rank = rank,
+                                 .o = {.step = s.step + 1,
+                                       .start_ns = s.opt_start_ns,
+                                       .end_ns = s.end_ns,
+                                       .optimizer = (uint32_t)(s.optimizer > 0 ? s.optimizer : 0)}};
+        }
         *o = (tm_run_step){.source = p->src, .rank = rank, .s = s};
         return 0;
     }
@@ -552,6 +567,8 @@ static void part_count(struct part *p)
         int k = rec_kind(rec.type);
         if (k < V_N) {
             p->cnt[k]++;
+            if (k == V_STEP && tm_inproc_step_has_opt(&rec))
+                p->cnt[V_OPTSTEP]++;
         } else if (rec.type == TM_REC_SERIES) {
             if (part_def_series(p, &rec) < 0)
                 goto nomem;

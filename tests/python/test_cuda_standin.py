@@ -204,7 +204,12 @@ def test_steps_get_an_allocator_sample_and_optimizer_steps_are_timed(tmp_path):
     path = main_file(run_dir)
     auto = [c[2] for c in records(path, "capture") if c[2]["source"] == 2]
     assert auto and auto[0]["allocated"] == 3 << 30 and auto[0]["reserved"] == 6 << 30
-    assert len(records(path, "optimizer_step")) == 1
+    # the lead optimizer's one step, timed in the step record it ends (one
+    # record a step): no optimizer-step record of its own
+    assert records(path, "optimizer_step") == []
+    opt = [s[2] for s in records(path, "step") if s[2]["opt_start_ns"] > 0]
+    assert len(opt) == 1 and opt[0]["optimizer"] == 0 and opt[0]["boundary"] == 3
+    assert 0 < opt[0]["opt_start_ns"] <= opt[0]["end_ns"]
 
 
 def test_oom_observer_records_device_request_free_step_phase_and_a_snapshot(tmp_path):

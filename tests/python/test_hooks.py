@@ -73,3 +73,39 @@ def test_first_forward_is_seen_through_the_armed_dict_without_a_hook_in_it(tmp_p
     assert len(steps) == 6
     # every step after the first: its preparation (>= 3 ms) up to the first forward
     assert all(f["prep_ns"] >= 3e6 and f["data_wait_ns"] == f["prep_ns"] for f in steps[1:]), steps
+
+
+TOGGLE = r"""
+import json, torch, trainmon
+import torch.nn.modules.module as nnm
+trainmon.attach()
+d = nnm._global_forward_pre_hooks
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+kinds = [type(d).__name__]                       # armed at attach: the first forward is due
+y = model(torch.randn(2, 4))
+kinds.append(type(d).__name__)                   # seen: disarmed, a plain OrderedDict
+y.sum().backward()
+opt.step(); opt.zero_grad()
+kinds.append(type(d).__name__)                   # the step ended: armed again
+y = model(torch.randn(2, 4))
+kinds.append(type(d).__name__)
+y.sum().backward()
+seen = []
+h = torch.nn.modules.module.register_module_forward_pre_hook(lambda m, i: seen.append(1))
+opt.step(); opt.zero_grad()
+model(torch.randn(2, 4))
+trainmon.detach()                                # the job's hook lives in our dict: kept
+model(torch.randn(2, 4))
+print(json.dumps({"kinds": kinds, "same": nnm._global_forward_pre_hooks is d,
+                  "after_detach": type(d).__name__, "seen": len(seen)}))
+"""
+
+
+def test_the_armed_dict_is_an_ordered_dict_between_first_forward_and_boundary(tmp_path):
+    # While disarmed, module calls make the OrderedDict's own truth test
+    # (no call of the agent per module call); a hook the job registers then
+    # lands in the same dict, runs, and stays in place after detach().
+    out = last_json(run_script(TOGGLE, tmp_path).stdout)
+    assert out["kinds"] == ["ArmedHooks", "OrderedDict", "ArmedHooks", "OrderedDict"], out
+    assert out["same"] is True and out["after_detach"] == "OrderedDict" and out["seen"] == 2

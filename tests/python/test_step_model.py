@@ -76,10 +76,11 @@ def test_manual_sgd_steps_end_at_backward_and_time_their_batch_preparation(tmp_p
     assert all(f["prep_ns"] >= 1.8e6 and f["data_wait_ns"] == f["prep_ns"] for f in later), later[:3]
     # CPU work: the thread is on a CPU for most of it (the median step: a
     # busy machine may take the core away from a few).  The thread CPU
-    # clock is read on one step in 16 (a system call), from the second:
-    # steps 1, 17, ..., 193 here; the others say -1.
+    # clock is read on a thinning schedule (a system call; tm_prep_cpu_due):
+    # steps 1, 17, 33, 49, then every 64th: 65, 129, 193 here; the others
+    # say -1.
     measured = [f for f in later if f["prep_cpu_ns"] >= 0]
-    assert [f["step"] for f in measured] == list(range(1, 200, 16)), \
+    assert [f["step"] for f in measured] == [1, 17, 33, 49, 65, 129, 193], \
         [f["prep_cpu_ns"] for f in later]
     assert all(f["prep_cpu_ns"] == -1 for f in later if f not in measured)
     shares = sorted(f["prep_cpu_ns"] / f["prep_ns"] for f in measured)
@@ -244,3 +245,44 @@ def test_a_measure_that_could_not_be_installed_is_in_the_report(tmp_path, trainm
     e = f["run.measure_off"]["evidence"]
     assert e["measures_off"] == 1 and e["measure"].startswith("batch preparation timing")
     assert "_global_forward_pre_hooks not found" in e["why"]
+
+
+TWO_OPTIMIZERS = r"""
+import json, torch, trainmon
+trainmon.attach()
+g, d = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)
+opt_g = torch.optim.SGD(g.parameters(), lr=0.01)
+opt_d = torch.optim.SGD(d.parameters(), lr=0.01)
+for i in range(6):                      # a GAN's loop: the generator's optimizer steps first
+    d(g(torch.randn(8, 4))).sum().backward()
+    opt_g.step(); opt_g.zero_grad()
+    d(torch.randn(8, 4)).sum().backward()
+    opt_d.step(); opt_d.zero_grad()
+print(json.dumps({"steps": 6}))
+"""
+
+
+def test_the_lead_optimizers_step_is_in_its_step_record_and_another_has_its_own(
+        tmp_path, trainmon_bin):
+    # One record a step: the lead optimizer's step (the first to step) is
+    # written in the step record it ends (opt_start_ns, optimizer); the
+    # other optimizer's steps end no step and keep their own records.  The
+    # readers see both as optimizer steps (export: optimizer.step_seconds).
+    import subprocess
+    run_script(TWO_OPTIMIZERS, tmp_path)
+    path = main_file(tmp_path)
+    every = [f for _, _, f in records(path, "step")]
+    # the discriminator's backward after the last generator step opens a
+    # step that the exit closes (at_exit: no optimizer step in it)
+    steps, last = every[:-1], every[-1]
+    assert last["flags"] & 2 and last["opt_start_ns"] == -1, last
+    assert len(steps) == 6 and all(f["boundary"] == 3 for f in steps), steps
+    assert all(f["optimizer"] == 0 and 0 < f["opt_start_ns"] <= f["end_ns"] for f in steps)
+    others = [f for _, _, f in records(path, "optimizer_step")]
+    assert len(others) == 6 and all(o["optimizer"] == 1 for o in others), others
+    csv = subprocess.run([trainmon_bin, "export", str(tmp_path), "--format", "csv"],
+                         capture_output=True, text=True, check=True).stdout
+    rows = [r for r in csv.splitlines() if "optimizer.step_seconds" in r]
+    assert sum("optimizer=0," in r for r in rows) == 6, rows
+    assert sum("optimizer=1," in r for r in rows) == 6, rows
+    assert all(float(r.rsplit(",", 1)[1]) >= 0 for r in rows), rows

@@ -652,13 +652,41 @@ static void test_step_model_fields_round_trip_and_old_steps_still_read(void **st
     size_t absent = 0;
     for (size_t i = 0; i < nf; i++)
         absent += tm_inproc_get(&f[i], &a).absent;
-    assert_int_equal(absent, 9); /* boundary .. collective_ns */
+    assert_int_equal(absent, 11); /* boundary .. optimizer */
     assert_true(tm_inproc_format(&r, true, line, sizeof line) > 0);
     assert_null(strstr(line, "boundary"));
     assert_null(strstr(line, "phase"));
     /* shorter than the old layout: refused */
     r.len = 39;
     assert_int_equal(tm_inproc_decode_step(&r, &o), -EINVAL);
+
+    /* the lead optimizer's step folded in (one record a step): 112 bytes,
+     * opt_start_ns at 96, optimizer at 104, the last 4 bytes padding */
+    s.phase = TM_STEP_TRAIN;
+    s.opt_start_ns = 850;
+    s.optimizer = 1;
+    memset(buf, 0xee, sizeof buf);
+    n = tm_inproc_encode_step(&s, buf, sizeof buf);
+    assert_int_equal(n, 112);
+    assert_true(at_u64(buf, 96) == 850 && at_u32(buf, 104) == 1 && at_u32(buf, 108) == 0);
+    assert_int_equal(at_u32(buf, 36), 0); /* the payload's own padding */
+    r = rec_of(TM_REC_STEP, buf, n);
+    memset(&o, 0x55, sizeof o);
+    assert_int_equal(tm_inproc_decode_step(&r, &o), 0);
+    assert_true(o.opt_start_ns == 850 && o.optimizer == 1 && o.collective_ns == 20);
+    assert_true(tm_inproc_format(&r, true, line, sizeof line) > 0);
+    assert_non_null(strstr(line, "\"opt_start_ns\":850,\"optimizer\":1"));
+    assert_int_equal(tm_inproc_encode_step(&s, buf, 111), -ENOSPC);
+    /* a step no optimizer step ended: 96 bytes, read as -1, left out */
+    s.opt_start_ns = -1;
+    n = tm_inproc_encode_step(&s, buf, sizeof buf);
+    assert_int_equal(n, 96);
+    r = rec_of(TM_REC_STEP, buf, n);
+    assert_int_equal(tm_inproc_decode_step(&r, &o), 0);
+    assert_true(o.opt_start_ns == -1 && o.optimizer == -1);
+    assert_true(tm_inproc_format(&r, true, line, sizeof line) > 0);
+    assert_null(strstr(line, "opt_start_ns"));
+    assert_null(strstr(line, "\"optimizer\":"));
 }
 
 /* The encoder copies the fields of a type without strings in merged runs
@@ -676,12 +704,16 @@ static void test_plan_encoding_equals_a_copy_per_field(void **st)
             has_str |= f[i].type == TM_INPROC_STR;
         if (has_str)
             continue;
-        for (int old = 0; old <= (type == TM_REC_STEP); old++) {
+        /* the step: 112 bytes (an optimizer step folded in), 40 (before
+         * the step model), 96 (no optimizer step) */
+        for (int old = 0; old <= (type == TM_REC_STEP ? 2 : 0); old++) {
             tm_inproc_any rec;
             uint8_t *b = (uint8_t *)&rec;
             for (size_t i = 0; i < sizeof rec; i++)
                 b[i] = (uint8_t)(i * 7 + 1);
-            if (old)
+            if (type == TM_REC_STEP)
+                rec.step.opt_start_ns = old == 2 ? -1 : 12345;
+            if (old == 1)
                 rec.step.boundary = 0; /* the old 40-byte layout */
             uint8_t got[256], want[256];
             int n = tm_inproc_encode(type, &rec, got, sizeof got);
@@ -692,8 +724,8 @@ static void test_plan_encoding_equals_a_copy_per_field(void **st)
                 if (f[i].offset + w <= (size_t)n)
                     memcpy(want + f[i].offset, b + f[i].member, w);
             }
-            if (old)
-                assert_int_equal(n, 40);
+            if (type == TM_REC_STEP)
+                assert_int_equal(n, old == 1 ? 40 : old == 2 ? 96 : 112);
             assert_memory_equal(got, want, (size_t)n);
         }
     }

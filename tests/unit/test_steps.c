@@ -166,6 +166,46 @@ static void test_eval_batches_are_counted_apart(void **st)
     assert_true(fabs(tm_steptally_wait_fraction(&t) - 0.1) < 1e-12);
 }
 
+static void test_prep_cpu_schedule_thins_out_and_weights_each_read_step(void **st)
+{
+    (void)st;
+    /* read steps: 1 and every 16th to 64, every 64th to 1024, every 256th after */
+    static const uint64_t due[] = {1, 17, 33, 49, 65, 129, 961, 1025, 1281, 1537};
+    static const uint64_t not_due[] = {0, 2, 16, 64, 66, 81, 1024, 1089, 1280};
+    for (size_t i = 0; i < sizeof due / sizeof due[0]; i++)
+        assert_true(tm_prep_cpu_due(due[i]));
+    for (size_t i = 0; i < sizeof not_due / sizeof not_due[0]; i++)
+        assert_false(tm_prep_cpu_due(not_due[i]));
+    unsigned n40 = 0, n1000 = 0;
+    for (uint64_t k = 0; k < 1000; k++) {
+        n40 += k < 40 && tm_prep_cpu_due(k);
+        n1000 += tm_prep_cpu_due(k);
+    }
+    assert_int_equal(n40, 3);    /* steps 1, 17, 33 */
+    assert_int_equal(n1000, 19); /* 1, 17, 33, 49, then 65 + 64 k up to 961: 15 */
+
+    /* A loop whose preparation is all CPU in its first steps and all I/O
+     * later: read step 17 (100 ms prep, 100 ms CPU, weight 16) and read
+     * step 129 (100 ms prep, 0 CPU, weight 64).  The share is
+     * (16 * 0.1) / (16 * 0.1 + 64 * 0.1) = 0.2, what the 80 steps they
+     * stand for had; unweighted it would say 0.5. */
+    tm_steptally t;
+    tm_steptally_init(&t);
+    tm_inproc_step w0 = step(0, 0, 100, 100); /* warm-up */
+    w0.boundary = TM_STEP_BY_OPTIMIZER;
+    w0.prep_ns = 100 * MS;
+    w0.prep_cpu_ns = -1;
+    tm_steptally_add(&t, &w0);
+    tm_inproc_step a = w0, b = w0;
+    a.step = 17, a.start_ns = 1000 * MS, a.end_ns = 1200 * MS, a.prep_cpu_ns = 100 * MS;
+    b.step = 129, b.start_ns = 2000 * MS, b.end_ns = 2200 * MS, b.prep_cpu_ns = 0;
+    tm_steptally_add(&t, &a);
+    tm_steptally_add(&t, &b);
+    assert_true(fabs(t.prep_cpu_s / t.prep_cpu_known_s - 0.2) < 1e-12);
+    assert_int_equal(t.prep_steps, 2); /* steps are counted once each */
+    assert_true(fabs(t.prep_s - 0.2) < 1e-12);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -178,6 +218,7 @@ int main(void)
         cmocka_unit_test(test_merge_adds_ranks),
         cmocka_unit_test(test_window_sums_the_last_steps),
         cmocka_unit_test(test_eval_batches_are_counted_apart),
+        cmocka_unit_test(test_prep_cpu_schedule_thins_out_and_weights_each_read_step),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
