@@ -201,6 +201,13 @@ typedef struct tm_blkdev {
  * exist. */
 int tm_blkdev_resolve(const char *path, pid_t pid, tm_blkdev *out);
 
+/* tm_blkdev_resolve in a child process, waiting at most wait_s seconds: a
+ * path on a hung mount (NFS whose server is gone, a stopped FUSE daemon)
+ * blocks stat() in the kernel.  -ETIMEDOUT (tm_last_error says which path
+ * and why) when it did not answer in time; otherwise as tm_blkdev_resolve. */
+#define TM_BLKDEV_RESOLVE_WAIT_S 10.0
+int tm_blkdev_resolve_within(const char *path, pid_t pid, tm_blkdev *out, double wait_s);
+
 /* ------------------------------------------- storage ceiling (probe.c) */
 
 /* What the storage behind a dataset delivers (`trainmon probe PATH`,

@@ -128,7 +128,9 @@ static void run_usage(FILE *f)
         "  -o DIR          the run directory (default ./trainmon-runs/<date>-<cmd>)\n"
         "  -d PATH         a dataset path: watch the disk(s) behind it and how much of\n"
         "                  it is in the page cache at the start and end (repeatable;\n"
-        "                  default: every physical disk)\n"
+        "                  default: every physical disk); a path whose filesystem does\n"
+        "                  not answer within 10 s (a hung mount) is left out, said in\n"
+        "                  the report, and the job starts\n"
         "  -i SEC          sampling interval (default 1; accepts 500ms, 2s)\n"
         "  --max-size SIZE bound each record file (flight-recorder ring, e.g. 64M)\n"
         "  --no-python     do not inject the in-process recorder into Python\n"
@@ -233,6 +235,8 @@ struct run {
     double probe_s;               /* --probe: seconds per device, 0 off */
     struct run_target targets[RUN_MAX_TARGETS];
     size_t ntargets;
+    const char *hung[RUN_MAX_TARGETS]; /* -d paths whose filesystem did not answer */
+    size_t nhung;
     char tops[RUN_MAX_DEVS][TM_DISK_NAME_MAX]; /* the devices the data paths sit on */
     size_t ntops;
     int64_t start_real_ns;
@@ -951,15 +955,27 @@ static void run_close_all(struct run *r)
  * and finds the command: everything that can be wrong with the request is
  * said before the job starts and before a run directory exists.  Returns
  * -1 to go on, else trainmon's exit status. */
-static int run_resolve(struct run *r, const char *const *paths, size_t npaths,
+static int run_resolve(struct run *r, const char **paths, size_t *npaths,
                        char (*devs)[TM_DISK_NAME_MAX], size_t *ndevs)
 {
-    for (size_t i = 0; i < npaths; i++) {
+    size_t keep = 0;
+    for (size_t i = 0; i < *npaths; i++) {
         struct run_target *t = &r->targets[r->ntargets];
-        if (tm_blkdev_resolve(paths[i], 0, &t->bd) < 0) {
+        int rc = tm_blkdev_resolve_within(paths[i], 0, &t->bd, TM_BLKDEV_RESOLVE_WAIT_S);
+        if (rc == -ETIMEDOUT) {
+            /* A hung mount: the job would block on it as trainmon did, and
+             * the recording of that (workers in D state, no reads) is worth
+             * having; the path is left out of the disk and cache measures. */
+            cli_warn("%s: left out of this run's disk and cache measures; the job starts",
+                     tm_last_error());
+            r->hung[r->nhung++] = paths[i];
+            continue;
+        }
+        if (rc < 0) {
             cli_err("%s", tm_last_error());
             return 2;
         }
+        paths[keep++] = paths[i];
         t->path = paths[i];
         r->ntargets++;
         if (t->bd.kind == TM_FS_BLOCK && t->bd.top[0]) {
@@ -969,6 +985,7 @@ static int run_resolve(struct run *r, const char *const *paths, size_t npaths,
                 cli_add_dev(devs, ndevs, RUN_MAX_DEVS, t->bd.leaves[k]);
         }
     }
+    *npaths = keep;
     int rc = run_find_command(r->argv[0]);
     if (rc < 0) {
         cli_err("%s: %s", r->argv[0], rc == -ENOENT ? "command not found" : strerror(-rc));
@@ -1039,6 +1056,20 @@ static int run_open(struct run *r, const char *outdir, const char *const *paths,
         run_event(r, "run_target", buf);
         free(buf);
     }
+    for (size_t i = 0; i < r->nhung && r->w; i++) {
+        /* the report's data.hung_mount */
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *m = open_memstream(&buf, &len);
+        if (!m)
+            continue;
+        fputs("{\"path\":", m);
+        cli_json_str(m, r->hung[i]);
+        fprintf(m, ",\"wait_s\":%.0f}", TM_BLKDEV_RESOLVE_WAIT_S);
+        fclose(m);
+        run_event(r, "run_target_unanswered", buf);
+        free(buf);
+    }
     if (r->inject)
         run_setup_python(r);
     if (r->serve_addr)
@@ -1060,95 +1091,38 @@ static int run_open(struct run *r, const char *outdir, const char *const *paths,
 static tm_probe run_probes[RUN_MAX_TARGETS];
 static size_t run_nprobes;
 
-/* One probe, in a child process: a read on a hung mount (NFS whose server
- * is gone, a stalled device) blocks in the kernel, and no deadline of the
- * probe's own can end it.  The child sends its result through a pipe; the
- * parent waits at most RUN_PROBE_GRACE_S + 2 x the probe's time for it,
- * then abandons the probe (SIGKILL: a process blocked in a read dies when
- * the read returns; it is reaped when the job's wait collects children or
- * by init) and the job starts anyway.  0, or a negative errno with
- * tm_last_error() saying why. */
+/* One probe, in a child process (tm_call_within): a read on a hung mount
+ * (NFS whose server is gone, a stalled device) blocks in the kernel, and no
+ * deadline of the probe's own can end it.  trainmon waits at most
+ * RUN_PROBE_GRACE_S + 2 x the probe's time for it, then abandons the probe
+ * and the job starts anyway.  0, or a negative errno with tm_last_error()
+ * saying why. */
 #define RUN_PROBE_GRACE_S 20.0
-struct run_probe_msg {
-    int rc;
-    char err[512];
-    tm_probe p;
+struct run_probe_ctx {
+    const char *path;
+    double secs;
 };
+
+static int run_probe_in_child(void *ctx, void *out)
+{
+    const struct run_probe_ctx *c = ctx;
+    return tm_probe_run(c->path, c->secs, out);
+}
 
 static int run_probe_child(const char *path, double secs, tm_probe *out)
 {
-    static struct run_probe_msg m;
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0)
-        return tm_seterr(-errno, "probe: pipe: %s", strerror(errno));
-    pid_t pid = fork();
-    if (pid < 0) {
-        int e = errno;
-        close(fds[0]);
-        close(fds[1]);
-        return tm_seterr(-e, "probe: fork: %s", strerror(e));
-    }
-    if (pid == 0) {
-        close(fds[0]);
-        memset(&m, 0, sizeof m);
-        m.rc = tm_probe_run(path, secs, &m.p);
-        if (m.rc < 0)
-            snprintf(m.err, sizeof m.err, "%s", tm_last_error());
-        const char *b = (const char *)&m;
-        size_t left = sizeof m;
-        while (left) {
-            ssize_t n = write(fds[1], b, left);
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n <= 0)
-                _exit(1);
-            b += n;
-            left -= (size_t)n;
-        }
-        _exit(0);
-    }
-    close(fds[1]);
+    static tm_probe p; /* large: not on the stack */
+    struct run_probe_ctx c = {.path = path, .secs = secs};
     double wait_s = RUN_PROBE_GRACE_S + 2 * (secs > 0 ? secs : 4.0);
-    int64_t deadline = tm_now_mono_ns() + (int64_t)(wait_s * 1e9);
-    size_t got = 0;
-    char *b = (char *)&m;
-    int rc = 0;
-    for (;;) {
-        int64_t left = deadline - tm_now_mono_ns();
-        if (left <= 0) {
-            rc = tm_seterr(-ETIMEDOUT,
-                           "%s: no answer from the storage within %.0f s (a hung mount, or reads "
-                           "slower than a few KB/s): probe abandoned",
-                           path, wait_s);
-            break;
-        }
-        struct pollfd pf = {.fd = fds[0], .events = POLLIN};
-        int pr = poll(&pf, 1, (int)(left / 1000000 + 1));
-        if (pr < 0 && errno == EINTR)
-            continue;
-        if (pr <= 0)
-            continue; /* timed out: the deadline check above ends it */
-        ssize_t n = read(fds[0], b + got, sizeof m - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0 || (got += (size_t)n) == sizeof m)
-            break;
-    }
-    close(fds[0]);
-    if (rc < 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, WNOHANG);
+    int rc = tm_call_within(wait_s, run_probe_in_child, &c, &p, sizeof p);
+    if (rc == -ETIMEDOUT)
+        return tm_seterr(rc,
+                         "%s: no answer from the storage within %.0f s (a hung mount, or reads "
+                         "slower than a few KB/s): probe abandoned",
+                         path, wait_s);
+    if (rc < 0)
         return rc;
-    }
-    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-        ;
-    if (got != sizeof m)
-        return tm_seterr(-EIO, "%s: the probe ended without a result", path);
-    if (m.rc < 0) {
-        m.err[sizeof m.err - 1] = '\0';
-        return tm_seterr(m.rc, "%s", m.err);
-    }
-    *out = m.p;
+    *out = p;
     return 0;
 }
 
@@ -1408,7 +1382,7 @@ int cmd_run(int argc, char **argv)
         return rc;
     static char devs[RUN_MAX_DEVS][TM_DISK_NAME_MAX];
     size_t ndevs = 0;
-    if ((rc = run_resolve(r, paths, npaths, devs, &ndevs)) >= 0)
+    if ((rc = run_resolve(r, paths, &npaths, devs, &ndevs)) >= 0)
         return rc;
     run_probe(r);
     if ((rc = run_open(r, outdir, paths, npaths, devs, ndevs)) >= 0)

@@ -929,7 +929,7 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o, struct cli_a
         case 'd': {
             tm_blkdev bd;
             o->npaths++;
-            if (tm_blkdev_resolve(optarg, 0, &bd) < 0) {
+            if (tm_blkdev_resolve_within(optarg, 0, &bd, TM_BLKDEV_RESOLVE_WAIT_S) < 0) {
                 cli_err("%s", tm_last_error());
                 return 1;
             }

@@ -706,7 +706,7 @@ static int watch_resolve(struct watch *w, int argc, char **argv)
     int nresolved = 0;
     w->npaths = argc - optind;
     for (int i = optind; i < argc; i++) {
-        int rc = tm_blkdev_resolve(argv[i], 0, &bd);
+        int rc = tm_blkdev_resolve_within(argv[i], 0, &bd, TM_BLKDEV_RESOLVE_WAIT_S);
         if (rc < 0) {
             cli_err("%s", tm_last_error());
             continue;

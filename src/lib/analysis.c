@@ -35,6 +35,7 @@
  * together in the report. */
 static const struct tm_rule rules[] = {
     {.id = "run.agent_not_loaded", .max = TM_SEV_HIGH, .run = tm_rule_run_agent_not_loaded},
+    {.id = "data.hung_mount", .max = TM_SEV_HIGH, .run = tm_rule_data_hung_mount},
     {.id = "steps.unsegmented", .max = TM_SEV_LOW, .run = tm_rule_steps_unsegmented},
     {.id = "steps.hook_silent", .max = TM_SEV_HIGH, .run = tm_rule_steps_hook_silent},
     {.id = "run.measure_off", .max = TM_SEV_LOW, .run = tm_rule_run_measure_off},

@@ -38,6 +38,29 @@ struct coll_dscache {
     bool pend_start, pend_end;
 };
 
+/* A reading is a walk of the job's data: on a hung mount its stat() and
+ * open() block in the kernel, so it is taken in a child process with a
+ * deadline (deadline.c), the walk's own limit (TM_DSC_WALK_NS) and then
+ * some; a reading that does not come is left out, and trainmon goes on. */
+#define DSC_WAIT_S 10.0
+
+static int dscache_in_child(void *ctx, void *out)
+{
+    const struct coll_dscache *d = ctx;
+    return tm_dsc_measure(d->paths, d->npaths, out);
+}
+
+static int dscache_measure(struct coll_dscache *d, tm_dsc_reading *out)
+{
+    int rc = tm_call_within(DSC_WAIT_S, dscache_in_child, d, out, sizeof *out);
+    if (rc == -ETIMEDOUT)
+        return tm_seterr(rc,
+                         "dataset cache: no answer from the data's filesystem within %.0f s (a "
+                         "hung mount?): the reading is left out",
+                         DSC_WAIT_S);
+    return rc;
+}
+
 static int dscache_open(struct tm_coll *c, const tm_sampler_opts *o)
 {
     if (!o->data_paths || !o->ndata_paths)
@@ -51,7 +74,7 @@ static int dscache_open(struct tm_coll *c, const tm_sampler_opts *o)
     /* The start reading is taken here, before `run` forks the job: a job
      * that reads at once must not be counted as having found its data
      * cached.  Recorded by the first tick. */
-    d->pend_start = tm_dsc_measure(d->paths, d->npaths, &d->start) == 0;
+    d->pend_start = dscache_measure(d, &d->start) == 0;
     return 0;
 }
 
@@ -62,7 +85,7 @@ static int dscache_sample(struct tm_coll *c, int64_t t_ns)
     if (!d->finishing || d->ended)
         return 0; /* the last reading stands; nothing new to record */
     d->ended = true;
-    int rc = tm_dsc_measure(d->paths, d->npaths, &d->end);
+    int rc = dscache_measure(d, &d->end);
     if (rc < 0)
         return rc;
     d->pend_end = true;

@@ -75,6 +75,8 @@ void tm_an_input_cost(struct ev *e, const tm_an_summary *S, char *buf, size_t ca
 /* rules_handoff.c: the loop waits for batches its idle workers have ready */
 bool tm_an_input_is_handoff(const tm_an_summary *S);
 void tm_rule_input_handoff(struct an *an);
+/* rules_mount.c: a -d path whose filesystem did not answer (a hung mount) */
+void tm_rule_data_hung_mount(struct an *an);
 /* rules_steps.c: the agent ran but no step could be cut */
 void tm_rule_steps_unsegmented(struct an *an);
 void tm_rule_steps_hook_silent(struct an *an);

@@ -1000,8 +1000,18 @@ static void summarize_machine(const tm_runview *v, tm_an_summary *S, const tm_an
             S->gpu = true;
     const tm_run_event *ev;
     size_t nev = tm_run_events(v->r, &ev);
-    for (size_t i = 0; i < nev && !S->data_paths; i++)
-        S->data_paths = !strcmp(ev[i].name, "run_target") || !strcmp(ev[i].name, "watch_target");
+    S->data_hung_wait_s = NAN;
+    for (size_t i = 0; i < nev; i++) {
+        if (!strcmp(ev[i].name, "run_target") || !strcmp(ev[i].name, "watch_target")) {
+            S->data_paths = true;
+        } else if (!strcmp(ev[i].name, "run_target_unanswered")) {
+            S->data_paths = true;
+            if (S->data_hung++ == 0) {
+                event_str(ev[i].json, "path", S->data_hung_path, sizeof S->data_hung_path);
+                S->data_hung_wait_s = event_num(ev[i].json, "wait_s");
+            }
+        }
+    }
     compute_baselines(v, S, ranks, nranks);
     double worst = -1;
     for (size_t i = 0; i < nranks; i++) {

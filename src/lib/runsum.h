@@ -91,6 +91,12 @@ typedef struct tm_an_summary {
     double compute_fast_s, compute_early_s;
     bool gpu;        /* a GPU was recorded: a gpu.* series or device memory in captures */
     bool data_paths; /* data paths were given (-d: run_target / watch_target events) */
+    /* -d paths whose filesystem did not answer when the run started (a hung
+     * mount; run_target_unanswered events): how many, the first, and how
+     * long trainmon waited for it */
+    size_t data_hung;
+    char data_hung_path[256];
+    double data_hung_wait_s;
     /* the handoff from DataLoader workers (docs/DIAGNOSIS.md input.handoff):
      * the share of their lifetime the workers spent fetching (per worker
      * process, weighted by its batches), how many

@@ -26,6 +26,14 @@ ssize_t tm_pread_full(int fd, void *buf, size_t len, off_t off);
 /* write() until all of buf is written; EINTR retried.  0 or negative errno. */
 int tm_write_full(int fd, const void *buf, size_t len);
 
+/* fn(ctx, out) in a child process, with a deadline (deadline.c): a call
+ * that may block in the kernel on a hung mount.  out (outlen bytes of plain
+ * data) is copied back.  fn's return value (its error text carried over),
+ * -ETIMEDOUT when the child did not answer within wait_s (it is killed and
+ * left to be reaped), or another negative errno. */
+typedef int (*tm_child_fn)(void *ctx, void *out);
+int tm_call_within(double wait_s, tm_child_fn fn, void *ctx, void *out, size_t outlen);
+
 /* open() with O_CLOEXEC, EINTR retried.  fd or negative errno. */
 int tm_open(const char *path, int flags, mode_t mode);
 
