@@ -1,7 +1,8 @@
 /*
  * fixture.h - a run directory written the way trainmon writes one, for the
  * unit tests of the timeline, the summary and the rules (test_report.c,
- * test_rules_cache.c, test_anatomy.c, test_probe.c): record files made with
+ * test_rules_cache.c, test_rules_mount.c, test_anatomy.c, test_probe.c,
+ * test_machine.c): record files made with
  * tm_rec_* and tm_inproc_encode_* as the sampler and the CPython extension
  * make them, then loaded and analysed.
  *

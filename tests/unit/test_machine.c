@@ -23,7 +23,8 @@
 #include "series.h"
 #include "trainmon.h"
 
-#define S_NS 1000000000LL
+#define FX_NAME "test_machine"
+#include "fixture.h"
 
 static int parse_list(const char *s)
 {
@@ -265,42 +266,6 @@ static void test_advice_with_no_core_per_rank_says_so(void **st)
 
 /* --- rules on crafted runs */
 
-static char dir[256];
-static int64_t T0;
-
-static int setup_dir(void **st)
-{
-    (void)st;
-    snprintf(dir, sizeof dir, "/tmp/test_machine.XXXXXX");
-    if (!mkdtemp(dir))
-        return -1;
-    T0 = tm_now_mono_ns();
-    return 0;
-}
-
-static int teardown_dir(void **st)
-{
-    (void)st;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
-static int64_t at(double s)
-{
-    return T0 + (int64_t)(s * (double)S_NS);
-}
-
-static tm_rec *open_rec(const char *file, const char *role, int rank)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", dir, file);
-    tm_rec_opts o = {.role = role, .rank = rank};
-    tm_rec *w = NULL;
-    assert_int_equal(tm_rec_open(&w, path, &o), 0);
-    return w;
-}
-
 static void write_meta(const char *json)
 {
     char path[512];
@@ -312,7 +277,7 @@ static void write_meta(const char *json)
 }
 
 /* Steps whose compute is compute[i % ncomp], each waiting wait seconds. */
-static void put_steps(tm_rec *w, size_t n, const double *compute, size_t ncomp, double wait)
+static void put_steps_compute(tm_rec *w, size_t n, const double *compute, size_t ncomp, double wait)
 {
     uint8_t buf[64];
     double t = 0;
@@ -329,28 +294,6 @@ static void put_steps(tm_rec *w, size_t n, const double *compute, size_t ncomp, 
     }
 }
 
-static void put_worker_file(int id, unsigned pid, size_t n, double fetch, double busy)
-{
-    char file[64], role[32];
-    snprintf(file, sizeof file, "worker-r0-%u.tmr", pid);
-    snprintf(role, sizeof role, "worker%d", id);
-    tm_rec *w = open_rec(file, role, 0);
-    uint8_t buf[64];
-    for (size_t b = 0; b < n; b++) {
-        tm_inproc_worker k = {.worker_id = id,
-                              .pid = pid,
-                              .batch = b,
-                              .start_ns = at((double)b * fetch),
-                              .end_ns = at((double)(b + 1) * fetch),
-                              .cpu_s = busy * fetch * (double)(b + 1),
-                              .rss_bytes = 100e6};
-        int len = tm_inproc_encode_worker(&k, buf, sizeof buf);
-        assert_true(len > 0);
-        assert_int_equal(tm_rec_append(w, TM_REC_WORKER, k.end_ns, buf, (uint32_t)len), 0);
-    }
-    tm_rec_close(&w);
-}
-
 static void put_psi_cpu(double some, double secs)
 {
     tm_rec *s = open_rec("system.tmr", "system", -1);
@@ -360,28 +303,6 @@ static void put_psi_cpu(double some, double secs)
     for (double t = 0; t <= secs; t += 0.5)
         assert_int_equal(tm_rec_sample(s, at(t), &u, &some, 1), 0);
     tm_rec_close(&s);
-}
-
-static tm_analysis *analyze(tm_run **run)
-{
-    const char *dirs[] = {dir};
-    assert_int_equal(tm_run_load(run, dirs, 1), 0);
-    tm_analysis *a = NULL;
-    assert_int_equal(tm_analyze(*run, &a), 0);
-    return a;
-}
-
-static double ev_num(const tm_finding *f, const char *key)
-{
-    char pat[80];
-    snprintf(pat, sizeof pat, "\"%s\":", key);
-    const char *p = strstr(f->evidence, pat);
-    if (!p)
-        return NAN;
-    p += strlen(pat);
-    char *end;
-    double v = strtod(p, &end);
-    return end == p ? NAN : v;
 }
 
 /* The issue's job: 4 torch threads and 3 busy workers on 1 usable CPU,
@@ -401,10 +322,10 @@ static void test_threads_and_workers_above_usable_cpus_with_pressure_is_oversubs
                                   "\"inter_op\": 2, \"affinity_cpus\": 1}"),
                      0);
     const double comp[] = {0.4, 0.4, 0.4, 0.4, 0.4, 0.4, 0.4, 0.4, 0.05, 0.05};
-    put_steps(r0, 60, comp, 10, 0.001);
+    put_steps_compute(r0, 60, comp, 10, 0.001);
     tm_rec_close(&r0);
     for (int k = 0; k < 3; k++)
-        put_worker_file(k, 300u + (unsigned)k, 20, 0.5, 0.9);
+        put_worker_file(k, 300u + (unsigned)k, 20, 0.5, 0.9, 100e6, 0);
     put_psi_cpu(0.63, 25);
     tm_run *run;
     tm_analysis *a = analyze(&run);
@@ -438,11 +359,11 @@ static void test_thread_counts_come_from_set_num_threads_else_the_meta(void **st
                      0);
     assert_int_equal(tm_rec_event(r0, at(0.01), "torch_threads", "{\"intra_op\": 6}"), 0);
     const double comp[] = {0.4, 0.05};
-    put_steps(r0, 60, comp, 2, 0.001);
+    put_steps_compute(r0, 60, comp, 2, 0.001);
     tm_rec_close(&r0);
     tm_rec *r1 = open_rec("rank1.tmr", "rank1", 1);
     assert_int_equal(tm_rec_event(r1, at(0), "inproc.start", "{\"pid\": 2, \"intra_op\": 3}"), 0);
-    put_steps(r1, 60, comp, 2, 0.001);
+    put_steps_compute(r1, 60, comp, 2, 0.001);
     tm_rec_close(&r1);
     put_psi_cpu(0.5, 15);
     tm_run *run;
@@ -463,10 +384,10 @@ static void test_threads_within_usable_cpus_are_not_oversubscribed(void **st)
     tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
     assert_int_equal(tm_rec_event(r0, at(0), "torch_threads", "{\"intra_op\": 4}"), 0);
     const double comp[] = {0.4, 0.05};
-    put_steps(r0, 60, comp, 2, 0.001);
+    put_steps_compute(r0, 60, comp, 2, 0.001);
     tm_rec_close(&r0);
     for (int k = 0; k < 3; k++)
-        put_worker_file(k, 300u + (unsigned)k, 20, 0.5, 0.9);
+        put_worker_file(k, 300u + (unsigned)k, 20, 0.5, 0.9, 100e6, 0);
     put_psi_cpu(0.63, 15);
     tm_run *run;
     tm_analysis *a = analyze(&run);
@@ -482,7 +403,7 @@ static void test_excess_threads_without_pressure_or_slowdown_are_not_a_finding(v
     tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
     assert_int_equal(tm_rec_event(r0, at(0), "torch_threads", "{\"intra_op\": 4}"), 0);
     const double comp[] = {0.1, 0.1, 0.11};
-    put_steps(r0, 60, comp, 3, 0.001);
+    put_steps_compute(r0, 60, comp, 3, 0.001);
     tm_rec_close(&r0);
     put_psi_cpu(0.02, 15);
     tm_run *run;
@@ -498,7 +419,7 @@ static void test_unknown_thread_counts_are_no_oversubscription_finding(void **st
     write_meta("{\"host\": \"h\", \"usable_cpus\": 1.000}\n");
     tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
     const double comp[] = {0.4, 0.05};
-    put_steps(r0, 60, comp, 2, 0.001);
+    put_steps_compute(r0, 60, comp, 2, 0.001);
     tm_rec_close(&r0);
     put_psi_cpu(0.63, 15);
     tm_run *run;
@@ -519,10 +440,10 @@ static void test_a_loop_waiting_for_data_with_one_thread_is_not_oversubscribed(v
     tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
     assert_int_equal(tm_rec_event(r0, at(0), "torch_threads", "{\"intra_op\": 1}"), 0);
     const double comp[] = {0.06, 0.06, 0.06, 0.02};
-    put_steps(r0, 60, comp, 4, 0.5);
+    put_steps_compute(r0, 60, comp, 4, 0.5);
     tm_rec_close(&r0);
     for (int k = 0; k < 2; k++)
-        put_worker_file(k, 300u + (unsigned)k, 20, 1.0, 0.2);
+        put_worker_file(k, 300u + (unsigned)k, 20, 1.0, 0.2, 100e6, 0);
     put_psi_cpu(0.9, 35);
     tm_run *run;
     tm_analysis *a = analyze(&run);
@@ -539,10 +460,10 @@ static void test_a_loop_waiting_for_data_is_told_to_cut_threads_not_workers(void
     tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
     assert_int_equal(tm_rec_event(r0, at(0), "torch_threads", "{\"intra_op\": 4}"), 0);
     const double comp[] = {0.06};
-    put_steps(r0, 60, comp, 1, 0.5);
+    put_steps_compute(r0, 60, comp, 1, 0.5);
     tm_rec_close(&r0);
     for (int k = 0; k < 2; k++)
-        put_worker_file(k, 300u + (unsigned)k, 20, 1.0, 0.2);
+        put_worker_file(k, 300u + (unsigned)k, 20, 1.0, 0.2, 100e6, 0);
     put_psi_cpu(0.9, 35);
     tm_run *run;
     tm_analysis *a = analyze(&run);
@@ -564,9 +485,9 @@ static void test_cpu_bound_advice_fits_the_usable_cores_and_knows_no_gpu(void **
                "\"data_paths\": [{\"path\": \"/data\"}]}\n");
     tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
     const double comp[] = {0.02};
-    put_steps(r0, 100, comp, 1, 0.24);
+    put_steps_compute(r0, 100, comp, 1, 0.24);
     tm_rec_close(&r0);
-    put_worker_file(0, 200, 50, 0.25, 0.97);
+    put_worker_file(0, 200, 50, 0.25, 0.97, 100e6, 0);
     tm_rec *s = open_rec("system.tmr", "system", -1);
     assert_int_equal(
         tm_rec_event(s, at(0), "run_target", "{\"path\": \"/data\", \"disks\": [\"sda\"]}"), 0);
@@ -590,7 +511,7 @@ static void test_data_wait_advice_without_gpu_or_data_paths(void **st)
     (void)st;
     tm_rec *r0 = open_rec("pid42.tmr", "pid42", -1);
     const double comp[] = {0.08};
-    put_steps(r0, 50, comp, 1, 0.02);
+    put_steps_compute(r0, 50, comp, 1, 0.02);
     tm_rec_close(&r0);
     tm_run *run;
     tm_analysis *a = analyze(&run);
@@ -608,7 +529,7 @@ static void test_data_wait_advice_does_not_repeat_the_d_option_given(void **st)
     (void)st;
     tm_rec *r0 = open_rec("pid42.tmr", "pid42", -1);
     const double comp[] = {0.08};
-    put_steps(r0, 50, comp, 1, 0.02);
+    put_steps_compute(r0, 50, comp, 1, 0.02);
     tm_rec_close(&r0);
     tm_rec *s = open_rec("system.tmr", "system", -1);
     assert_int_equal(tm_rec_event(s, at(0), "run_target", "{\"path\": \"/d\", \"disks\": []}"), 0);
@@ -627,7 +548,7 @@ static void test_data_wait_advice_with_a_gpu_speaks_of_the_gpu(void **st)
     (void)st;
     tm_rec *r0 = open_rec("pid42.tmr", "pid42", -1);
     const double comp[] = {0.08};
-    put_steps(r0, 50, comp, 1, 0.02);
+    put_steps_compute(r0, 50, comp, 1, 0.02);
     tm_rec_close(&r0);
     tm_rec *s = open_rec("system.tmr", "system", -1);
     int id = tm_rec_series(s, TM_SER_GPU_UTILIZATION, "gpu=0", "");
@@ -647,7 +568,7 @@ static void test_data_wait_advice_with_a_gpu_speaks_of_the_gpu(void **st)
     tm_run_free(&run);
 }
 
-#define RUN_TEST(t) cmocka_unit_test_setup_teardown(t, setup_dir, teardown_dir)
+#define RUN_TEST(t) cmocka_unit_test_setup_teardown(t, setup, teardown)
 
 int main(void)
 {
