@@ -949,9 +949,11 @@ double tm_clock_diff_s(int64_t a_ns, int64_t b_ns);
  * 256th after (steps 1, 17, 33, 49, 65, 129, ..., 1025, 1281, ...).  A
  * 40-step job has three read steps, a 1,000-step job 19; past step 64 the
  * reads cost 2 per 64 steps.  The CPU share is the ratio of the sums over
- * the read steps, each weighted by the steps it stands for, its interval
- * here (tm_prep_cpu_weight), so a long job's late steps count as much as
- * its early ones. */
+ * the read steps, each weighted by the steps it stands for, those since
+ * the read before it (tm_prep_cpu_weight: 16 up to step 65, 64 up to step
+ * 1025, 256 after), so a long job's late steps count as much as its early
+ * ones, and the last read of a job that ends mid-interval no more than its
+ * own. */
 static inline unsigned tm_prep_cpu_every(uint64_t step)
 {
     return step <= 64 ? 16u : step <= 1024 ? 64u : 256u;
@@ -963,10 +965,11 @@ static inline bool tm_prep_cpu_due(uint64_t step)
     return step >= 1 && (step - 1) % tm_prep_cpu_every(step) == 0;
 }
 
-/* The steps a read step stands for (its interval in the schedule). */
+/* The steps a read step stands for: the interval that ends at it (step 1,
+ * the first, stands for the first interval). */
 static inline double tm_prep_cpu_weight(uint64_t step)
 {
-    return (double)tm_prep_cpu_every(step);
+    return (double)tm_prep_cpu_every(step ? step - 1 : 0);
 }
 
 /* Whether a record file was written by a training process (a rank or a

@@ -809,8 +809,8 @@ static void fwd_flag_type(int armed)
  * system call, 0.7-2.3 us on a VM, so it is read on a systematic sample.
  * Around a step's preparation: on the steps tm_prep_cpu_due names (steps
  * 1, 17, 33, 49, then every 64th to step 1024, every 256th after; the
- * accounting weights each by the steps it stands for, so the share is the
- * whole run's).  One in 8 cost 0.2-0.6 us a step, up to half the agent's
+ * accounting weights each by the steps since the read before it, so the
+ * share is the whole run's).  One in 8 cost 0.2-0.6 us a step, up to half the agent's
  * budget of 1 us (bench/agent_cost.py); one in 16 throughout, 45-250 ns;
  * the sparser tail costs 2 reads per 64 steps past step 64, while a
  * 40-step job keeps three read steps (a CPU share from two flipped the
@@ -1407,7 +1407,16 @@ static PyObject *py_loader_dropped(PyObject *self, PyObject *it)
     (void)self;
     if (g_shut || !g_thread || PyThread_get_thread_ident() != g_thread || g_depth > 0)
         Py_RETURN_NONE;
-    if (!g_b.have || g_b.added || g_level != 0 || g_b.iter != (uintptr_t)it)
+    if (!g_b.have || g_b.added || g_b.iter != (uintptr_t)it)
+        Py_RETURN_NONE;
+    if (g_b.grad < 0) {
+        /* Its grad mode, not asked at the fetch (settle_batch), is asked
+         * now: an eval loop under torch.no_grad() that breaks drops its
+         * iterator inside the no_grad block, while the next fetch (of a new
+         * iterator that may reuse this one's address) runs outside it. */
+        g_b.grad = g_b.bwd || grad_enabled();
+    }
+    if (g_level != 0)
         Py_RETURN_NONE;
     held_flush(0);
     settle_batch(now_ns(), 0, 0);

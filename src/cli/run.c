@@ -236,6 +236,7 @@ struct run {
     struct run_target targets[RUN_MAX_TARGETS];
     size_t ntargets;
     const char *hung[RUN_MAX_TARGETS]; /* -d paths whose filesystem did not answer */
+    double hung_wait[RUN_MAX_TARGETS]; /* how long each was waited for */
     size_t nhung;
     char tops[RUN_MAX_DEVS][TM_DISK_NAME_MAX]; /* the devices the data paths sit on */
     size_t ntops;
@@ -955,19 +956,24 @@ static void run_close_all(struct run *r)
  * and finds the command: everything that can be wrong with the request is
  * said before the job starts and before a run directory exists.  Returns
  * -1 to go on, else trainmon's exit status. */
+#define RUN_RESOLVE_AFTER_HUNG_S 2.0
 static int run_resolve(struct run *r, const char **paths, size_t *npaths,
                        char (*devs)[TM_DISK_NAME_MAX], size_t *ndevs)
 {
     size_t keep = 0;
     for (size_t i = 0; i < *npaths; i++) {
         struct run_target *t = &r->targets[r->ntargets];
-        int rc = tm_blkdev_resolve_within(paths[i], 0, &t->bd, TM_BLKDEV_RESOLVE_WAIT_S);
+        /* after one hung path, the others (most often on the same mount)
+         * get a shorter wait: 64 paths do not hold the job for 640 s */
+        double wait = r->nhung ? RUN_RESOLVE_AFTER_HUNG_S : TM_BLKDEV_RESOLVE_WAIT_S;
+        int rc = tm_blkdev_resolve_within(paths[i], 0, &t->bd, wait);
         if (rc == -ETIMEDOUT) {
             /* A hung mount: the job would block on it as trainmon did, and
              * the recording of that (workers in D state, no reads) is worth
              * having; the path is left out of the disk and cache measures. */
             cli_warn("%s: left out of this run's disk and cache measures; the job starts",
                      tm_last_error());
+            r->hung_wait[r->nhung] = wait;
             r->hung[r->nhung++] = paths[i];
             continue;
         }
@@ -1065,7 +1071,7 @@ static int run_open(struct run *r, const char *outdir, const char *const *paths,
             continue;
         fputs("{\"path\":", m);
         cli_json_str(m, r->hung[i]);
-        fprintf(m, ",\"wait_s\":%.0f}", TM_BLKDEV_RESOLVE_WAIT_S);
+        fprintf(m, ",\"wait_s\":%g}", r->hung_wait[i]);
         fclose(m);
         run_event(r, "run_target_unanswered", buf);
         free(buf);

@@ -703,11 +703,13 @@ static int watch_parse(struct watch *w, int argc, char **argv)
 static int watch_resolve(struct watch *w, int argc, char **argv)
 {
     static tm_blkdev bd;
-    int nresolved = 0;
+    int nresolved = 0, nhung = 0;
     w->npaths = argc - optind;
     for (int i = optind; i < argc; i++) {
-        int rc = tm_blkdev_resolve_within(argv[i], 0, &bd, TM_BLKDEV_RESOLVE_WAIT_S);
+        /* after a hung mount, 2 s for each other path (as run does) */
+        int rc = tm_blkdev_resolve_within(argv[i], 0, &bd, nhung ? 2.0 : TM_BLKDEV_RESOLVE_WAIT_S);
         if (rc < 0) {
+            nhung += rc == -ETIMEDOUT;
             cli_err("%s", tm_last_error());
             continue;
         }

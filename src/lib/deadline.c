@@ -17,8 +17,11 @@
  *   3. in time: it reaps the child and copies out back; too late: it kills
  *      the child (SIGKILL: a process blocked in a read dies when the read
  *      returns, at once for FUSE, whose waits are killable), does not wait
- *      for it (it is reaped by a later wait of the caller's or by init) and
- *      returns -ETIMEDOUT.
+ *      for it (no caller waits for any child but its own: it stays a zombie
+ *      until trainmon exits, then init reaps it) and returns -ETIMEDOUT.
+ *      The child's standard streams are /dev/null and its signals the
+ *      defaults, so that one blocked for good holds no pipe of trainmon's
+ *      open and a SIGTERM to the process group ends it.
  *
  * The child only runs fn and writes to the pipe: fn must not take locks
  * that another thread of the parent may have held at the fork, which the
@@ -29,6 +32,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,19 +42,49 @@
 #include "trainmon.h"
 #include "util.h"
 
+/* The message: the head, then out at an offset aligned for any type (out
+ * is a struct of the caller's: the child writes it in place). */
 struct msg_head {
     int rc;
     char err[512];
 };
+#define MSG_OUT_AT                                                                                 \
+    ((sizeof(struct msg_head) + _Alignof(max_align_t) - 1) / _Alignof(max_align_t) *               \
+     _Alignof(max_align_t))
+
+/* The child: stdin, stdout and stderr on /dev/null (a child blocked for
+ * good must not keep the pipe of `trainmon run ... | tee` open), and the
+ * signals trainmon handles back to their defaults (SIGTERM to the process
+ * group ends the child, it is not passed on to the job). */
+static void child_quiet(void)
+{
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGCHLD};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+        signal(sigs[i], SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    int fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (fd >= 0) {
+        for (int k = 0; k < 3; k++)
+            if (fd != k)
+                dup2(fd, k);
+        if (fd > 2)
+            close(fd);
+    }
+}
 
 int tm_call_within(double wait_s, tm_child_fn fn, void *ctx, void *out, size_t outlen)
 {
     if (!fn || (outlen && !out) || !(wait_s > 0))
         return tm_seterr(-EINVAL, "tm_call_within: invalid argument");
-    size_t total = sizeof(struct msg_head) + outlen;
-    char *buf = calloc(1, total);
+    size_t total = MSG_OUT_AT + outlen;
+    char *buf =
+        aligned_alloc(_Alignof(max_align_t), (total + _Alignof(max_align_t) - 1) /
+                                                 _Alignof(max_align_t) * _Alignof(max_align_t));
     if (!buf)
         return tm_seterr(-ENOMEM, "tm_call_within: out of memory");
+    memset(buf, 0, total);
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) {
         int e = errno;
@@ -67,8 +101,9 @@ int tm_call_within(double wait_s, tm_child_fn fn, void *ctx, void *out, size_t o
     }
     if (pid == 0) {
         close(fds[0]);
+        child_quiet();
         struct msg_head *h = (struct msg_head *)buf;
-        h->rc = fn(ctx, buf + sizeof *h);
+        h->rc = fn(ctx, buf + MSG_OUT_AT);
         if (h->rc < 0)
             snprintf(h->err, sizeof h->err, "%s", tm_last_error());
         _exit(tm_write_full(fds[1], buf, total) == 0 ? 0 : 1);
@@ -112,7 +147,7 @@ int tm_call_within(double wait_s, tm_child_fn fn, void *ctx, void *out, size_t o
         if (rc < 0)
             tm_seterr(rc, "%s", h->err);
         else if (outlen)
-            memcpy(out, buf + sizeof *h, outlen);
+            memcpy(out, buf + MSG_OUT_AT, outlen);
     }
     free(buf);
     return rc;
@@ -135,7 +170,7 @@ int tm_blkdev_resolve_within(const char *path, pid_t pid, tm_blkdev *out, double
     int rc = tm_call_within(wait_s, resolve_in_child, &c, out, sizeof *out);
     if (rc == -ETIMEDOUT)
         return tm_seterr(rc,
-                         "%s: no answer from its filesystem within %.0f s (a hung mount: NFS "
+                         "%s: no answer from its filesystem within %g s (a hung mount: NFS "
                          "whose server is gone, a FUSE daemon that stopped)",
                          path, wait_s);
     return rc;

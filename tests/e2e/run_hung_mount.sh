@@ -3,7 +3,8 @@
 # filesystem that no daemon answers (tests/helpers/hangfs: what an NFS
 # mount whose server is gone, or a dead sshfs, looks like; its stat()
 # blocks in the kernel).  `trainmon run -d MNT -- JOB` waits for it at most
-# TM_BLKDEV_RESOLVE_WAIT_S (10 s, in a child process), says so in one line,
+# TM_BLKDEV_RESOLVE_WAIT_S (10 s, in a child process; 2 s for a second path
+# once one was hung), says so in one line,
 # starts the job, and the report names the path (data.hung_mount, high: the
 # job made no step).  `trainmon watch MNT`, which has nothing else to
 # measure, ends with exit 1 and the same line instead of hanging.  Root and
@@ -45,7 +46,7 @@ fi
 timeout -s KILL 2 stat "$mnt" > /dev/null 2>&1 && fail "stat $mnt answered: not a hung mount"
 
 t0=$(date +%s)
-timeout -s KILL 60 "$tm" run -d "$mnt" -o "$scratch/run" -- \
+timeout -s KILL 60 "$tm" run -d "$mnt" -d "$mnt/train" -o "$scratch/run" -- \
     "$py" -c 'print("the job ran")' > "$scratch/out" 2> "$scratch/err"
 rc=$?
 t1=$(date +%s)
@@ -55,6 +56,9 @@ cat "$scratch/err"
 grep -q "the job ran" "$scratch/out" || fail "the job did not run"
 grep -q "^trainmon: warning: $mnt: no answer from its filesystem within 10 s (a hung mount" \
     "$scratch/err" || fail "no line saying the path did not answer"
+# the second path on the hung mount gets 2 s, not another 10
+grep -q "^trainmon: warning: $mnt/train: no answer from its filesystem within 2 s" \
+    "$scratch/err" || fail "no line for the second path, or not the shorter wait"
 [ $((t1 - t0)) -le 30 ] || fail "the job started after $((t1 - t0)) s"
 
 "$tm" report "$scratch/run" --json > "$scratch/report.json" || fail "report failed"
@@ -66,7 +70,8 @@ assert len(f) == 1, [x["id"] for x in rep["findings"]]
 f = f[0]
 assert f["severity"] == "high", f
 assert f["evidence"]["path"] == mnt and f["evidence"]["waited_s"] == 10, f
-assert mnt in f["title"] and "no step" in f["title"], f["title"]
+assert mnt + " (and 1 more)" in f["title"] and "no step" in f["title"], f["title"]
+assert f["evidence"]["paths"] == 2, f
 assert rep["findings"][0]["id"] == "data.hung_mount", [x["id"] for x in rep["findings"]]
 print("report:", f["title"])
 PY

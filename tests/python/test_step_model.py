@@ -286,3 +286,49 @@ def test_the_lead_optimizers_step_is_in_its_step_record_and_another_has_its_own(
     assert sum("optimizer=0," in r for r in rows) == 6, rows
     assert sum("optimizer=1," in r for r in rows) == 6, rows
     assert all(float(r.rsplit(",", 1)[1]) >= 0 for r in rows), rows
+
+
+EVAL_BREAK = r"""
+import json, torch, trainmon
+from torch.utils.data import DataLoader, TensorDataset
+trainmon.attach()
+train = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=4)
+val = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=4)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+reused = 0
+it = iter(train)
+for epoch in range(3):
+    for x, y in it:                                            # 8 steps an epoch
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step(); opt.zero_grad()
+    with torch.no_grad():
+        vit = iter(val)
+        vid = id(vit)
+        for i, (vx, vy) in enumerate(vit):                     # 3 eval batches, then break
+            model(vx)
+            if i == 2:
+                break
+        del vit                                                # dropped inside no_grad
+    it = iter(train)                  # the same type: most often at the dropped one's address
+    reused += id(it) == vid
+print(json.dumps({"steps": 24, "reused": reused}))
+"""
+
+
+def test_an_eval_loop_that_breaks_under_no_grad_stays_eval(tmp_path):
+    # The last eval batch's grad mode is asked when its iterator is dropped
+    # (inside the no_grad block), not at the next fetch (outside it, of a
+    # new training iterator that may reuse the dropped one's address): it
+    # is an eval batch, never a held batch that the next training step takes
+    # (the training steps have one batch each, the eval batches are 3 an
+    # epoch).
+    # (Whether CPython puts the new iterator at the dropped one's address
+    # varies; the job prints how often it did.  Either way the counts hold.)
+    last_json(run_script(EVAL_BREAK, tmp_path).stdout)
+    steps = [f for _, _, f in records(main_file(tmp_path), "step")]
+    train = [f for f in steps if f["phase"] == 1]
+    evals = [f for f in steps if f["phase"] == 2]
+    assert len(train) == 24 and all(f["batches"] == 1 for f in train), \
+        [(f["step"], f["batches"]) for f in train]
+    assert len(evals) == 9, len(evals)

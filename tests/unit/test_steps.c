@@ -185,8 +185,8 @@ static void test_prep_cpu_schedule_thins_out_and_weights_each_read_step(void **s
     assert_int_equal(n1000, 19); /* 1, 17, 33, 49, then 65 + 64 k up to 961: 15 */
 
     /* A loop whose preparation is all CPU in its first steps and all I/O
-     * later: read step 17 (100 ms prep, 100 ms CPU, weight 16) and read
-     * step 129 (100 ms prep, 0 CPU, weight 64).  The share is
+     * later: read step 17 (100 ms prep, 100 ms CPU, weight 16: steps 2-17)
+     * and read step 129 (100 ms prep, 0 CPU, weight 64: steps 66-129).  The share is
      * (16 * 0.1) / (16 * 0.1 + 64 * 0.1) = 0.2, what the 80 steps they
      * stand for had; unweighted it would say 0.5. */
     tm_steptally t;
@@ -204,6 +204,14 @@ static void test_prep_cpu_schedule_thins_out_and_weights_each_read_step(void **s
     assert_true(fabs(t.prep_cpu_s / t.prep_cpu_known_s - 0.2) < 1e-12);
     assert_int_equal(t.prep_steps, 2); /* steps are counted once each */
     assert_true(fabs(t.prep_s - 0.2) < 1e-12);
+
+    /* Each read stands for the interval that ends at it: step 65 (after
+     * 49) for 16 steps, 129 for 64, 1281 for 256, and the first, step 1,
+     * for 16.  A 70-step job's reads 1, 17, 33, 49, 65 weigh the same, so
+     * its last read (of 5) is a fifth of the share, not half of it. */
+    assert_true(tm_prep_cpu_weight(1) == 16 && tm_prep_cpu_weight(65) == 16);
+    assert_true(tm_prep_cpu_weight(129) == 64 && tm_prep_cpu_weight(1025) == 64);
+    assert_true(tm_prep_cpu_weight(1281) == 256);
 }
 
 int main(void)
