@@ -54,7 +54,7 @@ FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 # interpreter.
 PYEXT := python/trainmon/_trainmon$(shell $(PYTHON) -c 'import sysconfig;print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null || echo .so)
 
-.PHONY: all lib deps venv format-check test test-only demo-only unit e2e asan fuzz fuzz-run bench format demo clean install python
+.PHONY: all lib deps venv format-check test test-only demo-only unit unit-bins e2e asan fuzz fuzz-run bench format demo clean install python
 
 HAVE_PYDEV := $(shell $(PYTHON) -c 'import os,sysconfig; print(int(os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))))' 2>/dev/null)
 ifeq ($(HAVE_PYDEV),1)
@@ -167,6 +167,9 @@ venv:
 unit: $(UNIT_BIN) $(FAKE_LIB)
 	@tests/run_unit.sh $(UNIT_BIN)
 
+# everything the tests run, built (no test run)
+unit-bins: $(UNIT_BIN) $(HELPER_BIN) $(FAKE_LIB)
+
 e2e: all $(HELPER_BIN) $(FAKE_LIB)
 	@BUILD=$(BUILD) tests/run_e2e.sh
 
@@ -177,10 +180,14 @@ test: deps
 test-only: all $(UNIT_BIN) $(HELPER_BIN) $(FAKE_LIB)
 	@BUILD=$(BUILD) PYTHON=$(PYTHON) VENV_PY=$(VENV_PY) tests/run_all.sh $(UNIT_BIN)
 
+# The objects are built on every CPU first, the tests then run from a make
+# without -j (the tests' own makes get no jobserver of ours).
+ASAN_VARS = BUILD=build-asan CC=clang \
+    CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" \
+    LDFLAGS="-fsanitize=address,undefined"
 asan:
-	SKIP_PYTHON="the extension is not built with sanitizers" $(MAKE) BUILD=build-asan CC=clang \
-	    CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" \
-	    LDFLAGS="-fsanitize=address,undefined" test-only
+	$(MAKE) -j$$(nproc) $(ASAN_VARS) all unit-bins
+	SKIP_PYTHON="the extension is not built with sanitizers" $(MAKE) $(ASAN_VARS) test-only
 
 # libFuzzer targets: the library is built once with coverage and
 # sanitizers (fuzzer-no-link), each target links against those objects.

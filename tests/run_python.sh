@@ -6,7 +6,11 @@
 # Each half prints its own closing line.  A half whose interpreter or torch
 # is missing is skipped with one line saying why (make deps makes both).
 # The extension is built in place for each interpreter that lacks one of
-# its own ABI (python/trainmon/_trainmon<EXT_SUFFIX>).
+# its own ABI (python/trainmon/_trainmon<EXT_SUFFIX>).  The two halves run
+# at the same time where there are two CPUs or more (PY_JOBS=1: one after
+# the other): each test's job is one busy process, and the tests' timings
+# are the job's own against its own arrangement; the output is printed half
+# by half.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -48,12 +52,30 @@ run_half() { # name interpreter
     tp=$((tp + p)); tf=$((tf + f)); ts=$((ts + s))
 }
 
-run_half torch1 "${PYTHON:-/usr/bin/python3}"
+# half NAME INTERPRETER: run_half with its output in $out/NAME.txt and its
+# counts in $out/NAME.counts ("passed failed skipped rc")
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+half() {
+    run_half "$1" "$2" > "$out/$1.txt" 2>&1
+    echo "$tp $tf $ts $rc_all" > "$out/$1.counts"
+}
+jobs=${PY_JOBS:-$(nproc 2>/dev/null || echo 1)}
+half torch1 "${PYTHON:-/usr/bin/python3}" &
+[ "$jobs" -ge 2 ] 2>/dev/null || wait
 if [ -n "${SKIP_TORCH2:-}" ]; then
-    echo "python (torch2): skipped: ${SKIP_TORCH2}"; ts=$((ts + 1))
+    echo "python (torch2): skipped: ${SKIP_TORCH2}" > "$out/torch2.txt"
+    echo "0 0 1 0" > "$out/torch2.counts"
 else
-    run_half torch2 "${VENV_PY:-$root/.venv/bin/python}"
+    half torch2 "${VENV_PY:-$root/.venv/bin/python}" &
 fi
+wait
+for name in torch1 torch2; do
+    cat "$out/$name.txt"
+    read -r p f s r < "$out/$name.counts" 2>/dev/null || { p=0 f=1 s=0 r=1; echo "python ($name): no result"; }
+    tp=$((tp + p)); tf=$((tf + f)); ts=$((ts + s))
+    [ "$r" -eq 0 ] || rc_all=1
+done
 mkdir -p "$BUILD"
 echo "$tp $tf $ts" > "$BUILD/.python-counts"
 echo "python: $tp passed, $tf failed, $ts skipped"

@@ -3,6 +3,7 @@
 # (no index reachable: --no-build-isolation with Debian's setuptools), and
 # the installed package records: Monitor.capture writes a rank file that
 # trainmon dump reads back.
+# e2e: parallel
 set -u
 case ${BUILD:-} in *asan*) echo "skipped: under the sanitizer build (pip builds the extension with Python's own flags: nothing of the sanitizer build is tested)"; exit 77 ;; esac
 py=/usr/bin/python3

@@ -8,6 +8,7 @@
 # seen through --system-site-packages) and reports its steps; without a C
 # compiler, pip's error names the compiler it could not run.  Skipped
 # with one line where the package index is unreachable.
+# e2e: parallel
 set -u
 case ${BUILD:-} in *asan*) echo "skipped: under the sanitizer build (the Python side and the framework jobs are the plain build's; the binary's parsers run under ASan in the other tests)"; exit 77 ;; esac
 here=$(cd "$(dirname "$0")" && pwd)

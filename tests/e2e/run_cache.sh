@@ -17,6 +17,7 @@
 # The page cache is emptied only for this loop device's filesystem (unmount
 # and mount again), never system-wide.
 set -u
+case ${BUILD:-} in *asan*) echo "skipped: under the sanitizer build (a scenario of the plain build; the page-cache walk and its rules run under ASan in test_dscache, test_rules_cache and run_storage_bound)"; exit 77 ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib/slowdisk.sh"
 . "$here/../lib/scenario.sh"

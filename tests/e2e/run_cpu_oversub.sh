@@ -9,6 +9,7 @@
 # usable cores or speak of a GPU the job has not got.  The control (1
 # thread, no workers, the same core) must not get the finding.
 set -u
+case ${BUILD:-} in *asan*) echo "skipped: under the sanitizer build (a scenario of the plain build; the sampler, records and rules it runs are under ASan in run_storage_bound, real_loops and the unit tests)"; exit 77 ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib/scenario.sh"
 scen_require

@@ -7,6 +7,7 @@
 # (the run recorded a GPU).  Without the swing (a steady 95%) there is no
 # such finding.  The real check is tests/gpu/check.sh on a lent GPU.
 set -u
+case ${BUILD:-} in *asan*) echo "skipped: under the sanitizer build (a scenario of the plain build; the fake-NVML collector is under ASan in watch_gpu_fake and test_gpu)"; exit 77 ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib/scenario.sh"
 scen_require

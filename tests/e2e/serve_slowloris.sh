@@ -2,9 +2,9 @@
 # trainmon serve under a slowloris attack, on loopback (issue #15 item 3):
 #   - a connection trickling a header byte every 0.5 s is closed by the
 #     header deadline (2 s), which the trickle does not extend;
-#   - 3,000 connections trickling one header byte every 0.5 s for 20 s, then
-#     10,000 idle connections for 15 s, then 10,000 idle connections from 50
-#     loopback addresses for 10 s (tests/e2e/slowloris.py; a connection
+#   - 3,000 connections trickling one header byte every 0.5 s for 8 s, then
+#     10,000 idle connections for 6 s, then 10,000 idle connections from 50
+#     loopback addresses for 6 s (tests/e2e/slowloris.py; a connection
 #     the server cuts is opened again, so the pressure does not fade), while
 #     a probe GETs /health every 0.5 s with a 1 s timeout: every probe is
 #     answered 200 within 1 s, and serve's RSS stays within 12 MiB of its
@@ -158,22 +158,22 @@ EOF
 # --- (a) 3,000 trickling connections, (b) 10,000 idle ones, (c) 10,000 idle
 # ones from 50 addresses (127.0.0.2-51), which only the total cap limits
 rss0=$(rss_kb "$spid")
-attack trickle 3000 20
-attack idle 10000 15
-attack idle 10000 10 --sources 50
+attack trickle 3000 8
+attack idle 10000 6
+attack idle 10000 6 --sources 50
 
 # --- SIGTERM / SIGINT while an attack is on
-$PY "$ATTACK" "$port" idle 10000 10 --rate 20000 > /dev/null 2>&1 &
+$PY "$ATTACK" "$port" idle 10000 5 --rate 20000 > /dev/null 2>&1 &
 apid=$!
 pids+=($apid)
-sleep 3
+sleep 2
 stop_within "$spid" TERM
 wait "$apid"
 start_serve -i 0.5
-$PY "$ATTACK" "$port" trickle 3000 10 --rate 20000 > /dev/null 2>&1 &
+$PY "$ATTACK" "$port" trickle 3000 5 --rate 20000 > /dev/null 2>&1 &
 apid=$!
 pids+=($apid)
-sleep 3
+sleep 2
 stop_within "$spid" INT
 wait "$apid"
 
