@@ -7,7 +7,11 @@
                on macOS and, from 3.14, for Python itself);
   forkserver   a map-style dataset, workers from a forkserver, and the
                model wrapped by torch.compile (backend "eager": dynamo's
-               tracing and guards without a C++ toolchain) on torch 2.x.
+               tracing and guards without a C++ toolchain) on torch 2.x,
+               with dynamo's error_on_recompile set: a guard that the
+               agent's hooks fail (the global forward pre-hook dict whose
+               type it toggles each step) would make every step recompile,
+               and here kills the job, which fails the test.
 The oracle: optimizer steps and the data-wait share timed inline."""
 import os
 import sys
@@ -61,6 +65,8 @@ def main():
                             multiprocessing_context="forkserver")
         epochs = 2
         if hasattr(torch, "compile"):
+            import torch._dynamo as dynamo
+            dynamo.config.error_on_recompile = True
             run = torch.compile(model, backend="eager")
     clock = Clock()
     for _ in range(epochs):
