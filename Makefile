@@ -64,8 +64,10 @@ all: $(BUILD)/trainmon $(BUILD)/libtrainmon.a $(BUILD)/libtrainmon.so
 	@echo "note: no Python.h for $(PYTHON): the Python extension was not built (make deps)"
 endif
 
+# --force: make decides when to build; setuptools alone would look only at
+# the .c files and keep objects older than a changed header
 $(PYEXT): python/trainmon/_trainmon.c $(LIB_SRC) $(wildcard include/*.h src/lib/*.h) setup.py
-	env -u CC -u CFLAGS -u LDFLAGS -u LDLIBS $(PYTHON) setup.py -q build_ext --inplace \
+	env -u CC -u CFLAGS -u LDFLAGS -u LDLIBS $(PYTHON) setup.py -q build_ext --inplace --force \
 	    --build-temp build/python-ext --build-lib build/python-lib
 
 lib: $(BUILD)/libtrainmon.a $(BUILD)/libtrainmon.so

@@ -23,6 +23,7 @@ except ImportError:  # setuptools < 69: distutils' (setuptools' own copy once it
 
 LIB_SOURCES = [
     "src/lib/util.c",
+    "src/lib/fastclock.c",  # the agent's clock
     "src/lib/rec.c",
     "src/lib/recread.c",
     "src/lib/inproc.c",

@@ -33,8 +33,11 @@ How (docs/BENCHMARKS.md "The agent's cost per step"):
      wall mode: a shared machine only ever slows a loop down).  Under valgrind a
      CLOCK_MONOTONIC read is a system call; natively it is a vDSO read, so
      the clock reads trainmon makes (tm_now_mono_ns) are costed as such,
-     and every other agent system call (CLOCK_THREAD_CPUTIME_ID) at the
-     measured cost of a thread CPU clock read.
+     every other agent system call (CLOCK_THREAD_CPUTIME_ID) at the
+     measured cost of a thread CPU clock read, and each read of the
+     time-stamp counter (the agent's clock between anchors,
+     src/lib/fastclock.h; the agent's stats() count them over the block),
+     one instruction to callgrind, at its measured native cost.
   3. Wall clock, secondary: the median over rounds of the difference of
      per-step medians of alternating blocks with and without attach().
 """
@@ -107,20 +110,24 @@ def callgrind(kind, d):
     procs, res = [], {}
 
     def reap(p, which, seed, out):
-        _, err = p.communicate()
+        so, err = p.communicate()
         if p.returncode != 0:
             raise RuntimeError("callgrind run of %s (%s, seed %s) failed: %s"
                                % (kind, which, seed, err.strip()[-400:]))
         for f in os.listdir(out):
             if re.match(r"cg\.\d+\.\d+$", f):
-                res[(which, seed)] = (read_dump(os.path.join(out, f)), os.path.join(out, f))
+                res[(which, seed)] = (read_dump(os.path.join(out, f)), os.path.join(out, f),
+                                      dict(kv.split("=", 1) for kv in so.split() if "=" in kv))
                 return
         raise RuntimeError("callgrind run of %s (%s, seed %s): no dump" % (kind, which, seed))
 
     for which, seed in jobs:
         out = os.path.join(d, "%s.%s" % (which, seed))
         os.mkdir(out)
-        env = dict(os.environ, PYTHONHASHSEED=seed)
+        # the agent's clock pairs a counter read before and after a clock
+        # read; under valgrind those are microseconds apart, not 30 ns
+        # (src/lib/fastclock.h), and a bound of 1 us would refuse them all
+        env = dict(os.environ, PYTHONHASHSEED=seed, TRAINMON_FASTCLOCK_PAIR_NS="200000")
         p = subprocess.Popen(
             ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-systime=nsec",
              "--callgrind-out-file=" + os.path.join(out, "cg.%p"), "-q", py,
@@ -143,12 +150,14 @@ def wall(kind, d):
 
 def clock_costs():
     """Native ns per clock read (cgmark.so, in C): a CLOCK_MONOTONIC read
-    (vDSO) and a CLOCK_THREAD_CPUTIME_ID read (a system call)."""
+    (vDSO), a CLOCK_THREAD_CPUTIME_ID read (a system call) and a read of the
+    time-stamp counter."""
     import ctypes
     cg = ctypes.CDLL(cgmark)
     cg.cg_clock_ns.restype = ctypes.c_double
+    cg.cg_tsc_ns.restype = ctypes.c_double
     return (cg.cg_clock_ns(time.CLOCK_MONOTONIC, 200000),
-            cg.cg_clock_ns(time.CLOCK_THREAD_CPUTIME_ID, 20000))
+            cg.cg_clock_ns(time.CLOCK_THREAD_CPUTIME_ID, 20000), cg.cg_tsc_ns(200000))
 
 
 def call_graph(path):
@@ -244,7 +253,7 @@ ENTRY = ("py_opt_pre_hook", "py_opt_post_hook", "opt_post", "backward_enter", "b
 
 
 rows, worst = [], 0.0
-mono_ns, thread_ns = clock_costs()
+mono_ns, thread_ns, tsc_ns = clock_costs()
 results = {}
 with tempfile.TemporaryDirectory(prefix="trainmon-hookcalls-") as d:
     try:
@@ -269,6 +278,7 @@ for kind in kinds:
         fn = annotate(agent_dump, "Ir", r"trainmon/_trainmon\.c$")
         own_c, hook_calls = agent_own(agent_dump, N)
         mono_calls = annotate(agent_dump, "sysCount", r"util\.c$").get("tm_now_mono_ns", 0)
+        agent_kv = runs[("agent", mid["seed"])][2]
     results[kind] = dict(
         plain_ir=statistics.median(r["plain"] for r in seeds),
         ir=mid["ir"], ir_min=min(r["ir"] for r in seeds), ir_max=max(r["ir"] for r in seeds),
@@ -277,6 +287,7 @@ for kind in kinds:
         own_c=own_c, hooks=hook_calls,
         own=own_c + sum(c * hook_ovh[HOOK_STYLE[h]] for h, c in hook_calls.items()),
         mono=mono_calls / N,
+        tsc=float(agent_kv.get("agent_tsc_reads", 0)) / N, clock=agent_kv.get("clock", "?"),
         plain_ns=float(w.get("plain_ns", "nan")), plain_min=float(w.get("plain_min_ns", "nan")),
         wall_diff=float(w.get("diff_ns", "nan")),
         wall_min=float(w.get("diff_min_ns", "nan")), wall_max=float(w.get("diff_max_ns", "nan")),
@@ -288,9 +299,11 @@ print("Agent cost per step (issue #14: at most %.0f ns, 0.1 %% of a 1 ms step), 
       "%d steps per block." % (BUDGET_NS, os.path.basename(py), torch_version, N))
 print("Instructions per ns of this machine: %.2f (median over the loops of their instructions "
       "per step / their fastest native ns per step, of 50-step chunks; %s).  A CLOCK_MONOTONIC "
-      "read costs %.0f ns (vDSO), a CLOCK_THREAD_CPUTIME_ID read %.0f ns (a system call).  A "
+      "read costs %.0f ns (vDSO), a CLOCK_THREAD_CPUTIME_ID read %.0f ns (a system call), a "
+      "time-stamp counter read %.1f ns (the agent's clock: %s).  A "
       "call through a Hook costs %s instructions over torch's own call (bench/hook_calls.py)."
-      % (rate, ", ".join("%.2f" % x for x in rates), mono_ns, thread_ns,
+      % (rate, ", ".join("%.2f" % x for x in rates), mono_ns, thread_ns, tsc_ns,
+         ", ".join(sorted({r["clock"] for r in results.values()})),
          ", ".join("%s %.0f" % kv for kv in sorted(hook_ovh.items()))))
 print("Agent instructions: its own (callgrind: the agent's C functions and what they call, "
       "less the Hooks' calls of torch's functions, plus each Hook call at its cost above); "
@@ -299,22 +312,23 @@ print("Agent instructions: its own (callgrind: the agent's C functions and what 
       "plain loop by thousands of instructions a step." % ",".join(SEEDS))
 print("")
 print("| loop | plain: instr/step, ns/step | agent's own instr/step (C + Hook calls) | "
-      "whole program agent - plain (min..max; noise) | agent syscalls/step (clock reads, other) "
+      "whole program agent - plain (min..max; noise) | agent clock reads/step (CLOCK_MONOTONIC, "
+      "counter) and other syscalls "
       "| agent ns/step | wall-clock difference, median (min..max) | agent's C entry points, "
       "instr/step |")
 print("|---|---|---|---|---|---|---|---|")
 for kind, r in results.items():
     other = max(r["sys"] - r["mono"], 0.0)
-    ns = r["own"] / rate + r["mono"] * mono_ns + other * thread_ns
+    ns = r["own"] / rate + r["mono"] * mono_ns + r["tsc"] * tsc_ns + other * thread_ns
     worst = max(worst, ns)
     r["ns"] = ns
     hooks = r["own"] - r["own_c"]
-    print("| %s | %.0f, %.0f | %.0f (%.0f + %.0f: %s) | %.0f (%.0f..%.0f; +-%.0f) | %.2f, %.2f "
+    print("| %s | %.0f, %.0f | %.0f (%.0f + %.0f: %s) | %.0f (%.0f..%.0f; +-%.0f) | %.2f, %.2f; %.2f "
           "| %.0f | %.0f (%.0f..%.0f) ns | %s |" % (
               kind, r["plain_ir"], r["plain_ns"], r["own"], r["own_c"], hooks,
               " ".join("%s %.2f" % (h[5:], c) for h, c in sorted(r["hooks"].items()) if c),
               r["ir"], r["ir_min"], r["ir_max"], r["noise"],
-              r["mono"], other, ns,
+              r["mono"], r["tsc"], other, ns,
               r["wall_diff"], r["wall_min"], r["wall_max"],
               ", ".join("%s %.0f" % (k, v) for v, k in r["top"])))
 print("")

@@ -153,12 +153,18 @@ def main():
         loop.run(warm)
         gc.collect()  # no collection of the warm-up's garbage in the block
         gc.disable()  # and none in it
+        s0 = trainmon.stats() if which == "agent" else None
         cg.cg_begin()
         loop.run(n)
         cg.cg_end(which.encode())
         gc.enable()
         if which == "agent":
-            print("agent_steps=%d" % trainmon.stats()["steps_closed"])
+            s1 = trainmon.stats()
+            # the counter reads of the agent's clock in the block: callgrind
+            # counts each as one instruction, natively it is ~12 ns
+            print("agent_steps=%d agent_tsc_reads=%d agent_anchors=%d clock=%s"
+                  % (s1["steps_closed"], s1["clock_tsc_reads"] - s0["clock_tsc_reads"],
+                     s1["clock_anchors"] - s0["clock_anchors"], s1["clock"].split(":")[0].replace(" ", "_")))
     elif mode == "wall":
         n, rounds, run_dir = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
         import trainmon

@@ -8,7 +8,8 @@
  *
  * cg_clock_ns(clock, n) is the native cost of one clock_gettime(clock)
  * (best of 5 runs of n reads), for converting the clock reads counted
- * under valgrind, where none goes through the vDSO, to time.
+ * under valgrind, where none goes through the vDSO, to time; cg_tsc_ns(n)
+ * the same for a read of the time-stamp counter.
  */
 #include <time.h>
 
@@ -19,6 +20,7 @@ int cg_running(void);
 void cg_begin(void);
 void cg_end(const char *label);
 double cg_clock_ns(int clock, int n);
+double cg_tsc_ns(int n);
 
 int cg_running(void)
 {
@@ -57,4 +59,30 @@ double cg_clock_ns(int clock, int n)
             best = per;
     }
     return best;
+}
+
+/* cg_tsc_ns(n): the native cost of one read of the time-stamp counter
+ * (rdtsc, the agent's clock between anchors: src/lib/fastclock.h), best of
+ * 5 runs of n reads; 0 where there is none (not x86-64). */
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+double cg_tsc_ns(int n)
+{
+#if defined(__x86_64__)
+    double best = 1e30;
+    unsigned long long sink = 0;
+    for (int r = 0; r < 5; r++) {
+        double t0 = mono_ns();
+        for (int i = 0; i < n; i++)
+            sink += __rdtsc();
+        double per = (mono_ns() - t0) / (double)n;
+        if (per < best)
+            best = per;
+    }
+    return sink ? best : best; /* sink: the reads are not optimized out */
+#else
+    (void)n;
+    return 0;
+#endif
 }

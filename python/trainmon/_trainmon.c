@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fastclock.h"
 #include "trainmon.h"
 
 #if PY_VERSION_HEX < 0x03090000
@@ -199,9 +200,21 @@ static int g_need_rss; /* a threshold on host RSS exists */
 
 /* --------------------------------------------------------------- helpers */
 
+/* The agent's clock: CLOCK_MONOTONIC, read from the CPU's counter between
+ * anchors where the kernel keeps that clock from it (src/lib/fastclock.h:
+ * 12 ns a read, not 27-33), anchored at the end of each training step
+ * (step_end_ns). */
+static tm_fastclock g_clk;
+
 static int64_t now_ns(void)
 {
-    return tm_now_mono_ns();
+    return tm_fastclock_now(&g_clk);
+}
+
+/* the clock at a step's end: read with the counter, the next anchor */
+static int64_t step_end_ns(void)
+{
+    return tm_fastclock_anchor(&g_clk);
 }
 
 static double host_rss(int64_t t, int force)
@@ -1307,7 +1320,7 @@ static long backward_exit(void)
 {
     if (PyThread_get_thread_ident() != g_thread || g_bdepth <= 0 || --g_bdepth > 0)
         return 0;
-    int64_t t = now_ns();
+    int64_t t = g_decided <= TM_STEP_BY_BACKWARD ? step_end_ns() : now_ns();
     g_n_bwd++;
     if (g_bwd_t0 && t > g_bwd_t0)
         for (int L = TM_STEP_BY_BACKWARD; L <= TM_STEP_BY_OPTIMIZER; L++)
@@ -1547,11 +1560,21 @@ static PyObject *py_stats(PyObject *self, PyObject *noargs)
     double dur, wait;
     tm_stepwin_sum(&g_win, WINDOW_MAX, &dur, &wait);
     double frac = tm_steptally_wait_fraction(&g_tally);
-    PyObject *d =
-        Py_BuildValue("{s:K,s:K,s:K,s:d,s:d,s:s}", "steps", (unsigned long long)g_steps,
-                      "steps_closed", (unsigned long long)g_tally.steps, "steps_counted",
-                      (unsigned long long)tm_steptally_total(&g_tally, false), "recent_data_wait_s",
-                      wait, "recent_step_time_s", dur, "run_dir", g_run_dir);
+    /* the agent's clock: "tsc" (counter reads converted), "tsc (calibrating)",
+     * or "clock_gettime: " and why the counter is not used */
+    char clk[160];
+    if (g_clk.state == TM_FASTCLOCK_ON)
+        snprintf(clk, sizeof clk, "tsc");
+    else if (g_clk.state == TM_FASTCLOCK_CALIB)
+        snprintf(clk, sizeof clk, "tsc (calibrating)");
+    else
+        snprintf(clk, sizeof clk, "clock_gettime: %s", g_clk.off_why ? g_clk.off_why : "off");
+    PyObject *d = Py_BuildValue(
+        "{s:K,s:K,s:K,s:d,s:d,s:s,s:s,s:K,s:K}", "steps", (unsigned long long)g_steps,
+        "steps_closed", (unsigned long long)g_tally.steps, "steps_counted",
+        (unsigned long long)tm_steptally_total(&g_tally, false), "recent_data_wait_s", wait,
+        "recent_step_time_s", dur, "run_dir", g_run_dir, "clock", clk, "clock_tsc_reads",
+        (unsigned long long)g_clk.tsc_reads, "clock_anchors", (unsigned long long)g_clk.anchors);
     PyObject *f = isnan(frac) ? (Py_INCREF(Py_None), Py_None) : PyFloat_FromDouble(frac);
     if (!d || !f || PyDict_SetItemString(d, "data_wait_fraction", f) < 0) {
         Py_XDECREF(d);
@@ -1714,7 +1737,7 @@ static int anatomy_due(uint64_t n)
  * callbacks due. */
 static long opt_post(long no)
 {
-    int64_t t = now_ns();
+    int64_t t = step_end_ns();
     int64_t t0 = g_opt_t0 ? g_opt_t0 : t;
     g_opt_t0 = 0;
     /* The lead optimizer ends steps: the first to step, or one that steps
@@ -2807,6 +2830,7 @@ PyMODINIT_FUNC PyInit__trainmon(void)
     for (int i = 0; i < F_N; i++)
         g_last[i] = NAN;
     ArmedHooksType.tp_base = &PyODict_Type;
+    tm_fastclock_init(&g_clk);                /* calibrated by the time the loop begins (50 ms) */
     pthread_atfork(NULL, NULL, fetch_forked); /* a DataLoader worker asks get_worker_info() */
     if (PyType_Ready(&MonitorType) < 0 || PyType_Ready(&HookType) < 0 ||
         PyType_Ready(&ArmedHooksType) < 0)

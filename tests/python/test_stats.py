@@ -45,3 +45,64 @@ def test_stats_count_steps_and_data_wait_as_the_report(tmp_path):
     assert abs(after["recent_step_time_s"] - sum(dur)) < 1e-9
     assert abs(after["recent_data_wait_s"] - sum(wait)) < 1e-9
     json.dumps(after)  # plain JSON: no NaN
+
+
+CLOCK_LOOP = r"""
+import json, time, torch, trainmon
+trainmon.attach()
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+time.sleep(0.06)  # past the clock's 50 ms calibration
+t0 = time.monotonic_ns()
+for i in range(30):
+    x = torch.randn(8, 4)
+    time.sleep(0.002)
+    model(x).pow(2).mean().backward()
+    opt.step()
+    opt.zero_grad()
+t1 = time.monotonic_ns()
+s = trainmon.stats()
+print(json.dumps({"t0": t0, "t1": t1, "clock": s["clock"], "tsc_reads": s["clock_tsc_reads"],
+                  "anchors": s["clock_anchors"]}))
+"""
+
+
+def kernel_clock_is_tsc():
+    import platform
+    try:
+        with open("/sys/devices/system/clocksource/clocksource0/current_clocksource") as f:
+            src = f.read().strip()
+    except OSError:
+        return False
+    return src == "tsc" and platform.machine() == "x86_64"
+
+
+def test_the_agents_clock_is_the_counter_where_the_kernels_is_and_agrees_with_it(tmp_path):
+    """src/lib/fastclock.h: where the kernel keeps CLOCK_MONOTONIC from the
+    time-stamp counter, the agent reads the counter between anchors (one at
+    each step's end), and its step records lie within the job's own
+    CLOCK_MONOTONIC readings around the loop."""
+    out = last_json(run_script(CLOCK_LOOP, tmp_path).stdout)
+    steps = [r[2] for r in records(main_file(tmp_path), "step")]
+    assert len(steps) == 30
+    slack = 50000  # 50 us: an anchor's tolerance (TM_FASTCLOCK_AGREE_NS)
+    for s in steps[1:]:  # the first starts at its first forward, before t0 is taken
+        assert out["t0"] - slack <= s["start_ns"] <= s["end_ns"] <= out["t1"] + slack, (s, out)
+    for a, b in zip(steps, steps[1:]):
+        assert b["start_ns"] == a["end_ns"]  # one step ends where the next begins
+        assert b["opt_start_ns"] <= b["end_ns"]
+    if kernel_clock_is_tsc():
+        assert out["clock"] == "tsc", out
+        assert out["tsc_reads"] > 0 and out["anchors"] >= 30, out  # an anchor a step at least
+    else:
+        assert out["clock"].startswith("clock_gettime: "), out
+        assert out["tsc_reads"] == 0, out
+
+
+def test_trainmon_fastclock_0_makes_every_read_the_clock(tmp_path):
+    p = run_script(CLOCK_LOOP, tmp_path, env={"TRAINMON_FASTCLOCK": "0"})
+    out = last_json(p.stdout)
+    if kernel_clock_is_tsc():
+        assert out["clock"] == "clock_gettime: TRAINMON_FASTCLOCK=0", out
+    assert out["tsc_reads"] == 0 and out["anchors"] == 0, out
+    assert len(records(main_file(tmp_path), "step")) == 30

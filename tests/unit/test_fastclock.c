@@ -1,0 +1,295 @@
+/*
+ * test_fastclock.c - the counter-derived clock (src/lib/fastclock.c): the
+ * anchors' arithmetic on hand-made pairs of a 2.5 GHz counter (0.4 ns a
+ * tick, every number worked out in its comment), then the real counter of
+ * this machine against CLOCK_MONOTONIC where the kernel keeps that clock
+ * from it.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "fastclock.h"
+#include "trainmon.h"
+
+#define T0 1000000ULL                    /* the first pair's counter */
+#define N0 5000000000LL                  /* and its clock: 5 s */
+#define GHZ25(ns) ((uint64_t)(ns)*5 / 2) /* ticks of a 2.5 GHz counter in ns */
+
+/* an exact pair: both counter reads at tsc */
+static int64_t upd(tm_fastclock *c, uint64_t tsc, int64_t ns)
+{
+    return tm_fastclock_update(c, tsc, ns, tsc);
+}
+
+/* a pair whose counter reads are w ticks apart around tsc */
+static int64_t upd_wide(tm_fastclock *c, uint64_t tsc, int64_t ns, uint64_t w)
+{
+    return tm_fastclock_update(c, tsc - w / 2, ns, tsc + w / 2);
+}
+
+/* a clock past init on a usable counter: the first pair (T0, N0) */
+static tm_fastclock calib(void)
+{
+    tm_fastclock c;
+    memset(&c, 0, sizeof c);
+    c.state = TM_FASTCLOCK_CALIB;
+    c.tsc0 = c.base_tsc = c.mid_tsc = T0;
+    c.ns0 = c.base_ns = c.mid_ns = N0;
+    return c;
+}
+
+/* ...and 50 ms later, calibrated */
+static tm_fastclock on(void)
+{
+    tm_fastclock c = calib();
+    upd(&c, T0 + GHZ25(50000000), N0 + 50000000);
+    assert_int_equal(c.state, TM_FASTCLOCK_ON);
+    return c;
+}
+
+static void test_no_rate_before_the_baseline_is_50_ms_old(void **st)
+{
+    (void)st;
+    tm_fastclock c = calib();
+    /* 10 ms: 25,000,000 ticks; a baseline that young is not used */
+    assert_int_equal(upd(&c, T0 + 25000000, N0 + 10000000), N0 + 10000000);
+    assert_int_equal(c.state, TM_FASTCLOCK_CALIB);
+    assert_int_equal(c.mult, 0);
+    assert_int_equal(c.anchors, 1);
+    /* the anchor moved, the baseline did not */
+    assert_int_equal(c.tsc0, T0 + 25000000);
+    assert_int_equal(c.base_tsc, T0);
+}
+
+static void test_the_rate_is_ns_per_tick_over_the_baseline(void **st)
+{
+    (void)st;
+    tm_fastclock c = calib();
+    /* 50 ms = 125,000,000 ticks: 0.4 ns a tick, 0.4 * 2^32 = 1717986918.4
+     * in 32.32 (truncated) */
+    upd(&c, T0 + 125000000, N0 + 50000000);
+    assert_int_equal(c.state, TM_FASTCLOCK_ON);
+    assert_int_equal(c.mult, 1717986918ULL);
+    /* the span: 1 s / 0.4 ns = 2,500,000,000 ticks */
+    assert_true(c.span_ticks >= 2499999999ULL && c.span_ticks <= 2500000000ULL);
+    /* 2500 ticks: 2500 * 1717986918 / 2^32 = 4294967295000 / 4294967296 =
+     * 999.9999998 -> 999 ns (the conversion truncates: under 1 ns) */
+    assert_int_equal(tm_fastclock_conv(&c, 2500), 999);
+    /* 1 s of ticks: 2.5e9 * 1717986918 / 2^32 = 999,999,999.77 -> 999,999,999 */
+    assert_int_equal(tm_fastclock_conv(&c, 2500000000ULL), 999999999);
+}
+
+static void test_an_anchor_within_the_tolerance_keeps_it_on(void **st)
+{
+    (void)st;
+    tm_fastclock c = on();
+    uint64_t t = c.tsc0 + GHZ25(100000000); /* 100 ms of ticks later */
+    /* the tolerance: 50 us + 100 ppm of 100 ms (10 us) = 60 us; 40 us off */
+    int64_t n = c.ns0 + 100000000 + 40000;
+    assert_int_equal(upd(&c, t, n), n);
+    assert_int_equal(c.state, TM_FASTCLOCK_ON);
+    assert_int_equal(c.tsc0, t);
+    assert_int_equal(c.ns0, n);
+}
+
+static void test_an_anchor_off_by_more_turns_it_off_for_good(void **st)
+{
+    (void)st;
+    tm_fastclock c = on();
+    uint64_t t = c.tsc0 + GHZ25(100000000);
+    /* 70 us off: more than the 60 us allowed */
+    int64_t n = c.ns0 + 100000000 + 70000;
+    assert_int_equal(upd(&c, t, n), n);
+    assert_int_equal(c.state, TM_FASTCLOCK_OFF);
+    assert_string_equal(c.off_why, "the time-stamp counter disagrees with CLOCK_MONOTONIC");
+    /* later pairs that agree change nothing */
+    upd(&c, t + GHZ25(1000000), n + 1000000);
+    assert_int_equal(c.state, TM_FASTCLOCK_OFF);
+}
+
+static void test_a_counter_that_goes_back_turns_it_off(void **st)
+{
+    (void)st;
+    tm_fastclock c = on();
+    upd(&c, c.tsc0 - 1, c.ns0 + 1000);
+    assert_int_equal(c.state, TM_FASTCLOCK_OFF);
+    assert_string_equal(c.off_why, "the time-stamp counter went back");
+    c = calib(); /* also while calibrating */
+    upd(&c, T0 - 5, N0 + 1000);
+    assert_int_equal(c.state, TM_FASTCLOCK_OFF);
+}
+
+static void test_a_pair_read_too_far_apart_is_not_used(void **st)
+{
+    (void)st;
+    tm_fastclock c = calib();
+    /* while calibrating: counter reads 5000 ticks apart (> 4096): the
+     * clock's reading is returned, nothing moves */
+    assert_int_equal(tm_fastclock_update(&c, T0 + 100000, N0 + 50000000, T0 + 105000),
+                     N0 + 50000000);
+    assert_int_equal(c.state, TM_FASTCLOCK_CALIB);
+    assert_int_equal(c.tsc0, T0);
+    assert_int_equal(c.bad_pairs, 1);
+    /* a close pair (4000 ticks apart): its midpoint is the anchor, and 50 ms
+     * = 125,000,000 ticks from the baseline to it: 0.4 ns a tick */
+    tm_fastclock_update(&c, T0 + 124998000, N0 + 50000000, T0 + 125002000);
+    assert_int_equal(c.state, TM_FASTCLOCK_ON);
+    assert_int_equal(c.tsc0, T0 + 125000000);
+    assert_int_equal(c.mult, 1717986918ULL);
+    /* on: 1 us is 2500 ticks; reads 2600 apart are not a pair */
+    assert_true(c.pair_ticks >= 2499 && c.pair_ticks <= 2500);
+    tm_fastclock_update(&c, c.tsc0 + 1000, c.ns0 + 400, c.tsc0 + 3600);
+    assert_int_equal(c.bad_pairs, 2);
+    assert_int_equal(c.tsc0, T0 + 125000000);
+}
+
+static void test_pairs_never_close_while_calibrating_turn_it_off(void **st)
+{
+    (void)st;
+    tm_fastclock c = calib();
+    /* 63 pairs of reads 10,000 ticks apart: still calibrating; the 64th: off */
+    for (unsigned i = 1; i < TM_FASTCLOCK_CALIB_BAD; i++)
+        upd_wide(&c, T0 + i * 100000, N0 + (int64_t)i * 40000, 10000);
+    assert_int_equal(c.state, TM_FASTCLOCK_CALIB);
+    upd_wide(&c, T0 + 9000000, N0 + 3600000, 10000);
+    assert_int_equal(c.state, TM_FASTCLOCK_OFF);
+    assert_string_equal(c.off_why, "counter and clock reads are never close together");
+}
+
+static void test_a_rate_out_of_range_turns_it_off(void **st)
+{
+    (void)st;
+    tm_fastclock c = calib();
+    /* 50 ms in 5 ticks: 10 ms a tick, above the 10 ns allowed */
+    upd(&c, T0 + 5, N0 + 50000000);
+    assert_int_equal(c.state, TM_FASTCLOCK_OFF);
+    assert_string_equal(c.off_why, "the time-stamp counter's rate is out of range");
+}
+
+static void test_the_baseline_moves_every_30_s(void **st)
+{
+    (void)st;
+    tm_fastclock c = on();
+    /* 30 s after the first pair: the baseline becomes the first pair (it
+     * was), the next one this pair */
+    uint64_t t30 = T0 + GHZ25(30000000000LL);
+    upd(&c, t30, N0 + 30000000000LL);
+    assert_int_equal(c.base_tsc, T0);
+    assert_int_equal(c.mid_tsc, t30);
+    /* 45 s: no move (the next one is 15 s old) */
+    upd(&c, T0 + GHZ25(45000000000LL), N0 + 45000000000LL);
+    assert_int_equal(c.base_tsc, T0);
+    /* 60 s: the baseline is the 30 s pair, 30 s old */
+    uint64_t t60 = T0 + GHZ25(60000000000LL);
+    upd(&c, t60, N0 + 60000000000LL);
+    assert_int_equal(c.base_tsc, t30);
+    assert_int_equal(c.base_ns, N0 + 30000000000LL);
+    assert_int_equal(c.mid_tsc, t60);
+    /* the counter's rate jumps: 0.5 ns a tick from 60 s (2 GHz), and the
+     * next anchor at 90 s is 30 s = 60e9 ticks on.  Converted at 0.4 ns:
+     * 24 s, not 30: 6 s off, against the 50 us + 100 ppm of 30 s (3.05 ms)
+     * allowed: a counter whose rate jumps is one the clock stops trusting */
+    upd(&c, t60 + 60000000000ULL, N0 + 90000000000LL);
+    assert_int_equal(c.state, TM_FASTCLOCK_OFF);
+}
+
+static void test_off_reads_are_the_clock(void **st)
+{
+    (void)st;
+    tm_fastclock c;
+    memset(&c, 0, sizeof c);
+    int64_t a = tm_now_mono_ns();
+    int64_t f = tm_fastclock_now(&c);
+    int64_t b = tm_now_mono_ns();
+    assert_true(a <= f && f <= b);
+    assert_int_equal(c.anchors, 0); /* no pair read */
+}
+
+/* A read never returns a time before the latest one returned: here the
+ * latest is far in the future, the next read turns the clock off (its
+ * hand-made anchor is nowhere near the real counter) and still returns it. */
+static void test_no_read_goes_back(void **st)
+{
+    (void)st;
+    tm_fastclock c = on();
+    c.last = INT64_MAX / 2;
+    assert_int_equal(tm_fastclock_now(&c), INT64_MAX / 2);
+    assert_int_equal(tm_fastclock_anchor(&c), INT64_MAX / 2);
+    assert_int_equal(c.last, INT64_MAX / 2);
+    /* an earlier latest: the clock's own reading */
+    c.last = 0;
+    int64_t a = tm_now_mono_ns();
+    int64_t f = tm_fastclock_now(&c);
+    assert_true(f >= a && f <= tm_now_mono_ns());
+}
+
+/* The real counter: where the kernel keeps CLOCK_MONOTONIC from it, after
+ * 50 ms the reads are converted, and each lies between the clock read
+ * just before and just after it (within the 50 us an anchor allows). */
+static void test_on_this_machine_the_counter_agrees_with_the_clock(void **st)
+{
+    (void)st;
+    tm_fastclock c;
+    tm_fastclock_init(&c);
+    if (c.state == TM_FASTCLOCK_OFF) {
+        printf("  (the counter is not used here: %s; only the clock is checked)\n", c.off_why);
+        test_off_reads_are_the_clock(st);
+        return;
+    }
+    struct timespec nap = {0, 2000000}; /* 2 ms */
+    int converted = 0;
+    int64_t worst = 0; /* the furthest outside [a, b] */
+    for (int i = 0; i < 100; i++) {
+        nanosleep(&nap, NULL);
+        int64_t a = tm_now_mono_ns();
+        int64_t f = tm_fastclock_now(&c);
+        int64_t b = tm_now_mono_ns();
+        /* within 2 us: the rate over a baseline of close pairs is good to
+         * ~1e-7 (40 ns over 200 ms), the anchor's pair to ~50 ns */
+        assert_true(f >= a - 2000 && f <= b + 2000);
+        worst = f < a   ? (a - f > worst ? a - f : worst)
+                : f > b ? (f - b > worst ? f - b : worst)
+                        : worst;
+        converted += c.state == TM_FASTCLOCK_ON;
+        /* reads and anchors in a row, as a step's: none before the last */
+        int64_t p = f;
+        for (int j = 0; j < 20; j++) {
+            int64_t r = j % 5 == 4 ? tm_fastclock_anchor(&c) : tm_fastclock_now(&c);
+            assert_true(r >= p);
+            p = r;
+        }
+    }
+    assert_int_equal(c.state, TM_FASTCLOCK_ON);
+    assert_true(converted >= 50); /* on from 50 ms of the 200 */
+    printf("  (%.7f ns a tick; %llu pairs read for 100 reads, %llu not used; worst %lld ns "
+           "outside the clock's reads)\n",
+           (double)c.mult / 4294967296.0, (unsigned long long)c.anchors,
+           (unsigned long long)c.bad_pairs, (long long)worst);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_no_rate_before_the_baseline_is_50_ms_old),
+        cmocka_unit_test(test_the_rate_is_ns_per_tick_over_the_baseline),
+        cmocka_unit_test(test_an_anchor_within_the_tolerance_keeps_it_on),
+        cmocka_unit_test(test_an_anchor_off_by_more_turns_it_off_for_good),
+        cmocka_unit_test(test_a_counter_that_goes_back_turns_it_off),
+        cmocka_unit_test(test_a_pair_read_too_far_apart_is_not_used),
+        cmocka_unit_test(test_pairs_never_close_while_calibrating_turn_it_off),
+        cmocka_unit_test(test_a_rate_out_of_range_turns_it_off),
+        cmocka_unit_test(test_the_baseline_moves_every_30_s),
+        cmocka_unit_test(test_off_reads_are_the_clock),
+        cmocka_unit_test(test_no_read_goes_back),
+        cmocka_unit_test(test_on_this_machine_the_counter_agrees_with_the_clock),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
