@@ -4,24 +4,33 @@
 # runs matmuls in a loop.
 #
 #   tests/gpu/check.sh                     build (make), run, print a table
-#   tests/gpu/check.sh --compare JSONL SMI PID ALLOC_BYTES
+#   tests/gpu/check.sh --compare JSONL SMI PID ALLOC_BYTES [APPS]
 #                                          only the comparison (for testing
-#                                          it without a GPU): JSONL is the
+#                                          it without a GPU: tests/e2e/
+#                                          gpu_check_compare.sh): JSONL is the
 #                                          output of `trainmon watch --json`,
 #                                          SMI holds nvidia-smi CSV lines
-#                                          "used, total, util" (MiB, MiB, %)
+#                                          "used, total, util[, power, sm
+#                                          clock, temperature, reasons]" (MiB,
+#                                          MiB, %, W, MHz, C, hex mask), APPS
+#                                          "pid, used MiB" lines of
+#                                          --query-compute-apps
 #
 # Checked: GPU 0's memory used (within 5% or 256 MiB of nvidia-smi), memory
 # total (same MiB), utilization (within 15 points: the two tools sample at
-# different moments), and attribution: the torch pid's GPU memory and the
-# watched tree's gpu_memory_bytes are at least the allocation.  Other fields
-# are printed for the eye.  Then a real loop that computes and waits for
+# different moments), power (10% or 25 W), SM clock (10% or 100 MHz),
+# temperature (3 C), the throttle reasons (the same set as one of
+# nvidia-smi's readings), and attribution: the torch pid's GPU memory
+# equals --query-compute-apps' (2% or 64 MiB) and it and the watched tree's
+# gpu_memory_bytes are at least the allocation.  PCIe rates are printed
+# for the eye.  Then a real loop that computes and waits for
 # data in turn under `trainmon run` must get gpu.util_swing, and a
 # transformer's predicted largest micro-batch is compared with the one that
 # really fits, then run out of memory for the report to explain.  Exit 0 when all match, 1 on a mismatch, 77 when
 # the machine cannot run the check (no nvidia-smi, no CUDA torch).
 # Environment: ALLOC_GIB (default 8), PYTHON (a python3 with CUDA torch),
-# BUILD (default build).
+# BUILD (default build), PARTS (the parts to run, default all: watch inproc
+# swing leak batch; a device call is limited to 10 minutes).
 set -u
 
 compare() { # JSONL SMI PID ALLOC_BYTES
@@ -29,6 +38,7 @@ compare() { # JSONL SMI PID ALLOC_BYTES
 import json, sys
 
 jsonl, smi_file, pid, alloc = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+apps_file = sys.argv[5] if len(sys.argv) > 5 else ""
 MiB = 1 << 20
 
 samples = []
@@ -45,14 +55,33 @@ for line in open(jsonl):
         if g.get("index") == 0:
             samples.append((obj, g))
             break
+# nvidia-smi lines: used MiB, total MiB, util %, then (when the driver
+# knows the fields) power W, SM clock MHz, temperature C, and the active
+# clock-event (throttle) reasons as NVML's hex mask
+SMI_KEYS = ("used", "total", "util", "power", "sm", "temp", "reasons")
+def smi_val(key, p):
+    if key == "reasons":
+        return int(p, 16) if p.lower().startswith("0x") else None
+    try:
+        return float(p)
+    except ValueError:
+        return None  # "[N/A]", "[Not Supported]" and the like
 smi = []
 for line in open(smi_file):
     parts = [p.strip() for p in line.split(",")]
     if len(parts) >= 3:
-        try:
-            smi.append(tuple(float(p) for p in parts[:3]))
-        except ValueError:
-            pass  # "[N/A]" and the like
+        r = {k: smi_val(k, p) for k, p in zip(SMI_KEYS, parts)}
+        if None not in (r["used"], r["total"], r["util"]):
+            smi.append((r["used"], r["total"], r["util"], r))
+# nvidia-smi --query-compute-apps=pid,used_memory lines (pid, MiB)
+apps = {}
+if apps_file:
+    for line in open(apps_file):
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 2 and parts[0].isdigit():
+            v = smi_val("used", parts[1])
+            if v is not None:
+                apps[int(parts[0])] = v
 
 rows, bad = [], 0
 
@@ -112,6 +141,15 @@ mine = [p for p in procs if p.get("pid") == pid]
 pm = num(mine[0].get("used_memory_bytes")) if mine else None
 row("torch pid %d GPU memory (MiB)" % pid, fmt(pm // MiB if pm is not None else None),
     ">= %d" % (alloc // MiB), ">= allocation", pm is not None and pm >= alloc)
+if pid in apps:
+    # both are NVML's per-process figure, read a moment apart: the
+    # allocation does not move
+    ref = apps[pid]
+    row("torch pid %d GPU memory vs compute-apps (MiB)" % pid,
+        fmt(pm // MiB if pm is not None else None), fmt(ref), "within 2% or 64 MiB",
+        pm is not None and abs(pm / MiB - ref) <= max(0.02 * ref, 64.0))
+elif apps_file:
+    row("torch pid %d in nvidia-smi --query-compute-apps" % pid, "", "absent", "listed", False)
 
 tree = obj.get("process_tree") or {}
 tm = num(tree.get("gpu_memory_bytes"))
@@ -121,12 +159,42 @@ row("process tree GPU memory (MiB)", fmt(int(tm // MiB) if tm is not None else N
 for key, label in (("memory_reserved_bytes", "memory reserved (MiB)"),):
     v = num(g.get(key))
     row(label, fmt(v // MiB if v is not None else None), "", "", None)
-for key, label in (("temperature_celsius", "temperature (C)"), ("power_watts", "power (W)"),
-                   ("sm_clock_mhz", "SM clock (MHz)"),
-                   ("pcie_rx_bytes_per_second", "PCIe rx (B/s)"),
+# power, SM clock and temperature move under load: the closest pair of
+# trainmon's and nvidia-smi's readings within a tolerance (a field the
+# driver does not report on either side is printed, not judged)
+for key, skey, label, rel, floor in (("power_watts", "power", "power (W)", 0.10, 25.0),
+                                     ("sm_clock_mhz", "sm", "SM clock (MHz)", 0.10, 100.0),
+                                     ("temperature_celsius", "temp", "temperature (C)", 0.0, 3.0)):
+    mine_v = [num(s[1].get(key)) for s in samples]
+    mine_v = [v for v in mine_v if v is not None]
+    ref_v = [r[3].get(skey) for r in smi if r[3].get(skey) is not None]
+    if mine_v and ref_v:
+        d, u, r = min((abs(u - r), u, r) for u in mine_v for r in ref_v)
+        tol = max(rel * r, floor)
+        row(label, fmt(float(u)), fmt(r), "within %.0f" % tol, d <= tol)
+    else:
+        row(label, fmt(mine_v[-1] if mine_v else None), fmt(ref_v[-1] if ref_v else None),
+            "", None)
+for key, label in (("pcie_rx_bytes_per_second", "PCIe rx (B/s)"),
                    ("pcie_tx_bytes_per_second", "PCIe tx (B/s)")):
     row(label, fmt(num(g.get(key))), "", "", None)
-row("throttle reasons", ",".join(g.get("throttle_reasons") or []) or "-", "", "", None)
+# throttle reasons: trainmon's names are NVML's bits (include/trainmon.h);
+# the same set as one of nvidia-smi's readings
+BITS = {"gpu_idle": 0x1, "applications_clocks_setting": 0x2, "sw_power_cap": 0x4,
+        "hw_slowdown": 0x8, "sync_boost": 0x10, "sw_thermal_slowdown": 0x20,
+        "hw_thermal_slowdown": 0x40, "hw_power_brake": 0x80, "display_clocks_setting": 0x100}
+masks = []
+for s_obj, s_g in samples:
+    names = s_g.get("throttle_reasons")
+    if isinstance(names, list):
+        masks.append(sum(BITS.get(n, 0) for n in names))
+ref_m = [r[3]["reasons"] & 0x1ff for r in smi if r[3].get("reasons") is not None]
+names = ",".join(g.get("throttle_reasons") or []) or "-"
+if masks and ref_m:
+    row("throttle reasons", names, ",".join("0x%x" % m for m in sorted(set(ref_m))),
+        "one reading's set", bool(set(masks) & set(ref_m)))
+else:
+    row("throttle reasons", names, "", "", None)
 row("GPU", "%s %s" % (g.get("name"), g.get("uuid")), "", "", None)
 row("processes on GPU 0", str(len(procs)), "", "", None)
 
@@ -145,7 +213,8 @@ PY
 
 if [ "${1:-}" = "--compare" ]; then
     shift
-    [ $# -eq 4 ] || { echo "usage: $0 --compare JSONL SMI PID ALLOC_BYTES" >&2; exit 2; }
+    [ $# -eq 4 ] || [ $# -eq 5 ] ||
+        { echo "usage: $0 --compare JSONL SMI PID ALLOC_BYTES [APPS]" >&2; exit 2; }
     compare "$@"
     exit $?
 fi
@@ -195,6 +264,28 @@ trap cleanup EXIT
 
 # CUDA orders devices fastest first unless told otherwise; NVML by PCI bus.
 export CUDA_DEVICE_ORDER=PCI_BUS_ID
+
+# PARTS picks the parts to run (all by default), so that a device with
+# less time left runs them over several calls: watch inproc swing leak batch
+parts=${PARTS:-watch inproc swing leak batch}
+want() {
+    case " $parts " in *" $1 "*) return 0 ;; esac
+    echo "check: $1: not in PARTS, skipped"
+    return 1
+}
+watch_rc=0 py_rc=0 swing_rc=0 leak_rc=0 batch_rc=0
+
+# the extension for this interpreter: the in-process part imports it from
+# the tree, and `trainmon run` gives jobs the package next to the binary
+echo "check: building the trainmon extension for $py"
+if ! "$py" setup.py -q build_ext --inplace --build-temp "$build/python-ext-gpu" \
+        >"$work/ext.log" 2>&1; then
+    tail -n 20 "$work/ext.log"
+    echo "check: building the extension failed" >&2
+    exit 1
+fi
+
+if want watch; then # (the parts are not indented: their heredocs are Python)
 CUDA_VISIBLE_DEVICES=0 "$py" - "$alloc" "$work/ready" 150 >"$work/torch.log" 2>&1 <<'PY' &
 import os, sys, time
 import torch
@@ -229,8 +320,22 @@ fi
 echo "check: torch pid $torch_pid holds $gib GiB on GPU 0 and runs matmuls"
 sleep 2 # let utilization settle at its busy level
 
+# the fields this driver knows: the clock-event reasons are
+# clocks_event_reasons.* from driver 535 on, clocks_throttle_reasons.* before
+fields=memory.used,memory.total,utilization.gpu
+if nvidia-smi -i 0 --query-gpu=$fields,power.draw,clocks.sm,temperature.gpu \
+    --format=csv,noheader,nounits >/dev/null 2>&1; then
+    fields=$fields,power.draw,clocks.sm,temperature.gpu
+    for r in clocks_event_reasons.active clocks_throttle_reasons.active; do
+        if nvidia-smi -i 0 --query-gpu=$fields,$r --format=csv,noheader,nounits >/dev/null 2>&1; then
+            fields=$fields,$r
+            break
+        fi
+    done
+fi
+echo "check: nvidia-smi --query-gpu=$fields"
 smi_query() {
-    nvidia-smi -i 0 --query-gpu=memory.used,memory.total,utilization.gpu \
+    nvidia-smi -i 0 --query-gpu="$fields" \
         --format=csv,noheader,nounits >>"$work/smi.csv" 2>>"$work/smi.err"
 }
 start=$(date +%s.%N)
@@ -241,6 +346,8 @@ for _ in 1 2 3; do
     sleep 0.7
     smi_query
 done
+nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits \
+    >"$work/apps.csv" 2>>"$work/smi.err"
 wait "$watch_pid"
 rc=$?
 end=$(date +%s.%N)
@@ -253,21 +360,16 @@ if [ $rc -ne 0 ]; then
     exit 1
 fi
 echo "check: trainmon watch -i 1 -n 3 took $(awk "BEGIN { printf \"%.1f\", $end - $start }") s"
-compare "$work/watch.jsonl" "$work/smi.csv" "$torch_pid" "$alloc"
+compare "$work/watch.jsonl" "$work/smi.csv" "$torch_pid" "$alloc" "$work/apps.csv"
 watch_rc=$?
+kill "$torch_pid" 2>/dev/null && wait "$torch_pid" 2>/dev/null
+torch_pid=""
+fi
 
 # --- in-process recorder (python/trainmon) on real CUDA: allocator numbers
 # equal torch.cuda.memory_stats(); a provoked OOM leaves an OOM record with
 # step and phase and a snapshot that torch's own _memory_viz reads.
-kill "$torch_pid" 2>/dev/null && wait "$torch_pid" 2>/dev/null
-torch_pid=""
-echo "check: building the trainmon extension for $py"
-if ! "$py" setup.py -q build_ext --inplace --build-temp "$build/python-ext-gpu" \
-        >"$work/ext.log" 2>&1; then
-    tail -n 20 "$work/ext.log"
-    echo "check: building the extension failed" >&2
-    exit 1
-fi
+if want inproc; then
 mkdir -p "$work/run"
 CUDA_VISIBLE_DEVICES=0 PYTHONPATH="$root/python" TRAINMON_RUN_DIR="$work/run" \
     timeout 300 "$py" - "$work/run" <<'PY'
@@ -298,6 +400,32 @@ check("Monitor num_retries == memory_stats num_alloc_retries",
 free, total = torch.cuda.mem_get_info()
 check("Monitor free memory within 1 GiB of mem_get_info",
       abs(h["free_mem_gb"][-1] * G - free) < G)
+
+# capture()'s cost with the allocator read, against a monitor built on
+# torch.cuda.memory_stats() that keeps the same numbers, in one run
+import time
+KEYS = ("allocated_bytes.all.current", "allocated_bytes.all.peak", "reserved_bytes.all.current",
+        "active_bytes.all.current", "inactive_split_bytes.all.current",
+        "requested_bytes.all.current", "num_alloc_retries", "num_ooms")
+rows = []
+def py_capture(tag):
+    s = torch.cuda.memory_stats()
+    free, total = torch.cuda.mem_get_info()
+    rows.append((time.time(), tag, [s.get(k) for k in KEYS], free, total))
+def per_call(fn, n=2000):
+    best = None
+    for _ in range(5):
+        t = time.perf_counter()
+        for _ in range(n):
+            fn("cost")
+        d = (time.perf_counter() - t) / n
+        best = d if best is None or d < best else best
+    return best
+cost_mon = per_call(mon.capture)
+cost_py = per_call(py_capture)
+check("capture() costs no more than a memory_stats() monitor", cost_mon <= cost_py,
+      "capture %.1f us, memory_stats monitor %.1f us a call (best of 5 x 2000; ratio %.2f)"
+      % (cost_mon * 1e6, cost_py * 1e6, cost_mon / cost_py))
 
 data = torch.utils.data.TensorDataset(torch.zeros(8, 4))
 oom = False
@@ -334,6 +462,7 @@ if ooms:
 sys.exit(1 if bad else 0)
 PY
 py_rc=$?
+fi
 
 # --- gpu.util_swing on real NVML (#11 item 5): a loop that computes about
 # 0.6 s of matmuls per step on GPU 0, then waits about 0.6 s for its next
@@ -341,6 +470,7 @@ py_rc=$?
 # utilization samples swing busy/idle at the step period and the report
 # says gpu.util_swing with the data wait (tests/e2e/run_gpu_swing.sh is the
 # fake-NVML version).
+if want swing; then
 cat >"$work/swing.py" <<'PY'
 import time, torch
 class Slow(torch.utils.data.Dataset):
@@ -376,9 +506,57 @@ ev = f[0]["evidence"] if f else {}
 print("check: gpu.util_swing on a real GPU:", "ok" if f else "MISSING",
       {k: ev.get(k) for k in ("busy_sample_share", "idle_sample_share", "swing_period_s",
                                "step_time_median_s", "data_wait_per_step_s")})
-sys.exit(0 if f else 1)
+# the slow DataLoader (0.6 s an item, fetched in the main process) is the
+# input finding, with about half of each step waiting
+inp = [x for x in r.get("findings", []) if x["id"].startswith("input.") and x["id"] != "input.ok"]
+iev = inp[0]["evidence"] if inp else {}
+print("check: input finding for the slow DataLoader:", inp[0]["id"] if inp else "MISSING",
+      {k: iev.get(k) for k in ("data_wait_fraction", "steps")})
+sys.exit(0 if f and inp else 1)
 PY
 [ $? -eq 0 ] && [ $swing_rc -eq 0 ] || { tail -n 20 "$work/swing.out"; swing_rc=1; }
+fi
+
+# --- a leak on a real GPU: a loop that keeps a 4 MiB CUDA tensor every
+# step (a list of "losses for logging" that are never freed) under
+# `trainmon run`: gpu_mem.growth with bytes_per_step within 10% of 4 MiB
+# (the caching allocator rounds 4 MiB to itself: a multiple of 2 MiB).
+if want leak; then
+cat >"$work/leak.py" <<'PY'
+import torch
+dev = torch.device("cuda:0")
+model = torch.nn.Linear(256, 256).to(dev)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+data = torch.utils.data.TensorDataset(torch.randn(80 * 16, 256))
+kept = []
+n = 0
+for (x,) in torch.utils.data.DataLoader(data, batch_size=16):
+    loss = model(x.to(dev)).pow(2).mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    kept.append(torch.ones(1 << 20, device=dev))  # 4 MiB of float32, kept
+    n += 1
+torch.cuda.synchronize()
+print("leak.py: %d steps, %d bytes kept" % (n, sum(t.numel() * 4 for t in kept)))
+PY
+CUDA_VISIBLE_DEVICES=0 timeout 120 "$build/trainmon" run -o "$work/leak" -- "$py" "$work/leak.py" \
+    >"$work/leak.out" 2>&1
+leak_rc=$?
+"$build/trainmon" report --json "$work/leak" >"$work/leak.json" 2>>"$work/leak.out"
+"$py" - "$work/leak.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+f = [x for x in r.get("findings", []) if x["id"] == "gpu_mem.growth"]
+ev = f[0]["evidence"] if f else {}
+b = ev.get("bytes_per_step")
+ok = b is not None and abs(b - (4 << 20)) <= 0.1 * (4 << 20)
+print("check: gpu_mem.growth for 4 MiB kept a step:", "ok" if ok else "MISMATCH",
+      {k: ev.get(k) for k in ("bytes_per_step", "r2", "rise_bytes", "from_step", "to_step")})
+sys.exit(0 if ok else 1)
+PY
+[ $? -eq 0 ] && [ $leak_rc -eq 0 ] || { tail -n 20 "$work/leak.out"; leak_rc=1; }
+fi
 
 # --- the largest micro-batch (#16 item 5): with GPU 0 left about BATCH_GIB
 # free by a ballast process, a transformer trained under `trainmon run` at
@@ -390,6 +568,7 @@ PY
 # --memory-history`: the report's gpu_mem.oom must explain it (cause,
 # largest free piece, live bytes by category, sites).  Last, what torch's
 # history recording costs per step and per event (run --help states it).
+if want batch; then
 bgib=${BATCH_GIB:-24}
 CUDA_VISIBLE_DEVICES=0 "$py" - "$bgib" "$work/ballast" >"$work/ballast.log" 2>&1 <<'PY' &
 import os, sys, time, torch
@@ -465,5 +644,7 @@ else
 fi
 kill "$ballast_pid" 2>/dev/null && wait "$ballast_pid" 2>/dev/null
 ballast_pid=""
+fi
 
-[ $watch_rc -eq 0 ] && [ $py_rc -eq 0 ] && [ $swing_rc -eq 0 ] && [ $batch_rc -eq 0 ]
+echo "check: watch $watch_rc, in-process $py_rc, swing $swing_rc, leak $leak_rc, batch $batch_rc (0: all match)"
+[ $watch_rc -eq 0 ] && [ $py_rc -eq 0 ] && [ $swing_rc -eq 0 ] && [ $leak_rc -eq 0 ] && [ $batch_rc -eq 0 ]
