@@ -228,7 +228,12 @@ def stats():
     """Step counters seen so far: steps (begun), steps_closed, steps_counted
     (complete steps, as the report counts them), data_wait_fraction (the
     whole run's, warm-up left out, as the report's; None before a complete
-    step), and data wait and step time summed over the last 256 steps."""
+    step), and data wait and step time summed over the last 256 steps.
+    The agent's own clock: clock ("tsc": counter reads converted, "tsc
+    (calibrating)", or "clock_gettime: " and why the counter is not used;
+    src/lib/fastclock.h), clock_tsc_reads, clock_anchors (counter and clock
+    read together), clock_recalibrations (anchors that disagreed with the
+    clock)."""
     return _c.stats()
 
 

@@ -1570,11 +1570,12 @@ static PyObject *py_stats(PyObject *self, PyObject *noargs)
     else
         snprintf(clk, sizeof clk, "clock_gettime: %s", g_clk.off_why ? g_clk.off_why : "off");
     PyObject *d = Py_BuildValue(
-        "{s:K,s:K,s:K,s:d,s:d,s:s,s:s,s:K,s:K}", "steps", (unsigned long long)g_steps,
+        "{s:K,s:K,s:K,s:d,s:d,s:s,s:s,s:K,s:K,s:I}", "steps", (unsigned long long)g_steps,
         "steps_closed", (unsigned long long)g_tally.steps, "steps_counted",
         (unsigned long long)tm_steptally_total(&g_tally, false), "recent_data_wait_s", wait,
         "recent_step_time_s", dur, "run_dir", g_run_dir, "clock", clk, "clock_tsc_reads",
-        (unsigned long long)g_clk.tsc_reads, "clock_anchors", (unsigned long long)g_clk.anchors);
+        (unsigned long long)g_clk.tsc_reads, "clock_anchors", (unsigned long long)g_clk.anchors,
+        "clock_recalibrations", (unsigned int)g_clk.recalibs);
     PyObject *f = isnan(frac) ? (Py_INCREF(Py_None), Py_None) : PyFloat_FromDouble(frac);
     if (!d || !f || PyDict_SetItemString(d, "data_wait_fraction", f) < 0) {
         Py_XDECREF(d);
@@ -2830,7 +2831,7 @@ PyMODINIT_FUNC PyInit__trainmon(void)
     for (int i = 0; i < F_N; i++)
         g_last[i] = NAN;
     ArmedHooksType.tp_base = &PyODict_Type;
-    tm_fastclock_init(&g_clk);                /* calibrated by the time the loop begins (50 ms) */
+    tm_fastclock_init(&g_clk);                /* calibrated 200 ms after the import */
     pthread_atfork(NULL, NULL, fetch_forked); /* a DataLoader worker asks get_worker_info() */
     if (PyType_Ready(&MonitorType) < 0 || PyType_Ready(&HookType) < 0 ||
         PyType_Ready(&ArmedHooksType) < 0)

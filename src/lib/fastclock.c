@@ -33,14 +33,13 @@ int64_t tm_fastclock_update(tm_fastclock *c, uint64_t tsc_a, int64_t ns, uint64_
         c->bad_pairs++;
         /* while calibrating every read is a pair: where they are never
          * close (a clock read that is a slow system call), stop paying */
-        if (c->state == TM_FASTCLOCK_CALIB && c->bad_pairs >= TM_FASTCLOCK_CALIB_BAD)
+        if (c->state == TM_FASTCLOCK_CALIB && ++c->calib_bad >= TM_FASTCLOCK_CALIB_BAD)
             return off(c, "counter and clock reads are never close together", ns);
         return ns;
     }
     uint64_t tsc = tsc_a + (tsc_b - tsc_a) / 2;
     if (c->state == TM_FASTCLOCK_ON) {
-        /* The converted time against the clock's: 50 us, plus 100 ppm of
-         * the time since the last anchor (a rate error that long). */
+        /* The converted time against the clock's (see fastclock.h). */
         int64_t el = ns - c->ns0;
         uint64_t d = tsc - c->tsc0;
         if (el < 0 || d > (uint64_t)INT64_MAX >> 8)
@@ -48,10 +47,17 @@ int64_t tm_fastclock_update(tm_fastclock *c, uint64_t tsc_a, int64_t ns, uint64_
         int64_t dev = c->ns0 + tm_fastclock_conv(c, d) - ns;
         if (dev < 0)
             dev = -dev;
-        int64_t pair =
-            c->pair_ns > TM_FASTCLOCK_PAIR_NS ? c->pair_ns : 0; /* a wider pair's midpoint */
-        if (dev > TM_FASTCLOCK_AGREE_NS + pair + el / 10000)
-            return off(c, "the time-stamp counter disagrees with CLOCK_MONOTONIC", ns);
+        int64_t pair = c->pair_ns; /* the midpoint's uncertainty, at most */
+        if (dev > TM_FASTCLOCK_AGREE_NS + pair + el / (1000000 / TM_FASTCLOCK_AGREE_PPM)) {
+            if (++c->recalibs >= TM_FASTCLOCK_RECALIB_MAX)
+                return off(c, "the time-stamp counter keeps disagreeing with CLOCK_MONOTONIC", ns);
+            /* the kernel's rate moved: a new baseline from this pair */
+            c->state = TM_FASTCLOCK_CALIB;
+            c->calib_bad = 0;
+            c->tsc0 = c->base_tsc = c->mid_tsc = tsc;
+            c->ns0 = c->base_ns = c->mid_ns = ns;
+            return ns;
+        }
     }
     /* the baseline follows the kernel's rate: moved to the pair taken
      * ROTATE ago, so it is 30-60 s old from then on */
@@ -116,7 +122,9 @@ void tm_fastclock_init(tm_fastclock *c)
     long long pns = pe ? atoll(pe) : 0;
     c->pair_ns = pns > 0 && pns <= 1000000000LL ? pns : TM_FASTCLOCK_PAIR_NS;
     /* before the rate is known: 4096 ticks a microsecond (4 GHz) */
-    c->pair_calib = (uint64_t)(c->pair_ns / TM_FASTCLOCK_PAIR_NS) * TM_FASTCLOCK_PAIR_TICKS_CALIB;
+    c->pair_calib =
+        ((uint64_t)c->pair_ns * TM_FASTCLOCK_PAIR_TICKS_CALIB + TM_FASTCLOCK_PAIR_NS - 1) /
+        TM_FASTCLOCK_PAIR_NS;
     /* The first pair: the clock read once before (the vDSO's first read
      * faults it in), then the closest of up to four pairs. */
     (void)tm_now_mono_ns();

@@ -20,17 +20,24 @@
  * per tick over a long baseline (from a pair at least TM_FASTCLOCK_CALIB_NS
  * old, rotated every TM_FASTCLOCK_ROTATE_NS so that the kernel's own rate
  * adjustments, NTP's, are followed).  Between anchors the error is the
- * rate's error times the time since the anchor: under a microsecond over a
- * 1 s step for a baseline of seconds; the clock is re-read at every anchor,
- * so errors never add up.
+ * rate's error times the time since the anchor.  The rate's error is at
+ * most the two pairs' half widths over the baseline: 5 ppm for the widest
+ * pairs allowed over the first 200 ms baseline, ~0.1 ppm for the usual
+ * 60 ns pairs, ~0.03 ppm from 30 s on; so under a microsecond over a 1 s
+ * step.  The clock is re-read at every anchor, so errors never add up, and
+ * each anchor checks the converted time against it (TM_FASTCLOCK_AGREE_NS
+ * plus TM_FASTCLOCK_AGREE_PPM of the time since the last anchor): one off
+ * by more (the kernel slewing its clock faster than the baseline follows,
+ * NTP's or chrony's correction of an offset) calibrates again from that
+ * anchor, every read a clock_gettime for TM_FASTCLOCK_CALIB_NS.
  *
  * When.  Only where the kernel itself keeps CLOCK_MONOTONIC from the
  * counter (clocksource "tsc": it found the counter invariant and in step
  * across CPUs), on x86-64, and where the process may read it (prctl
- * PR_GET_TSC).  Everywhere else, and for good once an anchor finds the
- * converted time more than TM_FASTCLOCK_AGREE_NS off the clock's (a
- * migrated VM, a counter the kernel gave up on later), every read is
- * clock_gettime, as before.
+ * PR_GET_TSC).  Everywhere else, and for good once the counter goes back
+ * or TM_FASTCLOCK_RECALIB_MAX calibrations have each ended in a
+ * disagreement (a migrated VM, a counter the kernel gave up on later),
+ * every read is clock_gettime, as before.
  *
  * tm_fastclock_update is the arithmetic as a pure function of the pair
  * read (tests/unit/test_fastclock.c checks it with hand-computed numbers);
@@ -52,7 +59,7 @@
 #endif
 
 /* the baseline must be this old before counter reads are converted */
-#define TM_FASTCLOCK_CALIB_NS 50000000LL /* 50 ms: rate error ~1e-6 */
+#define TM_FASTCLOCK_CALIB_NS 200000000LL /* 200 ms: rate error <= 5e-6 */
 /* a read this long after the last anchor anchors again */
 #define TM_FASTCLOCK_SPAN_NS 1000000000LL /* 1 s */
 /* the baseline moves to a pair at least this old, once it is twice as old */
@@ -64,8 +71,12 @@
 #define TM_FASTCLOCK_PAIR_TICKS_CALIB 4096u /* before the rate is known: >= 1 us at 4 GHz */
 /* this many pairs not used while calibrating: off for good */
 #define TM_FASTCLOCK_CALIB_BAD 64u
-/* an anchor whose converted time is off the clock by more: off for good */
-#define TM_FASTCLOCK_AGREE_NS 50000LL /* 50 us: 50 ppm of a 1 s span */
+/* an anchor whose converted time is off the clock by more than
+ * AGREE_NS + the pair's width + AGREE_PPM of the time since the last
+ * anchor: calibrated again; the RECALIB_MAX-th time, off for good */
+#define TM_FASTCLOCK_AGREE_NS 10000LL /* 10 us */
+#define TM_FASTCLOCK_AGREE_PPM 20     /* 4x the first baseline's worst rate error */
+#define TM_FASTCLOCK_RECALIB_MAX 8u
 
 enum {
     TM_FASTCLOCK_OFF = 0, /* every read is clock_gettime */
@@ -90,6 +101,8 @@ typedef struct {
     uint64_t tsc_reads;  /* counter reads (the agent's cost: bench/agent_cost.py) */
     uint64_t anchors;    /* pairs read */
     uint64_t bad_pairs;  /* pairs not used (their reads too far apart) */
+    uint32_t calib_bad;  /* ... of them in this calibration */
+    uint32_t recalibs;   /* disagreements that calibrated again */
     int64_t last;        /* the latest time returned: no read goes back */
 } tm_fastclock;
 
@@ -144,7 +157,7 @@ static inline int64_t tm_fastclock_now(tm_fastclock *c)
     }
     return tm_fastclock_anchor(c);
 #else
-    return tm_now_mono_ns();
+    return tm_fastclock_ret(c, tm_now_mono_ns());
 #endif
 }
 

@@ -62,4 +62,14 @@ printf '9216, 143360, 96, [N/A], [N/A], 60, [N/A]\n' > "$scratch/smi.na"
 CMP_PYTHON=/usr/bin/python3 "$check" --compare "$scratch/watch.jsonl" "$scratch/smi.na" $job $alloc \
     > "$scratch/na.out" 2>&1 || { cat "$scratch/na.out"; fail "[N/A] readings: exit $?"; }
 grep -F "throttle reasons" "$scratch/na.out" | grep -q ' info *$' || fail "[N/A] reasons not info"
+# the power cap coming and going between nvidia-smi's readings is no
+# mismatch; a process whose memory nvidia-smi cannot tell (MIG, vGPU) is
+# printed, not judged
+printf '9216, 143360, 96, 600, 1980, 61, 0x0000000000000004\n9216, 143360, 96, 600, 1980, 61, 0x0000000000000000\n' \
+    > "$scratch/smi.flicker"
+printf '%d, [N/A]\n' $job > "$scratch/apps.na"
+CMP_PYTHON=/usr/bin/python3 "$check" --compare "$scratch/watch.jsonl" "$scratch/smi.flicker" $job $alloc \
+    "$scratch/apps.na" > "$scratch/flicker.out" 2>&1 || { cat "$scratch/flicker.out"; fail "flicker: exit $?"; }
+grep -F "throttle reasons" "$scratch/flicker.out" | grep -q ' ok *$' || fail "a flickering reason judged a mismatch"
+grep -F "vs compute-apps" "$scratch/flicker.out" | grep -q ' info *$' || fail "[N/A] process memory not info"
 echo "check.sh --compare: agreeing readings pass, each disagreeing field is a mismatch, missing fields are printed"
