@@ -23,53 +23,58 @@ export FAKE_NVML="d0.name=NVIDIA H200;d0.uuid=GPU-cmp;d0.mem=150323855360,966367
 "$TRAINMON" watch --json --gpu 0 --pid $job -i 0.2 -n 3 > "$scratch/watch.jsonl" 2> "$scratch/err" ||
     { cat "$scratch/err"; fail "watch"; }
 
+# compare NAME [APPS]: check.sh --compare on $scratch/smi.NAME (and the
+# compute-apps file APPS), its output printed and in $scratch/NAME.out
+compare() {
+    CMP_PYTHON=/usr/bin/python3 "$check" --compare "$scratch/watch.jsonl" "$scratch/smi.$1" $job $alloc \
+        ${2:+"$scratch/$2"} > "$scratch/$1.out" 2>&1
+    local rc=$?
+    cat "$scratch/$1.out"
+    return $rc
+}
+# judged NAME WHAT RESULT: the row WHAT of $scratch/NAME.out ends in RESULT
+judged() {
+    grep -F "$2" "$scratch/$1.out" | grep -q " $3 *\$" || fail "$1: '$2' is not $3"
+}
+
 # nvidia-smi's view of the same GPU: 143360 MiB total, 9216 MiB used
 printf '9216, 143360, 95, 598.31, 1980, 61, 0x0000000000000004\n' > "$scratch/smi.ok"
 printf '9216, 143360, 97, 640.02, 1965, 62, 0x0000000000000004\n' >> "$scratch/smi.ok"
 printf '%d, 8704\n' $job > "$scratch/apps.ok"
-CMP_PYTHON=/usr/bin/python3 "$check" --compare "$scratch/watch.jsonl" "$scratch/smi.ok" $job $alloc \
-    "$scratch/apps.ok" > "$scratch/ok.out" 2>&1
-rc=$?
-cat "$scratch/ok.out"
-[ $rc -eq 0 ] || fail "agreeing readings: exit $rc"
+compare ok apps.ok || fail "agreeing readings: exit $?"
 grep -q "check: all match" "$scratch/ok.out" || fail "agreeing readings: no 'all match'"
 for what in "memory used" "memory total" "utilization" "power (W)" "SM clock" "temperature" \
     "throttle reasons" "vs compute-apps"; do
-    grep -F "$what" "$scratch/ok.out" | grep -q ' ok *$' || fail "agreeing readings: '$what' not ok"
+    judged ok "$what" ok
 done
 
 # each field off: power by 200 W, the clock by 500 MHz, 10 C hotter, the
 # GPU idle instead of power-capped, and the process at 4 GiB
 printf '9216, 143360, 95, 412.00, 1480, 71, 0x0000000000000001\n' > "$scratch/smi.bad"
 printf '%d, 4096\n' $job > "$scratch/apps.bad"
-CMP_PYTHON=/usr/bin/python3 "$check" --compare "$scratch/watch.jsonl" "$scratch/smi.bad" $job $alloc \
-    "$scratch/apps.bad" > "$scratch/bad.out" 2>&1
+compare bad apps.bad
 rc=$?
-cat "$scratch/bad.out"
 [ $rc -eq 1 ] || fail "disagreeing readings: exit $rc, not 1"
 for what in "power (W)" "SM clock" "temperature" "throttle reasons" "vs compute-apps"; do
-    grep -F "$what" "$scratch/bad.out" | grep -q 'MISMATCH *$' || fail "'$what' not a MISMATCH"
+    judged bad "$what" MISMATCH
 done
 grep -q "check: 5 mismatch(es)" "$scratch/bad.out" || fail "not exactly the five mismatches"
 
 # a driver that knows only the first three fields (an old one), and no
 # compute-apps file: what is missing is printed, not judged
 printf '9216, 143360, 96\n' > "$scratch/smi.old"
-CMP_PYTHON=/usr/bin/python3 "$check" --compare "$scratch/watch.jsonl" "$scratch/smi.old" $job $alloc \
-    > "$scratch/old.out" 2>&1 || { cat "$scratch/old.out"; fail "three-field readings: exit $?"; }
-grep -F "power (W)" "$scratch/old.out" | grep -q ' info *$' || fail "power without nvidia-smi's not info"
+compare old || fail "three-field readings: exit $?"
+judged old "power (W)" info
 printf '9216, 143360, 96, [N/A], [N/A], 60, [N/A]\n' > "$scratch/smi.na"
-CMP_PYTHON=/usr/bin/python3 "$check" --compare "$scratch/watch.jsonl" "$scratch/smi.na" $job $alloc \
-    > "$scratch/na.out" 2>&1 || { cat "$scratch/na.out"; fail "[N/A] readings: exit $?"; }
-grep -F "throttle reasons" "$scratch/na.out" | grep -q ' info *$' || fail "[N/A] reasons not info"
+compare na || fail "[N/A] readings: exit $?"
+judged na "throttle reasons" info
 # the power cap coming and going between nvidia-smi's readings is no
 # mismatch; a process whose memory nvidia-smi cannot tell (MIG, vGPU) is
 # printed, not judged
 printf '9216, 143360, 96, 600, 1980, 61, 0x0000000000000004\n9216, 143360, 96, 600, 1980, 61, 0x0000000000000000\n' \
     > "$scratch/smi.flicker"
 printf '%d, [N/A]\n' $job > "$scratch/apps.na"
-CMP_PYTHON=/usr/bin/python3 "$check" --compare "$scratch/watch.jsonl" "$scratch/smi.flicker" $job $alloc \
-    "$scratch/apps.na" > "$scratch/flicker.out" 2>&1 || { cat "$scratch/flicker.out"; fail "flicker: exit $?"; }
-grep -F "throttle reasons" "$scratch/flicker.out" | grep -q ' ok *$' || fail "a flickering reason judged a mismatch"
-grep -F "vs compute-apps" "$scratch/flicker.out" | grep -q ' info *$' || fail "[N/A] process memory not info"
+compare flicker apps.na || fail "flicker: exit $?"
+judged flicker "throttle reasons" ok
+judged flicker "vs compute-apps" info
 echo "check.sh --compare: agreeing readings pass, each disagreeing field is a mismatch, missing fields are printed"

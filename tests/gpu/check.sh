@@ -316,6 +316,21 @@ if ! "$py" setup.py -q build_ext --inplace --force --build-temp "$build/python-e
     exit 1
 fi
 
+# run_job NAME TIMEOUT [RUN-OPTIONS...] -- SCRIPT [ARGS...]: the job under
+# `trainmon run -o $work/NAME` on GPU 0, its output in $work/NAME.out, the
+# report's JSON in $work/NAME.json; returns the run's exit status
+run_job() {
+    local name=$1 limit=$2 opts=()
+    shift 2
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do opts+=("$1"); shift; done
+    shift
+    CUDA_VISIBLE_DEVICES=0 timeout "$limit" "$build/trainmon" run -o "$work/$name" "${opts[@]}" \
+        -- "$py" "$@" >"$work/$name.out" 2>&1
+    local rc=$?
+    "$build/trainmon" report --json "$work/$name" >"$work/$name.json" 2>>"$work/$name.out"
+    return $rc
+}
+
 # (the parts are not indented: their heredocs are Python)
 part_watch() { # a failure here is this part's (return 1): the others still run
 CUDA_VISIBLE_DEVICES=0 "$py" - "$alloc" "$work/ready" 150 >"$work/torch.log" 2>&1 <<'PY' &
@@ -529,10 +544,8 @@ for x in torch.utils.data.DataLoader(Slow(), batch_size=1):
     opt.zero_grad()
 print("swing.py: done")
 PY
-CUDA_VISIBLE_DEVICES=0 timeout 120 "$build/trainmon" run -o "$work/swing" -i 0.25 -- "$py" "$work/swing.py" \
-    >"$work/swing.out" 2>&1
+run_job swing 120 -i 0.25 -- "$work/swing.py"
 swing_rc=$?
-"$build/trainmon" report --json "$work/swing" >"$work/swing.json" 2>>"$work/swing.out"
 "$py" - "$work/swing.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -575,10 +588,8 @@ for (x,) in torch.utils.data.DataLoader(data, batch_size=16):
 torch.cuda.synchronize()
 print("leak.py: %d steps, %d bytes kept" % (n, sum(t.numel() * 4 for t in kept)))
 PY
-CUDA_VISIBLE_DEVICES=0 timeout 120 "$build/trainmon" run -o "$work/leak" -- "$py" "$work/leak.py" \
-    >"$work/leak.out" 2>&1
+run_job leak 120 -- "$work/leak.py"
 leak_rc=$?
-"$build/trainmon" report --json "$work/leak" >"$work/leak.json" 2>>"$work/leak.out"
 "$py" - "$work/leak.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -624,16 +635,12 @@ done
 batch_rc=1
 if [ -s "$work/ballast" ]; then
     echo "check: ballast pid $ballast_pid leaves about $bgib GiB of GPU 0 free"
-    CUDA_VISIBLE_DEVICES=0 timeout 240 "$build/trainmon" run -o "$work/pred" -- \
-        "$py" tests/gpu/batch_oom.py train 8 6 >"$work/pred.out" 2>&1
-    "$build/trainmon" report --json "$work/pred" >"$work/pred.json" 2>>"$work/pred.out"
+    run_job pred 240 -- tests/gpu/batch_oom.py train 8 6
     CUDA_VISIBLE_DEVICES=0 timeout 240 "$py" tests/gpu/batch_oom.py search 8 >"$work/search.out" 2>&1
     first_fail=$("$py" -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["first_fail"])' "$work/search.out" 2>/dev/null || echo 64)
     hist=""
     "$build/trainmon" run --help 2>&1 | grep -q -- '--memory-history' && hist=--memory-history
-    CUDA_VISIBLE_DEVICES=0 timeout 240 "$build/trainmon" run -o "$work/oom" $hist -- \
-        "$py" tests/gpu/batch_oom.py train $((first_fail * 2)) 3 >"$work/oom.out" 2>&1
-    "$build/trainmon" report --json "$work/oom" >"$work/oom.json" 2>>"$work/oom.out"
+    run_job oom 240 $hist -- tests/gpu/batch_oom.py train $((first_fail * 2)) 3
     "$build/trainmon" report "$work/oom" 2>&1 | sed -n '/out of memory/,/^$/p' | head -n 30
     CUDA_VISIBLE_DEVICES=0 timeout 120 "$py" tests/gpu/batch_oom.py histcost 8 20 >"$work/hist.out" 2>&1
     "$py" - "$work/pred.json" "$work/search.out" "$work/oom.json" "$work/hist.out" <<'PY'
