@@ -65,7 +65,10 @@ files = sorted(f.split("/")[-1] for f in glob.glob(run + "/*.tmr"))
 if files != ["rank0.tmr", "rank1.tmr", "system.tmr"]:  # torchrun's agent records nothing
     bad.append("record files %s: one per rank and the system's expected" % files)
 # the process tree: the sampler followed the launcher's children, each
-# rank's pid has its own per-process series
+# rank's pid has its own per-process series (a CPU rate: two samples of the
+# rank alive; the runs sample every 0.2 s: at the default 1 s the short
+# unslowed torchrun run left a rank with one sample in 2 of 4 runs on a
+# fast 2-core VM)
 pids = set()
 for f in ("rank0.tmr", "rank1.tmr"):
     head = subprocess.run([tm, "dump", run + "/" + f], capture_output=True, text=True).stdout
@@ -107,10 +110,10 @@ half() { # name python launcher
         local run=$scratch/$name-$kind port=$((29500 + RANDOM % 2000))
         ran=$((ran + 1))
         if [ "$launcher" = torchrun ]; then
-            JOB_SLOW=$kind "$TRAINMON" run -o "$run" -- "$PY" -m torch.distributed.run --standalone \
+            JOB_SLOW=$kind "$TRAINMON" run -o "$run" -i 0.2 -- "$PY" -m torch.distributed.run --standalone \
                 --nproc_per_node 2 "$job" > "$run.out" 2>&1
         else
-            JOB_SLOW=$kind MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 "$TRAINMON" run -o "$run" -- \
+            JOB_SLOW=$kind MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 "$TRAINMON" run -o "$run" -i 0.2 -- \
                 bash -c 'RANK=0 LOCAL_RANK=0 "$0" "$1" & RANK=1 LOCAL_RANK=1 "$0" "$1"; s=$?; wait $! || s=1; exit $s' \
                 "$PY" "$job" > "$run.out" 2>&1
         fi
