@@ -30,7 +30,11 @@ wall (no valgrind): ROUNDS rounds of an N-step block without and an N-step
 block with attach() (attach and detach between blocks, one process), the
 order alternating per round; prints key=value lines: the medians of the
 per-step times over all blocks and the median over rounds of the
-per-round ratio and difference of the block medians.
+per-round ratio and difference of the block medians; then one more N-step
+block with attach(), whose clock anchors and counter reads per step it
+prints (native_anchors, native_tsc_reads: the agent's clock anchors at a
+step's end only 10 ms after the last anchor, so natively not every 1 ms
+step anchors, while under valgrind, 50-100x slower, every step does).
 """
 import ctypes
 import gc
@@ -188,6 +192,18 @@ def main():
             mp, ma = statistics.median(res[False]), statistics.median(res[True])
             ratios.append(ma / mp)
             diffs.append(ma - mp)
+        # the agent's clock natively: a step's end anchors only 10 ms or
+        # more after the last anchor (src/lib/fastclock.h), so under
+        # valgrind, 50-100x slower, every step anchors; agent_cost.py
+        # counts the anchors and counter reads a step makes here
+        trainmon.attach(run_dir=run_dir)
+        s0 = trainmon.stats()
+        loop.run(n)
+        s1 = trainmon.stats()
+        trainmon.detach()
+        print("native_anchors=%.4f native_tsc_reads=%.4f"
+              % ((s1["clock_anchors"] - s0["clock_anchors"]) / n,
+                 (s1["clock_tsc_reads"] - s0["clock_tsc_reads"]) / n))
         print("plain_min_ns=%.0f" % min(plain))
         print("plain_ns=%.0f agent_ns=%.0f ratio=%.5f diff_ns=%.0f diff_min_ns=%.0f "
               "diff_max_ns=%.0f" % (statistics.median(plain), statistics.median(agent),

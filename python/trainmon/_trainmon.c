@@ -202,8 +202,8 @@ static int g_need_rss; /* a threshold on host RSS exists */
 
 /* The agent's clock: CLOCK_MONOTONIC, read from the CPU's counter between
  * anchors where the kernel keeps that clock from it (src/lib/fastclock.h:
- * 12 ns a read, not 27-33), anchored at the end of each training step
- * (step_end_ns). */
+ * 12 ns a read, not 27-33), anchored at the end of a training step 10 ms
+ * or more after the last anchor (step_end_ns). */
 static tm_fastclock g_clk;
 
 static int64_t now_ns(void)
@@ -211,10 +211,10 @@ static int64_t now_ns(void)
     return tm_fastclock_now(&g_clk);
 }
 
-/* the clock at a step's end: read with the counter, the next anchor */
+/* the clock at a step's end, an anchor when the last is 10 ms old */
 static int64_t step_end_ns(void)
 {
-    return tm_fastclock_anchor(&g_clk);
+    return tm_fastclock_step_end(&g_clk);
 }
 
 static double host_rss(int64_t t, int force)
@@ -788,9 +788,17 @@ static int64_t thread_cpu_ns(void)
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+/* The calling thread, as PyThread_get_thread_ident says it (its
+ * pthread_self on POSIX), without that function's call and check of the
+ * thread module's state: asked 4 times a micro-batch. */
+static inline unsigned long thread_ident(void)
+{
+    return (unsigned long)pthread_self();
+}
+
 static int on_thread(void)
 {
-    unsigned long th = PyThread_get_thread_ident();
+    unsigned long th = thread_ident();
     if (!g_thread)
         g_thread = th;
     return th == g_thread;
@@ -1109,7 +1117,7 @@ static void held_write(const held *h)
 }
 
 /* Writes the held batches of iterators other than keep (0: all of them). */
-static void held_flush(uintptr_t keep)
+static void held_flush_some(uintptr_t keep)
 {
     int n = 0;
     for (int i = 0; i < g_nheld; i++) {
@@ -1119,6 +1127,13 @@ static void held_flush(uintptr_t keep)
             held_write(&g_held[i]);
     }
     g_nheld = n;
+}
+
+/* ...called on every fetch and backward pass, where nothing is held */
+static inline void held_flush(uintptr_t keep)
+{
+    if (g_nheld)
+        held_flush_some(keep);
 }
 
 /* A backward pass on the batches of iterator iter: its held batches join
@@ -1257,11 +1272,10 @@ static PyObject *py_next_enter(PyObject *self, PyObject *it)
 
 /* Return from __next__: got is true when a batch came back, false when it
  * raised (StopIteration: the loader is done). */
-static PyObject *py_next_exit(PyObject *self, PyObject *arg)
+static void next_exit(PyObject *arg)
 {
-    (void)self;
-    if (PyThread_get_thread_ident() != g_thread || g_depth <= 0 || --g_depth > 0)
-        Py_RETURN_NONE;
+    if (thread_ident() != g_thread || g_depth <= 0 || --g_depth > 0)
+        return;
     int got = arg != Py_False && arg != Py_None; /* the iterator, or False */
     int64_t t = now_ns();
     if (got)
@@ -1289,15 +1303,20 @@ static PyObject *py_next_exit(PyObject *self, PyObject *arg)
         g_steps = g_written + 1;
         g_n_batches++;
     }
+}
+
+static PyObject *py_next_exit(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    next_exit(arg);
     Py_RETURN_NONE;
 }
 
 /* torch.autograd.backward entered / returned on the training thread. */
-static PyObject *py_backward_enter(PyObject *self, PyObject *noargs)
+static void backward_enter(void)
 {
-    (void)self, (void)noargs;
     if (!on_thread() || g_bdepth++ > 0)
-        Py_RETURN_NONE;
+        return;
     int64_t t = now_ns();
     held_confirm(g_b.iter); /* prefetched batches of the iterator it trains on */
     if (g_level < TM_STEP_BY_BACKWARD)
@@ -1313,12 +1332,18 @@ static PyObject *py_backward_enter(PyObject *self, PyObject *noargs)
     }
     g_bwd_t0 = t;
     g_steps = g_written + 1;
+}
+
+static PyObject *py_backward_enter(PyObject *self, PyObject *noargs)
+{
+    (void)self, (void)noargs;
+    backward_enter();
     Py_RETURN_NONE;
 }
 
 static long backward_exit(void)
 {
-    if (PyThread_get_thread_ident() != g_thread || g_bdepth <= 0 || --g_bdepth > 0)
+    if (thread_ident() != g_thread || g_bdepth <= 0 || --g_bdepth > 0)
         return 0;
     int64_t t = g_decided <= TM_STEP_BY_BACKWARD ? step_end_ns() : now_ns();
     g_n_bwd++;
@@ -1343,7 +1368,7 @@ static PyObject *py_backward_exit(PyObject *self, PyObject *noargs)
 static PyObject *py_coll_enter(PyObject *self, PyObject *noargs)
 {
     (void)self, (void)noargs;
-    if (g_thread && PyThread_get_thread_ident() == g_thread && g_cdepth++ == 0) {
+    if (g_thread && thread_ident() == g_thread && g_cdepth++ == 0) {
         g_coll_t0 = now_ns();
         g_coll_seen = 1;
     }
@@ -1353,7 +1378,7 @@ static PyObject *py_coll_enter(PyObject *self, PyObject *noargs)
 static PyObject *py_coll_exit(PyObject *self, PyObject *noargs)
 {
     (void)self, (void)noargs;
-    if (!g_thread || PyThread_get_thread_ident() != g_thread || g_cdepth <= 0 || --g_cdepth > 0)
+    if (!g_thread || thread_ident() != g_thread || g_cdepth <= 0 || --g_cdepth > 0)
         Py_RETURN_NONE;
     int64_t t = now_ns();
     if (g_coll_t0 && t > g_coll_t0)
@@ -1382,7 +1407,7 @@ static PyObject *py_train_mode(PyObject *self, PyObject *arg)
         PyErr_Clear();
         Py_RETURN_NONE;
     }
-    if (!g_thread || PyThread_get_thread_ident() != g_thread || g_shut)
+    if (!g_thread || thread_ident() != g_thread || g_shut)
         Py_RETURN_NONE;
     if (!mode) {
         if (g_in_eval)
@@ -1418,7 +1443,7 @@ static PyObject *py_train_mode(PyObject *self, PyObject *arg)
 static PyObject *py_loader_dropped(PyObject *self, PyObject *it)
 {
     (void)self;
-    if (g_shut || !g_thread || PyThread_get_thread_ident() != g_thread || g_depth > 0)
+    if (g_shut || !g_thread || thread_ident() != g_thread || g_depth > 0)
         Py_RETURN_NONE;
     if (!g_b.have || g_b.added || g_b.iter != (uintptr_t)it)
         Py_RETURN_NONE;
@@ -1890,11 +1915,8 @@ static PyObject *hook_backward(PyObject *callable, PyObject *const *args, size_t
                                PyObject *kwnames)
 {
     Hook *h = (Hook *)callable;
-    PyObject *r = py_backward_enter(NULL, NULL);
-    if (!r)
-        swallow(R_INTERNAL, "backward timing");
-    Py_XDECREF(r);
-    r = PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
+    backward_enter();
+    PyObject *r = PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
     PyObject *et = NULL, *ev = NULL, *tb = NULL;
     if (!r)
         PyErr_Fetch(&et, &ev, &tb); /* the backward pass's own error */
@@ -1917,10 +1939,7 @@ static PyObject *hook_next(PyObject *callable, PyObject *const *args, size_t nar
     if (!batch)
         PyErr_Fetch(&et, &ev, &tb); /* StopIteration at a loader's end, or the job's error */
     /* the iterator (a batch came back: loader_dropped knows it) or False */
-    PyObject *r = py_next_exit(NULL, batch ? it : Py_False);
-    if (!r)
-        swallow(R_INTERNAL, "step boundary");
-    Py_XDECREF(r);
+    next_exit(batch ? it : Py_False);
     if (!batch)
         PyErr_Restore(et, ev, tb);
     return batch;

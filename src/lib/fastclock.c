@@ -74,6 +74,7 @@ int64_t tm_fastclock_update(tm_fastclock *c, uint64_t tsc_a, int64_t ns, uint64_
             return off(c, "the time-stamp counter's rate is out of range", ns);
         c->mult = (uint64_t)m;
         c->span_ticks = (uint64_t)((double)TM_FASTCLOCK_SPAN_NS / m * 4294967296.0);
+        c->step_ticks = (uint64_t)((double)TM_FASTCLOCK_STEP_NS / m * 4294967296.0);
         c->pair_ticks =
             (uint64_t)((double)(c->pair_ns ? c->pair_ns : TM_FASTCLOCK_PAIR_NS) / m * 4294967296.0);
         c->state = TM_FASTCLOCK_ON;

@@ -11,8 +11,9 @@
  *     ns = anchor_ns + (tsc - anchor_tsc) * mult / 2^32
  *
  * where (anchor_tsc, anchor_ns) is a pair read together at the last anchor
- * (tm_fastclock_anchor: the end of each training step, and any read more
- * than TM_FASTCLOCK_SPAN_NS after the last anchor; the counter is read
+ * (tm_fastclock_step_end: the end of a training step TM_FASTCLOCK_STEP_NS
+ * or more after the last anchor, and any read more than
+ * TM_FASTCLOCK_SPAN_NS after it; the counter is read
  * before and after the clock, and a pair whose two reads are more than
  * TM_FASTCLOCK_PAIR_NS apart, preempted or faulted in between, is not
  * used: a process's first clock read faults in the vDSO, and one such pair
@@ -62,6 +63,15 @@
 #define TM_FASTCLOCK_CALIB_NS 200000000LL /* 200 ms: rate error <= 5e-6 */
 /* a read this long after the last anchor anchors again */
 #define TM_FASTCLOCK_SPAN_NS 1000000000LL /* 1 s */
+/* a step's end this long after the last anchor anchors again; a shorter
+ * step's end is a counter read.  A pair costs two counter reads, a
+ * clock_gettime and the arithmetic (~80 ns on the VMs of
+ * docs/BENCHMARKS.md, 8 % of the agent's 1 us a step on a 1 ms step);
+ * one every 10 ms keeps a read within the rate's error times 10 ms of the
+ * clock: 50 ns with the widest pairs over the first 200 ms baseline, ~1 ns
+ * with the usual ones.  A kernel slewing its clock is seen at the next
+ * anchor, 10 ms later at most (a step's end) or 1 s (any read). */
+#define TM_FASTCLOCK_STEP_NS 10000000LL /* 10 ms */
 /* the baseline moves to a pair at least this old, once it is twice as old */
 #define TM_FASTCLOCK_ROTATE_NS 30000000000LL /* 30 s */
 /* a pair whose counter reads are further apart is not used (the
@@ -88,6 +98,7 @@ typedef struct {
     int state;           /* TM_FASTCLOCK_* */
     const char *off_why; /* why OFF (a static string), NULL when not off */
     uint64_t span_ticks; /* TM_FASTCLOCK_SPAN_NS in ticks (ON) */
+    uint64_t step_ticks; /* TM_FASTCLOCK_STEP_NS in ticks (ON) */
     uint64_t mult;       /* ns per tick, 32.32 fixed point (ON) */
     uint64_t tsc0;       /* the last anchor */
     int64_t ns0;
@@ -145,20 +156,35 @@ static inline int64_t tm_fastclock_anchor(tm_fastclock *c)
     return tm_fastclock_ret(c, tm_now_mono_ns());
 }
 
-/* CLOCK_MONOTONIC ns now. */
-static inline int64_t tm_fastclock_now(tm_fastclock *c)
+/* CLOCK_MONOTONIC ns now: converted while the last anchor is less than
+ * span_ticks old, else an anchor. */
+static inline int64_t tm_fastclock_read(tm_fastclock *c, uint64_t span_ticks)
 {
 #if TM_FASTCLOCK_TSC
     if (c->state == TM_FASTCLOCK_ON) {
         uint64_t d = __rdtsc() - c->tsc0;
         c->tsc_reads++;
-        if (d < c->span_ticks)
+        if (d < span_ticks)
             return tm_fastclock_ret(c, c->ns0 + tm_fastclock_conv(c, d));
     }
     return tm_fastclock_anchor(c);
 #else
+    (void)span_ticks;
     return tm_fastclock_ret(c, tm_now_mono_ns());
 #endif
+}
+
+/* CLOCK_MONOTONIC ns now. */
+static inline int64_t tm_fastclock_now(tm_fastclock *c)
+{
+    return tm_fastclock_read(c, c->span_ticks);
+}
+
+/* CLOCK_MONOTONIC ns at a step's end: an anchor when the last is
+ * TM_FASTCLOCK_STEP_NS old or more. */
+static inline int64_t tm_fastclock_step_end(tm_fastclock *c)
+{
+    return tm_fastclock_read(c, c->step_ticks);
 }
 
 #endif

@@ -83,6 +83,8 @@ static void test_the_rate_is_ns_per_tick_over_the_baseline(void **st)
     assert_int_equal(c.mult, 1717986918ULL);
     /* the span: 1 s / 0.4 ns = 2,500,000,000 ticks */
     assert_true(c.span_ticks >= 2499999999ULL && c.span_ticks <= 2500000000ULL);
+    /* a step's end anchors 10 ms on: 25,000,000 ticks */
+    assert_true(c.step_ticks >= 24999999ULL && c.step_ticks <= 25000000ULL);
     /* 2500 ticks: 2500 * 1717986918 / 2^32 = 4294967295000 / 4294967296 =
      * 999.9999998 -> 999 ns (the conversion truncates: under 1 ns) */
     assert_int_equal(tm_fastclock_conv(&c, 2500), 999);
@@ -333,7 +335,25 @@ static void test_on_this_machine_the_counter_agrees_with_the_clock(void **st)
            "the one after)\n",
            (long long)(f - a), (long long)(b - f));
     assert_true(f >= a - 10000 && f <= b + 10000);
+    /* a step's end right after an anchor is a counter read; one 12 ms
+     * after it is an anchor (TM_FASTCLOCK_STEP_NS) */
+    a = tm_fastclock_anchor(&c);
+    pairs = c.anchors;
+    f = tm_fastclock_step_end(&c);
+    b = tm_now_mono_ns();
+    if (b - a < TM_FASTCLOCK_STEP_NS - 1000000) /* not preempted for 9 ms in between */
+        assert_int_equal(c.anchors, pairs);
+    assert_true(f >= a && f <= b + 2000);
+    struct timespec step_nap = {0, 12000000};
+    nanosleep(&step_nap, NULL);
+    pairs = c.anchors;
+    a = tm_now_mono_ns();
+    f = tm_fastclock_step_end(&c);
+    b = tm_now_mono_ns();
+    assert_int_equal(c.anchors, pairs + 1); /* a pair read */
+    assert_true(f >= a && f <= b);
     /* a converted read returns the latest time returned if that is later */
+    pairs = c.anchors;
     c.last = f + 1000000000;
     assert_int_equal(tm_fastclock_now(&c), f + 1000000000);
     assert_int_equal(c.anchors, pairs);
