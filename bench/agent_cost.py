@@ -220,18 +220,23 @@ def agent_own(path, n):
     """The agent's own instructions per step in one agent dump: those run in
     the agent's C functions (python/trainmon/_trainmon.c) and in what they
     call (the library's record writer, CPython's API, torch's
-    is_grad_enabled), less the Hooks' calls of torch's functions they wrap;
+    is_grad_enabled), less the Hooks' calls of torch's functions they wrap
+    and the autograd engine's call of torch's own run_backward;
     and {hook: calls per step}."""
     fnfile, self_, edge, ncall = call_graph(path)
     agent = {f for f, fl in fnfile.items() if fl and re.search(AGENT_FILE, fl)}
     own = sum(v for f, v in self_.items() if f in agent)
     for (a, b), v in edge.items():
         if a in agent and b not in agent and not (a.startswith("hook_") and
-                                                  b.startswith("PyObject_Vectorcall")):
-            own += v
+                                                  b.startswith("PyObject_Vectorcall")) \
+                and not (a == "engine_run_backward" and "run_backward" in b):
+            own += v  # (torch's own run_backward, called by the engine's: the job's)
     calls = {h: sum(c for (a, b), c in ncall.items() if b == h and a not in agent) / n
              for h in HOOK_STYLE}
-    return own / n, calls
+    # torch's own run_backward under the engine's: the job's backward passes
+    torch_rb = sum(v for (a, b), v in edge.items()
+                   if a == "engine_run_backward" and "run_backward" in b and b not in agent)
+    return own / n, calls, torch_rb
 
 
 def hook_overheads(d):
@@ -255,6 +260,7 @@ def hook_overheads(d):
 
 
 ENTRY = ("py_opt_pre_hook", "py_opt_post_hook", "opt_post", "backward_enter", "backward_exit",
+         "engine_run_backward",
          "next_enter", "next_exit", "py_backward_enter", "py_next_exit", "armed_bool",
          "py_loader_dropped", "py_fwd_pre")
 
@@ -283,7 +289,9 @@ for kind in kinds:
         mid = sorted(seeds, key=lambda r: r["ir"])[len(seeds) // 2]  # the median seed
         agent_dump = runs[("agent", mid["seed"])][1]
         fn = annotate(agent_dump, "Ir", r"trainmon/_trainmon\.c$")
-        own_c, hook_calls = agent_own(agent_dump, N)
+        own_c, hook_calls, torch_rb = agent_own(agent_dump, N)
+        if "engine_run_backward" in fn:  # its own instructions, not the passes'
+            fn["engine_run_backward"] -= torch_rb
         mono_calls = annotate(agent_dump, "sysCount", r"util\.c$").get("tm_now_mono_ns", 0)
         agent_kv = runs[("agent", mid["seed"])][2]
         upd_ir = annotate(agent_dump, "Ir", r"fastclock\.c$").get("tm_fastclock_update", 0)
@@ -351,6 +359,11 @@ for kind, r in results.items():
 print("")
 print("Clock anchors per step under valgrind, natively (instructions each): %s."
       % "; ".join("%s %.2f, %.2f (%.0f)" % ((k,) + r["anchors"]) for k, r in results.items()))
+# the same against each loop's own step on this machine (its fastest 50-step
+# chunk): a machine slower by instructions per ns is slower for both
+print("Agent ns per step against the loop's own fastest step here: %s."
+      % "; ".join("%s %.3f %%" % (k, 100.0 * r["ns"] / r["plain_min"])
+                  for k, r in results.items() if r["plain_min"] > 0))
 print("")
 if not results:
     print("agent cost per step: FAIL: nothing measured")

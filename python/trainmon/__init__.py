@@ -30,9 +30,12 @@ Hooks installed by attach() (docs/ARCHITECTURE.md):
     torch's own wrapper (when the class's first instance is made, or at
     attach for classes already in use); torch's global step hooks only
     where Optimizer has no __init__ to wrap.
-  - torch.autograd.backward (Tensor.backward calls it): backward passes.
-    This and __next__ are wrapped by C Hook objects: no Python frame of
-    ours per call (the agent's cost per step: docs/BENCHMARKS.md).
+  - torch's autograd engine (its run_backward, which torch.autograd.backward
+    and Tensor.backward call): backward passes, timed by an engine of a
+    subtype of torch's put in its place (where the engine is not as
+    expected, torch.autograd.backward wrapped by a C Hook instead).
+    __next__ is wrapped by a C Hook object: no Python frame of ours per
+    call (the agent's cost per step: docs/BENCHMARKS.md).
   - the DataLoader iterators' __del__: a loop that breaks drops its
     iterator, which ends a loader-ended step there.
   - the first module forward after a step boundary, in loops without a
@@ -832,6 +835,31 @@ def _boundary(flags):
         _report_exc("step boundary", e)
 
 
+def _install_backward(torch):
+    """Backward passes: torch's autograd engine
+    (torch.autograd.variable.Variable._execution_engine) replaced by one of
+    a subtype whose run_backward is timed, at no cost of a call through a
+    wrapper (python/trainmon/_trainmon.c "the autograd engine"); where the
+    engine is not as expected, torch.autograd.backward wrapped by a Hook.
+    (A torch without autograd, a stand-in in tests: nothing to time.)"""
+    var = sys.modules.get("torch.autograd.variable")
+    V = getattr(var, "Variable", None)
+    eng = getattr(V, "__dict__", {}).get("_execution_engine")
+    if eng is not None:
+        try:
+            new = _c.engine_hook(eng)
+        except TypeError:
+            new = None  # another engine: the Hook below times the passes
+        if new is not None:
+            if new is not eng:
+                _patch(V, "_execution_engine", new)
+            return
+    ag = getattr(torch, "autograd", None)
+    bw = getattr(ag, "__dict__", {}).get("backward")
+    if bw is not None and not getattr(bw, "_trainmon", False):
+        _patch(ag, "backward", _make_backward(bw))
+
+
 def _make_backward(orig):
     """torch.autograd.backward (Tensor.backward calls it): a backward pass,
     a micro-batch of the step model, and the step's end where the job
@@ -1498,10 +1526,7 @@ def attach(run_dir=None, memory_history=None):
             _report_exc("optimizer step timing", e)
         # (a torch without autograd or nn, a stand-in in tests: nothing to hook)
         try:
-            ag = getattr(torch, "autograd", None)
-            bw = getattr(ag, "__dict__", {}).get("backward")
-            if bw is not None and not getattr(bw, "_trainmon", False):
-                _patch(ag, "backward", _make_backward(bw))
+            _install_backward(torch)
         except Exception as e:
             _report_exc("backward timing", e)
         try:

@@ -1806,9 +1806,11 @@ static PyObject *py_opt_post(PyObject *self, PyObject *arg)
  * mostly the Python frames between torch and the functions above: a Python
  * wrapper costs more instructions per call than the step model's own work.
  * torch calls these directly instead: the optimizer step hooks are
- * builtins, and the wrappers of torch.autograd.backward and of DataLoader
- * __next__ are Hook objects that call the step model and the original from
- * C.  They do what the glue's Python wrappers did: an error of trainmon's
+ * builtins, the wrappers of an optimizer's step and of DataLoader __next__
+ * are Hook objects that call the step model and the original from C, and
+ * backward passes are timed inside torch's autograd engine ("the autograd
+ * engine" below; a Hook around torch.autograd.backward where that engine
+ * is not as expected).  They do what the glue's Python wrappers did: an error of trainmon's
  * is said once and never raised into the job, the original's own result
  * or exception passes through unchanged, and threshold callbacks run at
  * the boundary through the glue's _boundary(flags).
@@ -1851,7 +1853,7 @@ static int weak_is(PyObject *ref, PyObject *obj)
     Py_XDECREF(o);
     return same;
 #else
-    return PyWeakref_GetObject(ref) == obj;
+    return PyWeakref_GET_OBJECT(ref) == obj; /* the inline read: asked every step */
 #endif
 }
 
@@ -1911,12 +1913,10 @@ typedef struct {
     int kind;
 } Hook;
 
-static PyObject *hook_backward(PyObject *callable, PyObject *const *args, size_t nargsf,
-                               PyObject *kwnames)
+/* A backward pass (backward_enter before it) returned r, or raised (r
+ * NULL): its end, and the boundary's work, with its own error kept. */
+static PyObject *backward_done(PyObject *r)
 {
-    Hook *h = (Hook *)callable;
-    backward_enter();
-    PyObject *r = PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
     PyObject *et = NULL, *ev = NULL, *tb = NULL;
     if (!r)
         PyErr_Fetch(&et, &ev, &tb); /* the backward pass's own error */
@@ -1924,6 +1924,14 @@ static PyObject *hook_backward(PyObject *callable, PyObject *const *args, size_t
     if (!r)
         PyErr_Restore(et, ev, tb);
     return r;
+}
+
+static PyObject *hook_backward(PyObject *callable, PyObject *const *args, size_t nargsf,
+                               PyObject *kwnames)
+{
+    Hook *h = (Hook *)callable;
+    backward_enter();
+    return backward_done(PyObject_Vectorcall(h->orig, args, nargsf, kwnames));
 }
 
 static PyObject *hook_next(PyObject *callable, PyObject *const *args, size_t nargsf,
@@ -2126,6 +2134,131 @@ static PyObject *py_hook(PyObject *self, PyObject *args)
                                        : hook_optstep;
     PyObject_GC_Track(h);
     return (PyObject *)h;
+}
+
+/* ------------------------------------------------- the autograd engine
+ *
+ * Backward passes are timed where torch hands them to its C++ engine, not
+ * by wrapping torch.autograd.backward.  A Hook around that Python function
+ * costs the call through it (~230 instructions: the interpreter re-entered
+ * from C, where its own call would have stayed in the running frame loop)
+ * plus its own C, every micro-batch (bench/agent_cost.py).  The engine is
+ * the object torch.autograd.variable.Variable._execution_engine, of torch's
+ * C type _EngineBase, whose run_backward both torch.autograd.backward and
+ * torch.autograd.grad call (through graph._engine_run_backward in torch
+ * 2.x, directly in 1.13).  The glue puts in its place an instance of a
+ * subtype made here, whose run_backward is engine_run_backward below: it
+ * calls the base type's C function itself (found in the base type's method
+ * table, with the calling convention checked), so the job's call costs
+ * what it did plus the step model's own work; every other method
+ * (queue_callback, is_checkpoint_valid, ...) is the base type's, and
+ * isinstance against torch's type holds.  A pass that accumulates
+ * gradients (accumulate_grad true: backward(), Tensor.backward) is a
+ * backward pass of the step model; torch.autograd.grad (accumulate_grad
+ * false) is not, as before.  Where the type or its method is not as
+ * expected, engine_hook raises and the glue wraps torch.autograd.backward
+ * with a Hook instead (the glue's _install_backward). */
+
+static PyCFunctionWithKeywords g_rb_base; /* the base type's run_backward */
+static PyTypeObject *g_engine_base;       /* torch's engine type */
+static PyTypeObject *g_engine_type;       /* its subtype, made once */
+static PyObject *g_s_accum;               /* "accumulate_grad" */
+
+/* Whether a run_backward call accumulates gradients: its accumulate_grad,
+ * a keyword or the 7th argument, true when absent (the engine's default).
+ * torch.autograd.backward's own call (1.13 to 2.13) has 5 arguments and 2
+ * keywords (allow_unreachable=True, accumulate_grad=True), and is taken
+ * as one by its shape: a dict lookup is ~110 instructions, a third of what
+ * this engine saves a backward pass.  torch.autograd.grad's has 6
+ * arguments (allow_unused) and accumulate_grad=False, and any call of
+ * another shape is looked at. */
+static int accumulates(PyObject *args, PyObject *kwargs)
+{
+    if (PyTuple_GET_SIZE(args) == 5 && kwargs && PyDict_GET_SIZE(kwargs) == 2)
+        return 1;
+    PyObject *v = kwargs ? PyDict_GetItemWithError(kwargs, g_s_accum) : NULL;
+    if (!v) {
+        if (PyErr_Occurred()) {
+            PyErr_Clear();
+            return 1;
+        }
+        if (PyTuple_GET_SIZE(args) < 7)
+            return 1;
+        v = PyTuple_GET_ITEM(args, 6);
+    }
+    if (v == Py_True)
+        return 1;
+    if (v == Py_False)
+        return 0;
+    int t = PyObject_IsTrue(v); /* the engine's own parse says what is wrong */
+    if (t < 0)
+        PyErr_Clear();
+    return t != 0;
+}
+
+static PyObject *engine_run_backward(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    if (!accumulates(args, kwargs))
+        return g_rb_base(self, args, kwargs);
+    backward_enter();
+    return backward_done(g_rb_base(self, args, kwargs));
+}
+
+static PyMethodDef engine_methods[] = {
+    {"run_backward", (PyCFunction)(void (*)(void))engine_run_backward, METH_VARARGS | METH_KEYWORDS,
+     "torch's run_backward, a backward pass of trainmon's step model when it accumulates "
+     "gradients"},
+    {NULL, NULL, 0, NULL},
+};
+
+/* engine_hook(engine) -> an engine of trainmon's subtype of engine's type
+ * (engine itself when it is one already); raises TypeError when the type
+ * is not as expected. */
+static PyObject *py_engine_hook(PyObject *self, PyObject *engine)
+{
+    (void)self;
+    PyTypeObject *base = Py_TYPE(engine);
+    if (g_engine_type && base == g_engine_type) {
+        Py_INCREF(engine);
+        return engine;
+    }
+    if (!g_engine_type) {
+        PyMethodDef *m = base->tp_methods;
+        while (m && m->ml_name && strcmp(m->ml_name, "run_backward") != 0)
+            m++;
+        if (!m || !m->ml_name || m->ml_flags != (METH_VARARGS | METH_KEYWORDS) ||
+            !(base->tp_flags & Py_TPFLAGS_BASETYPE) || (base->tp_flags & Py_TPFLAGS_HAVE_GC) ||
+            base->tp_itemsize) {
+            PyErr_Format(PyExc_TypeError,
+                         "trainmon: torch's autograd engine (%s) has no run_backward(*args, "
+                         "**kwargs) of its own type to time",
+                         base->tp_name);
+            return NULL;
+        }
+        if (!g_s_accum && !(g_s_accum = PyUnicode_InternFromString("accumulate_grad")))
+            return NULL;
+        PyType_Slot slots[] = {
+            {Py_tp_methods, engine_methods},
+            {Py_tp_doc, "trainmon: torch's autograd engine, its backward passes timed"},
+            {0, NULL},
+        };
+        PyType_Spec spec = {"trainmon._trainmon.Engine", 0, 0, Py_TPFLAGS_DEFAULT, slots};
+        PyObject *bases = PyTuple_Pack(1, (PyObject *)base);
+        if (!bases)
+            return NULL;
+        PyObject *t = PyType_FromSpecWithBases(&spec, bases);
+        Py_DECREF(bases);
+        if (!t)
+            return NULL;
+        g_rb_base = (PyCFunctionWithKeywords)(void (*)(void))m->ml_meth;
+        g_engine_base = base;
+        g_engine_type = (PyTypeObject *)t;
+    } else if (base != g_engine_base) {
+        PyErr_Format(PyExc_TypeError, "trainmon: torch's autograd engine changed type (%s, was %s)",
+                     base->tp_name, g_engine_base->tp_name);
+        return NULL;
+    }
+    return PyObject_CallNoArgs((PyObject *)g_engine_type);
 }
 
 /* bind_hooks(boundary, opt_no[, fetch_unhook]): the glue's functions the
@@ -2816,6 +2949,8 @@ static PyMethodDef methods[] = {
      "torch's global optimizer step post-hook: the step's end"},
     {"hook", py_hook, METH_VARARGS,
      "hook(kind, orig[, aux]): torch's backward, __next__, optimizer step or fetch, timed"},
+    {"engine_hook", py_engine_hook, METH_O,
+     "engine_hook(engine): torch's autograd engine, its backward passes timed"},
     {"bind_hooks", py_bind_hooks, METH_VARARGS, "bind_hooks(boundary, opt_no)"},
     {"bind_steps", py_bind_steps, METH_VARARGS,
      "bind_steps(global_forward_pre_hooks, is_grad_enabled)"},

@@ -7,10 +7,13 @@ from conftest import last_json, main_file, records, run_script
 PASS_THROUGH = r"""
 import json, torch, trainmon
 import torch.nn.modules.module as nnm
+from torch.autograd.variable import Variable
+engine = Variable._execution_engine
 trainmon.attach()
 out = {"hooks_type": type(nnm._global_forward_pre_hooks).__name__,
-       "backward_name": torch.autograd.backward.__name__,
-       "wrapped": torch.autograd.backward.__wrapped__.__name__}
+       "engine": type(Variable._execution_engine).__name__,
+       "engine_is_torchs": isinstance(Variable._execution_engine, type(engine)),
+       "backward_untouched": not hasattr(torch.autograd.backward, "__wrapped__")}
 model = torch.nn.Linear(4, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 # an error inside backward reaches the job as it is
@@ -23,6 +26,9 @@ seen = []
 h = torch.nn.modules.module.register_module_forward_pre_hook(lambda m, i: seen.append(1))
 for i in range(3):
     model(torch.randn(2, 4)).sum().backward()
+    # a gradient asked of autograd.grad is no backward pass of the step
+    # model (it accumulates nothing), as a gradient penalty's is not
+    g, = torch.autograd.grad(model(torch.randn(2, 4)).sum(), model.weight)
     opt.step(); opt.zero_grad()
 h.remove()
 model(torch.randn(2, 4))
@@ -38,6 +44,7 @@ except StopIteration:
     out["stop"] = True
 trainmon.detach()
 out["restored"] = type(nnm._global_forward_pre_hooks).__name__
+out["engine_restored"] = Variable._execution_engine is engine
 print(json.dumps(out))
 """
 
@@ -45,12 +52,17 @@ print(json.dumps(out))
 def test_hooks_pass_results_and_errors_through_and_keep_the_jobs_forward_hooks(tmp_path):
     out = last_json(run_script(PASS_THROUGH, tmp_path).stdout)
     assert out["hooks_type"] == "ArmedHooks" and out["restored"] == "OrderedDict"
-    assert out["backward_name"] == "backward" and out["wrapped"] == "backward"
+    # backward passes are timed in torch's autograd engine, replaced by one
+    # of a subtype of its type; torch.autograd.backward is torch's own
+    assert out["engine"] == "Engine" and out["engine_is_torchs"], out
+    assert out["backward_untouched"] and out["engine_restored"], out
     assert out["backward_error"] is True
-    assert out["user_hook_calls"] == 3 and out["hooks_left"] == 0
+    assert out["user_hook_calls"] == 6 and out["hooks_left"] == 0  # two forwards a step
     assert out["batches"] == [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0]] and out["stop"] is True
     steps = [f for _, _, f in records(main_file(tmp_path), "step")]
     assert [f["boundary"] for f in steps][:3] == [3, 3, 3]
+    # (the first step's count has the backward call that raised, too)
+    assert [f["micro_batches"] for f in steps][:3] == [2, 1, 1]
 
 
 PREP = r"""
@@ -109,3 +121,40 @@ def test_the_armed_dict_is_an_ordered_dict_between_first_forward_and_boundary(tm
     out = last_json(run_script(TOGGLE, tmp_path).stdout)
     assert out["kinds"] == ["ArmedHooks", "OrderedDict", "ArmedHooks", "OrderedDict"], out
     assert out["same"] is True and out["after_detach"] == "OrderedDict" and out["seen"] == 2
+
+
+OTHER_ENGINE = r"""
+import json, torch, trainmon
+from torch.autograd.variable import Variable
+class Engine:  # an engine trainmon cannot subtype: a Python object around torch's
+    def __init__(self, e):
+        self.e = e
+    def __getattr__(self, name):
+        return getattr(self.e, name)
+mine = Engine(Variable._execution_engine)
+Variable._execution_engine = mine
+trainmon.attach()
+out = {"engine_kept": Variable._execution_engine is mine,
+       "backward_wrapped": hasattr(torch.autograd.backward, "__wrapped__")}
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for i in range(3):
+    model(torch.randn(2, 4)).sum().backward()
+    opt.step(); opt.zero_grad()
+trainmon.detach()
+out["unwrapped"] = not hasattr(torch.autograd.backward, "__wrapped__")
+print(json.dumps(out))
+"""
+
+
+def test_an_engine_of_another_kind_is_left_alone_and_backward_is_wrapped_instead(tmp_path):
+    """Where torch's autograd engine is not of the C type trainmon subtypes
+    (python/trainmon/_trainmon.c "the autograd engine"), the glue wraps
+    torch.autograd.backward with a Hook instead, and backward passes are
+    still the step model's micro-batches."""
+    p = run_script(OTHER_ENGINE, tmp_path)
+    out = last_json(p.stdout)
+    assert out == {"engine_kept": True, "backward_wrapped": True, "unwrapped": True}, out
+    assert "trainmon" not in p.stderr, p.stderr  # nothing to say: the passes are timed
+    steps = [f for _, _, f in records(main_file(tmp_path), "step")]
+    assert [(f["boundary"], f["micro_batches"]) for f in steps] == [(3, 1)] * 3, steps
