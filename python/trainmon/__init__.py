@@ -455,7 +455,11 @@ def on_threshold(metric, above, callback, window=10):
       gpu_memory_allocated_bytes, gpu_memory_reserved_bytes,
       gpu_memory_alloc_retries_total, host_rss_bytes
     Step boundaries come from attach(), which this calls if needed.  A
-    callback that raises is reported on stderr, never propagated.  Raises
+    callback that raises an Exception is reported on stderr, never
+    propagated; SystemExit (sys.exit() to stop a job that went wrong) and
+    KeyboardInterrupt reach the job, raised from the call that ended the
+    step (optimizer.step(), the backward pass, the DataLoader's next batch)
+    once that call has returned.  Raises
     ValueError for an unknown metric (a programming error, at set-up)."""
     if not callable(callback):
         raise TypeError("trainmon.on_threshold: callback must be callable")
@@ -666,6 +670,7 @@ def _anatomy_arm(torch):
                     _report_exc("memory anatomy", e)
             return cur_bw(*args, **kwargs)
         backward._trainmon = backward._trainmon_anatomy = True
+        backward.__wrapped__ = cur_bw  # what detach() puts back if it is still here
         ag.backward = backward
     dlm = sys.modules.get("torch.utils.data.dataloader")
     it = getattr(dlm, "_BaseDataLoaderIter", None)
@@ -828,7 +833,9 @@ def _opt_no(opt):
 
 def _boundary(flags):
     """What the C hooks call at a step boundary that has work for the glue
-    (threshold callbacks due, CUDA up); never raises."""
+    (threshold callbacks due, CUDA up); raises only what is not an
+    Exception (the job's KeyboardInterrupt, a callback's SystemExit), which
+    the hook raises into the job."""
     try:
         _on_boundary(flags)
     except Exception as e:
@@ -848,8 +855,8 @@ def _install_backward(torch):
     if eng is not None:
         try:
             new = _c.engine_hook(eng)
-        except TypeError:
-            new = None  # another engine: the Hook below times the passes
+        except Exception:
+            new = None  # another engine (or none made): the Hook below times the passes
         if new is not None:
             if new is not eng:
                 _patch(V, "_execution_engine", new)
@@ -1582,6 +1589,13 @@ def detach():
             else:
                 setattr(owner, name, orig)
         del _state["patches"][:]
+        # an anatomy one-shot wrapper of torch.autograd.backward not called
+        # yet (the engine, not backward, is patched where it can be)
+        ag = sys.modules.get("torch.autograd")
+        bw = getattr(ag, "__dict__", {}).get("backward")
+        while getattr(bw, "_trainmon_anatomy", False) and getattr(bw, "__wrapped__", None):
+            bw = bw.__wrapped__
+            ag.backward = bw
         del _fetch_hooks[:]
         for h in _state["hook_handles"]:
             h.remove()

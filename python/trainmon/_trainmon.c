@@ -1816,22 +1816,50 @@ static PyObject *py_opt_post(PyObject *self, PyObject *arg)
  * the boundary through the glue's _boundary(flags).
  */
 
-static PyObject *g_boundary; /* the glue's _boundary(flags); it never raises */
+static PyObject *g_boundary; /* the glue's _boundary(flags); raises only a BaseException */
 static PyObject *g_opt_no;   /* the glue's _opt_no(optimizer) -> the optimizer's number */
 
 /* The glue's work at a step boundary, when the step model asks for it
  * (flags from take_flags: nonzero only then, so that a step without work
- * for the glue makes no Python object). */
-static void boundary(long flags)
+ * for the glue makes no Python object).  An error of trainmon's (an
+ * Exception) is said once and dropped; what is not an Exception
+ * (KeyboardInterrupt from the job's Ctrl-C arriving while the glue runs,
+ * SystemExit from a threshold callback that stops the job) is the job's:
+ * left set, and -1, so that the hook raises it into the job once torch's
+ * call has returned (pass_through). */
+static int boundary(long flags)
 {
     if (!flags || !g_boundary)
-        return;
+        return 0;
     PyObject *f = PyLong_FromLong(flags);
     PyObject *r = f ? PyObject_CallOneArg(g_boundary, f) : NULL;
-    if (!r)
-        swallow(R_INTERNAL, "step boundary");
-    Py_XDECREF(r);
     Py_XDECREF(f);
+    if (r) {
+        Py_DECREF(r);
+        return 0;
+    }
+    if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception))
+        return -1;
+    swallow(R_INTERNAL, "step boundary");
+    return 0;
+}
+
+/* What a hook returns after torch's call returned r (NULL: it raised, its
+ * error fetched into et, ev, tb) and the boundary's work said b: r and
+ * torch's own error as they were, unless b < 0 (the job's interrupt, set:
+ * it wins). */
+static PyObject *pass_through(PyObject *r, PyObject *et, PyObject *ev, PyObject *tb, int b)
+{
+    if (b < 0) {
+        Py_XDECREF(r);
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+        return NULL;
+    }
+    if (!r)
+        PyErr_Restore(et, ev, tb);
+    return r;
 }
 
 /* The optimizers' numbers, as the glue's _opt_no gives them (a weak-keyed
@@ -1894,7 +1922,8 @@ static PyObject *py_opt_pre_hook(PyObject *self, PyObject *const *args, Py_ssize
 static PyObject *py_opt_post_hook(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    boundary(opt_post(nargs > 0 ? opt_number(args[0]) : 0));
+    if (boundary(opt_post(nargs > 0 ? opt_number(args[0]) : 0)) < 0)
+        return NULL; /* the job's interrupt */
     Py_RETURN_NONE;
 }
 
@@ -1920,10 +1949,7 @@ static PyObject *backward_done(PyObject *r)
     PyObject *et = NULL, *ev = NULL, *tb = NULL;
     if (!r)
         PyErr_Fetch(&et, &ev, &tb); /* the backward pass's own error */
-    boundary(backward_exit());
-    if (!r)
-        PyErr_Restore(et, ev, tb);
-    return r;
+    return pass_through(r, et, ev, tb, boundary(backward_exit()));
 }
 
 static PyObject *hook_backward(PyObject *callable, PyObject *const *args, size_t nargsf,
@@ -1941,7 +1967,11 @@ static PyObject *hook_next(PyObject *callable, PyObject *const *args, size_t nar
     if (PyVectorcall_NARGS(nargsf) != 1 || kwnames) /* not a __next__ call: orig says why */
         return PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
     PyObject *it = args[0];
-    boundary(next_enter(it));
+    if (boundary(next_enter(it)) < 0) { /* the job's interrupt, before the fetch */
+        if (g_depth > 0)
+            g_depth--; /* no exit to match this entry */
+        return NULL;
+    }
     PyObject *batch = PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
     PyObject *et = NULL, *ev = NULL, *tb = NULL;
     if (!batch)
@@ -1975,10 +2005,7 @@ static PyObject *hook_optstep(PyObject *callable, PyObject *const *args, size_t 
     PyObject *et = NULL, *ev = NULL, *tb = NULL;
     if (!out)
         PyErr_Fetch(&et, &ev, &tb);
-    boundary(opt_post(opt_number(args[0])));
-    if (!out)
-        PyErr_Restore(et, ev, tb);
-    return out;
+    return pass_through(out, et, ev, tb, boundary(opt_post(opt_number(args[0]))));
 }
 
 static PyObject *py_worker_batch(PyObject *self, PyObject *args);

@@ -123,6 +123,20 @@ def test_the_armed_dict_is_an_ordered_dict_between_first_forward_and_boundary(tm
     assert out["same"] is True and out["after_detach"] == "OrderedDict" and out["seen"] == 2
 
 
+# attach(), which times backward passes one way or the other, three
+# training steps, detach(); "engine_kept": the engine is still ENGINE
+ATTACH_TRAIN_DETACH = r"""trainmon.attach()
+out = {"engine_kept": Variable._execution_engine is ENGINE,
+       "backward_wrapped": hasattr(torch.autograd.backward, "__wrapped__")}
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for i in range(3):
+    model(torch.randn(2, 4)).sum().backward()
+    opt.step(); opt.zero_grad()
+trainmon.detach()
+"""
+
+
 OTHER_ENGINE = r"""
 import json, torch, trainmon
 from torch.autograd.variable import Variable
@@ -133,16 +147,7 @@ class Engine:  # an engine trainmon cannot subtype: a Python object around torch
         return getattr(self.e, name)
 mine = Engine(Variable._execution_engine)
 Variable._execution_engine = mine
-trainmon.attach()
-out = {"engine_kept": Variable._execution_engine is mine,
-       "backward_wrapped": hasattr(torch.autograd.backward, "__wrapped__")}
-model = torch.nn.Linear(4, 1)
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
-for i in range(3):
-    model(torch.randn(2, 4)).sum().backward()
-    opt.step(); opt.zero_grad()
-trainmon.detach()
-out["unwrapped"] = not hasattr(torch.autograd.backward, "__wrapped__")
+""" + ATTACH_TRAIN_DETACH.replace("ENGINE", "mine") + r"""out["unwrapped"] = not hasattr(torch.autograd.backward, "__wrapped__")
 print(json.dumps(out))
 """
 
@@ -158,3 +163,33 @@ def test_an_engine_of_another_kind_is_left_alone_and_backward_is_wrapped_instead
     assert "trainmon" not in p.stderr, p.stderr  # nothing to say: the passes are timed
     steps = [f for _, _, f in records(main_file(tmp_path), "step")]
     assert [(f["boundary"], f["micro_batches"]) for f in steps] == [(3, 1)] * 3, steps
+
+
+ENGINE_FAILS = r"""
+import json, torch, trainmon
+from torch.autograd.variable import Variable
+torch_backward, engine = torch.autograd.backward, Variable._execution_engine
+def fails(e):
+    raise RuntimeError("no engine made")  # as a MemoryError from the type's making would
+trainmon._c.engine_hook = fails
+""" + ATTACH_TRAIN_DETACH.replace("ENGINE", "engine") + r"""# an anatomy one-shot wrapper of backward not called yet is taken out too
+trainmon.attach()
+trainmon._anatomy_arm(torch)
+out["armed"] = getattr(torch.autograd.backward, "_trainmon_anatomy", False)
+trainmon.detach()
+out["restored"] = torch.autograd.backward is torch_backward and Variable._execution_engine is engine
+print(json.dumps(out))
+"""
+
+
+def test_an_engine_that_cannot_be_made_falls_back_and_detach_restores_all(tmp_path):
+    """Any failure to make the engine (not only a type of another kind)
+    leaves torch's engine and wraps torch.autograd.backward instead; detach
+    puts back torch's backward even under an anatomy wrapper not yet
+    called."""
+    p = run_script(ENGINE_FAILS, tmp_path)
+    out = last_json(p.stdout)
+    assert out == {"engine_kept": True, "backward_wrapped": True, "armed": True,
+                   "restored": True}, out
+    steps = [f for _, _, f in records(main_file(tmp_path), "step")]
+    assert [(f["boundary"], f["micro_batches"]) for f in steps][:3] == [(3, 1)] * 3, steps
