@@ -1827,9 +1827,9 @@ static PyObject *g_opt_no;   /* the glue's _opt_no(optimizer) -> the optimizer's
  * SystemExit from a threshold callback that stops the job) is the job's:
  * left set, and -1, so that the hook raises it into the job once torch's
  * call has returned (pass_through). */
-static int boundary(long flags)
+static int boundary_work(long flags)
 {
-    if (!flags || !g_boundary)
+    if (!g_boundary)
         return 0;
     PyObject *f = PyLong_FromLong(flags);
     PyObject *r = f ? PyObject_CallOneArg(g_boundary, f) : NULL;
@@ -1844,11 +1844,17 @@ static int boundary(long flags)
     return 0;
 }
 
+/* ...asked at every hook's return: most have no work (flags 0) */
+static inline int boundary(long flags)
+{
+    return flags ? boundary_work(flags) : 0;
+}
+
 /* What a hook returns after torch's call returned r (NULL: it raised, its
  * error fetched into et, ev, tb) and the boundary's work said b: r and
  * torch's own error as they were, unless b < 0 (the job's interrupt, set:
  * it wins). */
-static PyObject *pass_through(PyObject *r, PyObject *et, PyObject *ev, PyObject *tb, int b)
+static inline PyObject *pass_through(PyObject *r, PyObject *et, PyObject *ev, PyObject *tb, int b)
 {
     if (b < 0) {
         Py_XDECREF(r);
@@ -1944,7 +1950,7 @@ typedef struct {
 
 /* A backward pass (backward_enter before it) returned r, or raised (r
  * NULL): its end, and the boundary's work, with its own error kept. */
-static PyObject *backward_done(PyObject *r)
+static inline PyObject *backward_done(PyObject *r)
 {
     PyObject *et = NULL, *ev = NULL, *tb = NULL;
     if (!r)
