@@ -226,16 +226,16 @@ def agent_own(path, n):
     fnfile, self_, edge, ncall = call_graph(path)
     agent = {f for f, fl in fnfile.items() if fl and re.search(AGENT_FILE, fl)}
     own = sum(v for f, v in self_.items() if f in agent)
+    torch_rb = 0  # torch's own run_backward under the engine's: the job's backward passes
     for (a, b), v in edge.items():
-        if a in agent and b not in agent and not (a.startswith("hook_") and
-                                                  b.startswith("PyObject_Vectorcall")) \
-                and not (a == "engine_run_backward" and "run_backward" in b):
-            own += v  # (torch's own run_backward, called by the engine's: the job's)
+        if a not in agent or b in agent:
+            continue
+        if a == "engine_run_backward" and "run_backward" in b:
+            torch_rb += v
+        elif not (a.startswith("hook_") and b.startswith("PyObject_Vectorcall")):
+            own += v  # (a Hook's call of the function it wraps is the job's too)
     calls = {h: sum(c for (a, b), c in ncall.items() if b == h and a not in agent) / n
              for h in HOOK_STYLE}
-    # torch's own run_backward under the engine's: the job's backward passes
-    torch_rb = sum(v for (a, b), v in edge.items()
-                   if a == "engine_run_backward" and "run_backward" in b and b not in agent)
     return own / n, calls, torch_rb
 
 
@@ -305,12 +305,11 @@ for kind in kinds:
         plain_ir=statistics.median(r["plain"] for r in seeds),
         ir=mid["ir"], ir_min=min(r["ir"] for r in seeds), ir_max=max(r["ir"] for r in seeds),
         noise=max(r["plain"] for r in seeds) - min(r["plain"] for r in seeds),
-        sys=mid["sys"],
         own_c=own_c - extra * per_anchor, hooks=hook_calls,
         own=own_c - extra * per_anchor + sum(c * hook_ovh[HOOK_STYLE[h]]
                                              for h, c in hook_calls.items()),
         mono=max(mono_calls / N - extra, 0.0),
-        sys_extra=extra,
+        other=max(mid["sys"] - mono_calls / N, 0.0),  # thread CPU clock reads
         tsc=float(w.get("native_tsc_reads", float(agent_kv.get("agent_tsc_reads", 0)) / N)),
         anchors=(vg_anchors, nat_anchors, per_anchor), clock=agent_kv.get("clock", "?"),
         plain_ns=float(w.get("plain_ns", "nan")), plain_min=float(w.get("plain_min_ns", "nan")),
@@ -343,7 +342,7 @@ print("| loop | plain: instr/step, ns/step | agent's own instr/step (C + Hook ca
       "instr/step |")
 print("|---|---|---|---|---|---|---|---|")
 for kind, r in results.items():
-    other = max(r["sys"] - r["sys_extra"] - r["mono"], 0.0)
+    other = r["other"]
     ns = r["own"] / rate + r["mono"] * mono_ns + r["tsc"] * tsc_ns + other * thread_ns
     worst = max(worst, ns)
     r["ns"] = ns
