@@ -638,6 +638,11 @@ enum tm_inproc_type {
 enum {
     TM_STEP_ENDED_BY_STOP = 1u << 0, /* the loader was exhausted (end of epoch) */
     TM_STEP_ENDED_AT_EXIT = 1u << 1, /* closed when the process stopped recording */
+    /* The training thread fetched no batch itself: another thread of the
+     * process did (a background prefetcher), `batches` of them meanwhile,
+     * and data_wait_ns is the loop's time from the step's start to its first
+     * forward, its wait for them (docs/DIAGNOSIS.md "The step model"). */
+    TM_STEP_FED_BY_THREAD = 1u << 2,
 };
 
 /* What ended a step (the step model, docs/DIAGNOSIS.md "The step model"):
@@ -1000,6 +1005,9 @@ typedef struct tm_steptally {
      * multi-process DataLoader (receiving batches) and the waits it was
      * measured over. */
     double recv_cpu_s, recv_known_s;
+    /* After warm-up, the steps fed by a background thread
+     * (TM_STEP_FED_BY_THREAD). */
+    uint64_t fed_steps;
 } tm_steptally;
 
 void tm_steptally_init(tm_steptally *t);

@@ -129,7 +129,8 @@ static double g_rss = NAN;
 static long g_page;
 
 /* steps */
-static unsigned long g_thread; /* the training thread: first caller of __next__ */
+static unsigned long g_thread; /* the training thread (train_thread below) */
+static int g_thread_trains;    /* g_thread ran a backward pass or an optimizer step */
 static int g_depth;
 static uint64_t g_steps; /* steps begun (the step model below) */
 static int64_t g_in_t;
@@ -717,6 +718,7 @@ typedef struct acc {
     int64_t coll;   /* time in blocking collectives */
     int64_t wcpu;   /* training-thread CPU in multi-process loader waits */
     int32_t wcpu_n; /* batches with wcpu measured */
+    uint64_t off0;  /* g_off_batches when the step began */
 } acc;
 
 static int g_level;   /* strongest boundary seen: 0 or a TM_STEP_BY_* */
@@ -803,6 +805,15 @@ static int on_thread(void)
         g_thread = th;
     return th == g_thread;
 }
+
+/* Batches fetched by other threads than the training thread: a background
+ * prefetcher's (prefetch_generator's BackgroundGenerator, or a hand-written
+ * thread that iterates the DataLoader into a queue).  Counted at the
+ * outermost __next__ of each thread (t_off_depth), under the GIL as all of
+ * the agent's state. */
+static uint64_t g_off_batches;
+static _Thread_local int t_off_depth;
+static uint64_t g_repins; /* times a fetching thread gave way (train_thread) */
 
 /* Where torch's global forward pre-hook dict is the glue's ArmedHooks
  * (an OrderedDict whose truth test is ours, put in its place by attach()
@@ -997,7 +1008,7 @@ static void deliver(int level, tm_inproc_step *s)
     if (g_decided == level) {
         emit_train(s);
         if (level == TM_STEP_BY_BACKWARD) /* an optimizer found later starts here */
-            g_acc[TM_STEP_BY_OPTIMIZER] = (acc){.start = s->end_ns};
+            g_acc[TM_STEP_BY_OPTIMIZER] = (acc){.start = s->end_ns, .off0 = g_off_batches};
         return;
     }
     if (g_decided > level)
@@ -1036,9 +1047,18 @@ static void close_acc(int level, int64_t t, uint32_t flags, int64_t opt_t0, long
         if (g_arm_t == start && g_arm_cpu >= 0 && g_fwd_cpu >= g_arm_cpu)
             s.prep_cpu_ns = g_fwd_cpu - g_arm_cpu;
     }
-    *a = (acc){.start = t};
+    int own = a->batches;
+    if (!own && g_off_batches) {
+        /* fed by a background thread (train_thread): the batches it
+         * fetched meanwhile, and the wait above is the loop's wait for
+         * them, not batch preparation of its own */
+        s.flags |= TM_STEP_FED_BY_THREAD;
+        s.batches = (int32_t)(g_off_batches - a->off0);
+        s.prep_ns = s.prep_cpu_ns = -1;
+    }
+    *a = (acc){.start = t, .off0 = g_off_batches};
     deliver(level, &s);
-    if (level == g_level && !s.batches && !(flags & TM_STEP_ENDED_AT_EXIT))
+    if (level == g_level && !own && !(flags & TM_STEP_ENDED_AT_EXIT))
         fwd_arm(t);
 }
 
@@ -1246,12 +1266,55 @@ static long take_flags(void)
     return pending;
 }
 
+/* The training thread is the one that runs the backward passes and the
+ * optimizer steps.  The first thread to make a tracked call is taken for
+ * it (on_thread), but a thread that has only fetched batches so far, a
+ * background prefetcher that started first, gives way to the first other
+ * thread that trains: what it fetched and held is dropped, not written
+ * (its fetch time is no wait of the loop: the loop's wait is its time
+ * from a step's start to its first forward, as in a loop without a
+ * DataLoader), and its open __next__ is forgotten.  Steps it wrote before
+ * (loader steps, only where the loop ran a forward before that first
+ * backward pass) stay. */
+static void repin(unsigned long th)
+{
+    /* what it fetched (held, the last one, one being fetched) is batches
+     * of another thread, in the prefetcher's queue for the loop */
+    g_off_batches += (uint64_t)g_nheld + (g_b.have && !g_b.added) + (g_depth > 0);
+    g_thread = th;
+    g_depth = 0;
+    g_have_closed = 0;
+    g_nheld = g_no_hold0 = 0;
+    memset(&g_b, 0, sizeof g_b);
+    for (int L = TM_STEP_BY_BACKWARD; L <= TM_STEP_BY_OPTIMIZER; L++)
+        g_acc[L] = (acc){.off0 = g_off_batches};
+    g_repins++;
+}
+
+static int train_thread(void)
+{
+    unsigned long th = thread_ident();
+    if (th != g_thread) {
+        if (g_thread && g_thread_trains)
+            return 0;
+        if (g_thread)
+            repin(th);
+        g_thread = th;
+    }
+    g_thread_trains = 1;
+    return 1;
+}
+
 /* Entry into DataLoader __next__: the batch fetched before it is settled
  * here (written at the exit, when it is known whether this call raised).
  * Returns the flags of threshold callbacks due (the caller runs them). */
 static long next_enter(PyObject *it)
 {
-    if (!on_thread() || g_depth++ > 0)
+    if (!on_thread()) {
+        t_off_depth++;
+        return 0;
+    }
+    if (g_depth++ > 0)
         return 0;
     int64_t t = now_ns();
     g_in_t = t;
@@ -1274,9 +1337,14 @@ static PyObject *py_next_enter(PyObject *self, PyObject *it)
  * raised (StopIteration: the loader is done). */
 static void next_exit(PyObject *arg)
 {
-    if (thread_ident() != g_thread || g_depth <= 0 || --g_depth > 0)
-        return;
     int got = arg != Py_False && arg != Py_None; /* the iterator, or False */
+    if (thread_ident() != g_thread) {
+        if (t_off_depth > 0 && --t_off_depth == 0 && got)
+            g_off_batches++;
+        return;
+    }
+    if (g_depth <= 0 || --g_depth > 0)
+        return;
     int64_t t = now_ns();
     if (got)
         held_flush((uintptr_t)arg); /* an eval run with grad enabled ended, or began */
@@ -1315,7 +1383,7 @@ static PyObject *py_next_exit(PyObject *self, PyObject *arg)
 /* torch.autograd.backward entered / returned on the training thread. */
 static void backward_enter(void)
 {
-    if (!on_thread() || g_bdepth++ > 0)
+    if (!train_thread() || g_bdepth++ > 0)
         return;
     int64_t t = now_ns();
     held_confirm(g_b.iter); /* prefetched batches of the iterator it trains on */
@@ -1509,6 +1577,8 @@ static PyObject *py_reset_steps(PyObject *self, PyObject *noargs)
     (void)self, (void)noargs;
     fwd_disarm();
     g_thread = 0;
+    g_thread_trains = 0;
+    g_off_batches = g_repins = 0;
     g_depth = g_bdepth = g_cdepth = 0;
     g_bwd_t0 = g_coll_t0 = 0;
     g_coll_seen = 0;
@@ -1595,12 +1665,13 @@ static PyObject *py_stats(PyObject *self, PyObject *noargs)
     else
         snprintf(clk, sizeof clk, "clock_gettime: %s", g_clk.off_why ? g_clk.off_why : "off");
     PyObject *d = Py_BuildValue(
-        "{s:K,s:K,s:K,s:d,s:d,s:s,s:s,s:K,s:K,s:I}", "steps", (unsigned long long)g_steps,
+        "{s:K,s:K,s:K,s:d,s:d,s:s,s:s,s:K,s:K,s:I,s:K,s:K}", "steps", (unsigned long long)g_steps,
         "steps_closed", (unsigned long long)g_tally.steps, "steps_counted",
         (unsigned long long)tm_steptally_total(&g_tally, false), "recent_data_wait_s", wait,
         "recent_step_time_s", dur, "run_dir", g_run_dir, "clock", clk, "clock_tsc_reads",
         (unsigned long long)g_clk.tsc_reads, "clock_anchors", (unsigned long long)g_clk.anchors,
-        "clock_recalibrations", (unsigned int)g_clk.recalibs);
+        "clock_recalibrations", (unsigned int)g_clk.recalibs, "thread_fed_batches",
+        (unsigned long long)g_off_batches, "thread_repins", (unsigned long long)g_repins);
     PyObject *f = isnan(frac) ? (Py_INCREF(Py_None), Py_None) : PyFloat_FromDouble(frac);
     if (!d || !f || PyDict_SetItemString(d, "data_wait_fraction", f) < 0) {
         Py_XDECREF(d);
@@ -1768,7 +1839,7 @@ static long opt_post(long no)
     g_opt_t0 = 0;
     /* The lead optimizer ends steps: the first to step, or one that steps
      * twice in a row (the lead was replaced by a new optimizer). */
-    int mine = on_thread();
+    int mine = train_thread();
     int lead = mine && (g_lead < 0 || no == g_lead || no == g_last_opt);
     if (mine)
         g_last_opt = no;

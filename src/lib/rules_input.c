@@ -375,7 +375,24 @@ void tm_rule_input_data_wait(struct an *an)
     ev_input_votes(&e, S, &w);
     snprintf(buf, sizeof buf, "input-bound: the loop waited for data %.0f%% of the time",
              100 * S->data_wait_fraction);
-    if (S->workers == 0)
+    if (S->workers == 0 && 2 * S->fed_steps > S->steps_total) {
+        /* a background thread fetches the batches (the step model) */
+        tm_an_ev_num(&e, "thread_fed_steps", (double)S->fed_steps);
+        snprintf(buf, sizeof buf,
+                 "input-bound: the loop waited %.0f%% of the time for batches that a "
+                 "background thread fetches",
+                 100 * S->data_wait_fraction);
+        snprintf(adv, sizeof adv,
+                 "The batches come from another thread of the training process (a prefetcher "
+                 "such as prefetch_generator's BackgroundGenerator, iterating a DataLoader "
+                 "without workers), and it does not keep up. A thread shares the interpreter "
+                 "lock with the loop: its __getitem__ and collate run only while the loop "
+                 "leaves the lock. Give the DataLoader behind it worker processes "
+                 "(num_workers>0%s), which prefetch by themselves%s.",
+                 S->gpu ? ", pin_memory=True" : "",
+                 in_record_d(S, "; record with `trainmon run -d DATA` to tell a slow disk "
+                                "from slow CPU work"));
+    } else if (S->workers == 0)
         snprintf(adv, sizeof adv,
                  "The data loading keeps %s waiting. Try DataLoader(num_workers>0%s)%s.",
                  in_waiter(S), S->gpu ? ", pin_memory=True" : "",

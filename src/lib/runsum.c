@@ -847,6 +847,7 @@ static void summarize_run(tm_runview *v, tm_an_summary *S, const tm_an_rank *ran
     workers_of(wk, nwk, true, -1, x, &S->workers, &S->worker_batch_median_s, &S->worker_busy);
     S->eval_steps = (size_t)all->eval_steps;
     S->prep_steps = (size_t)all->prep_steps;
+    S->fed_steps = (size_t)all->fed_steps;
     S->prep_cpu_share = all->prep_cpu_known_s > 0 ? all->prep_cpu_s / all->prep_cpu_known_s : NAN;
     S->recv_cpu_share = all->recv_known_s > 0 ? all->recv_cpu_s / all->recv_known_s : NAN;
     workers_handoff(wk, nwk, S, x);

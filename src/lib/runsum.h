@@ -70,8 +70,9 @@ typedef struct tm_an_summary {
     size_t workers; /* distinct (rank, worker id) pairs */
     /* the step model: eval batches recorded apart; judged steps whose data
      * wait is the loop's own batch preparation (no DataLoader) and the
-     * share of it the training thread spent on a CPU (NAN: not measured) */
-    size_t eval_steps, prep_steps;
+     * share of it the training thread spent on a CPU (NAN: not measured);
+     * judged steps fed by a background thread (TM_STEP_FED_BY_THREAD) */
+    size_t eval_steps, prep_steps, fed_steps;
     double prep_cpu_share;
     /* The machine the job ran on and the threads that ran on it
      * (summarize_machine): the host with the most runnable threads per

@@ -77,6 +77,8 @@ bool tm_steptally_add(tm_steptally *t, const tm_inproc_step *s)
     } else {
         t->step_s += d;
         t->wait_s += w;
+        if (s->flags & TM_STEP_FED_BY_THREAD)
+            t->fed_steps++;
         if (s->boundary && s->batches == 0 && s->prep_ns >= 0) {
             /* a loop without a DataLoader: its wait is its own batch
              * preparation (the step model, docs/DIAGNOSIS.md) */
@@ -163,6 +165,7 @@ void tm_steptally_merge(tm_steptally *into, const tm_steptally *from)
     into->prep_cpu_known_s += from->prep_cpu_known_s;
     into->recv_cpu_s += from->recv_cpu_s;
     into->recv_known_s += from->recv_known_s;
+    into->fed_steps += from->fed_steps;
 }
 
 void tm_stepwin_add(tm_stepwin *w, double dur_s, double wait_s)

@@ -24,7 +24,12 @@
 # persistent_workers and pin_memory over 3 epochs; loader_iterable: an
 # IterableDataset with spawn workers; loader_forkserver: forkserver workers
 # and torch.compile on 2.x) give the job's own steps and wait share, and a
-# spawned worker's start-up (importing torch) is no memory growth.
+# spawned worker's start-up (importing torch) is no memory growth; a loop
+# fed by a background thread that iterates the DataLoader into a queue
+# (thread_prefetch: prefetch_generator's BackgroundGenerator) has its own
+# steps and its wait on the queue, input.data_wait naming the thread
+# (thread_fed_steps) when the thread cannot keep up and input.ok when it
+# can (thread_prefetch_fast), never input.main_prep.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -51,7 +56,10 @@ EXPECT = {"llm_memmap": ("input.main_prep", "cpu"), "manual_sgd": ("input.main_p
           "train_eval": (None, None), "break_early": (None, None),
           "idle_workers": ("input.handoff", None), "llm_memmap_eval": ("input.main_prep", "cpu"),
           "loader_persistent": (None, None), "loader_iterable": (None, None),
-          "loader_forkserver": (None, None)}
+          "loader_forkserver": (None, None), "thread_prefetch": ("input.data_wait", None),
+          "thread_prefetch_fast": ("input.ok", None)}
+# evidence the expected finding must carry
+EVIDENCE = {"thread_prefetch": "thread_fed_steps"}
 LOADER_NEVER = {"input.main_prep", "input.cpu_bound", "input.disk_bound", "host_mem.worker_growth"}
 NEVER = {"llm_memmap": {"input.data_wait", "input.cpu_bound", "input.disk_bound"},
          "manual_sgd": {"input.data_wait", "input.cpu_bound", "input.disk_bound"},
@@ -61,7 +69,9 @@ NEVER = {"llm_memmap": {"input.data_wait", "input.cpu_bound", "input.disk_bound"
          "idle_workers": {"input.cpu_bound", "input.disk_bound", "input.data_wait", "input.main_prep"},
          "llm_memmap_eval": {"input.data_wait", "input.cpu_bound", "input.disk_bound"},
          "loader_persistent": LOADER_NEVER, "loader_iterable": LOADER_NEVER,
-         "loader_forkserver": LOADER_NEVER}
+         "loader_forkserver": LOADER_NEVER,
+         "thread_prefetch": {"input.main_prep", "input.cpu_bound", "input.disk_bound"},
+         "thread_prefetch_fast": {"input.main_prep", "input.data_wait"}}
 oracle, rep, train, evals = runcheck.load(run)
 S = rep["summary"]
 bad = []
@@ -89,9 +99,11 @@ if want and want not in ids:
     bad.append("no %s among %s" % (want, sorted(ids)))
 elif want and cause and ids[want]["evidence"].get("cause") != cause:
     bad.append("%s with cause %s, not %s" % (want, ids[want]["evidence"].get("cause"), cause))
+if want in ids and job in EVIDENCE and not ids[want]["evidence"].get(EVIDENCE[job]):
+    bad.append("%s without %s: %s" % (want, EVIDENCE[job], json.dumps(ids[want]["evidence"])[:300]))
 for w in sorted(NEVER[job] & set(ids)):
     bad.append("%s among the findings" % w)
-print("  %-15s job steps %-3d share %.3f | report steps %s wait %s evals %d boundary %s"
+print("  %-20s job steps %-3d share %.3f | report steps %s wait %s evals %d boundary %s"
       % (job, oracle["steps"], share or 0, S.get("steps"),
          None if dwf is None else round(dwf, 3), len(evals),
          sorted({o.get("boundary") for o in train})))
@@ -113,11 +125,12 @@ half() { # name python
     # The sanitizer build: the report and dump of the binary under ASan on
     # one loop of each kind of boundary, not the whole matrix again.
     case ${BUILD:-} in *asan*) [ -n "$jobs" ] || jobs="grad_accum manual_sgd idle_workers" ;; esac
-    for job in ${jobs:-llm_memmap llm_memmap_fast grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver}; do
+    for job in ${jobs:-llm_memmap llm_memmap_fast grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver thread_prefetch thread_prefetch_fast}; do
         local run=$scratch/$name-$job script=$job envs=()
         [ "$job" = llm_memmap_fast ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=2048); }
         [ "$job" = llm_memmap_eval ] && { script=llm_memmap; envs=(JOB_EVAL_EVERY=10); }
         case $job in loader_*) script=loader_variants; envs=(JOB_VARIANT=${job#loader_}) ;; esac
+        [ "$job" = thread_prefetch_fast ] && { script=thread_prefetch; envs=(JOB_ITEM_S=0.0001); }
         ran=$((ran + 1))
         if ! env "${envs[@]}" "$TRAINMON" run -o "$run" -- "$PY" "$root/tests/jobs/$script.py" > "$run.out" 2>&1; then
             tail -n 20 "$run.out"; echo "  FAIL $job: trainmon run failed"; fails=$((fails + 1)); continue

@@ -332,3 +332,79 @@ def test_an_eval_loop_that_breaks_under_no_grad_stays_eval(tmp_path):
     assert len(train) == 24 and all(f["batches"] == 1 for f in train), \
         [(f["step"], f["batches"]) for f in train]
     assert len(evals) == 9, len(evals)
+
+
+# A background prefetcher (prefetch_generator's BackgroundGenerator): a
+# thread iterates the DataLoader into a queue, started before the loop
+# trains, so its __next__ is the first tracked call.  The training thread
+# is the one that trains: the prefetcher gives way at the first backward
+# pass, its fetches are no steps and no wait of the loop, and the loop's
+# wait is its time from a step's start to its first forward (here: on the
+# queue, 15 ms a batch against 2 ms of compute).  A second thread that
+# trains later is not the training thread: the first stays.
+THREAD_FED = r"""
+import json, queue, threading, time, torch, trainmon
+from torch.utils.data import DataLoader, Dataset
+trainmon.attach()
+
+class Slow(Dataset):
+    def __len__(self): return 10 ** 6
+    def __getitem__(self, i):
+        time.sleep(0.003)
+        return torch.randn(4), torch.randn(1)
+
+q = queue.Queue(2)
+stop = threading.Event()
+def prefetch():
+    for b in DataLoader(Slow(), batch_size=5):
+        if stop.is_set():
+            break
+        q.put(b)
+    q.put(None)
+th = threading.Thread(target=prefetch, daemon=True)
+th.start()
+while trainmon.stats()["thread_fed_batches"] == 0 and q.qsize() == 0:
+    time.sleep(0.001)          # the prefetcher's __next__ comes first
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+waits = []
+for i in range(12):
+    t0 = time.perf_counter()
+    x, y = q.get()
+    if i:
+        waits.append(time.perf_counter() - t0)
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    time.sleep(0.002)
+    loss.backward()
+    opt.step(); opt.zero_grad()
+def other():                    # another thread trains once: not the training thread
+    torch.nn.functional.mse_loss(model(torch.randn(2, 4)), torch.randn(2, 1)).backward()
+    opt.step()
+t = threading.Thread(target=other); t.start(); t.join()
+stop.set()
+while th.is_alive():
+    try: q.get(timeout=0.05)
+    except queue.Empty: pass
+print(json.dumps({"steps": 12, "waits": waits, "stats": trainmon.stats()}))
+"""
+
+
+def test_a_background_prefetcher_gives_way_to_the_thread_that_trains(tmp_path):
+    p = run_script(THREAD_FED, tmp_path)
+    out = last_json(p.stdout)
+    st = out["stats"]
+    assert st["thread_repins"] == 1 and st["thread_fed_batches"] >= 8, st
+    steps = [f for _, _, f in records(main_file(tmp_path), "step")]
+    train = [f for f in steps if f["phase"] == 1]
+    # the 12 optimizer steps of the loop, no loader step of the prefetcher's,
+    # and the other thread's step is an optimizer step of its own
+    assert len(train) == 12 and all(f["boundary"] == 3 for f in train), steps
+    assert len(records(main_file(tmp_path), "optimizer_step")) == 1
+    fed = [f for f in train[1:] if f["flags"] & 4]
+    assert len(fed) >= 9, train
+    # the loop's own wait on the queue: the first forward after each step's start
+    assert all(f["prep_ns"] == -1 and f["prep_cpu_ns"] == -1 for f in fed), fed
+    own = sum(out["waits"][1:])
+    got = sum(f["data_wait_ns"] for f in train[2:]) / 1e9
+    assert abs(got - own) < 0.25 * own + 0.002, (got, own)
+    assert sum(f["batches"] for f in fed) >= 8

@@ -261,6 +261,50 @@ static void test_workers_off_cpu_without_system_data_are_not_called_disk_bound(v
 
 /* Scenario (b) on a loaded machine: the worker gets a third of a core and
  * is never in D state; the disk is idle. */
+/* A loop fed by a background thread (the step model: TM_STEP_FED_BY_THREAD,
+ * no batch of its own, no preparation of its own): 50 optimizer steps of
+ * 0.1 s, 0.06 s of each waiting for the thread's batch.  The wait is the
+ * DataLoader's behind the thread, said as such, not the loop's own batch
+ * preparation (input.main_prep). */
+static void test_a_loop_fed_by_a_background_thread_is_told_to_use_workers(void **st)
+{
+    (void)st;
+    tm_rec *r = open_rec("pid42.tmr", "pid42", -1);
+    uint8_t buf[128];
+    for (size_t i = 0; i < 50; i++) {
+        tm_inproc_step s = {.step = i,
+                            .start_ns = at(0.1 * (double)i),
+                            .end_ns = at(0.1 * (double)(i + 1)),
+                            .data_wait_ns = 60000000,
+                            .flags = TM_STEP_FED_BY_THREAD,
+                            .boundary = TM_STEP_BY_OPTIMIZER,
+                            .phase = TM_STEP_TRAIN,
+                            .micro_batches = 1,
+                            .batches = 1,
+                            .prep_ns = -1,
+                            .prep_cpu_ns = -1,
+                            .backward_ns = -1,
+                            .wait_cpu_ns = -1,
+                            .collective_ns = -1,
+                            .opt_start_ns = -1,
+                            .optimizer = -1};
+        int len = tm_inproc_encode_step(&s, buf, sizeof buf);
+        assert_true(len > 0);
+        assert_int_equal(tm_rec_append(r, TM_REC_STEP, s.end_ns, buf, (uint32_t)len), 0);
+    }
+    tm_rec_close(&r);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "input.data_wait");
+    assert_non_null(f);
+    assert_true(fabs(ev_num(f, "data_wait_fraction") - 0.6) < 1e-6);
+    assert_true(ev_num(f, "thread_fed_steps") == 49); /* step 0 is warm-up */
+    assert_non_null(strstr(f->title, "batches that a background thread fetches"));
+    assert_non_null(strstr(f->advice, "num_workers>0"));
+    assert_null(tm_analysis_find(a, "input.main_prep"));
+    done(&run, &a);
+}
+
 static void test_cpu_starved_workers_without_d_state_are_cpu_bound_not_disk_bound(void **st)
 {
     (void)st;
@@ -1638,6 +1682,7 @@ int main(void)
         T(test_time_lost_under_a_second_is_said_in_ms),
         T(test_data_wait_without_system_data_is_a_low_confidence_finding),
         T(test_workers_off_cpu_without_system_data_are_not_called_disk_bound),
+        T(test_a_loop_fed_by_a_background_thread_is_told_to_use_workers),
         T(test_cpu_starved_workers_without_d_state_are_cpu_bound_not_disk_bound),
         T(test_sleeping_workers_on_a_busy_machine_are_not_cpu_bound),
         T(test_workers_in_d_state_on_a_disk_at_its_ceiling_are_disk_bound_under_cpu_pressure),

@@ -125,6 +125,33 @@ static void test_merge_adds_ranks(void **st)
     assert_true(fabs(tm_steptally_wait_fraction(&all) - 0.25) < 1e-12);
 }
 
+/* Steps fed by a background thread (the step model's prefetcher): their
+ * wait is the loop's, in the wait fraction, and they are no batch
+ * preparation of the loop's own (prep_ns -1), counted apart after warm-up
+ * and added across ranks. */
+static void test_thread_fed_steps_are_counted_apart_not_as_preparation(void **st)
+{
+    (void)st;
+    tm_steptally a, all;
+    tm_steptally_init(&a);
+    tm_steptally_init(&all);
+    for (int i = 0; i < 4; i++) {
+        tm_inproc_step s = step((uint64_t)i, i * 100, 100, 60); /* 60 ms on the queue */
+        s.boundary = TM_STEP_BY_OPTIMIZER;
+        s.batches = 1;
+        s.prep_ns = s.prep_cpu_ns = -1;
+        s.flags = TM_STEP_FED_BY_THREAD;
+        tm_steptally_add(&a, &s);
+    }
+    assert_int_equal(a.steps, 4);
+    assert_int_equal(a.fed_steps, 3); /* step 0 is warm-up */
+    assert_int_equal(a.prep_steps, 0);
+    assert_true(fabs(tm_steptally_wait_fraction(&a) - 0.6) < 1e-12); /* 3 x 60 / 3 x 100 */
+    tm_steptally_merge(&all, &a);
+    tm_steptally_merge(&all, &a);
+    assert_int_equal(all.fed_steps, 6);
+}
+
 static void test_window_sums_the_last_steps(void **st)
 {
     (void)st;
@@ -224,6 +251,7 @@ int main(void)
         cmocka_unit_test(test_empty_tally_is_unknown_not_zero),
         cmocka_unit_test(test_ring_total_is_the_highest_step_number),
         cmocka_unit_test(test_merge_adds_ranks),
+        cmocka_unit_test(test_thread_fed_steps_are_counted_apart_not_as_preparation),
         cmocka_unit_test(test_window_sums_the_last_steps),
         cmocka_unit_test(test_eval_batches_are_counted_apart),
         cmocka_unit_test(test_prep_cpu_schedule_thins_out_and_weights_each_read_step),
