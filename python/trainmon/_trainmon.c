@@ -1291,9 +1291,8 @@ static void repin(unsigned long th)
     g_repins++;
 }
 
-static int train_thread(void)
+static int train_thread_slow(unsigned long th)
 {
-    unsigned long th = thread_ident();
     if (th != g_thread) {
         if (g_thread && g_thread_trains)
             return 0;
@@ -1305,12 +1304,21 @@ static int train_thread(void)
     return 1;
 }
 
+/* ...asked at every backward pass and optimizer step: the test inline */
+static inline int train_thread(void)
+{
+    unsigned long th = thread_ident();
+    if (__builtin_expect(th == g_thread && g_thread_trains, 1))
+        return 1;
+    return train_thread_slow(th);
+}
+
 /* Entry into DataLoader __next__: the batch fetched before it is settled
  * here (written at the exit, when it is known whether this call raised).
  * Returns the flags of threshold callbacks due (the caller runs them). */
 static long next_enter(PyObject *it)
 {
-    if (!on_thread()) {
+    if (__builtin_expect(!on_thread(), 0)) {
         t_off_depth++;
         return 0;
     }
@@ -1338,7 +1346,7 @@ static PyObject *py_next_enter(PyObject *self, PyObject *it)
 static void next_exit(PyObject *arg)
 {
     int got = arg != Py_False && arg != Py_None; /* the iterator, or False */
-    if (thread_ident() != g_thread) {
+    if (__builtin_expect(thread_ident() != g_thread, 0)) {
         if (t_off_depth > 0 && --t_off_depth == 0 && got)
             g_off_batches++;
         return;
