@@ -134,6 +134,13 @@ static int g_thread_trains;    /* g_thread ran a backward pass or an optimizer s
 static int g_depth;
 static uint64_t g_steps; /* steps begun (the step model below) */
 static int64_t g_in_t;
+static uintptr_t g_in_iter; /* the iterator of the __next__ open (held_stop) */
+/* The iterator of the last batch fetched under no_grad (an eval loop's),
+ * until a backward pass takes one of its batches or it is dropped: its
+ * next grad-enabled batch is not held.  A framework's eval loop keeps its
+ * iterator (Lightning's limit_val_batches) and its last batch's grad mode,
+ * asked at the next fetch (settle_batch), is the training loop's. */
+static uintptr_t g_eval_iter;
 
 /* The closed steps, through the one step accounting (steps.c, follow.c):
  * thresholds and stats() see the numbers the report and /metrics see. */
@@ -1069,6 +1076,8 @@ static void confirm_batch(void)
     if (!g_b.have || g_b.added)
         return;
     g_b.added = 1;
+    if (__builtin_expect(g_b.iter == g_eval_iter, 0))
+        g_eval_iter = 0; /* it trains now */
     for (int L = TM_STEP_BY_BACKWARD; L <= TM_STEP_BY_OPTIMIZER; L++) {
         acc *a = &g_acc[L];
         if (!a->start)
@@ -1089,11 +1098,17 @@ static void confirm_batch(void)
  * batch that no backward pass followed before the next fetch is not yet an
  * eval batch: it is held, and the next backward pass makes the held
  * batches of the iterator it trains on (the one that returned a batch
- * last) part of the training step, data wait and all.  Held batches of
- * another iterator (an eval loop run with grad enabled) are eval batches,
+ * last) part of the training step, data wait and all.  A step may take
+ * one batch from each of several loaders (`zip(labeled, unlabeled)`, a
+ * second loader's `next()` inside the loop: semi-supervised training,
+ * domain adaptation, Lightning's CombinedLoader): the one batch held of
+ * another iterator is part of the step too.  Two or more held batches of
+ * another iterator are an eval loop run with grad enabled: eval batches,
  * written when a batch of another iterator comes back or a backward pass
- * runs; so is the oldest when more than HELD_MAX are held (accumulation
- * over more batches: the rest counted as before, as eval).  Before the
+ * runs (an eval loop of one batch with grad enabled reads as a second
+ * loader: its batch joins the next step); so is the oldest when more than
+ * HELD_MAX are held (accumulation over more batches: the rest counted as
+ * before, as eval).  Before the
  * first backward pass a batch is held only while no module forward has run
  * (a loop that prefetches has run none yet); a loop that fills the hold
  * without one is a data-only loop: its batches are loader steps, written
@@ -1136,15 +1151,34 @@ static void held_write(const held *h)
     emit_train(&s);
 }
 
-/* Writes the held batches of iterators other than keep (0: all of them). */
+/* Writes the held batches of iterators other than keep that hold two or
+ * more (eval runs), and all of them when keep is 0. */
 static void held_flush_some(uintptr_t keep)
 {
     int n = 0;
     for (int i = 0; i < g_nheld; i++) {
-        if (keep && g_held[i].iter == keep)
+        int runs = 0; /* batches held of this one's iterator */
+        for (int j = 0; keep && g_held[i].iter != keep && j < g_nheld; j++)
+            runs += g_held[j].iter == g_held[i].iter;
+        if (keep && runs < 2)
             g_held[n++] = g_held[i];
         else
             held_write(&g_held[i]);
+    }
+    g_nheld = n;
+}
+
+/* Writes the held batches of iterator it: an eval batch of it came back
+ * (a framework's eval loop whose first fetch ran with grad enabled, the
+ * rest under no_grad), so they are no batches of a step fed by two loaders. */
+static void held_flush_iter(uintptr_t it)
+{
+    int n = 0;
+    for (int i = 0; i < g_nheld; i++) {
+        if (g_held[i].iter == it)
+            held_write(&g_held[i]);
+        else
+            g_held[n++] = g_held[i];
     }
     g_nheld = n;
 }
@@ -1156,8 +1190,23 @@ static inline void held_flush(uintptr_t keep)
         held_flush_some(keep);
 }
 
-/* A backward pass on the batches of iterator iter: its held batches join
- * the open training steps, the others are written. */
+/* An iterator ended (StopIteration) after a backward pass was seen: its
+ * held batches are an eval run when a batch of another iterator is held
+ * too (the step's batch, fetched before an eval loop with grad enabled
+ * ran); alone, they are the prefetched batches of a last step (the HF
+ * Trainer's accumulation over accelerate's prefetching loader), kept. */
+static void held_stop(uintptr_t ended)
+{
+    for (int i = 0; i < g_nheld; i++)
+        if (g_held[i].iter != ended) {
+            held_flush_some(g_held[i].iter);
+            return;
+        }
+}
+
+/* A backward pass on the batches of iterator iter: its held batches and
+ * the one held batch of another iterator join the open training steps, the
+ * eval runs of others are written. */
 static void held_confirm(uintptr_t iter)
 {
     held_flush(iter);
@@ -1215,9 +1264,13 @@ static void settle_batch(int64_t t, uint32_t flags, int may_hold)
      * training batch (one a backward pass took) never needs it. */
     if (g_b.grad < 0)
         g_b.grad = g_b.bwd || grad_enabled();
-    if (may_hold && g_b.grad && !g_b.bwd && held_push(t))
+    if (may_hold && g_b.grad && !g_b.bwd && g_b.iter != g_eval_iter && held_push(t))
         return;
     if (!g_b.grad || (g_level >= TM_STEP_BY_BACKWARD && !g_b.bwd)) {
+        if (!g_b.grad)
+            g_eval_iter = g_b.iter;
+        if (g_nheld) /* its iterator's held batches: an eval run too */
+            held_flush_iter(g_b.iter);
         g_closed = (tm_inproc_step){
             .start_ns = g_b.entry, .end_ns = t, .data_wait_ns = wait, .phase = TM_STEP_EVAL};
     } else if (g_level == 0) {
@@ -1285,6 +1338,7 @@ static void repin(unsigned long th)
     g_depth = 0;
     g_have_closed = 0;
     g_nheld = g_no_hold0 = 0;
+    g_eval_iter = 0;
     memset(&g_b, 0, sizeof g_b);
     for (int L = TM_STEP_BY_BACKWARD; L <= TM_STEP_BY_OPTIMIZER; L++)
         g_acc[L] = (acc){.off0 = g_off_batches};
@@ -1326,6 +1380,7 @@ static long next_enter(PyObject *it)
         return 0;
     int64_t t = now_ns();
     g_in_t = t;
+    g_in_iter = (uintptr_t)it;
     g_in_cpu = g_mp_iter && Py_TYPE(it) == g_mp_iter && cpu_sample_due(&g_recv_tick)
                    ? thread_cpu_ns()
                    : -1;
@@ -1358,6 +1413,8 @@ static void next_exit(PyObject *arg)
         held_flush((uintptr_t)arg); /* an eval run with grad enabled ended, or began */
     else if (g_level < TM_STEP_BY_BACKWARD)
         held_flush(0); /* a loader loop's epoch ended: its held steps */
+    else if (g_nheld)
+        held_stop(g_in_iter);
     write_closed(got ? 0 : TM_STEP_ENDED_BY_STOP);
     if (got) {
         g_b.have = 1;
@@ -1521,6 +1578,8 @@ static PyObject *py_loader_dropped(PyObject *self, PyObject *it)
     (void)self;
     if (g_shut || !g_thread || thread_ident() != g_thread || g_depth > 0)
         Py_RETURN_NONE;
+    if (g_eval_iter == (uintptr_t)it)
+        g_eval_iter = 0; /* a new iterator may take its address */
     if (!g_b.have || g_b.added || g_b.iter != (uintptr_t)it)
         Py_RETURN_NONE;
     if (g_b.grad < 0) {
@@ -1599,6 +1658,7 @@ static PyObject *py_reset_steps(PyObject *self, PyObject *noargs)
     memset(g_acc, 0, sizeof g_acc);
     g_level = g_decided = g_npend = 0;
     g_nheld = g_no_hold0 = 0;
+    g_eval_iter = 0;
     g_lead = g_last_opt = -1;
     g_fwd_t = 0;
     g_written = 0;

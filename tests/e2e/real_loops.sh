@@ -10,7 +10,8 @@
 # --json` this asserts: steps equal the job's count (+-1); the data-wait
 # fraction within 5 points of the job's share; eval batches recorded apart
 # (phase eval in `dump --json`) and not counted as steps; no empty verdict
-# (steps > 0 where the report used to say "no steps"); and the input
+# (steps > 0 where the report used to say "no steps"); no more eval
+# records than the job's eval batches (+2); and the input
 # verdict: a loop without a DataLoader whose own batch preparation is slow
 # (CPU work here) gets input.main_prep with cause cpu and no DataLoader
 # advice (input.data_wait / input.cpu_bound), the same loop with fast
@@ -29,7 +30,11 @@
 # (thread_prefetch: prefetch_generator's BackgroundGenerator) has its own
 # steps and its wait on the queue, input.data_wait naming the thread
 # (thread_fed_steps) when the thread cannot keep up and input.ok when it
-# can (thread_prefetch_fast), never input.main_prep.
+# can (thread_prefetch_fast), never input.main_prep; a step fed by two
+# DataLoaders (two_loaders_zip: `zip(labeled, unlabeled)`; two_loaders_next:
+# the second loader's next() inside a loop over the first, started again
+# when it runs out), with an eval loop run with grad enabled every 15 steps,
+# has both fetches as its wait and only the eval loop's batches as eval.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -57,7 +62,8 @@ EXPECT = {"llm_memmap": ("input.main_prep", "cpu"), "manual_sgd": ("input.main_p
           "idle_workers": ("input.handoff", None), "llm_memmap_eval": ("input.main_prep", "cpu"),
           "loader_persistent": (None, None), "loader_iterable": (None, None),
           "loader_forkserver": (None, None), "thread_prefetch": ("input.data_wait", None),
-          "thread_prefetch_fast": ("input.ok", None)}
+          "thread_prefetch_fast": ("input.ok", None), "two_loaders_zip": (None, None),
+          "two_loaders_next": (None, None)}
 # evidence the expected finding must carry
 EVIDENCE = {"thread_prefetch": "thread_fed_steps"}
 LOADER_NEVER = {"input.main_prep", "input.cpu_bound", "input.disk_bound", "host_mem.worker_growth"}
@@ -71,7 +77,8 @@ NEVER = {"llm_memmap": {"input.data_wait", "input.cpu_bound", "input.disk_bound"
          "loader_persistent": LOADER_NEVER, "loader_iterable": LOADER_NEVER,
          "loader_forkserver": LOADER_NEVER,
          "thread_prefetch": {"input.main_prep", "input.cpu_bound", "input.disk_bound"},
-         "thread_prefetch_fast": {"input.main_prep", "input.data_wait"}}
+         "thread_prefetch_fast": {"input.main_prep", "input.data_wait"},
+         "two_loaders_zip": {"input.main_prep"}, "two_loaders_next": {"input.main_prep"}}
 oracle, rep, train, evals = runcheck.load(run)
 S = rep["summary"]
 bad = []
@@ -89,6 +96,10 @@ if share is not None and (dwf is None or abs(dwf - share) > 0.05):
 if oracle.get("eval_batches"):
     if len(evals) < oracle["eval_batches"]:
         bad.append("%d eval records, the job ran %d eval batches" % (len(evals), oracle["eval_batches"]))
+# and no more: a training batch written as eval (a second loader's batch,
+# a prefetched one) loses its wait from the steps
+if len(evals) > oracle.get("eval_batches", 0) + 2:
+    bad.append("%d eval records, the job ran %d eval batches" % (len(evals), oracle.get("eval_batches", 0)))
 if oracle.get("micro_batches"):
     mb = sum(o.get("micro_batches", 0) for o in train)
     if abs(mb - oracle["micro_batches"]) > 4:
@@ -125,12 +136,13 @@ half() { # name python
     # The sanitizer build: the report and dump of the binary under ASan on
     # one loop of each kind of boundary, not the whole matrix again.
     case ${BUILD:-} in *asan*) [ -n "$jobs" ] || jobs="grad_accum manual_sgd idle_workers" ;; esac
-    for job in ${jobs:-llm_memmap llm_memmap_fast grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver thread_prefetch thread_prefetch_fast}; do
+    for job in ${jobs:-llm_memmap llm_memmap_fast grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next}; do
         local run=$scratch/$name-$job script=$job envs=()
         [ "$job" = llm_memmap_fast ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=2048); }
         [ "$job" = llm_memmap_eval ] && { script=llm_memmap; envs=(JOB_EVAL_EVERY=10); }
         case $job in loader_*) script=loader_variants; envs=(JOB_VARIANT=${job#loader_}) ;; esac
         [ "$job" = thread_prefetch_fast ] && { script=thread_prefetch; envs=(JOB_ITEM_S=0.0001); }
+        case $job in two_loaders_*) script=two_loaders; envs=(JOB_VARIANT=${job#two_loaders_}) ;; esac
         ran=$((ran + 1))
         if ! env "${envs[@]}" "$TRAINMON" run -o "$run" -- "$PY" "$root/tests/jobs/$script.py" > "$run.out" 2>&1; then
             tail -n 20 "$run.out"; echo "  FAIL $job: trainmon run failed"; fails=$((fails + 1)); continue

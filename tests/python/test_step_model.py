@@ -408,3 +408,93 @@ def test_a_background_prefetcher_gives_way_to_the_thread_that_trains(tmp_path):
     got = sum(f["data_wait_ns"] for f in train[2:]) / 1e9
     assert abs(got - own) < 0.25 * own + 0.002, (got, own)
     assert sum(f["batches"] for f in fed) >= 8
+
+
+# Two loaders feeding one step (semi-supervised training, domain
+# adaptation, Lightning's CombinedLoader): `zip(a, b)`, then a second
+# loader's next() inside a loop over the first (started again when it runs
+# out), then an eval loop run with grad enabled between a step's fetch and
+# its backward pass, then eval loops under no_grad that keep their iterator
+# (the last eval batch's grad mode, asked at the next fetch, is training's).  Each step takes one batch of each loader: both are the
+# step's batches and both fetches its wait; none is an eval batch.
+TWO_LOADERS = r"""
+import json, time, torch, trainmon
+from torch.utils.data import DataLoader, Dataset
+trainmon.attach()
+
+class Slow(Dataset):
+    def __init__(self, n): self.n = n
+    def __len__(self): return self.n
+    def __getitem__(self, i):
+        time.sleep(0.002)
+        return torch.randn(4)
+
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+a = DataLoader(Slow(40), batch_size=2)        # 20 batches, ~4 ms each
+b = DataLoader(Slow(24), batch_size=4)        # 6 batches, ~8 ms each
+val = DataLoader(Slow(6), batch_size=2)       # 3 batches
+waits, evals = [], 0
+
+def fetch(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    waits.append(time.perf_counter() - t0)
+    return out
+
+def train(*xs):
+    loss = sum(model(x).pow(2).mean() for x in xs)
+    time.sleep(0.002)
+    opt.zero_grad(); loss.backward(); opt.step()
+
+pairs = iter(zip(a, b))
+while True:                                   # 6 steps: b runs out first
+    got = fetch(lambda: next(pairs, None))
+    if got is None:
+        break
+    train(*got)
+b_it = iter(b)
+def both():
+    global b_it
+    x = next(a_it)
+    try:
+        u = next(b_it)
+    except StopIteration:
+        b_it = iter(b)
+        u = next(b_it)
+    return x, u
+a_it = iter(a)
+for i in range(10):                           # 10 steps, b started again once
+    train(*fetch(both))
+for i in range(3):                            # 3 steps, each with an eval run inside
+    x = fetch(lambda: next(a_it))
+    for v in val:                             # grad enabled: no torch.no_grad()
+        model(v); evals += 1
+    train(x)
+v_it = iter(DataLoader(Slow(40), batch_size=2))
+for i in range(2):                            # 2 steps after an eval loop that keeps its iterator
+    with torch.no_grad():                     # (Lightning's limit_val_batches)
+        for _ in range(2):
+            model(next(v_it)); evals += 1
+    train(fetch(lambda: next(a_it)))
+print(json.dumps({"steps": 21, "waits": waits, "evals": evals}))
+"""
+
+
+def test_two_loaders_feeding_one_step_are_its_batches_and_its_wait(tmp_path):
+    out = last_json(run_script(TWO_LOADERS, tmp_path).stdout)
+    steps = [f for _, _, f in records(main_file(tmp_path), "step")]
+    train = [f for f in steps if f["phase"] == 1]
+    evals = [f for f in steps if f["phase"] == 2]
+    assert len(train) == 21 and all(f["boundary"] == 3 for f in train), steps
+    # a's batch that zip fetched before b ran out was waited for: it is the
+    # first batch of the next step (with one of each loader)
+    assert [f["batches"] for f in train] == [2] * 6 + [3] + [2] * 9 + [1] * 5, \
+        [f["batches"] for f in train]
+    # only the eval runs' batches are eval batches
+    assert len(evals) == out["evals"] == 13, [(f["step"], f["start_ns"]) for f in evals]
+    # the step's wait is both fetches (the job times them together); the
+    # first step's is left out (its start is the first fetch's exit or so)
+    own = sum(out["waits"][1:])
+    got = sum(f["data_wait_ns"] for f in train[1:]) / 1e9
+    assert abs(got - own) < 0.15 * own, (got, own)
