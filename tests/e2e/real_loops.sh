@@ -34,7 +34,9 @@
 # DataLoaders (two_loaders_zip: `zip(labeled, unlabeled)`; two_loaders_next:
 # the second loader's next() inside a loop over the first, started again
 # when it runs out), with an eval loop run with grad enabled every 15 steps,
-# has both fetches as its wait and only the eval loop's batches as eval.
+# has both fetches as its wait and only the eval loop's batches as eval;
+# accumulation over an endless cycle() of a 10-batch DataLoader (a new
+# iterator mid-step every 2.5 steps: grad_accum_cycle) counts as grad_accum.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -63,7 +65,7 @@ EXPECT = {"llm_memmap": ("input.main_prep", "cpu"), "manual_sgd": ("input.main_p
           "loader_persistent": (None, None), "loader_iterable": (None, None),
           "loader_forkserver": (None, None), "thread_prefetch": ("input.data_wait", None),
           "thread_prefetch_fast": ("input.ok", None), "two_loaders_zip": (None, None),
-          "two_loaders_next": (None, None)}
+          "two_loaders_next": (None, None), "grad_accum_cycle": (None, None)}
 # evidence the expected finding must carry
 EVIDENCE = {"thread_prefetch": "thread_fed_steps"}
 LOADER_NEVER = {"input.main_prep", "input.cpu_bound", "input.disk_bound", "host_mem.worker_growth"}
@@ -78,7 +80,8 @@ NEVER = {"llm_memmap": {"input.data_wait", "input.cpu_bound", "input.disk_bound"
          "loader_forkserver": LOADER_NEVER,
          "thread_prefetch": {"input.main_prep", "input.cpu_bound", "input.disk_bound"},
          "thread_prefetch_fast": {"input.main_prep", "input.data_wait"},
-         "two_loaders_zip": {"input.main_prep"}, "two_loaders_next": {"input.main_prep"}}
+         "two_loaders_zip": {"input.main_prep"}, "two_loaders_next": {"input.main_prep"},
+         "grad_accum_cycle": {"input.main_prep"}}
 oracle, rep, train, evals = runcheck.load(run)
 S = rep["summary"]
 bad = []
@@ -136,12 +139,13 @@ half() { # name python
     # The sanitizer build: the report and dump of the binary under ASan on
     # one loop of each kind of boundary, not the whole matrix again.
     case ${BUILD:-} in *asan*) [ -n "$jobs" ] || jobs="grad_accum manual_sgd idle_workers" ;; esac
-    for job in ${jobs:-llm_memmap llm_memmap_fast grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next}; do
+    for job in ${jobs:-llm_memmap llm_memmap_fast grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next grad_accum_cycle}; do
         local run=$scratch/$name-$job script=$job envs=()
         [ "$job" = llm_memmap_fast ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=2048); }
         [ "$job" = llm_memmap_eval ] && { script=llm_memmap; envs=(JOB_EVAL_EVERY=10); }
         case $job in loader_*) script=loader_variants; envs=(JOB_VARIANT=${job#loader_}) ;; esac
         [ "$job" = thread_prefetch_fast ] && { script=thread_prefetch; envs=(JOB_ITEM_S=0.0001); }
+        [ "$job" = grad_accum_cycle ] && { script=grad_accum; envs=(JOB_CYCLE=1); }
         case $job in two_loaders_*) script=two_loaders; envs=(JOB_VARIANT=${job#two_loaders_}) ;; esac
         ran=$((ran + 1))
         if ! env "${envs[@]}" "$TRAINMON" run -o "$run" -- "$PY" "$root/tests/jobs/$script.py" > "$run.out" 2>&1; then

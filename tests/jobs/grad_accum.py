@@ -1,6 +1,9 @@
 """(2) Gradient accumulation: 4 micro-batches per optimizer step from a
 DataLoader whose dataset costs a known time per item.  Steps: optimizer
-steps (not micro-batches)."""
+steps (not micro-batches).  JOB_CYCLE=1 takes the batches from an endless
+`cycle()` generator over a DataLoader of 10 batches, as diffusion and GAN
+training code does (`data = cycle(dl)`, `next(data)` per micro-batch): a
+new epoch, and a new iterator, every 2.5 steps, mid-step."""
 import os
 import sys
 import time
@@ -14,11 +17,12 @@ from common import Clock, busy  # noqa: E402
 ACCUM = 4
 STEPS = int(os.environ.get("JOB_STEPS", "20"))
 ITEM_S = float(os.environ.get("JOB_ITEM_S", "0.0003"))
+CYCLE = os.environ.get("JOB_CYCLE") == "1"
 
 
 class Slow(Dataset):
     def __len__(self):
-        return 10 ** 6
+        return 80 if CYCLE else 10 ** 6
 
     def __getitem__(self, i):
         time.sleep(ITEM_S)
@@ -28,7 +32,16 @@ class Slow(Dataset):
 model = torch.nn.Sequential(torch.nn.Linear(32, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 clock = Clock()
-it = iter(DataLoader(Slow(), batch_size=8, num_workers=0))
+
+
+def cycle(dl):
+    while True:
+        for batch in dl:
+            yield batch
+
+
+loader = DataLoader(Slow(), batch_size=8, num_workers=0)
+it = cycle(loader) if CYCLE else iter(loader)
 for step in range(STEPS):
     for micro in range(ACCUM):
         x, y = clock.fetch(lambda: next(it))
