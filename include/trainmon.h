@@ -643,6 +643,10 @@ enum {
      * and data_wait_ns is the loop's time from the step's start to its first
      * forward, its wait for them (docs/DIAGNOSIS.md "The step model"). */
     TM_STEP_FED_BY_THREAD = 1u << 2,
+    /* The optimizer step was skipped: AMP's GradScaler found inf/NaN in the
+     * gradients at the loss scale and did not call optimizer.step() (the
+     * step ends at scaler.step(); docs/DIAGNOSIS.md "amp.skipped_steps"). */
+    TM_STEP_SKIPPED = 1u << 3,
 };
 
 /* What ended a step (the step model, docs/DIAGNOSIS.md "The step model"):
@@ -1008,6 +1012,13 @@ typedef struct tm_steptally {
     /* After warm-up, the steps fed by a background thread
      * (TM_STEP_FED_BY_THREAD). */
     uint64_t fed_steps;
+    /* All complete steps whose optimizer step GradScaler skipped
+     * (TM_STEP_SKIPPED), warm-up included; the skipped steps in a row that
+     * end the steps added so far and the longest such run (merged: the
+     * largest of the ranks'); the highest skipped step number + 1 (0: none);
+     * the skipped steps' summed duration (s). */
+    uint64_t skipped_steps, skip_run_end, skip_run_max, skip_last;
+    double skipped_s;
 } tm_steptally;
 
 void tm_steptally_init(tm_steptally *t);

@@ -30,6 +30,8 @@ Hooks installed by attach() (docs/ARCHITECTURE.md):
     torch's own wrapper (when the class's first instance is made, or at
     attach for classes already in use); torch's global step hooks only
     where Optimizer has no __init__ to wrap.
+  - AMP's GradScaler.step: a C Hook that ends the step where the scaler
+    skipped the optimizer's step (inf/NaN gradients), flagged skipped.
   - torch's autograd engine (its run_backward, which torch.autograd.backward
     and Tensor.backward call): backward passes, timed by an engine of a
     subtype of torch's put in its place (where the engine is not as
@@ -892,6 +894,23 @@ def _make_optstep(step):
     return h
 
 
+def _install_amp(torch):
+    """AMP's GradScaler.step (torch.amp.GradScaler on 2.x,
+    torch.cuda.amp.GradScaler on 1.x): a Hook (C) that ends the step where
+    the scaler skipped the optimizer's step (inf/NaN gradients), flagged
+    skipped (rules_amp.c).  Subclasses that do not define step run the
+    wrapped one."""
+    for name in ("torch.amp.grad_scaler", "torch.cuda.amp.grad_scaler"):
+        cls = getattr(sys.modules.get(name), "GradScaler", None)
+        step = getattr(cls, "__dict__", {}).get("step")
+        if step is not None and callable(step) and not getattr(step, "_trainmon", False):
+            import functools
+            h = _c.hook("ampstep", step)
+            functools.update_wrapper(h, step)
+            h._trainmon = True
+            _patch(cls, "step", h)
+
+
 def _forward_hooks(nnm):
     """torch's global forward pre-hook dict, as the step model sees the
     first forward after a step boundary (loops without a DataLoader): while
@@ -1555,6 +1574,10 @@ def attach(run_dir=None, memory_history=None):
             _install_collectives(torch)
         except Exception as e:
             _report_exc("collective timing", e)
+        try:
+            _install_amp(torch)
+        except Exception as e:
+            _report_exc("AMP skipped-step timing", e)
         try:
             nnm = sys.modules.get("torch.nn.modules.module")
             Module = getattr(nnm, "Module", None)

@@ -759,6 +759,10 @@ static int g_cdepth, g_coll_seen;
  * inproc.boundaries event at exit): batches fetched on the training
  * thread, backward passes, lead-optimizer steps, a forward seen. */
 static uint64_t g_n_batches, g_n_bwd, g_n_opt;
+/* optimizer steps of any optimizer (opt_post's calls), and the lead's
+ * steps that AMP's GradScaler skipped (hook_ampstep) */
+static uint64_t g_opt_calls, g_n_skipped;
+static int g_ampdepth;     /* in GradScaler.step (hook_ampstep) */
 static uint64_t g_n_fetch; /* fetches in this process (num_workers=0), hook or not */
 /* The main process's fetch Hooks are taken out (the glue's _fetch_unhook)
  * once a __next__ came back: from then on the step model has the batches,
@@ -1650,6 +1654,7 @@ static PyObject *py_reset_steps(PyObject *self, PyObject *noargs)
     g_bwd_t0 = g_coll_t0 = 0;
     g_coll_seen = 0;
     g_n_batches = g_n_bwd = g_n_opt = g_n_fetch = 0;
+    g_opt_calls = g_n_skipped = g_ampdepth = 0;
     g_fetch_off = 0;
     g_in_eval = 0;
     g_in_cpu = -1;
@@ -1733,13 +1738,14 @@ static PyObject *py_stats(PyObject *self, PyObject *noargs)
     else
         snprintf(clk, sizeof clk, "clock_gettime: %s", g_clk.off_why ? g_clk.off_why : "off");
     PyObject *d = Py_BuildValue(
-        "{s:K,s:K,s:K,s:d,s:d,s:s,s:s,s:K,s:K,s:I,s:K,s:K}", "steps", (unsigned long long)g_steps,
-        "steps_closed", (unsigned long long)g_tally.steps, "steps_counted",
-        (unsigned long long)tm_steptally_total(&g_tally, false), "recent_data_wait_s", wait,
-        "recent_step_time_s", dur, "run_dir", g_run_dir, "clock", clk, "clock_tsc_reads",
-        (unsigned long long)g_clk.tsc_reads, "clock_anchors", (unsigned long long)g_clk.anchors,
-        "clock_recalibrations", (unsigned int)g_clk.recalibs, "thread_fed_batches",
-        (unsigned long long)g_off_batches, "thread_repins", (unsigned long long)g_repins);
+        "{s:K,s:K,s:K,s:d,s:d,s:s,s:s,s:K,s:K,s:I,s:K,s:K,s:K}", "steps",
+        (unsigned long long)g_steps, "steps_closed", (unsigned long long)g_tally.steps,
+        "steps_counted", (unsigned long long)tm_steptally_total(&g_tally, false),
+        "recent_data_wait_s", wait, "recent_step_time_s", dur, "run_dir", g_run_dir, "clock", clk,
+        "clock_tsc_reads", (unsigned long long)g_clk.tsc_reads, "clock_anchors",
+        (unsigned long long)g_clk.anchors, "clock_recalibrations", (unsigned int)g_clk.recalibs,
+        "thread_fed_batches", (unsigned long long)g_off_batches, "thread_repins",
+        (unsigned long long)g_repins, "optimizer_steps_skipped", (unsigned long long)g_n_skipped);
     PyObject *f = isnan(frac) ? (Py_INCREF(Py_None), Py_None) : PyFloat_FromDouble(frac);
     if (!d || !f || PyDict_SetItemString(d, "data_wait_fraction", f) < 0) {
         Py_XDECREF(d);
@@ -1900,7 +1906,7 @@ static int anatomy_due(uint64_t n)
  * a step, where there were two); any other is written as an
  * optimizer-step record of its own.  Returns the flags of threshold
  * callbacks due. */
-static long opt_post(long no)
+static long opt_end(long no, uint32_t flags)
 {
     int64_t t = step_end_ns();
     int64_t t0 = g_opt_t0 ? g_opt_t0 : t;
@@ -1911,6 +1917,8 @@ static long opt_post(long no)
     int lead = mine && (g_lead < 0 || no == g_lead || no == g_last_opt);
     if (mine)
         g_last_opt = no;
+    if (!lead && (flags & TM_STEP_SKIPPED))
+        return 0; /* another optimizer's skipped step: no step of its own to write */
     if (!lead) {
         tm_inproc_optstep o = {
             .step = g_steps, .start_ns = t0, .end_ns = t, .optimizer = (uint32_t)no};
@@ -1919,13 +1927,23 @@ static long opt_post(long no)
         return 0;
     }
     g_lead = no;
-    g_n_opt++;
     held_flush(0); /* no backward pass took them: as they were before */
     g_level = TM_STEP_BY_OPTIMIZER;
     confirm_batch();
-    close_acc(TM_STEP_BY_OPTIMIZER, t, 0, t0, no);
+    close_acc(TM_STEP_BY_OPTIMIZER, t, flags, t0, no);
+    if (flags & TM_STEP_SKIPPED) {
+        g_n_skipped++;
+        return take_flags();
+    }
+    g_n_opt++;
     g_pending_flags |= anatomy_due(g_n_opt); /* memory anatomy (#16): the one line here */
     return take_flags();
+}
+
+static long opt_post(long no)
+{
+    g_opt_calls++;
+    return opt_end(no, 0);
 }
 
 static PyObject *py_opt_post(PyObject *self, PyObject *arg)
@@ -2075,9 +2093,10 @@ static PyObject *py_opt_post_hook(PyObject *self, PyObject *const *args, Py_ssiz
 /* A Hook wraps torch's function orig: HOOK_BACKWARD torch.autograd.backward,
  * HOOK_NEXT _BaseDataLoaderIter.__next__, HOOK_OPTSTEP an optimizer class's
  * step (torch's profiling wrapper, which calls the global step hooks),
- * HOOK_FETCH a dataset fetcher's fetch (aux: torch's get_worker_info);
- * the methods bind to the instance as a function does. */
-enum { HOOK_BACKWARD, HOOK_NEXT, HOOK_OPTSTEP, HOOK_FETCH };
+ * HOOK_FETCH a dataset fetcher's fetch (aux: torch's get_worker_info),
+ * HOOK_AMPSTEP AMP's GradScaler.step; the methods bind to the instance as
+ * a function does. */
+enum { HOOK_BACKWARD, HOOK_NEXT, HOOK_OPTSTEP, HOOK_FETCH, HOOK_AMPSTEP };
 
 typedef struct {
     PyObject_HEAD PyObject *orig;
@@ -2151,6 +2170,36 @@ static PyObject *hook_optstep(PyObject *callable, PyObject *const *args, size_t 
     if (!out)
         PyErr_Fetch(&et, &ev, &tb);
     return pass_through(out, et, ev, tb, boundary(opt_post(opt_number(args[0]))));
+}
+
+/* GradScaler.step(optimizer, ...) (AMP): it calls optimizer.step() unless
+ * the gradients hold inf/NaN at the loss scale, when it skips the update
+ * (and its update() halves the scale).  A skipped step still ends the
+ * job's iteration: without this it ran on into the next one (two
+ * iterations one step, their batches and micro-batches together, and the
+ * job's own step count off by the skips).  So when scaler.step returns and
+ * no optimizer step ran inside it, the step ends here, flagged
+ * TM_STEP_SKIPPED (rules_amp.c).  A disabled scaler calls the step: seen,
+ * nothing to do.  Only the outermost call counts (a subclass's step
+ * calling its parent's); an exception passes through, and ends nothing
+ * (an optimizer step that raised ended the step already). */
+
+static PyObject *hook_ampstep(PyObject *callable, PyObject *const *args, size_t nargsf,
+                              PyObject *kwnames)
+{
+    Hook *h = (Hook *)callable;
+    if (PyVectorcall_NARGS(nargsf) < 2 || g_ampdepth)
+        return PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
+    g_ampdepth = 1;
+    uint64_t n0 = g_opt_calls;
+    int64_t t0 = now_ns();
+    PyObject *out = PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
+    g_ampdepth = 0;
+    if (!out || g_opt_calls != n0)
+        return out;
+    g_opt_t0 = t0;
+    return pass_through(out, NULL, NULL, NULL,
+                        boundary(opt_end(opt_number(args[1]), TM_STEP_SKIPPED)));
 }
 
 static PyObject *py_worker_batch(PyObject *self, PyObject *args);
@@ -2273,8 +2322,8 @@ static PyTypeObject HookType = {
     .tp_dealloc = (destructor)hook_dealloc,
 };
 
-/* hook(kind, orig[, aux]): a Hook ("backward", "next", "optstep" or
- * "fetch", whose aux is get_worker_info) around orig. */
+/* hook(kind, orig[, aux]): a Hook ("backward", "next", "optstep", "ampstep"
+ * or "fetch", whose aux is get_worker_info) around orig. */
 static PyObject *py_hook(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -2286,6 +2335,7 @@ static PyObject *py_hook(PyObject *self, PyObject *args)
             : strcmp(kind, "next") == 0    ? HOOK_NEXT
             : strcmp(kind, "optstep") == 0 ? HOOK_OPTSTEP
             : strcmp(kind, "fetch") == 0   ? HOOK_FETCH
+            : strcmp(kind, "ampstep") == 0 ? HOOK_AMPSTEP
                                            : -1;
     if (k < 0 || !PyCallable_Check(orig) || (k == HOOK_FETCH) != (aux != NULL)) {
         PyErr_Format(PyExc_ValueError, "trainmon: hook(%s, ...): no such hook", kind);
@@ -2300,10 +2350,11 @@ static PyObject *py_hook(PyObject *self, PyObject *args)
     h->aux = aux;
     h->dict = NULL;
     h->kind = k;
-    h->vectorcall = k == HOOK_BACKWARD ? hook_backward
-                    : k == HOOK_NEXT   ? hook_next
-                    : k == HOOK_FETCH  ? hook_fetch
-                                       : hook_optstep;
+    h->vectorcall = k == HOOK_BACKWARD  ? hook_backward
+                    : k == HOOK_NEXT    ? hook_next
+                    : k == HOOK_FETCH   ? hook_fetch
+                    : k == HOOK_AMPSTEP ? hook_ampstep
+                                        : hook_optstep;
     PyObject_GC_Track(h);
     return (PyObject *)h;
 }

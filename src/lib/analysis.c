@@ -39,6 +39,7 @@ static const struct tm_rule rules[] = {
     {.id = "steps.unsegmented", .max = TM_SEV_LOW, .run = tm_rule_steps_unsegmented},
     {.id = "steps.hook_silent", .max = TM_SEV_HIGH, .run = tm_rule_steps_hook_silent},
     {.id = "run.measure_off", .max = TM_SEV_LOW, .run = tm_rule_run_measure_off},
+    {.id = "amp.skipped_steps", .max = TM_SEV_HIGH, .run = tm_rule_amp_skipped_steps},
     {.id = "input.ok", .max = TM_SEV_INFO, .run = tm_rule_input_ok},
     {.id = "input.disk_bound", .max = TM_SEV_HIGH, .run = tm_rule_input_disk_bound},
     {.id = "input.cpu_bound", .max = TM_SEV_HIGH, .run = tm_rule_input_cpu_bound},

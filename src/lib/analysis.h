@@ -27,6 +27,22 @@
  * The one step accounting (steps.c) applies it; this name stays for the
  * documentation's sake. */
 #define TM_AN_WARMUP_STEPS TM_STEP_WARMUP
+/* amp.skipped_steps: AMP's GradScaler skips the optimizer step when the
+ * gradients hold inf/NaN at the loss scale and halves the scale
+ * (backoff_factor 0.5).  From its default init_scale 2^16, 16 skips bring
+ * the scale to 1: the start's backoff, normal.  Later it doubles the scale
+ * after growth_interval (2000) steps without a skip and one overflow pulls
+ * it back: about one skip per 2,000 steps (0.05%) in a healthy run.  A
+ * share of 1% is 20 times that (medium); at 25% a quarter of the run's
+ * compute is thrown away (high, and the verdict before an input finding).  More skipped steps in
+ * a row than the 20 halvings from 2^16 to below 2^-4 that end the run: no
+ * scale removes the inf/NaN, so the loss or the weights are NaN and the
+ * model stopped learning (high).  (torch.amp.GradScaler's defaults and
+ * documentation, torch/amp/grad_scaler.py.) */
+#define TM_AN_AMP_BACKOFF_SKIPS 16
+#define TM_AN_AMP_SKIP_SHARE 0.01
+#define TM_AN_AMP_SKIP_HIGH 0.25
+#define TM_AN_AMP_DEAD_RUN 20
 /* Storage signals, each one vote for "the storage is the limit".  A
  * storage verdict needs positive evidence (workers in D state, or the disk
  * behind the data busy while the workers read from it): workers that are

@@ -67,6 +67,7 @@ static const view step_view[] = {
     {"end_of_epoch", NULL, V_FLAG, 0, F_STEP_flags, 0, TM_STEP_ENDED_BY_STOP},
     {"at_exit", NULL, V_FLAG, 0, F_STEP_flags, 0, TM_STEP_ENDED_AT_EXIT},
     {"fed_by_thread", NULL, V_FLAG, 0, F_STEP_flags, 0, TM_STEP_FED_BY_THREAD},
+    {"skipped", NULL, V_FLAG, 0, F_STEP_flags, 0, TM_STEP_SKIPPED},
 };
 
 static const view capture_view[] = {

@@ -81,6 +81,8 @@ void tm_rule_data_hung_mount(struct an *an);
 void tm_rule_steps_unsegmented(struct an *an);
 void tm_rule_steps_hook_silent(struct an *an);
 void tm_rule_run_measure_off(struct an *an);
+/* rules_amp.c: optimizer steps AMP's GradScaler skipped */
+void tm_rule_amp_skipped_steps(struct an *an);
 /* rules_gpu.c */
 void tm_rule_gpu_underutilized(struct an *an);
 /* rules_gpu_swing.c */

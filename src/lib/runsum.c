@@ -848,6 +848,11 @@ static void summarize_run(tm_runview *v, tm_an_summary *S, const tm_an_rank *ran
     S->eval_steps = (size_t)all->eval_steps;
     S->prep_steps = (size_t)all->prep_steps;
     S->fed_steps = (size_t)all->fed_steps;
+    S->skipped_steps = (size_t)all->skipped_steps;
+    S->skipped_s = all->skipped_s;
+    S->skip_run_end = (size_t)all->skip_run_end;
+    S->skip_run_max = (size_t)all->skip_run_max;
+    S->skip_last_step = all->skip_last ? all->skip_last - 1 : 0;
     S->prep_cpu_share = all->prep_cpu_known_s > 0 ? all->prep_cpu_s / all->prep_cpu_known_s : NAN;
     S->recv_cpu_share = all->recv_known_s > 0 ? all->recv_cpu_s / all->recv_known_s : NAN;
     workers_handoff(wk, nwk, S, x);

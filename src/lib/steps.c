@@ -70,6 +70,16 @@ bool tm_steptally_add(tm_steptally *t, const tm_inproc_step *s)
     if (!tm_step_times(s, &d, &w))
         return false;
     t->steps++;
+    if (s->flags & TM_STEP_SKIPPED) {
+        t->skipped_steps++;
+        t->skipped_s += d;
+        if (++t->skip_run_end > t->skip_run_max)
+            t->skip_run_max = t->skip_run_end;
+        if (s->step != UINT64_MAX && s->step + 1 > t->skip_last)
+            t->skip_last = s->step + 1;
+    } else {
+        t->skip_run_end = 0;
+    }
     if (t->warmup < TM_STEP_WARMUP) {
         t->warmup++;
         t->warm_step_s += d;
@@ -166,6 +176,14 @@ void tm_steptally_merge(tm_steptally *into, const tm_steptally *from)
     into->recv_cpu_s += from->recv_cpu_s;
     into->recv_known_s += from->recv_known_s;
     into->fed_steps += from->fed_steps;
+    into->skipped_steps += from->skipped_steps;
+    into->skipped_s += from->skipped_s;
+    if (from->skip_run_end > into->skip_run_end)
+        into->skip_run_end = from->skip_run_end;
+    if (from->skip_run_max > into->skip_run_max)
+        into->skip_run_max = from->skip_run_max;
+    if (from->skip_last > into->skip_last)
+        into->skip_last = from->skip_last;
 }
 
 void tm_stepwin_add(tm_stepwin *w, double dur_s, double wait_s)

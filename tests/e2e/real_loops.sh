@@ -36,7 +36,11 @@
 # when it runs out), with an eval loop run with grad enabled every 15 steps,
 # has both fetches as its wait and only the eval loop's batches as eval;
 # accumulation over an endless cycle() of a 10-batch DataLoader (a new
-# iterator mid-step every 2.5 steps: grad_accum_cycle) counts as grad_accum.
+# iterator mid-step every 2.5 steps: grad_accum_cycle) counts as grad_accum;
+# a GradScaler loop whose weights overflow at a learning-rate spike (amp_nan,
+# torch 2.x: GradScaler on the CPU) has every iteration a step and
+# amp.skipped_steps with the job's own count of skipped steps and the step
+# it stopped learning at (on torch 1.x it runs without a scaler: no finding).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -65,7 +69,8 @@ EXPECT = {"llm_memmap": ("input.main_prep", "cpu"), "manual_sgd": ("input.main_p
           "loader_persistent": (None, None), "loader_iterable": (None, None),
           "loader_forkserver": (None, None), "thread_prefetch": ("input.data_wait", None),
           "thread_prefetch_fast": ("input.ok", None), "two_loaders_zip": (None, None),
-          "two_loaders_next": (None, None), "grad_accum_cycle": (None, None)}
+          "two_loaders_next": (None, None), "grad_accum_cycle": (None, None),
+          "amp_nan": ("amp.skipped_steps", None)}
 # evidence the expected finding must carry
 EVIDENCE = {"thread_prefetch": "thread_fed_steps"}
 LOADER_NEVER = {"input.main_prep", "input.cpu_bound", "input.disk_bound", "host_mem.worker_growth"}
@@ -81,7 +86,7 @@ NEVER = {"llm_memmap": {"input.data_wait", "input.cpu_bound", "input.disk_bound"
          "thread_prefetch": {"input.main_prep", "input.cpu_bound", "input.disk_bound"},
          "thread_prefetch_fast": {"input.main_prep", "input.data_wait"},
          "two_loaders_zip": {"input.main_prep"}, "two_loaders_next": {"input.main_prep"},
-         "grad_accum_cycle": {"input.main_prep"}}
+         "grad_accum_cycle": {"input.main_prep"}, "amp_nan": set()}
 oracle, rep, train, evals = runcheck.load(run)
 S = rep["summary"]
 bad = []
@@ -109,6 +114,19 @@ if oracle.get("micro_batches"):
         bad.append("%d micro-batches recorded, the job ran %d" % (mb, oracle["micro_batches"]))
 ids = {f["id"]: f for f in rep.get("findings", [])}
 want, cause = EXPECT[job]
+if job == "amp_nan":
+    if oracle.get("amp_skipped") is None:  # torch 1.x: no GradScaler on the CPU
+        want = None
+        if "amp.skipped_steps" in ids:
+            bad.append("amp.skipped_steps without a GradScaler")
+    elif "amp.skipped_steps" in ids:
+        ev = ids["amp.skipped_steps"]["evidence"]
+        got = (ev.get("skipped_steps"), ev.get("skipped_in_a_row_at_end"))
+        if got != (oracle["amp_skipped"], oracle["steps"] - oracle["amp_dead_from"]):
+            bad.append("amp.skipped_steps %s, the job skipped %s from step %s on"
+                       % (got, oracle["amp_skipped"], oracle["amp_dead_from"]))
+        if "from step %d on" % oracle["amp_dead_from"] not in ids["amp.skipped_steps"]["title"]:
+            bad.append("amp.skipped_steps title: %s" % ids["amp.skipped_steps"]["title"])
 if want and want not in ids:
     bad.append("no %s among %s" % (want, sorted(ids)))
 elif want and cause and ids[want]["evidence"].get("cause") != cause:
@@ -139,7 +157,7 @@ half() { # name python
     # The sanitizer build: the report and dump of the binary under ASan on
     # one loop of each kind of boundary, not the whole matrix again.
     case ${BUILD:-} in *asan*) [ -n "$jobs" ] || jobs="grad_accum manual_sgd idle_workers" ;; esac
-    for job in ${jobs:-llm_memmap llm_memmap_fast grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next grad_accum_cycle}; do
+    for job in ${jobs:-llm_memmap llm_memmap_fast grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next grad_accum_cycle amp_nan}; do
         local run=$scratch/$name-$job script=$job envs=()
         [ "$job" = llm_memmap_fast ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=2048); }
         [ "$job" = llm_memmap_eval ] && { script=llm_memmap; envs=(JOB_EVAL_EVERY=10); }

@@ -59,7 +59,7 @@ def test_dump_json_names_fields_as_read_records_does(every_type, trainmon_bin):
     dumped = [o for o in dumped if o["type"] in schema]
     assert len(dumped) == len(recs)
     derived = {"duration_s", "data_wait_s", "batch_time_s", "end_of_epoch", "at_exit",
-               "fed_by_thread"}
+               "fed_by_thread", "skipped"}
     for o, (kind, _, fields) in zip(dumped, recs):
         assert o["type"] == kind
         keys = set(o) - DUMP_FRAME

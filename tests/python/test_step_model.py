@@ -498,3 +498,53 @@ def test_two_loaders_feeding_one_step_are_its_batches_and_its_wait(tmp_path):
     own = sum(out["waits"][1:])
     got = sum(f["data_wait_ns"] for f in train[1:]) / 1e9
     assert abs(got - own) < 0.15 * own, (got, own)
+
+
+# AMP: GradScaler.step skips the optimizer's step when the gradients hold
+# inf/NaN at the loss scale.  The iteration still ends there: each is one
+# step (flag 8, skipped, on exactly the iterations the scaler skipped), not
+# two iterations run together.  Two optimizers under one scaler (a GAN's):
+# the second's skipped step writes nothing of its own.  On torch 1.x
+# without CUDA the scaler disables itself and only steps: no step skipped.
+AMP = r"""
+import json, warnings, torch, trainmon
+trainmon.attach()
+g, d = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)
+opt_g = torch.optim.SGD(g.parameters(), lr=0.01)
+opt_d = torch.optim.SGD(d.parameters(), lr=0.01)
+try:
+    scaler = torch.amp.GradScaler("cpu")          # torch >= 2.3
+except (AttributeError, TypeError):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        scaler = torch.cuda.amp.GradScaler()      # 1.x, no CUDA: disabled
+on = scaler.is_enabled()
+skipped = []
+for i in range(24):
+    loss = d(g(torch.randn(8, 4))).pow(2).mean()
+    if on and i in (3, 4, 10):
+        loss = loss * float("inf")                # inf gradients: the update is skipped
+    scale = scaler.get_scale() if on else None
+    scaler.scale(loss).backward()
+    scaler.step(opt_g)
+    scaler.step(opt_d)
+    scaler.update()
+    if on and scaler.get_scale() < scale:
+        skipped.append(i)
+    opt_g.zero_grad(); opt_d.zero_grad()
+print(json.dumps({"skipped": skipped, "enabled": on, "stats": trainmon.stats()}))
+"""
+
+
+def test_a_step_amps_grad_scaler_skipped_is_one_step_flagged_skipped(tmp_path):
+    out = last_json(run_script(AMP, tmp_path).stdout)
+    steps = [f for _, _, f in records(main_file(tmp_path), "step")]
+    train = [f for f in steps if f["phase"] == 1]
+    assert len(train) == 24 and all(f["boundary"] == 3 and f["micro_batches"] == 1
+                                    for f in train), train
+    assert [f["step"] for f in train if f["flags"] & 8] == out["skipped"]
+    assert out["stats"]["optimizer_steps_skipped"] == len(out["skipped"])
+    # the second optimizer's steps that ran are its own records; its skipped ones none
+    assert len(records(main_file(tmp_path), "optimizer_step")) == 24 - len(out["skipped"])
+    if out["enabled"]:
+        assert out["skipped"] == [3, 4, 10], out

@@ -305,6 +305,87 @@ static void test_a_loop_fed_by_a_background_thread_is_told_to_use_workers(void *
     done(&run, &a);
 }
 
+/* n optimizer steps of 0.1 s, those for which skipped(i) flagged
+ * TM_STEP_SKIPPED (AMP's GradScaler skipped the update), into one file;
+ * the analysis of it. */
+static tm_analysis *amp_run(tm_run **run, size_t n, bool (*skipped)(size_t))
+{
+    tm_rec *r = open_rec("pid42.tmr", "pid42", -1);
+    uint8_t buf[128];
+    for (size_t i = 0; i < n; i++) {
+        tm_inproc_step s = {.step = i,
+                            .start_ns = at(0.1 * (double)i),
+                            .end_ns = at(0.1 * (double)(i + 1)),
+                            .flags = skipped(i) ? TM_STEP_SKIPPED : 0,
+                            .boundary = TM_STEP_BY_OPTIMIZER,
+                            .phase = TM_STEP_TRAIN,
+                            .micro_batches = 1,
+                            .batches = 1,
+                            .prep_ns = -1,
+                            .prep_cpu_ns = -1,
+                            .backward_ns = -1,
+                            .wait_cpu_ns = -1,
+                            .collective_ns = -1,
+                            .opt_start_ns = -1,
+                            .optimizer = 0};
+        int len = tm_inproc_encode_step(&s, buf, sizeof buf);
+        assert_true(len > 0);
+        assert_int_equal(tm_rec_append(r, TM_REC_STEP, s.end_ns, buf, (uint32_t)len), 0);
+    }
+    tm_rec_close(&r);
+    return analyze(run);
+}
+
+static bool skip_backoff(size_t i)
+{
+    return i < 12; /* the scale backing off from 2^16 at the start */
+}
+static bool skip_every_fifth(size_t i)
+{
+    return i % 5 == 0;
+}
+static bool skip_from_150(size_t i)
+{
+    return i >= 150; /* the loss went NaN at step 150 */
+}
+
+static void test_amp_skipped_steps_beyond_the_backoff_are_a_finding(void **st)
+{
+    (void)st;
+    tm_run *run;
+    /* 12 skips at the start of 200 steps: GradScaler backing off, no finding */
+    tm_analysis *a = amp_run(&run, 200, skip_backoff);
+    assert_int_equal(a->sum.steps_total, 200); /* skipped steps are steps */
+    assert_int_equal(a->sum.skipped_steps, 12);
+    assert_null(tm_analysis_find(a, "amp.skipped_steps"));
+    done(&run, &a);
+    /* every fifth of 200 skipped: 40 (20%), medium (>= 1%, < 25%) */
+    a = amp_run(&run, 200, skip_every_fifth);
+    const tm_finding *f = tm_analysis_find(a, "amp.skipped_steps");
+    assert_non_null(f);
+    assert_int_equal(f->severity, TM_SEV_MEDIUM);
+    assert_true(ev_num(f, "skipped_steps") == 40);
+    assert_true(fabs(ev_num(f, "time_lost_s") - 4.0) < 1e-6);    /* 40 x 0.1 s */
+    assert_true(fabs(ev_num(f, "skipped_share") - 0.2) < 1e-12); /* 40 / 200 */
+    assert_true(ev_num(f, "skipped_in_a_row_at_end") == 0);      /* step 199 ran */
+    assert_non_null(strstr(f->title, "skipped 40 of 200 optimizer steps (20.0%)"));
+    assert_non_null(strstr(f->advice, "bfloat16"));
+    done(&run, &a);
+    /* steps 150..199 all skipped: the model stopped learning at 150 */
+    a = amp_run(&run, 200, skip_from_150);
+    f = tm_analysis_find(a, "amp.skipped_steps");
+    assert_non_null(f);
+    assert_int_equal(f->severity, TM_SEV_HIGH);
+    assert_true(ev_num(f, "skipped_in_a_row_at_end") == 50);
+    assert_true(ev_num(f, "last_skipped_step") == 199);
+    assert_true(fabs(ev_num(f, "time_lost_s") - 5.0) < 1e-6); /* 50 x 0.1 s */
+    assert_ptr_equal(f, &a->f[0]);                            /* the verdict */
+    assert_non_null(strstr(f->title, "the last 50 optimizer steps were all skipped"));
+    assert_non_null(strstr(f->title, "from step 150 on"));
+    assert_non_null(strstr(f->advice, "checkpoint before step 150"));
+    done(&run, &a);
+}
+
 static void test_cpu_starved_workers_without_d_state_are_cpu_bound_not_disk_bound(void **st)
 {
     (void)st;
@@ -1683,6 +1764,7 @@ int main(void)
         T(test_data_wait_without_system_data_is_a_low_confidence_finding),
         T(test_workers_off_cpu_without_system_data_are_not_called_disk_bound),
         T(test_a_loop_fed_by_a_background_thread_is_told_to_use_workers),
+        T(test_amp_skipped_steps_beyond_the_backoff_are_a_finding),
         T(test_cpu_starved_workers_without_d_state_are_cpu_bound_not_disk_bound),
         T(test_sleeping_workers_on_a_busy_machine_are_not_cpu_bound),
         T(test_workers_in_d_state_on_a_disk_at_its_ceiling_are_disk_bound_under_cpu_pressure),

@@ -152,6 +152,43 @@ static void test_thread_fed_steps_are_counted_apart_not_as_preparation(void **st
     assert_int_equal(all.fed_steps, 6);
 }
 
+static void test_skipped_steps_are_counted_with_their_runs(void **st)
+{
+    (void)st;
+    tm_steptally a, b, all;
+    tm_steptally_init(&a);
+    tm_steptally_init(&b);
+    tm_steptally_init(&all);
+    /* steps 0..9: 0 and 1 skipped (the scale backing off), 5..6 skipped,
+     * then 8 and 9 skipped: the run at the end is 2, the longest 2 */
+    for (int i = 0; i < 10; i++) {
+        tm_inproc_step s = step((uint64_t)i, i * 100, 100, 0);
+        s.boundary = TM_STEP_BY_OPTIMIZER;
+        if (i < 2 || i == 5 || i == 6 || i >= 8)
+            s.flags = TM_STEP_SKIPPED;
+        tm_steptally_add(&a, &s);
+    }
+    assert_int_equal(a.steps, 10);        /* a skipped step is a step */
+    assert_int_equal(a.skipped_steps, 6); /* warm-up's included: 0, 1, 5, 6, 8, 9 */
+    assert_int_equal(a.skip_run_end, 2);
+    assert_int_equal(a.skip_run_max, 2);
+    assert_int_equal(a.skip_last, 10); /* step 9, + 1 */
+    /* another rank: 3 skipped in a row, then one that was not */
+    for (int i = 0; i < 4; i++) {
+        tm_inproc_step s = step((uint64_t)i, i * 100, 100, 0);
+        s.flags = i < 3 ? TM_STEP_SKIPPED : 0;
+        tm_steptally_add(&b, &s);
+    }
+    assert_int_equal(b.skip_run_end, 0);
+    assert_int_equal(b.skip_run_max, 3);
+    tm_steptally_merge(&all, &a);
+    tm_steptally_merge(&all, &b);
+    assert_int_equal(all.skipped_steps, 9);
+    assert_int_equal(all.skip_run_end, 2); /* the largest of the ranks' */
+    assert_int_equal(all.skip_run_max, 3);
+    assert_int_equal(all.skip_last, 10);
+}
+
 static void test_window_sums_the_last_steps(void **st)
 {
     (void)st;
@@ -252,6 +289,7 @@ int main(void)
         cmocka_unit_test(test_ring_total_is_the_highest_step_number),
         cmocka_unit_test(test_merge_adds_ranks),
         cmocka_unit_test(test_thread_fed_steps_are_counted_apart_not_as_preparation),
+        cmocka_unit_test(test_skipped_steps_are_counted_with_their_runs),
         cmocka_unit_test(test_window_sums_the_last_steps),
         cmocka_unit_test(test_eval_batches_are_counted_apart),
         cmocka_unit_test(test_prep_cpu_schedule_thins_out_and_weights_each_read_step),
