@@ -30,7 +30,7 @@
 # the machine cannot run the check (no nvidia-smi, no CUDA torch).
 # Environment: ALLOC_GIB (default 8), PYTHON (a python3 with CUDA torch),
 # BUILD (default build), PARTS (the parts to run, default all: watch inproc
-# swing leak batch; a device call is limited to 10 minutes).
+# swing leak amp batch; a device call is limited to 10 minutes).
 set -u
 
 compare() { # JSONL SMI PID ALLOC_BYTES
@@ -266,8 +266,8 @@ fi
 CMP_PYTHON=$py
 
 # PARTS picks the parts to run (all by default), so that a device with
-# less time left runs them over several calls: watch inproc swing leak batch
-all_parts="watch inproc swing leak batch"
+# less time left runs them over several calls: watch inproc swing leak amp batch
+all_parts="watch inproc swing leak amp batch"
 parts=${PARTS:-$all_parts}
 [ -n "${parts// /}" ] || { echo "check: PARTS names no part (the parts: $all_parts)" >&2; exit 2; }
 for p in $parts; do
@@ -281,7 +281,7 @@ want() {
     echo "check: $1: not in PARTS, skipped"
     return 1
 }
-watch_rc=skipped py_rc=skipped swing_rc=skipped leak_rc=skipped batch_rc=skipped
+watch_rc=skipped py_rc=skipped swing_rc=skipped leak_rc=skipped amp_rc=skipped batch_rc=skipped
 
 echo "check: building"
 if ! make -j"$(nproc)" >/tmp/trainmon-gpu-build.log 2>&1; then
@@ -604,6 +604,59 @@ PY
 [ $? -eq 0 ] && [ $leak_rc -eq 0 ] || { tail -n 20 "$work/leak.out"; leak_rc=1; }
 fi
 
+# --- fp16 AMP on a real GPU: autocast to float16 with a GradScaler, and a
+# learning-rate spike at step 40 that overflows the weights, under
+# `trainmon run`: every iteration a step (the job's count), and
+# amp.skipped_steps with the job's own count of skipped steps (the scale
+# fell at its update(): the start's backoff too, if fp16 overflowed there)
+# and the step it stopped learning at.
+if want amp; then
+cat >"$work/amp.py" <<'PY'
+import json, torch
+dev = torch.device("cuda:0")
+model = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(),
+                            torch.nn.Linear(2048, 512)).to(dev)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+try:
+    scaler = torch.amp.GradScaler("cuda")
+except (AttributeError, TypeError):
+    scaler = torch.cuda.amp.GradScaler()
+skipped, dead_from, steps = 0, None, 80
+for step in range(steps):
+    x = torch.randn(64, 512, device=dev)
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = model(x).float().pow(2).mean()
+    for g in opt.param_groups:
+        g["lr"] = 1e30 if step == 40 else 0.01
+    scale = scaler.get_scale()
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+    if scaler.get_scale() < scale:
+        skipped += 1
+        dead_from = step if dead_from is None else dead_from
+    else:
+        dead_from = None
+    opt.zero_grad()
+print(json.dumps({"steps": steps, "skipped": skipped, "dead_from": dead_from}))
+PY
+run_job amp 120 -- "$work/amp.py"
+amp_rc=$?
+"$py" - "$work/amp.json" "$work/amp.out" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+job = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")][-1]
+f = [x for x in r.get("findings", []) if x["id"] == "amp.skipped_steps"]
+ev = f[0]["evidence"] if f else {}
+want = (job["steps"], job["skipped"], job["steps"] - job["dead_from"] if job["dead_from"] is not None else None)
+got = (r["summary"].get("steps"), ev.get("skipped_steps"), ev.get("skipped_in_a_row_at_end"))
+print("check: fp16 AMP, the job's steps, skipped, skipped at the end:", want, "trainmon:", got,
+      "ok" if got == want else "MISMATCH")
+sys.exit(0 if got == want else 1)
+PY
+[ $? -eq 0 ] && [ $amp_rc -eq 0 ] || { tail -n 20 "$work/amp.out"; amp_rc=1; }
+fi
+
 # --- the largest micro-batch (#16 item 5): with GPU 0 left about BATCH_GIB
 # free by a ballast process, a transformer trained under `trainmon run` at
 # batch 8 gets anatomy.max_micro_batch (the prediction); batch_oom.py then
@@ -688,8 +741,8 @@ kill "$ballast_pid" 2>/dev/null && wait "$ballast_pid" 2>/dev/null
 ballast_pid=""
 fi
 
-echo "check: watch $watch_rc, in-process $py_rc, swing $swing_rc, leak $leak_rc, batch $batch_rc (0: all match)"
-for r in $watch_rc $py_rc $swing_rc $leak_rc $batch_rc; do
+echo "check: watch $watch_rc, in-process $py_rc, swing $swing_rc, leak $leak_rc, amp $amp_rc, batch $batch_rc (0: all match)"
+for r in $watch_rc $py_rc $swing_rc $leak_rc $amp_rc $batch_rc; do
     case $r in 0 | skipped) ;; *) exit 1 ;; esac
 done
 exit 0
