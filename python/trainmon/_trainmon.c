@@ -141,6 +141,46 @@ static uintptr_t g_in_iter; /* the iterator of the __next__ open (held_stop) */
  * iterator (Lightning's limit_val_batches) and its last batch's grad mode,
  * asked at the next fetch (settle_batch), is the training loop's. */
 static uintptr_t g_eval_iter;
+/* The iterators whose batches a backward pass took, the latest first (a
+ * step fed by up to this many loaders): an iterator that ends while none
+ * of its batches ever trained is an eval loop's (held_stop). */
+#define TRAINED_MAX 4
+static uintptr_t g_trained[TRAINED_MAX];
+
+static void trained_note_slow(uintptr_t it)
+{
+    int i = 1;
+    while (i < TRAINED_MAX - 1 && g_trained[i] != it)
+        i++;
+    memmove(g_trained + 1, g_trained, (size_t)i * sizeof *g_trained);
+    g_trained[0] = it;
+}
+
+/* ...at every backward pass, where it is the one noted last */
+static inline void trained_note(uintptr_t it)
+{
+    if (__builtin_expect(g_trained[0] != it, 0) && it)
+        trained_note_slow(it);
+}
+
+static int trained(uintptr_t it)
+{
+    for (int i = 0; i < TRAINED_MAX; i++)
+        if (g_trained[i] == it)
+            return 1;
+    return 0;
+}
+
+static void trained_forget(uintptr_t it)
+{
+    for (int i = 0; i < TRAINED_MAX; i++)
+        if (g_trained[i] == it) {
+            memmove(g_trained + i, g_trained + i + 1,
+                    (size_t)(TRAINED_MAX - 1 - i) * sizeof *g_trained);
+            g_trained[TRAINED_MAX - 1] = 0;
+            return;
+        }
+}
 
 /* The closed steps, through the one step accounting (steps.c, follow.c):
  * thresholds and stats() see the numbers the report and /metrics see. */
@@ -1082,6 +1122,7 @@ static void confirm_batch(void)
     g_b.added = 1;
     if (__builtin_expect(g_b.iter == g_eval_iter, 0))
         g_eval_iter = 0; /* it trains now */
+    trained_note(g_b.iter);
     for (int L = TM_STEP_BY_BACKWARD; L <= TM_STEP_BY_OPTIMIZER; L++) {
         acc *a = &g_acc[L];
         if (!a->start)
@@ -1109,8 +1150,10 @@ static void confirm_batch(void)
  * another iterator is part of the step too.  Two or more held batches of
  * another iterator are an eval loop run with grad enabled: eval batches,
  * written when a batch of another iterator comes back or a backward pass
- * runs (an eval loop of one batch with grad enabled reads as a second
- * loader: its batch joins the next step); so is the oldest when more than
+ * runs, or at their iterator's end (held_stop: there even one batch of an
+ * iterator that never trained; an eval loop of one batch with grad enabled
+ * that does not run to its end reads as a second loader: its batch joins
+ * the next step); so is the oldest when more than
  * HELD_MAX are held (accumulation over more batches: the rest counted as
  * before, as eval).  Before the
  * first backward pass a batch is held only while no module forward has run
@@ -1195,12 +1238,18 @@ static inline void held_flush(uintptr_t keep)
 }
 
 /* An iterator ended (StopIteration) after a backward pass was seen: its
- * held batches are an eval run when a batch of another iterator is held
- * too (the step's batch, fetched before an eval loop with grad enabled
- * ran); alone, they are the prefetched batches of a last step (the HF
- * Trainer's accumulation over accelerate's prefetching loader), kept. */
+ * held batches are eval batches when none of its batches ever trained (an
+ * eval loop fetched with grad enabled, as the HF Trainer's, even of one
+ * batch), or when a batch of another iterator is held too (the step's
+ * batch, fetched before an eval loop with grad enabled ran); else they are
+ * the prefetched batches of a last step (the HF Trainer's accumulation
+ * over accelerate's prefetching loader), kept. */
 static void held_stop(uintptr_t ended)
 {
+    if (!trained(ended)) {
+        held_flush_iter(ended);
+        return;
+    }
     for (int i = 0; i < g_nheld; i++)
         if (g_held[i].iter != ended) {
             held_flush_some(g_held[i].iter);
@@ -1214,7 +1263,8 @@ static void held_stop(uintptr_t ended)
 static void held_confirm(uintptr_t iter)
 {
     held_flush(iter);
-    for (int i = 0; i < g_nheld; i++)
+    for (int i = 0; i < g_nheld; i++) {
+        trained_note(g_held[i].iter);
         for (int L = TM_STEP_BY_BACKWARD; L <= TM_STEP_BY_OPTIMIZER; L++) {
             acc *a = &g_acc[L];
             if (!a->start)
@@ -1226,6 +1276,7 @@ static void held_confirm(uintptr_t iter)
                 a->wcpu_n++;
             }
         }
+    }
     g_nheld = 0;
 }
 
@@ -1343,6 +1394,7 @@ static void repin(unsigned long th)
     g_have_closed = 0;
     g_nheld = g_no_hold0 = 0;
     g_eval_iter = 0;
+    memset(g_trained, 0, sizeof g_trained);
     memset(&g_b, 0, sizeof g_b);
     for (int L = TM_STEP_BY_BACKWARD; L <= TM_STEP_BY_OPTIMIZER; L++)
         g_acc[L] = (acc){.off0 = g_off_batches};
@@ -1584,6 +1636,7 @@ static PyObject *py_loader_dropped(PyObject *self, PyObject *it)
         Py_RETURN_NONE;
     if (g_eval_iter == (uintptr_t)it)
         g_eval_iter = 0; /* a new iterator may take its address */
+    trained_forget((uintptr_t)it);
     if (!g_b.have || g_b.added || g_b.iter != (uintptr_t)it)
         Py_RETURN_NONE;
     if (g_b.grad < 0) {
@@ -1664,6 +1717,7 @@ static PyObject *py_reset_steps(PyObject *self, PyObject *noargs)
     g_level = g_decided = g_npend = 0;
     g_nheld = g_no_hold0 = 0;
     g_eval_iter = 0;
+    memset(g_trained, 0, sizeof g_trained);
     g_lead = g_last_opt = -1;
     g_fwd_t = 0;
     g_written = 0;

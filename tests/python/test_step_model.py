@@ -415,7 +415,9 @@ def test_a_background_prefetcher_gives_way_to_the_thread_that_trains(tmp_path):
 # loader's next() inside a loop over the first (started again when it runs
 # out), then an eval loop run with grad enabled between a step's fetch and
 # its backward pass, then eval loops under no_grad that keep their iterator
-# (the last eval batch's grad mode, asked at the next fetch, is training's).  Each step takes one batch of each loader: both are the
+# (the last eval batch's grad mode, asked at the next fetch, is training's),
+# then eval loops of one batch fetched with grad enabled that run to their
+# end (the batch of a loader no backward pass ever took is eval).  Each step takes one batch of each loader: both are the
 # step's batches and both fetches its wait; none is an eval batch.
 TWO_LOADERS = r"""
 import json, time, torch, trainmon
@@ -477,7 +479,13 @@ for i in range(2):                            # 2 steps after an eval loop that 
         for _ in range(2):
             model(next(v_it)); evals += 1
     train(fetch(lambda: next(a_it)))
-print(json.dumps({"steps": 21, "waits": waits, "evals": evals}))
+one = DataLoader(Slow(2), batch_size=2)       # an eval set of one batch, fetched with grad
+for i in range(2):                            # enabled (no_grad inside the loop, as the HF
+    for v in one:                             # Trainer's evaluation loop): 2 steps after it
+        with torch.no_grad():
+            model(v); evals += 1
+    train(fetch(lambda: next(a_it)))
+print(json.dumps({"steps": 23, "waits": waits, "evals": evals}))
 """
 
 
@@ -486,13 +494,13 @@ def test_two_loaders_feeding_one_step_are_its_batches_and_its_wait(tmp_path):
     steps = [f for _, _, f in records(main_file(tmp_path), "step")]
     train = [f for f in steps if f["phase"] == 1]
     evals = [f for f in steps if f["phase"] == 2]
-    assert len(train) == 21 and all(f["boundary"] == 3 for f in train), steps
+    assert len(train) == 23 and all(f["boundary"] == 3 for f in train), steps
     # a's batch that zip fetched before b ran out was waited for: it is the
     # first batch of the next step (with one of each loader)
-    assert [f["batches"] for f in train] == [2] * 6 + [3] + [2] * 9 + [1] * 5, \
+    assert [f["batches"] for f in train] == [2] * 6 + [3] + [2] * 9 + [1] * 7, \
         [f["batches"] for f in train]
     # only the eval runs' batches are eval batches
-    assert len(evals) == out["evals"] == 13, [(f["step"], f["start_ns"]) for f in evals]
+    assert len(evals) == out["evals"] == 15, [(f["step"], f["start_ns"]) for f in evals]
     # the step's wait is both fetches (the job times them together); the
     # first step's is left out (its start is the first fetch's exit or so)
     own = sum(out["waits"][1:])
