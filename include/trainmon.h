@@ -1014,11 +1014,15 @@ typedef struct tm_steptally {
     uint64_t fed_steps;
     /* All complete steps whose optimizer step GradScaler skipped
      * (TM_STEP_SKIPPED), warm-up included; the skipped steps in a row that
-     * end the steps added so far and the longest such run (merged: the
-     * largest of the ranks'); the highest skipped step number + 1 (0: none);
-     * the skipped steps' summed duration (s). */
+     * end the steps added so far, and the highest skipped step number + 1
+     * (0: none), both of the process whose steps ended last when merged (a
+     * job resumed in the same run after it died skipping is judged by the
+     * resumed process); the longest run of them (merged: the largest); the
+     * skipped steps' summed duration (s); the end of the latest step added
+     * (ns). */
     uint64_t skipped_steps, skip_run_end, skip_run_max, skip_last;
     double skipped_s;
+    int64_t last_end_ns;
 } tm_steptally;
 
 void tm_steptally_init(tm_steptally *t);

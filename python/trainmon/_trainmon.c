@@ -171,6 +171,12 @@ static int trained(uintptr_t it)
     return 0;
 }
 
+/* ...at every fetch, where it is the one that trained last */
+static inline int is_trained(uintptr_t it)
+{
+    return __builtin_expect(g_trained[0] == it, 1) || trained(it);
+}
+
 static void trained_forget(uintptr_t it)
 {
     for (int i = 0; i < TRAINED_MAX; i++)
@@ -802,8 +808,9 @@ static uint64_t g_n_batches, g_n_bwd, g_n_opt;
 /* optimizer steps of any optimizer (opt_post's calls), and the lead's
  * steps that AMP's GradScaler skipped (hook_ampstep) */
 static uint64_t g_opt_calls, g_n_skipped;
-static int g_ampdepth;     /* in GradScaler.step (hook_ampstep) */
-static uint64_t g_n_fetch; /* fetches in this process (num_workers=0), hook or not */
+static uint64_t g_opt_seen; /* bit no & 63: optimizer no's step was seen (opt_post) */
+static int g_ampdepth;      /* in GradScaler.step (hook_ampstep) */
+static uint64_t g_n_fetch;  /* fetches in this process (num_workers=0), hook or not */
 /* The main process's fetch Hooks are taken out (the glue's _fetch_unhook)
  * once a __next__ came back: from then on the step model has the batches,
  * the count of fetches is needed no more (it tells a __next__ hook that
@@ -1291,8 +1298,15 @@ static int held_push(int64_t t)
             held_flush(0);
             return 0;
         }
-        held_write(&g_held[0]);
-        memmove(g_held, g_held + 1, (HELD_MAX - 1) * sizeof *g_held);
+        /* the oldest of the iterator held now (an eval run's, or a long
+         * accumulation's), not another's batch that a step may take */
+        int old = 0;
+        while (old < HELD_MAX - 1 && g_held[old].iter != g_b.iter)
+            old++;
+        if (g_held[old].iter != g_b.iter)
+            old = 0;
+        held_write(&g_held[old]);
+        memmove(g_held + old, g_held + old + 1, (size_t)(HELD_MAX - 1 - old) * sizeof *g_held);
         g_nheld--;
     }
     g_held[g_nheld++] =
@@ -1484,11 +1498,16 @@ static void next_exit(PyObject *arg)
             int64_t c = thread_cpu_ns();
             g_b.cpu = c >= g_in_cpu ? c - g_in_cpu : -1;
         }
-        /* Grad mode at the fetch: asked here only before the first
-         * backward pass (a loader loop's steps, the first batches held);
-         * after it, only a batch that no backward pass took needs it, and
-         * settle_batch asks then (see there) */
-        g_b.grad = g_level < TM_STEP_BY_BACKWARD ? grad_enabled() : -1;
+        /* Grad mode at the fetch: asked here before the first backward
+         * pass (a loader loop's steps, the first batches held) and for an
+         * iterator none of whose batches trained yet (an eval loop's, a
+         * `next(val_it)` under no_grad between training fetches: asked at
+         * the next fetch, a training one, its grad mode would be
+         * training's); after it, of the iterators that train only a batch
+         * that no backward pass took needs it, and settle_batch asks then
+         * (see there) */
+        g_b.grad =
+            g_level < TM_STEP_BY_BACKWARD || !is_trained((uintptr_t)arg) ? grad_enabled() : -1;
         g_steps = g_written + 1;
         g_n_batches++;
     }
@@ -1707,7 +1726,8 @@ static PyObject *py_reset_steps(PyObject *self, PyObject *noargs)
     g_bwd_t0 = g_coll_t0 = 0;
     g_coll_seen = 0;
     g_n_batches = g_n_bwd = g_n_opt = g_n_fetch = 0;
-    g_opt_calls = g_n_skipped = g_ampdepth = 0;
+    g_opt_calls = g_n_skipped = g_opt_seen = 0;
+    g_ampdepth = 0;
     g_fetch_off = 0;
     g_in_eval = 0;
     g_in_cpu = -1;
@@ -1997,6 +2017,7 @@ static long opt_end(long no, uint32_t flags)
 static long opt_post(long no)
 {
     g_opt_calls++;
+    g_opt_seen |= 1ull << (no & 63);
     return opt_end(no, 0);
 }
 
@@ -2233,27 +2254,58 @@ static PyObject *hook_optstep(PyObject *callable, PyObject *const *args, size_t 
  * iterations one step, their batches and micro-batches together, and the
  * job's own step count off by the skips).  So when scaler.step returns and
  * no optimizer step ran inside it, the step ends here, flagged
- * TM_STEP_SKIPPED (rules_amp.c).  A disabled scaler calls the step: seen,
+ * TM_STEP_SKIPPED (rules_amp.c).  Judged only for an optimizer whose steps
+ * the agent has seen (opt_post): one whose step it cannot see (an LR
+ * scheduler made before attach() wrapped the instance's step with the
+ * unhooked one; the optimizer timing off) would read as skipping every
+ * step.  Not seen: an optimizer that takes the inf check into its own
+ * kernel (fused=True, `_step_supports_amp_scaling`): the scaler calls its
+ * step always and the kernel skips the update on the device, which only a
+ * device sync a step could read.  A disabled scaler calls the step: seen,
  * nothing to do.  Only the outermost call counts (a subclass's step
- * calling its parent's); an exception passes through, and ends nothing
- * (an optimizer step that raised ended the step already). */
+ * calling its parent's), and none inside an optimizer's step; an exception
+ * passes through, and ends nothing (an optimizer step that raised ended
+ * the step already). */
+
+/* The optimizer of a GradScaler.step call: the first argument after the
+ * scaler, or the keyword `optimizer`; NULL when there is none. */
+static PyObject *amp_optimizer(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (nargs >= 2)
+        return args[1];
+    if (nargs != 1 || !kwnames)
+        return NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); i++) {
+        PyObject *k = PyTuple_GET_ITEM(kwnames, i);
+        if (PyUnicode_Check(k) && PyUnicode_CompareWithASCIIString(k, "optimizer") == 0)
+            return args[nargs + i];
+    }
+    return NULL;
+}
 
 static PyObject *hook_ampstep(PyObject *callable, PyObject *const *args, size_t nargsf,
                               PyObject *kwnames)
 {
     Hook *h = (Hook *)callable;
-    if (PyVectorcall_NARGS(nargsf) < 2 || g_ampdepth)
+    PyObject *opt = amp_optimizer(args, PyVectorcall_NARGS(nargsf), kwnames);
+    if (!opt || g_ampdepth || g_optdepth)
         return PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
     g_ampdepth = 1;
     uint64_t n0 = g_opt_calls;
     int64_t t0 = now_ns();
+    Py_INCREF(opt); /* the call's arguments stay the caller's; kept for after */
     PyObject *out = PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
     g_ampdepth = 0;
-    if (!out || g_opt_calls != n0)
+    if (!out || g_opt_calls != n0) {
+        Py_DECREF(opt);
         return out;
+    }
+    long no = opt_number(opt);
+    Py_DECREF(opt);
+    if (!(g_opt_seen & (1ull << (no & 63))))
+        return out; /* its steps are not seen: no skip judged */
     g_opt_t0 = t0;
-    return pass_through(out, NULL, NULL, NULL,
-                        boundary(opt_end(opt_number(args[1]), TM_STEP_SKIPPED)));
+    return pass_through(out, NULL, NULL, NULL, boundary(opt_end(no, TM_STEP_SKIPPED)));
 }
 
 static PyObject *py_worker_batch(PyObject *self, PyObject *args);

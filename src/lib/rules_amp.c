@@ -26,7 +26,9 @@ void tm_rule_amp_skipped_steps(struct an *an)
         return;
     double share = (double)S->skipped_steps / (double)S->steps_total;
     bool dead = S->skip_run_end >= TM_AN_AMP_DEAD_RUN;
-    if (!dead && (S->skipped_steps <= TM_AN_AMP_BACKOFF_SKIPS || share < TM_AN_AMP_SKIP_SHARE))
+    /* each process's scaler backs off from 2^16 at its start */
+    size_t backoff = TM_AN_AMP_BACKOFF_SKIPS * (S->step_procs ? S->step_procs : 1);
+    if (!dead && (S->skipped_steps <= backoff || share < TM_AN_AMP_SKIP_SHARE))
         return; /* the start's backoff, or the growth interval's overflows */
     struct ev e;
     tm_an_ev_open(&e);
@@ -37,12 +39,12 @@ void tm_rule_amp_skipped_steps(struct an *an)
     tm_an_ev_num(&e, "skipped_in_a_row_max", (double)S->skip_run_max);
     tm_an_ev_num(&e, "skipped_in_a_row_at_end", (double)S->skip_run_end);
     tm_an_ev_num(&e, "last_skipped_step", (double)S->skip_last_step);
-    /* the skipped steps' time: computed and thrown away (the headline's
-     * cost; summed over the ranks, as run_s is the run's wall time, a
-     * share of one rank's time when every rank skips together) */
-    double ranks = an->a->nranks > 0 ? (double)an->a->nranks : 1.0;
-    tm_an_ev_num(&e, "time_lost_s", S->skipped_s / ranks);
-    tm_an_ev_num(&e, "time_lost_fraction", S->run_s > 0 ? S->skipped_s / ranks / S->run_s : NAN);
+    /* the skipped steps' time, computed and thrown away (the headline's
+     * cost): their share of all the steps' time (of every process: ranks
+     * side by side or one after another alike) of the run's wall time */
+    double lost = S->steps_time_s > 0 ? S->skipped_s / S->steps_time_s : NAN;
+    tm_an_ev_num(&e, "time_lost_s", isfinite(lost) ? lost * S->run_s : NAN);
+    tm_an_ev_num(&e, "time_lost_fraction", isfinite(lost) && S->run_s > 0 ? lost : NAN);
     tm_an_ev_num(&e, "run_s", S->run_s);
     char title[512], adv[1024];
     if (dead) {

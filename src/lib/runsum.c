@@ -850,6 +850,9 @@ static void summarize_run(tm_runview *v, tm_an_summary *S, const tm_an_rank *ran
     S->fed_steps = (size_t)all->fed_steps;
     S->skipped_steps = (size_t)all->skipped_steps;
     S->skipped_s = all->skipped_s;
+    S->steps_time_s = all->step_s + all->warm_step_s;
+    for (size_t i = 0; i < nranks; i++)
+        S->step_procs += ranks[i].steps > 0;
     S->skip_run_end = (size_t)all->skip_run_end;
     S->skip_run_max = (size_t)all->skip_run_max;
     S->skip_last_step = all->skip_last ? all->skip_last - 1 : 0;

@@ -74,11 +74,15 @@ typedef struct tm_an_summary {
      * judged steps fed by a background thread (TM_STEP_FED_BY_THREAD) */
     size_t eval_steps, prep_steps, fed_steps;
     /* steps whose optimizer step AMP's GradScaler skipped (all of them), the
-     * skipped steps in a row at the end of the run and the longest run of
-     * them (the largest of the ranks'), the last skipped step (0: none) */
+     * skipped steps in a row at the end of the run (of the process that
+     * ended last) and the longest run of them, the last skipped step (0:
+     * none) */
     size_t skipped_steps, skip_run_end, skip_run_max;
     uint64_t skip_last_step;
-    double skipped_s; /* their summed duration (all ranks') */
+    /* the skipped steps' summed duration and all complete steps' (all
+     * processes'), and the training processes that have steps */
+    double skipped_s, steps_time_s;
+    size_t step_procs;
     double prep_cpu_share;
     /* The machine the job ran on and the threads that ran on it
      * (summarize_machine): the host with the most runnable threads per

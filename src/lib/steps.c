@@ -70,6 +70,8 @@ bool tm_steptally_add(tm_steptally *t, const tm_inproc_step *s)
     if (!tm_step_times(s, &d, &w))
         return false;
     t->steps++;
+    if (s->end_ns > t->last_end_ns)
+        t->last_end_ns = s->end_ns;
     if (s->flags & TM_STEP_SKIPPED) {
         t->skipped_steps++;
         t->skipped_s += d;
@@ -178,12 +180,13 @@ void tm_steptally_merge(tm_steptally *into, const tm_steptally *from)
     into->fed_steps += from->fed_steps;
     into->skipped_steps += from->skipped_steps;
     into->skipped_s += from->skipped_s;
-    if (from->skip_run_end > into->skip_run_end)
-        into->skip_run_end = from->skip_run_end;
+    if (from->steps && (!into->last_end_ns || from->last_end_ns > into->last_end_ns)) {
+        into->skip_run_end = from->skip_run_end; /* the process that ended last */
+        into->skip_last = from->skip_last;
+        into->last_end_ns = from->last_end_ns;
+    }
     if (from->skip_run_max > into->skip_run_max)
         into->skip_run_max = from->skip_run_max;
-    if (from->skip_last > into->skip_last)
-        into->skip_last = from->skip_last;
 }
 
 void tm_stepwin_add(tm_stepwin *w, double dur_s, double wait_s)

@@ -417,7 +417,8 @@ def test_a_background_prefetcher_gives_way_to_the_thread_that_trains(tmp_path):
 # its backward pass, then eval loops under no_grad that keep their iterator
 # (the last eval batch's grad mode, asked at the next fetch, is training's),
 # then eval loops of one batch fetched with grad enabled that run to their
-# end (the batch of a loader no backward pass ever took is eval).  Each step takes one batch of each loader: both are the
+# end (the batch of a loader no backward pass ever took is eval), then
+# single eval batches of a kept iterator under no_grad between steps.  Each step takes one batch of each loader: both are the
 # step's batches and both fetches its wait; none is an eval batch.
 TWO_LOADERS = r"""
 import json, time, torch, trainmon
@@ -485,7 +486,12 @@ for i in range(2):                            # enabled (no_grad inside the loop
         with torch.no_grad():
             model(v); evals += 1
     train(fetch(lambda: next(a_it)))
-print(json.dumps({"steps": 23, "waits": waits, "evals": evals}))
+kept = iter(DataLoader(Slow(40), batch_size=2))
+for i in range(2):                            # a step, then one eval batch of a kept
+    train(fetch(lambda: next(a_it)))          # iterator under no_grad (its grad mode
+    with torch.no_grad():                     # is asked at its fetch, not at the next
+        model(next(kept)); evals += 1         # training fetch's)
+print(json.dumps({"steps": 25, "waits": waits, "evals": evals}))
 """
 
 
@@ -494,13 +500,13 @@ def test_two_loaders_feeding_one_step_are_its_batches_and_its_wait(tmp_path):
     steps = [f for _, _, f in records(main_file(tmp_path), "step")]
     train = [f for f in steps if f["phase"] == 1]
     evals = [f for f in steps if f["phase"] == 2]
-    assert len(train) == 23 and all(f["boundary"] == 3 for f in train), steps
+    assert len(train) == 25 and all(f["boundary"] == 3 for f in train), steps
     # a's batch that zip fetched before b ran out was waited for: it is the
     # first batch of the next step (with one of each loader)
-    assert [f["batches"] for f in train] == [2] * 6 + [3] + [2] * 9 + [1] * 7, \
+    assert [f["batches"] for f in train] == [2] * 6 + [3] + [2] * 9 + [1] * 9, \
         [f["batches"] for f in train]
     # only the eval runs' batches are eval batches
-    assert len(evals) == out["evals"] == 15, [(f["step"], f["start_ns"]) for f in evals]
+    assert len(evals) == out["evals"] == 17, [(f["step"], f["start_ns"]) for f in evals]
     # the step's wait is both fetches (the job times them together); the
     # first step's is left out (its start is the first fetch's exit or so)
     own = sum(out["waits"][1:])
@@ -535,13 +541,46 @@ for i in range(24):
     scale = scaler.get_scale() if on else None
     scaler.scale(loss).backward()
     scaler.step(opt_g)
-    scaler.step(opt_d)
+    scaler.step(optimizer=opt_d)                  # the keyword call
     scaler.update()
     if on and scaler.get_scale() < scale:
         skipped.append(i)
     opt_g.zero_grad(); opt_d.zero_grad()
 print(json.dumps({"skipped": skipped, "enabled": on, "stats": trainmon.stats()}))
 """
+
+
+# An optimizer whose step the agent cannot see (an LR scheduler made before
+# attach() wrapped the instance's step with the unhooked one): its steps
+# are not seen, and none is taken for skipped (it would read as 60 skipped).
+AMP_UNSEEN = r"""
+import json, torch
+m = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(m.parameters(), lr=0.001)
+sched = torch.optim.lr_scheduler.StepLR(opt, 10)
+import trainmon
+trainmon.attach()
+try:
+    scaler = torch.amp.GradScaler("cpu")
+except (AttributeError, TypeError):
+    scaler = None
+for i in range(60):
+    loss = m(torch.randn(8, 4)).pow(2).mean()
+    if scaler is None:
+        loss.backward(); opt.step()
+    else:
+        scaler.scale(loss).backward()
+        scaler.step(opt); scaler.update()
+    opt.zero_grad(); sched.step()
+print(json.dumps({"stats": trainmon.stats()}))
+"""
+
+
+def test_an_optimizer_whose_steps_are_not_seen_is_never_taken_for_skipping(tmp_path):
+    out = last_json(run_script(AMP_UNSEEN, tmp_path).stdout)
+    assert out["stats"]["optimizer_steps_skipped"] == 0, out
+    steps = [f for _, _, f in records(main_file(tmp_path), "step")]
+    assert steps and not [f for f in steps if f["flags"] & 8], steps
 
 
 def test_a_step_amps_grad_scaler_skipped_is_one_step_flagged_skipped(tmp_path):

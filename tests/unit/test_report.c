@@ -308,9 +308,9 @@ static void test_a_loop_fed_by_a_background_thread_is_told_to_use_workers(void *
 /* n optimizer steps of 0.1 s, those for which skipped(i) flagged
  * TM_STEP_SKIPPED (AMP's GradScaler skipped the update), into one file;
  * the analysis of it. */
-static tm_analysis *amp_run(tm_run **run, size_t n, bool (*skipped)(size_t))
+static void amp_file(const char *name, const char *role, size_t n, bool (*skipped)(size_t))
 {
-    tm_rec *r = open_rec("pid42.tmr", "pid42", -1);
+    tm_rec *r = open_rec(name, role, -1);
     uint8_t buf[128];
     for (size_t i = 0; i < n; i++) {
         tm_inproc_step s = {.step = i,
@@ -333,6 +333,11 @@ static tm_analysis *amp_run(tm_run **run, size_t n, bool (*skipped)(size_t))
         assert_int_equal(tm_rec_append(r, TM_REC_STEP, s.end_ns, buf, (uint32_t)len), 0);
     }
     tm_rec_close(&r);
+}
+
+static tm_analysis *amp_run(tm_run **run, size_t n, bool (*skipped)(size_t))
+{
+    amp_file("pid42.tmr", "pid42", n, skipped);
     return analyze(run);
 }
 
@@ -365,7 +370,9 @@ static void test_amp_skipped_steps_beyond_the_backoff_are_a_finding(void **st)
     assert_non_null(f);
     assert_int_equal(f->severity, TM_SEV_MEDIUM);
     assert_true(ev_num(f, "skipped_steps") == 40);
-    assert_true(fabs(ev_num(f, "time_lost_s") - 4.0) < 1e-6);    /* 40 x 0.1 s */
+    /* 40 x 0.1 s of 200 x 0.1 s, of the run's wall time */
+    assert_true(fabs(ev_num(f, "time_lost_fraction") - 0.2) < 1e-9);
+    assert_true(fabs(ev_num(f, "time_lost_s") - 0.2 * ev_num(f, "run_s")) < 1e-9);
     assert_true(fabs(ev_num(f, "skipped_share") - 0.2) < 1e-12); /* 40 / 200 */
     assert_true(ev_num(f, "skipped_in_a_row_at_end") == 0);      /* step 199 ran */
     assert_non_null(strstr(f->title, "skipped 40 of 200 optimizer steps (20.0%)"));
@@ -378,11 +385,30 @@ static void test_amp_skipped_steps_beyond_the_backoff_are_a_finding(void **st)
     assert_int_equal(f->severity, TM_SEV_HIGH);
     assert_true(ev_num(f, "skipped_in_a_row_at_end") == 50);
     assert_true(ev_num(f, "last_skipped_step") == 199);
-    assert_true(fabs(ev_num(f, "time_lost_s") - 5.0) < 1e-6); /* 50 x 0.1 s */
-    assert_ptr_equal(f, &a->f[0]);                            /* the verdict */
+    assert_true(fabs(ev_num(f, "time_lost_fraction") - 0.25) < 1e-9); /* 50 of 200 steps' time */
+    assert_ptr_equal(f, &a->f[0]);                                    /* the verdict */
     assert_non_null(strstr(f->title, "the last 50 optimizer steps were all skipped"));
     assert_non_null(strstr(f->title, "from step 150 on"));
     assert_non_null(strstr(f->advice, "checkpoint before step 150"));
+    done(&run, &a);
+}
+
+static void test_amp_skips_of_each_processs_start_are_no_finding(void **st)
+{
+    (void)st;
+    /* four processes, each with the 12 skips of its scaler's start: 48
+     * skipped of 800 (6%), but 12 a process: no finding */
+    for (int p = 0; p < 4; p++) {
+        char name[32], role[16];
+        snprintf(name, sizeof name, "pid%d.tmr", 42 + p);
+        snprintf(role, sizeof role, "pid%d", 42 + p);
+        amp_file(name, role, 200, skip_backoff);
+    }
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    assert_int_equal(a->sum.skipped_steps, 48);
+    assert_int_equal(a->sum.step_procs, 4);
+    assert_null(tm_analysis_find(a, "amp.skipped_steps"));
     done(&run, &a);
 }
 
@@ -1765,6 +1791,7 @@ int main(void)
         T(test_workers_off_cpu_without_system_data_are_not_called_disk_bound),
         T(test_a_loop_fed_by_a_background_thread_is_told_to_use_workers),
         T(test_amp_skipped_steps_beyond_the_backoff_are_a_finding),
+        T(test_amp_skips_of_each_processs_start_are_no_finding),
         T(test_cpu_starved_workers_without_d_state_are_cpu_bound_not_disk_bound),
         T(test_sleeping_workers_on_a_busy_machine_are_not_cpu_bound),
         T(test_workers_in_d_state_on_a_disk_at_its_ceiling_are_disk_bound_under_cpu_pressure),

@@ -184,9 +184,24 @@ static void test_skipped_steps_are_counted_with_their_runs(void **st)
     tm_steptally_merge(&all, &a);
     tm_steptally_merge(&all, &b);
     assert_int_equal(all.skipped_steps, 9);
-    assert_int_equal(all.skip_run_end, 2); /* the largest of the ranks' */
+    assert_int_equal(all.skip_run_end, 2); /* a's: its steps ended last (1 s; b's 0.4 s) */
     assert_int_equal(all.skip_run_max, 3);
     assert_int_equal(all.skip_last, 10);
+    /* the job resumed in the same run after a died skipping: a process
+     * whose steps end later, none skipped, is the run's end */
+    tm_steptally c, all2;
+    tm_steptally_init(&c);
+    tm_steptally_init(&all2);
+    for (int i = 0; i < 3; i++) {
+        tm_inproc_step s = step((uint64_t)(10 + i), 2000 + i * 100, 100, 0);
+        tm_steptally_add(&c, &s);
+    }
+    tm_steptally_merge(&all2, &c); /* in either order */
+    tm_steptally_merge(&all2, &a);
+    assert_int_equal(all2.skip_run_end, 0);
+    assert_int_equal(all2.skip_last, 0);
+    assert_int_equal(all2.skip_run_max, 2);
+    assert_int_equal(all2.skipped_steps, 6);
 }
 
 static void test_window_sums_the_last_steps(void **st)
