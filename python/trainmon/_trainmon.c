@@ -135,12 +135,6 @@ static int g_depth;
 static uint64_t g_steps; /* steps begun (the step model below) */
 static int64_t g_in_t;
 static uintptr_t g_in_iter; /* the iterator of the __next__ open (held_stop) */
-/* The iterator of the last batch fetched under no_grad (an eval loop's),
- * until a backward pass takes one of its batches or it is dropped: its
- * next grad-enabled batch is not held.  A framework's eval loop keeps its
- * iterator (Lightning's limit_val_batches) and its last batch's grad mode,
- * asked at the next fetch (settle_batch), is the training loop's. */
-static uintptr_t g_eval_iter;
 /* The iterators whose batches a backward pass took, the latest first (a
  * step fed by up to this many loaders): an iterator that ends while none
  * of its batches ever trained is an eval loop's (held_stop). */
@@ -1127,8 +1121,6 @@ static void confirm_batch(void)
     if (!g_b.have || g_b.added)
         return;
     g_b.added = 1;
-    if (__builtin_expect(g_b.iter == g_eval_iter, 0))
-        g_eval_iter = 0; /* it trains now */
     trained_note(g_b.iter);
     for (int L = TM_STEP_BY_BACKWARD; L <= TM_STEP_BY_OPTIMIZER; L++) {
         acc *a = &g_acc[L];
@@ -1333,11 +1325,9 @@ static void settle_batch(int64_t t, uint32_t flags, int may_hold)
      * training batch (one a backward pass took) never needs it. */
     if (g_b.grad < 0)
         g_b.grad = g_b.bwd || grad_enabled();
-    if (may_hold && g_b.grad && !g_b.bwd && g_b.iter != g_eval_iter && held_push(t))
+    if (may_hold && g_b.grad && !g_b.bwd && held_push(t))
         return;
     if (!g_b.grad || (g_level >= TM_STEP_BY_BACKWARD && !g_b.bwd)) {
-        if (!g_b.grad)
-            g_eval_iter = g_b.iter;
         if (g_nheld) /* its iterator's held batches: an eval run too */
             held_flush_iter(g_b.iter);
         g_closed = (tm_inproc_step){
@@ -1407,7 +1397,6 @@ static void repin(unsigned long th)
     g_depth = 0;
     g_have_closed = 0;
     g_nheld = g_no_hold0 = 0;
-    g_eval_iter = 0;
     memset(g_trained, 0, sizeof g_trained);
     memset(&g_b, 0, sizeof g_b);
     for (int L = TM_STEP_BY_BACKWARD; L <= TM_STEP_BY_OPTIMIZER; L++)
@@ -1653,8 +1642,6 @@ static PyObject *py_loader_dropped(PyObject *self, PyObject *it)
     (void)self;
     if (g_shut || !g_thread || thread_ident() != g_thread || g_depth > 0)
         Py_RETURN_NONE;
-    if (g_eval_iter == (uintptr_t)it)
-        g_eval_iter = 0; /* a new iterator may take its address */
     trained_forget((uintptr_t)it);
     if (!g_b.have || g_b.added || g_b.iter != (uintptr_t)it)
         Py_RETURN_NONE;
@@ -1736,7 +1723,6 @@ static PyObject *py_reset_steps(PyObject *self, PyObject *noargs)
     memset(g_acc, 0, sizeof g_acc);
     g_level = g_decided = g_npend = 0;
     g_nheld = g_no_hold0 = 0;
-    g_eval_iter = 0;
     memset(g_trained, 0, sizeof g_trained);
     g_lead = g_last_opt = -1;
     g_fwd_t = 0;
