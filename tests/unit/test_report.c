@@ -261,54 +261,11 @@ static void test_workers_off_cpu_without_system_data_are_not_called_disk_bound(v
 
 /* Scenario (b) on a loaded machine: the worker gets a third of a core and
  * is never in D state; the disk is idle. */
-/* A loop fed by a background thread (the step model: TM_STEP_FED_BY_THREAD,
- * no batch of its own, no preparation of its own): 50 optimizer steps of
- * 0.1 s, 0.06 s of each waiting for the thread's batch.  The wait is the
- * DataLoader's behind the thread, said as such, not the loop's own batch
- * preparation (input.main_prep). */
-static void test_a_loop_fed_by_a_background_thread_is_told_to_use_workers(void **st)
-{
-    (void)st;
-    tm_rec *r = open_rec("pid42.tmr", "pid42", -1);
-    uint8_t buf[128];
-    for (size_t i = 0; i < 50; i++) {
-        tm_inproc_step s = {.step = i,
-                            .start_ns = at(0.1 * (double)i),
-                            .end_ns = at(0.1 * (double)(i + 1)),
-                            .data_wait_ns = 60000000,
-                            .flags = TM_STEP_FED_BY_THREAD,
-                            .boundary = TM_STEP_BY_OPTIMIZER,
-                            .phase = TM_STEP_TRAIN,
-                            .micro_batches = 1,
-                            .batches = 1,
-                            .prep_ns = -1,
-                            .prep_cpu_ns = -1,
-                            .backward_ns = -1,
-                            .wait_cpu_ns = -1,
-                            .collective_ns = -1,
-                            .opt_start_ns = -1,
-                            .optimizer = -1};
-        int len = tm_inproc_encode_step(&s, buf, sizeof buf);
-        assert_true(len > 0);
-        assert_int_equal(tm_rec_append(r, TM_REC_STEP, s.end_ns, buf, (uint32_t)len), 0);
-    }
-    tm_rec_close(&r);
-    tm_run *run;
-    tm_analysis *a = analyze(&run);
-    const tm_finding *f = tm_analysis_find(a, "input.data_wait");
-    assert_non_null(f);
-    assert_true(fabs(ev_num(f, "data_wait_fraction") - 0.6) < 1e-6);
-    assert_true(ev_num(f, "thread_fed_steps") == 49); /* step 0 is warm-up */
-    assert_non_null(strstr(f->title, "batches that a background thread fetches"));
-    assert_non_null(strstr(f->advice, "num_workers>0"));
-    assert_null(tm_analysis_find(a, "input.main_prep"));
-    done(&run, &a);
-}
-
-/* n optimizer steps of 0.1 s, those for which skipped(i) flagged
- * TM_STEP_SKIPPED (AMP's GradScaler skipped the update), into one file;
- * the analysis of it. */
-static void amp_file(const char *name, const char *role, size_t n, bool (*skipped)(size_t))
+/* n optimizer steps of 0.1 s with wait_ns of each waiting for data, into
+ * the record file name (role), flagged flag where flagged(i) says so (NULL:
+ * all of them). */
+static void put_opt_steps(const char *name, const char *role, size_t n, int64_t wait_ns,
+                          uint32_t flag, bool (*flagged)(size_t))
 {
     tm_rec *r = open_rec(name, role, -1);
     uint8_t buf[128];
@@ -316,7 +273,8 @@ static void amp_file(const char *name, const char *role, size_t n, bool (*skippe
         tm_inproc_step s = {.step = i,
                             .start_ns = at(0.1 * (double)i),
                             .end_ns = at(0.1 * (double)(i + 1)),
-                            .flags = skipped(i) ? TM_STEP_SKIPPED : 0,
+                            .data_wait_ns = wait_ns,
+                            .flags = !flagged || flagged(i) ? flag : 0,
                             .boundary = TM_STEP_BY_OPTIMIZER,
                             .phase = TM_STEP_TRAIN,
                             .micro_batches = 1,
@@ -335,9 +293,30 @@ static void amp_file(const char *name, const char *role, size_t n, bool (*skippe
     tm_rec_close(&r);
 }
 
+/* A loop fed by a background thread (the step model: TM_STEP_FED_BY_THREAD,
+ * no batch of its own, no preparation of its own): 50 optimizer steps of
+ * 0.1 s, 0.06 s of each waiting for the thread's batch.  The wait is the
+ * DataLoader's behind the thread, said as such, not the loop's own batch
+ * preparation (input.main_prep). */
+static void test_a_loop_fed_by_a_background_thread_is_told_to_use_workers(void **st)
+{
+    (void)st;
+    put_opt_steps("pid42.tmr", "pid42", 50, 60000000, TM_STEP_FED_BY_THREAD, NULL);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "input.data_wait");
+    assert_non_null(f);
+    assert_true(fabs(ev_num(f, "data_wait_fraction") - 0.6) < 1e-6);
+    assert_true(ev_num(f, "thread_fed_steps") == 49); /* step 0 is warm-up */
+    assert_non_null(strstr(f->title, "batches that a background thread fetches"));
+    assert_non_null(strstr(f->advice, "num_workers>0"));
+    assert_null(tm_analysis_find(a, "input.main_prep"));
+    done(&run, &a);
+}
+
 static tm_analysis *amp_run(tm_run **run, size_t n, bool (*skipped)(size_t))
 {
-    amp_file("pid42.tmr", "pid42", n, skipped);
+    put_opt_steps("pid42.tmr", "pid42", n, 0, TM_STEP_SKIPPED, skipped);
     return analyze(run);
 }
 
@@ -402,7 +381,7 @@ static void test_amp_skips_of_each_processs_start_are_no_finding(void **st)
         char name[32], role[16];
         snprintf(name, sizeof name, "pid%d.tmr", 42 + p);
         snprintf(role, sizeof role, "pid%d", 42 + p);
-        amp_file(name, role, 200, skip_backoff);
+        put_opt_steps(name, role, 200, 0, TM_STEP_SKIPPED, skip_backoff);
     }
     tm_run *run;
     tm_analysis *a = analyze(&run);
