@@ -505,21 +505,23 @@ def _on_boundary(flags):
 # --------------------------------------------------------- memory anatomy
 #
 # What the memory of each device is made of (issue #16, docs/DIAGNOSIS.md
-# "Memory anatomy"): the bytes of the lead optimizer's parameters, their
-# gradients and its state, each storage counted once, and on CUDA the rest
-# of what is allocated at the start of the next backward pass (the
-# activations).  The C core asks for it (flag _ANATOMY_DUE) at the lead
-# optimizer's first step and every 4096th after; a record per device is
-# written the first time and when a later check finds the parameter or
-# state bytes changed by more than _ANATOMY_CHANGE.  Cost: one walk over
-# the optimizer's tensors per check (docs/DIAGNOSIS.md "Memory anatomy").
+# "Memory anatomy"): the bytes of the parameters, their gradients and the
+# state of every optimizer that has stepped (the lead's and any other: a
+# GAN's generator and discriminator), each storage counted once, and on
+# CUDA the rest of what is allocated at the start of the next backward pass
+# (the activations).  The C core asks for it (flag _ANATOMY_DUE) at the
+# lead optimizer's first step and every 4096th after, and at the boundary
+# after another optimizer's first step; a record per device is written the
+# first time and when a later check finds the parameter or state bytes
+# changed by more than _ANATOMY_CHANGE.  Cost: one walk over the
+# optimizers' tensors per check (docs/DIAGNOSIS.md "Memory anatomy").
 
 _CUDA_NEWS = 1 << 16
 _ANATOMY_DUE = 1 << 17
 _ANATOMY_CHANGE = 0.05  # a share of the bytes: a re-check finding less writes nothing
 _ANATOMY_FIRST, _ANATOMY_CHANGED = 1, 2
 _NAN = float("nan")
-_anat = {"last": None, "pending": None, "rows": []}
+_anat = {"last": None, "pending": None, "rows": [], "again": False, "mods": None}
 
 
 def _storage_of(t):
@@ -531,12 +533,56 @@ def _storage_of(t):
     return s.data_ptr(), float(s.nbytes())
 
 
-def _anatomy_walk(torch, opt):
+def _live_objects(torch):
+    """(optimizers, modules): every torch.optim.Optimizer and nn.Module
+    alive in the process, found by one pass over the garbage collector's
+    objects (gc.get_objects: tens of ms in a process of a million objects,
+    docs/BENCHMARKS.md; asked at the anatomy's first walk and at an OOM,
+    never per step).  Types are tested by type(o), so no object's own
+    __class__ code runs."""
+    import gc
+    import itertools
+    optim = getattr(torch, "optim", None)
+    Optimizer = getattr(getattr(optim, "optimizer", None), "Optimizer", None) or \
+        getattr(optim, "Optimizer", None)
+    Module = getattr(getattr(torch, "nn", None), "Module", None)
+    bases = tuple(c for c in (Module, Optimizer) if isinstance(c, type))
+    if not bases:
+        return [], []
+    objs = gc.get_objects()
+    # the types first (a few thousand), then the objects of the types that
+    # are modules or optimizers, in C (map, compress): no Python frame per
+    # object, a third of the time of a loop
+    hits = {t for t in set(map(type, objs)) if issubclass(t, bases)}
+    found = list(itertools.compress(objs, map(hits.__contains__, map(type, objs))))
+    del objs
+    mods = [o for o in found if isinstance(Module, type) and issubclass(type(o), Module)]
+    opts = [o for o in found if isinstance(Optimizer, type) and issubclass(type(o), Optimizer)]
+    return opts, mods
+
+
+def _module_params(torch, mods):
+    """The parameters modules hold themselves (each module is listed, its
+    children too): the `_parameters` dict, as nn.Module keeps them."""
+    Tensor = torch.Tensor
+    out = []
+    for m in mods:
+        d = getattr(m, "__dict__", {}).get("_parameters")
+        if isinstance(d, dict):
+            out.extend(p for p in list(d.values()) if isinstance(p, Tensor))
+    return out
+
+
+def _anatomy_walk(torch, opts, frozen=()):
     """{(device type, index): [params, grads, optim_state, unknown]} bytes of
-    opt's tensors, each storage counted once across all four (tied weights,
-    views, foreach/fused state).  A tensor whose storage cannot be read is
-    counted in unknown by its own size: never a storage twice, never a
-    tensor lost."""
+    the tensors of opts (an optimizer, or a list of them), each storage
+    counted once across all four and all the optimizers (tied weights,
+    views, foreach/fused state, a parameter two optimizers hold).  frozen:
+    more parameters (the live modules' ones no optimizer holds: a LoRA
+    job's base model, a distillation teacher, an EMA copy), counted as
+    parameters.  A tensor whose storage cannot be read is counted in
+    unknown by its own size, once: never a storage twice, never a tensor
+    lost."""
     Tensor = torch.Tensor
     seen = set()
     dev = {}
@@ -552,6 +598,9 @@ def _anatomy_walk(torch, opt):
         try:
             ptr, n = _storage_of(t)
         except Exception:
+            if ("id", id(t)) in seen:
+                return
+            seen.add(("id", id(t)))
             try:
                 row[3] += float(t.numel() * t.element_size())
             except Exception:
@@ -562,14 +611,19 @@ def _anatomy_walk(torch, opt):
         seen.add((key, ptr))
         row[cat] += n
 
-    params = [p for g in opt.param_groups for p in g["params"] if isinstance(p, Tensor)]
+    if not isinstance(opts, (list, tuple)):
+        opts = [opts]
+    params = [p for opt in opts for g in opt.param_groups for p in g["params"]
+              if isinstance(p, Tensor)]
     for p in params:
         add(p, 0)
-    for p in params:
+    for p in frozen:
+        add(p, 0)
+    for p in params + list(frozen):
         g = p.grad
         if g is not None:
             add(g, 1)
-    for st in list(opt.state.values()):
+    for st in [st for opt in opts for st in list(opt.state.values())]:
         vals = st.values() if isinstance(st, dict) else (st,)
         for v in list(vals):
             if isinstance(v, Tensor):
@@ -622,27 +676,64 @@ def _lead_optimizer():
     return no, None
 
 
+def _walkable(opt):
+    """Whether opt is an optimizer of torch's kind (param_groups, state):
+    a duck-typed optimizer or a stand-in has nothing to count."""
+    return isinstance(getattr(opt, "param_groups", None), list) and \
+        hasattr(getattr(opt, "state", None), "values")
+
+
+def _anatomy_opts(lead):
+    """The optimizers to count: the lead first, then every other optimizer
+    that has stepped and is still alive, in the order they first stepped."""
+    rest = sorted(((n, o) for o, n in list(_opt_numbers.items()) if o is not lead),
+                  key=lambda x: x[0])
+    return [lead] + [o for _, o in rest if _walkable(o)]
+
+
+def _anatomy_frozen(torch):
+    """The live modules' parameters (frozen ones among them): the modules
+    found by one garbage-collector pass at the first walk, kept by weak
+    reference (a module made later is not seen)."""
+    refs = _anat.get("mods")
+    if refs is None:
+        refs = []
+        try:
+            for m in _live_objects(torch)[1]:
+                try:
+                    refs.append(weakref.ref(m))
+                except TypeError:
+                    pass
+        except Exception as e:
+            _report_exc("memory anatomy: finding the modules", e)
+        _anat["mods"] = refs
+    return _module_params(torch, [m for m in (r() for r in refs) if m is not None])
+
+
 def _anatomy_due():
-    """At a due lead optimizer step: walks its tensors, and writes the
+    """At a due lead optimizer step (or the boundary after another
+    optimizer's first step): walks the optimizers' tensors, and writes the
     anatomy now (CPU) or at the start of the next backward pass (CUDA, for
     the activations).  Never raises."""
     try:
         torch = sys.modules.get("torch")
         no, opt = _lead_optimizer()
-        if torch is None or opt is None or _anat["pending"] is not None:
+        if _anat["pending"] is not None:
+            _anat["again"] = True  # asked again after the pending one is written
+            return
+        if torch is None or opt is None:
             return
         # not torch's tensors and optimizers (a stand-in, a duck-typed
         # optimizer): nothing to count, and nothing to say
-        if getattr(torch, "Tensor", None) is None or \
-                not isinstance(getattr(opt, "param_groups", None), list) or \
-                not hasattr(getattr(opt, "state", None), "values"):
+        if getattr(torch, "Tensor", None) is None or not _walkable(opt):
             return
-        dev = _anatomy_walk(torch, opt)
+        opts = _anatomy_opts(opt)
+        dev = _anatomy_walk(torch, opts, _anatomy_frozen(torch))
         last = _anat["last"]
         if not _anatomy_changed(dev, last):
             return
         _anat["last"] = {k: list(v) for k, v in dev.items()}
-        pend = {"opt": opt, "no": no, "dev": dev, "batch": -1,
+        pend = {"opts": opts, "no": no, "dev": dev, "batch": -1,
                 "reason": _ANATOMY_FIRST if last is None else _ANATOMY_CHANGED}
         if any(k[0] == "cuda" for k in dev) and _c_cuda_up(torch):
             _anat["pending"] = pend
@@ -697,7 +788,7 @@ def _anatomy_backward_start(torch, pend):
     """{device key: (activations, allocated, reserved, free, total)} at the
     start of a backward pass: what is allocated beyond the parameters, the
     gradients present now and the optimizer's state."""
-    now = _anatomy_walk(torch, pend["opt"])
+    now = _anatomy_walk(torch, pend["opts"], _anatomy_frozen(torch))
     out = {}
     for key, row in pend["dev"].items():
         if key[0] != "cuda":
@@ -726,6 +817,9 @@ def _anatomy_write(torch, pend, at_bwd):
                      "grads": grad, "optim_state": state, "activations": act, "unknown": unk,
                      "batch_size": batch})
     _anat["rows"] = rows
+    if _anat["again"]:  # asked while this one was pending: at the next boundary
+        _anat["again"] = False
+        _c.anatomy_again()
 
 
 def _anatomy_flush():
@@ -828,6 +922,8 @@ def _opt_no(opt):
         n = _opt_numbers.get(opt)
         if n is None:
             n = _opt_numbers[opt] = len(_opt_numbers)
+            if n and _anat["last"] is not None:
+                _c.anatomy_again()  # its tensors join the anatomy once it has stepped
         return n
     except TypeError:
         return 0
@@ -1137,9 +1233,10 @@ def _oom_frame_site(frames, skip, cache):
 
 def _oom_analyze(snap, device, requested, device_free, ptrs=None, skip=()):
     """What the snapshot says about an OOM on device (-1: every device).
-    ptrs: the lead optimizer's storages on that device as three lists of
-    data pointers (parameters, gradients, state), or None when no optimizer
-    is known (the live bytes are then all "unknown").  skip: directories
+    ptrs: the storages on that device of the optimizers and the live
+    modules' parameters (_oom_ptrs) as three lists of data pointers
+    (parameters, gradients, state), or None when none is known (the live
+    bytes are then all "unknown").  skip: directories
     whose frames are not the user's.  Returns a dict of the summary's
     fields (docs/FORMAT.md "oom_summary").  Pure: testable on any snapshot
     in torch's layout (2.x dict, 1.13 list of segments)."""
@@ -1225,11 +1322,25 @@ def _oom_analyze(snap, device, requested, device_free, ptrs=None, skip=()):
 
 
 def _oom_ptrs(torch, device):
-    """The lead optimizer's storages on cuda:device as (params, grads,
-    state) data pointer lists, or None when no optimizer is known."""
-    _, opt = _lead_optimizer()
+    """The storages on cuda:device as (params, grads, state) data pointer
+    lists: of every optimizer that has stepped (before the first step, as in
+    an OOM in the first forward pass: every optimizer alive) and the
+    parameters of every live module (frozen weights are weights, not
+    activations); None when neither an optimizer nor a module is found."""
     Tensor = getattr(torch, "Tensor", None)
-    if opt is None or Tensor is None or not isinstance(getattr(opt, "param_groups", None), list):
+    if not isinstance(Tensor, type):
+        return None
+    _, lead = _lead_optimizer()
+    try:
+        alive, mods = _live_objects(torch)
+    except Exception as e:
+        _oom_said("finding the optimizers and modules", e)
+        alive, mods = [], []
+    if lead is not None and _walkable(lead):
+        opts = _anatomy_opts(lead)
+    else:
+        opts = [o for o in alive if _walkable(o)]
+    if not opts and not mods:
         return None
     out = ([], [], [])
 
@@ -1243,14 +1354,19 @@ def _oom_ptrs(torch, device):
             out[cat].append(_storage_of(t)[0])
         except Exception:
             out[cat].append(t.data_ptr())
-    params = [p for g in opt.param_groups for p in g["params"]]
+    params = [p for opt in opts for g in opt.param_groups for p in g["params"]]
+    try:
+        params += _module_params(torch, mods)
+    except Exception as e:
+        _oom_said("reading the modules' parameters", e)
     for p in params:
         add(p, 0)
         add(getattr(p, "grad", None), 1)
-    for st in list(getattr(opt, "state", {}).values()):
-        for v in list(st.values() if isinstance(st, dict) else (st,)):
-            for x in (v if isinstance(v, (list, tuple)) else (v,)):
-                add(x, 2)
+    for opt in opts:
+        for st in list(getattr(opt, "state", {}).values()):
+            for v in list(st.values() if isinstance(st, dict) else (st,)):
+                for x in (v if isinstance(v, (list, tuple)) else (v,)):
+                    add(x, 2)
     return out
 
 

@@ -2893,6 +2893,18 @@ static PyObject *py_lead_optimizer(PyObject *self, PyObject *noargs)
     return PyLong_FromLong(g_lead);
 }
 
+/* anatomy_again(): an optimizer first stepped after the lead's first
+ * (a GAN's generator, a second optimizer made later): the anatomy is due
+ * again at the next boundary, when that optimizer's state exists, so that
+ * its tensors are counted too (the glue writes only if the bytes moved). */
+static PyObject *py_anatomy_again(PyObject *self, PyObject *noargs)
+{
+    (void)self, (void)noargs;
+    if (g_n_opt)
+        g_pending_flags |= ANATOMY_DUE_FLAG;
+    Py_RETURN_NONE;
+}
+
 /* ------------------------------------------------------------- Monitor */
 
 /* One capture of the history: its record as written (tag unset: the tag
@@ -3278,6 +3290,8 @@ static PyMethodDef methods[] = {
      "reserved, free, total, batch_size, reason, kind)"},
     {"oom_summary", py_oom_summary, METH_VARARGS, "oom_summary(seq, device, status, pool, ...)"},
     {"lead_optimizer", py_lead_optimizer, METH_NOARGS, "the lead optimizer's number, -1 if none"},
+    {"anatomy_again", py_anatomy_again, METH_NOARGS,
+     "the memory anatomy due again at the next boundary (a new optimizer)"},
     {"read_records", py_read_records, METH_VARARGS, "read_records(path)"},
     {"schema", py_schema, METH_NOARGS, "the in-process record fields: {kind: ((key, type, unit))}"},
     {NULL, NULL, 0, NULL},

@@ -500,7 +500,8 @@ void tm_rule_gpu_mem_oom(struct an *an, const tm_an_rank *R)
             snprintf(adv, sizeof adv,
                      "Shard the parameters and gradients over %.0f ranks (FSDP, DeepSpeed "
                      "ZeRO-3): each rank keeps 1/%.0f of them, saving %s%s; bf16 weights take "
-                     "half of fp32's.%s",
+                     "half of fp32's, and frozen weights (a LoRA base model, a teacher) load in "
+                     "8 or 4 bits (bitsandbytes, QLoRA).%s",
                      ranks, ranks, h6, nr > 1 ? "" : " (with 8 ranks; (N-1)/N of it with N)",
                      snapnote);
             break;

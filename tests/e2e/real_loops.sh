@@ -40,7 +40,12 @@
 # a GradScaler loop whose weights overflow at a learning-rate spike (amp_nan,
 # torch 2.x: GradScaler on the CPU) has every iteration a step and
 # amp.skipped_steps with the job's own count of skipped steps and the step
-# it stopped learning at (on torch 1.x it runs without a scaler: no finding).
+# it stopped learning at (on torch 1.x it runs without a scaler: no finding);
+# a GAN (gan_dcgan: PyTorch's DCGAN tutorial, three backward passes and two
+# optimizer steps per batch; gan_wgan: WGAN-GP's critic stepped on every
+# batch, the generator on every fifth) counts one step per lead optimizer
+# step with the loop's own wait, and its memory anatomy holds both
+# networks' parameters (the job's own sum), not the lead optimizer's alone.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -70,7 +75,8 @@ EXPECT = {"llm_memmap": ("input.main_prep", "cpu"), "manual_sgd": ("input.main_p
           "loader_forkserver": (None, None), "thread_prefetch": ("input.data_wait", None),
           "thread_prefetch_fast": ("input.ok", None), "two_loaders_zip": (None, None),
           "two_loaders_next": (None, None), "grad_accum_cycle": (None, None),
-          "amp_nan": ("amp.skipped_steps", None)}
+          "amp_nan": ("amp.skipped_steps", None), "gan_dcgan": ("input.data_wait", None),
+          "gan_wgan": ("input.data_wait", None)}
 # evidence the expected finding must carry
 EVIDENCE = {"thread_prefetch": "thread_fed_steps"}
 LOADER_NEVER = {"input.main_prep", "input.cpu_bound", "input.disk_bound", "host_mem.worker_growth"}
@@ -86,7 +92,8 @@ NEVER = {"llm_memmap": {"input.data_wait", "input.cpu_bound", "input.disk_bound"
          "thread_prefetch": {"input.main_prep", "input.cpu_bound", "input.disk_bound"},
          "thread_prefetch_fast": {"input.main_prep", "input.data_wait"},
          "two_loaders_zip": {"input.main_prep"}, "two_loaders_next": {"input.main_prep"},
-         "grad_accum_cycle": {"input.main_prep"}, "amp_nan": set()}
+         "grad_accum_cycle": {"input.main_prep"}, "amp_nan": set(),
+         "gan_dcgan": {"input.main_prep"}, "gan_wgan": {"input.main_prep"}}
 oracle, rep, train, evals = runcheck.load(run)
 S = rep["summary"]
 bad = []
@@ -112,6 +119,11 @@ if oracle.get("micro_batches"):
     mb = sum(o.get("micro_batches", 0) for o in train)
     if abs(mb - oracle["micro_batches"]) > 4:
         bad.append("%d micro-batches recorded, the job ran %d" % (mb, oracle["micro_batches"]))
+if oracle.get("params_bytes"):
+    anat = [a for a in (S.get("anatomy") or []) if a.get("device") == "cpu"]
+    if not anat or anat[-1].get("params_bytes") != oracle["params_bytes"]:
+        bad.append("anatomy %s, the job's parameters %d bytes"
+                   % (json.dumps(anat)[:200], oracle["params_bytes"]))
 ids = {f["id"]: f for f in rep.get("findings", [])}
 want, cause = EXPECT[job]
 if job == "amp_nan":
@@ -157,7 +169,7 @@ half() { # name python
     # The sanitizer build: the report and dump of the binary under ASan on
     # one loop of each kind of boundary, not the whole matrix again.
     case ${BUILD:-} in *asan*) [ -n "$jobs" ] || jobs="grad_accum manual_sgd idle_workers" ;; esac
-    for job in ${jobs:-llm_memmap llm_memmap_fast grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next grad_accum_cycle amp_nan}; do
+    for job in ${jobs:-llm_memmap llm_memmap_fast grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next grad_accum_cycle amp_nan gan_dcgan gan_wgan}; do
         local run=$scratch/$name-$job script=$job envs=()
         [ "$job" = llm_memmap_fast ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=2048); }
         [ "$job" = llm_memmap_eval ] && { script=llm_memmap; envs=(JOB_EVAL_EVERY=10); }
@@ -165,6 +177,7 @@ half() { # name python
         [ "$job" = thread_prefetch_fast ] && { script=thread_prefetch; envs=(JOB_ITEM_S=0.0001); }
         [ "$job" = grad_accum_cycle ] && { script=grad_accum; envs=(JOB_CYCLE=1); }
         case $job in two_loaders_*) script=two_loaders; envs=(JOB_VARIANT=${job#two_loaders_}) ;; esac
+        case $job in gan_*) script=gan; envs=(JOB_VARIANT=${job#gan_}) ;; esac
         ran=$((ran + 1))
         if ! env "${envs[@]}" "$TRAINMON" run -o "$run" -- "$PY" "$root/tests/jobs/$script.py" > "$run.out" 2>&1; then
             tail -n 20 "$run.out"; echo "  FAIL $job: trainmon run failed"; fails=$((fails + 1)); continue

@@ -193,8 +193,93 @@ def optimizer_state(torch_dir=TORCH_DIR):
                                  ("/work/job/train.py:58:train_step", 512 * MiB)]}}
 
 
+def first_forward(torch_dir=TORCH_DIR):
+    """The OOM of the first forward pass, before the optimizer's first step
+    (the most common one: a batch too big from the start): the optimizer is
+    made but has not stepped, so it is found alive, not by its steps.  512
+    MiB asked for with 100 MiB free; one 3860 MiB segment holds the
+    parameters (4 x 192 MiB), no gradients and no state yet, and the
+    forward's activations (8 x 256 MiB attention, 4 x 256 MiB MLP), then
+    20 MiB free.
+
+      live: 768 + 3072 = 3840 MiB; other 3072/3840 = 80%: activations
+      (without the optimizer found: every live byte unknown, cause peak)
+      largest free 20 MiB, 1 piece; 100 + 20 < 512: not fragmentation
+      expandable: 100 + 20 = 120 MiB ([3840, 3860) MiB is one whole page)
+      half the micro-batch saves 3072 / 2 = 1536 MiB
+    """
+    base = 0x7F0000000000
+    P = _user("/work/job/train.py", 12, "<module>", torch_dir)
+    A = _user("/work/job/model.py", 88, "attention", torch_dir)
+    M = _user("/work/job/model.py", 120, "mlp", torch_dir)
+    blocks = [(192 * MiB, P)] * 4 + [(256 * MiB, A)] * 8 + [(256 * MiB, M)] * 4
+    seg = _packed(base, blocks, 20 * MiB)
+    st = [b["address"] for b in seg["blocks"]]
+    req, free = 512 * MiB, 100 * MiB
+    return {"device": 0, "requested": req, "device_free": free, "total": 80 * GiB,
+            "snapshot": _snapshot([seg], req, free), "step": False,
+            "ptrs": (st[0:4], [], []),
+            "expect": {"pool": 2, "largest_free": 20 * MiB, "free_cached": 20 * MiB,
+                       "fragments": 1, "expandable": 120 * MiB, "live": 3840 * MiB,
+                       "reserved": 3860 * MiB, "blocks": 17,
+                       "live_params": 768 * MiB, "live_grads": 0,
+                       "live_optim_state": 0, "live_other": 3072 * MiB,
+                       "cause": "activations",
+                       "sites": [("/work/job/model.py:88:attention", 2048 * MiB),
+                                 ("/work/job/model.py:120:mlp", 1024 * MiB),
+                                 ("/work/job/train.py:12:<module>", 768 * MiB)]}}
+
+
+def frozen(torch_dir=TORCH_DIR):
+    """A LoRA fine-tune: the base model's weights frozen (4 x 1536 MiB, held
+    by a live module, by no optimizer), the adapter's 2 x 32 MiB held by
+    the optimizer with 2 x 32 MiB of gradients and 4 x 32 MiB of Adam's
+    state, the activations 6 x 256 MiB; 20 MiB free at the end.
+
+      live: 6144 + 64 + 64 + 128 + 1536 = 7936 MiB
+      parameters 6144 + 64 = 6208 MiB, gradients 64: (6208 + 64)/7936 =
+        79% >= 50%: the parameters (with the frozen weights taken for
+        activations, other would be 7680/7936 = 97%: activations, wrong)
+      other 1536/7936 = 19%, state 128/7936 = 2%
+      sharding over 8 ranks saves 6272 x 7/8 = 5488 MiB
+      largest free 20 MiB; 100 + 20 < 512: not fragmentation
+      expandable: [7936, 7956) MiB holds no whole page (7940..7940): 100 MiB
+      sites: train.py:15:load_base 6144, model.py:88:attention 1536,
+        train.py:62:train_step 128 (the state: adam.py's frames are
+        torch's), train.py:20:add_adapter 64, train.py:61:train_step 64
+        (ties by name)
+    """
+    base = 0x7F0000000000
+    B = _user("/work/job/train.py", 15, "load_base", torch_dir)
+    L = _user("/work/job/train.py", 20, "add_adapter", torch_dir)
+    G = [_frame(torch_dir + "/autograd/graph.py", 825, "_engine_run_backward")] + \
+        _user("/work/job/train.py", 61, "train_step", torch_dir)
+    S = [_frame(torch_dir + "/optim/adam.py", 160, "_init_group")] + \
+        _user("/work/job/train.py", 62, "train_step", torch_dir)
+    A = _user("/work/job/model.py", 88, "attention", torch_dir)
+    blocks = [(1536 * MiB, B)] * 4 + [(32 * MiB, L)] * 2 + [(32 * MiB, G)] * 2 + \
+        [(32 * MiB, S)] * 4 + [(256 * MiB, A)] * 6
+    seg = _packed(base, blocks, 20 * MiB)
+    st = [b["address"] for b in seg["blocks"]]
+    req, free = 512 * MiB, 100 * MiB
+    return {"device": 0, "requested": req, "device_free": free, "total": 80 * GiB,
+            "snapshot": _snapshot([seg], req, free),
+            "ptrs": (st[4:6], st[6:8], st[8:12]), "frozen": st[0:4],
+            "expect": {"pool": 2, "largest_free": 20 * MiB, "free_cached": 20 * MiB,
+                       "fragments": 1, "expandable": 100 * MiB, "live": 7936 * MiB,
+                       "reserved": 7956 * MiB, "blocks": 19,
+                       "live_params": 6208 * MiB, "live_grads": 64 * MiB,
+                       "live_optim_state": 128 * MiB, "live_other": 1536 * MiB,
+                       "cause": "parameters",
+                       "sites": [("/work/job/train.py:15:load_base", 6144 * MiB),
+                                 ("/work/job/model.py:88:attention", 1536 * MiB),
+                                 ("/work/job/train.py:62:train_step", 128 * MiB),
+                                 ("/work/job/train.py:20:add_adapter", 64 * MiB),
+                                 ("/work/job/train.py:61:train_step", 64 * MiB)]}}
+
+
 CASES = {"fragmentation": fragmentation, "activations": activations,
-         "optimizer_state": optimizer_state}
+         "optimizer_state": optimizer_state, "first_forward": first_forward, "frozen": frozen}
 
 
 def legacy(snapshot):

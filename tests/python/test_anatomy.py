@@ -128,6 +128,24 @@ def test_parameters_that_are_views_of_one_storage_count_it_once():
     assert walk(opt)[("cpu", -1)] == [400.0, 600.0, 0.0, 0.0]
 
 
+def test_two_optimizers_are_counted_together_and_a_shared_parameter_once():
+    # A GAN's two optimizers, and a third that holds one of the first's
+    # parameters again (a fine-tuning recipe's second param group): each
+    # storage once across all of them.
+    torch.manual_seed(0)
+    g, d = torch.nn.Linear(64, 32), torch.nn.Linear(64, 64)   # 8320; 64*64*4 + 64*4 = 16640
+    opt_g = torch.optim.SGD(g.parameters(), lr=0.1, momentum=0.9)
+    opt_d = torch.optim.SGD(d.parameters(), lr=0.1, momentum=0.9)
+    again = torch.optim.SGD([g.weight], lr=0.1)               # g's weight once more: nothing new
+    for opt, m in ((opt_g, g), (opt_d, d)):
+        step(m, opt)
+    both = LINEAR_BYTES + 16640                                 # 24960
+    # parameters, gradients, one momentum buffer each: all of both
+    assert walk([opt_g, opt_d, again])[("cpu", -1)] == [both, both, both, 0.0]
+    # the lead alone, as before: only its own
+    assert walk(opt_g)[("cpu", -1)] == [LINEAR_BYTES] * 3 + [0.0]
+
+
 def test_state_that_cannot_be_told_apart_is_unknown_not_lost():
     # An optimizer trainmon does not know, with a sparse tensor in its state
     # (no storage to read): its dense size (10 x 4 bytes) goes to unknown,
@@ -186,18 +204,21 @@ def test_attached_job_records_the_anatomy_first_and_when_it_changes(tmp_path):
     p = run_script(ATTACHED, tmp_path, timeout=300)
     recs = [f for _, _, f in records(main_file(tmp_path), "anatomy")]
     # Due at the lead optimizer's step 1 (first) and 4096: that check finds
-    # the group added at step 6 (reason changed).
+    # the state of the group added at step 6 (reason changed).
     assert [r["reason"] for r in recs] == [1, 2], recs
     first, changed = recs
     assert first["device_type"] == "cpu" and first["device"] == -1 and first["optimizer"] == 0
-    assert first["params"] == LINEAR_BYTES and first["grads"] == LINEAR_BYTES
+    both = LINEAR_BYTES + 16640
+    # At step 1 `extra` is a live module the optimizer does not hold yet:
+    # its parameters count (and the gradients its backward gave them), the
+    # state is the model's alone.
+    assert first["params"] == both and first["grads"] == both
     assert first["optim_state"] == 2 * LINEAR_BYTES + 8
     # the CPU has no allocator: activations, allocated, free unknown
     assert first["activations"] is None and first["allocated"] is None
     assert first["batch_size"] == -1
     # the step after the lead's first optimizer step has begun: step 1
     assert first["step"] == 1 and changed["step"] == 4096
-    both = LINEAR_BYTES + 16640
     # two more parameters: two more moments each and two more step counts
     assert changed["params"] == both and changed["optim_state"] == 2 * both + 4 * 4
     assert "cpu: params" in p.stdout  # Monitor.summary's line
@@ -207,6 +228,98 @@ def test_attached_job_records_the_anatomy_first_and_when_it_changes(tmp_path):
     assert got["anatomy"][0]["params"] == both and got["summary"] == got["anatomy"]
     # the glue was asked twice in 4100 steps: not at every step
     assert got["checks"] == 2
+
+
+# A GAN in the order of PyTorch's DCGAN tutorial: the discriminator's
+# optimizer steps first (the lead), the generator's after it.  The anatomy
+# written at the lead's first step has both networks' parameters (live
+# modules) but only the discriminator's state; the generator's first step
+# makes it due again at the next boundary, which finds both optimizers'
+# state (reason changed) without waiting for step 4096.
+GAN = r"""
+import json, torch, trainmon
+trainmon.attach()
+torch.manual_seed(0)
+netG = torch.nn.Linear(64, 32)                          # 8320 bytes
+netD = torch.nn.Linear(32, 64)                          # 32*64*4 + 64*4 = 8448 bytes
+optD = torch.optim.Adam(netD.parameters(), lr=2e-4)
+optG = torch.optim.Adam(netG.parameters(), lr=2e-4)
+for i in range(6):
+    fake = netG(torch.randn(8, 64))
+    optD.zero_grad(set_to_none=True)
+    netD(fake.detach()).mean().backward()
+    optD.step()
+    optG.zero_grad(set_to_none=True)
+    (-netD(fake).mean()).backward()
+    optG.step()
+print(json.dumps({"anatomy": trainmon.anatomy()}))
+"""
+
+
+def test_a_second_optimizers_tensors_join_the_anatomy_after_its_first_step(tmp_path):
+    p = run_script(GAN, tmp_path)
+    recs = [f for _, _, f in records(main_file(tmp_path), "anatomy")]
+    assert [r["reason"] for r in recs] == [1, 2], recs
+    first, both = recs
+    d_bytes, g_bytes = 8448, LINEAR_BYTES
+    # at the lead's (the discriminator's, number 0) first step: both
+    # networks' parameters, the discriminator's state alone (Adam's two
+    # moments and two step counts, 4 bytes each on torch >= 1.12)
+    assert first["optimizer"] == 0 and first["params"] == d_bytes + g_bytes
+    assert first["optim_state"] == 2 * d_bytes + 8 and first["step"] == 1
+    # at a boundary of the next iteration (by the lead's second step), not
+    # at step 4096: both, with the generator's gradients of iteration 1
+    assert both["optimizer"] == 0 and both["params"] == d_bytes + g_bytes
+    assert both["optim_state"] == 2 * (d_bytes + g_bytes) + 16
+    assert both["grads"] == d_bytes + g_bytes and both["step"] <= 2
+    import json
+    got = json.loads([line for line in p.stdout.splitlines() if line.startswith("{")][-1])
+    assert got["anatomy"][0]["params"] == d_bytes + g_bytes
+
+
+# A LoRA-style fine-tune: the base model frozen (requires_grad False, not
+# in the optimizer), a low-rank adapter trained.  Its frozen weights are
+# memory the job holds: parameters, not activations (on CUDA the rest of
+# what is allocated) and not left out.
+LORA = r"""
+import json, torch, trainmon
+trainmon.attach()
+torch.manual_seed(0)
+base = torch.nn.Linear(256, 256)                        # 256*256*4 + 256*4 = 263168 bytes
+for p in base.parameters():
+    p.requires_grad_(False)
+down = torch.nn.Linear(256, 8, bias=False)              # 8*256*4 = 8192
+up = torch.nn.Linear(8, 256, bias=False)                # 8192
+opt = torch.optim.AdamW(list(down.parameters()) + list(up.parameters()), lr=1e-3)
+x = torch.randn(4, 256)
+for i in range(3):
+    opt.zero_grad(set_to_none=True)
+    (base(x) + up(down(x))).pow(2).mean().backward()
+    opt.step()
+print(json.dumps({"anatomy": trainmon.anatomy()}))
+"""
+
+
+def test_frozen_weights_of_live_modules_are_parameters(tmp_path):
+    run_script(LORA, tmp_path)
+    recs = [f for _, _, f in records(main_file(tmp_path), "anatomy")]
+    assert len(recs) == 1, recs
+    r = recs[0]
+    adapter, frozen = 2 * 8192, 263168
+    assert r["params"] == frozen + adapter
+    # gradients and state: the adapter's alone (two moments, two step counts)
+    assert r["grads"] == adapter and r["optim_state"] == 2 * adapter + 8
+
+
+def test_live_objects_finds_optimizers_and_modules_by_type():
+    m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    opts, mods = trainmon._live_objects(torch)
+    assert any(o is opt for o in opts)
+    assert any(x is m for x in mods) and any(x is m[0] for x in mods)
+    # each module's own parameters: the Linear's weight and bias, once
+    ps = trainmon._module_params(torch, [m, m[0], m[1]])
+    assert len(ps) == 2 and ps[0] is m[0].weight
 
 
 # The CUDA path without a GPU: torch.cuda's allocator counters stood in by
@@ -226,7 +339,7 @@ torch.cuda.mem_get_info = lambda d=None: (1000000, 2000000)
 model = torch.nn.Linear(64, 32)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 dev = {("cuda", 0): [8320.0, 8320.0, 0.0, 0.0]}
-trainmon._anat["pending"] = {"opt": opt, "no": 0, "dev": dev, "batch": -1, "reason": 1}
+trainmon._anat["pending"] = {"opts": [opt], "no": 0, "dev": dev, "batch": -1, "reason": 1}
 trainmon._anatomy_arm(torch)
 armed = (ag.__dict__["backward"] is not hook_bw
          and dl._BaseDataLoaderIter.__dict__["__next__"] is not hook_nx)

@@ -62,8 +62,11 @@ def _analyze(case, legacy=False):
     snap = case["snapshot"]
     if legacy:
         snap = oom_snapshots.legacy(snap)
+    ptrs = case["ptrs"]
+    if ptrs is not None and case.get("frozen"):  # a live module's, as _oom_ptrs adds them
+        ptrs = (ptrs[0] + case["frozen"], ptrs[1], ptrs[2])
     return trainmon._oom_analyze(snap, case["device"], case["requested"], case["device_free"],
-                                 case["ptrs"], (TORCH_DIR + "/",))
+                                 ptrs, (TORCH_DIR + "/",))
 
 
 @pytest.mark.parametrize("legacy", [False, True], ids=["torch2_dict", "torch1_13_list"])
@@ -146,6 +149,11 @@ class Tensor:
         return self._s.n // 4
     def element_size(self):
         return 4
+class nn:
+    class Module:
+        # a module of the stand-in: its own parameters, as nn.Module keeps them
+        def __init__(self, params):
+            self._parameters = {str(i): p for i, p in enumerate(params)}
 """
 
 SCRIPT = r"""
@@ -166,7 +174,9 @@ if case["ptrs"]:
     for i, s in enumerate(ss):
         opt.state.setdefault(params[i % len(params)], {})["m%d" % i] = torch.Tensor(s)
     opt.param_groups = [{"params": params}]
-opt.step()
+base = torch.nn.Module([torch.Tensor(p) for p in case.get("frozen", ())])
+if case.get("step", True):
+    opt.step()
 with trainmon.phase("fwd"):
     for _ in range(int(os.environ.get("STANDIN_OOM_REPEAT", "1"))):
         for cb in list(torch._C.observers):
@@ -231,13 +241,26 @@ def test_end_to_end_the_oom_its_summary_and_the_finding(name, tmp_path, trainmon
         assert f["advice"].startswith("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
                                       "would have fit it (1.32 GiB usable"), f["advice"]
         assert ev["expandable_usable_bytes"] == 1356 * MiB
-    elif name == "activations":
+    elif name in ("activations", "first_forward"):
         # 3072 of 3840 MiB live: 80%; half the micro-batch saves 1536 MiB
+        # (first_forward: before the optimizer's first step, found alive;
+        # before, every live byte was unknown and the cause a bare peak)
         assert "activations and temporaries hold 3.00 GiB of the 3.75 GiB live (80%)" \
             in f["title"], f["title"]
         assert f["advice"].startswith("Activation checkpointing")
         assert "saves about 1.50 GiB" in f["advice"]
         assert ev["half_micro_batch_saves_bytes"] == 1536 * MiB
+    elif name == "frozen":
+        # the frozen base model's 6144 MiB are parameters: 6208 + 64 =
+        # 6272 of 7936 MiB (79%); before, they were taken for activations
+        # (97%) and the advice was checkpointing.  8 ranks save 6272 x 7/8
+        # = 5488 MiB = 5.36 GiB
+        assert "the parameters and their gradients hold 6.12 GiB of the 7.75 GiB live " \
+               "(79%)" in f["title"], f["title"]
+        assert f["advice"].startswith("Shard the parameters and gradients over 8 ranks")
+        assert "frozen weights (a LoRA base model, a teacher) load in 8 or 4 bits" \
+            in f["advice"], f["advice"]
+        assert ev["sharding_saves_bytes"] == 5488 * MiB
     else:
         # 4096 of 8704 MiB: 47%; 8 ranks save 3584 MiB, 8-bit 3072 MiB
         assert "the optimizer's state holds 4.00 GiB of the 8.50 GiB live (47%)" \
