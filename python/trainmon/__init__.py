@@ -546,15 +546,17 @@ def _live_objects(torch):
     Optimizer = getattr(getattr(optim, "optimizer", None), "Optimizer", None) or \
         getattr(optim, "Optimizer", None)
     Module = getattr(getattr(torch, "nn", None), "Module", None)
-    bases = tuple(c for c in (Module, Optimizer) if isinstance(c, type))
+    # classes whose metaclass is type itself: issubclass is then the C
+    # MRO test, with no __subclasscheck__ of anyone's
+    bases = tuple(c for c in (Module, Optimizer) if type(c) is type)
     if not bases:
         return [], []
     objs = gc.get_objects()
-    # the types first (a few thousand), then the objects of the types that
-    # are modules or optimizers, in C (map, compress): no Python frame per
-    # object, a third of the time of a loop
-    hits = {t for t in set(map(type, objs)) if issubclass(t, bases)}
-    found = list(itertools.compress(objs, map(hits.__contains__, map(type, objs))))
+    # each object's type tested in C (map, issubclass, compress): no Python
+    # frame per object, under half the time of a loop; nothing is hashed,
+    # so no metaclass's own __hash__ / __eq__ runs (nor can it refuse).
+    found = list(itertools.compress(
+        objs, map(issubclass, map(type, objs), itertools.repeat(bases))))
     del objs
     mods = [o for o in found if isinstance(Module, type) and issubclass(type(o), Module)]
     opts = [o for o in found if isinstance(Optimizer, type) and issubclass(type(o), Optimizer)]
@@ -683,6 +685,13 @@ def _walkable(opt):
         hasattr(getattr(opt, "state", None), "values")
 
 
+def _all_walkable(lead):
+    """Whether the lead and every other optimizer that stepped can be
+    walked: one that cannot (duck-typed) would have its state taken for
+    activations, so nothing is split then."""
+    return _walkable(lead) and all(_walkable(o) for o in list(_opt_numbers.keys()))
+
+
 def _anatomy_opts(lead):
     """The optimizers to count: the lead first, then every other optimizer
     that has stepped and is still alive, in the order they first stepped."""
@@ -725,7 +734,7 @@ def _anatomy_due():
             return
         # not torch's tensors and optimizers (a stand-in, a duck-typed
         # optimizer): nothing to count, and nothing to say
-        if getattr(torch, "Tensor", None) is None or not _walkable(opt):
+        if getattr(torch, "Tensor", None) is None or not _all_walkable(opt):
             return
         opts = _anatomy_opts(opt)
         dev = _anatomy_walk(torch, opts, _anatomy_frozen(torch))
@@ -922,8 +931,6 @@ def _opt_no(opt):
         n = _opt_numbers.get(opt)
         if n is None:
             n = _opt_numbers[opt] = len(_opt_numbers)
-            if n and _anat["last"] is not None:
-                _c.anatomy_again()  # its tensors join the anatomy once it has stepped
         return n
     except TypeError:
         return 0
@@ -1331,17 +1338,19 @@ def _oom_ptrs(torch, device):
     if not isinstance(Tensor, type):
         return None
     _, lead = _lead_optimizer()
+    if lead is not None and not _all_walkable(lead):
+        return None  # an optimizer whose state cannot be read: no split, never a wrong one
     try:
         alive, mods = _live_objects(torch)
     except Exception as e:
         _oom_said("finding the optimizers and modules", e)
-        alive, mods = [], []
-    if lead is not None and _walkable(lead):
+        return None
+    if lead is not None:
         opts = _anatomy_opts(lead)
     else:
         opts = [o for o in alive if _walkable(o)]
-    if not opts and not mods:
-        return None
+    if not opts:
+        return None  # no optimizer (inference): the live bytes are not split
     out = ([], [], [])
 
     def add(t, cat):

@@ -803,6 +803,7 @@ static uint64_t g_n_batches, g_n_bwd, g_n_opt;
  * steps that AMP's GradScaler skipped (hook_ampstep) */
 static uint64_t g_opt_calls, g_n_skipped;
 static uint64_t g_opt_seen; /* bit no & 63: optimizer no's step was seen (opt_post) */
+static int g_anatomy_again; /* anatomy rechecks asked by new optimizers (opt_post) */
 static int g_ampdepth;      /* in GradScaler.step (hook_ampstep) */
 static uint64_t g_n_fetch;  /* fetches in this process (num_workers=0), hook or not */
 /* The main process's fetch Hooks are taken out (the glue's _fetch_unhook)
@@ -1714,6 +1715,7 @@ static PyObject *py_reset_steps(PyObject *self, PyObject *noargs)
     g_coll_seen = 0;
     g_n_batches = g_n_bwd = g_n_opt = g_n_fetch = 0;
     g_opt_calls = g_n_skipped = g_opt_seen = 0;
+    g_anatomy_again = 0;
     g_ampdepth = 0;
     g_fetch_off = 0;
     g_in_eval = 0;
@@ -2000,10 +2002,22 @@ static long opt_end(long no, uint32_t flags)
     return take_flags();
 }
 
+/* An optimizer's first (not skipped) step after the lead's first: its
+ * state exists from now on, and the memory anatomy is due again at the
+ * next boundary so that its tensors are counted (a GAN's generator, a
+ * second optimizer made later), at most ANATOMY_AGAIN_MAX times a process
+ * (a loop that makes a new optimizer every step walks no more than that). */
+#define ANATOMY_AGAIN_MAX 8
+
 static long opt_post(long no)
 {
     g_opt_calls++;
-    g_opt_seen |= 1ull << (no & 63);
+    uint64_t bit = 1ull << (no & 63);
+    if (!(g_opt_seen & bit) && g_n_opt && g_anatomy_again < ANATOMY_AGAIN_MAX) {
+        g_anatomy_again++;
+        g_pending_flags |= ANATOMY_DUE_FLAG;
+    }
+    g_opt_seen |= bit;
     return opt_end(no, 0);
 }
 
@@ -2045,13 +2059,41 @@ static PyObject *g_opt_no;   /* the glue's _opt_no(optimizer) -> the optimizer's
  * SystemExit from a threshold callback that stops the job) is the job's:
  * left set, and -1, so that the hook raises it into the job once torch's
  * call has returned (pass_through). */
+/* The glue's own work at a boundary (the memory anatomy's walk and its
+ * one pass over the live objects, attaching the OOM observer) is the
+ * agent's time, not the job's: the steps open then begin that much later,
+ * as does a fetch in progress and the preparation span, so that no step,
+ * data wait or batch preparation holds it (a 20-90 ms pass at the lead's
+ * first step read as the next step's preparation or compute: the job's own
+ * clock, which starts after optimizer.step() returns, never sees it;
+ * tests/e2e/real_loops.sh).  Threshold callbacks are the job's code, and
+ * their time stays where it fell. */
+static void agent_time(int64_t t0, int64_t d, int64_t cpu)
+{
+    for (int L = TM_STEP_BY_BACKWARD; L <= TM_STEP_BY_OPTIMIZER; L++)
+        if (g_acc[L].start && g_acc[L].start <= t0)
+            g_acc[L].start += d;
+    if (g_fwd_armed && g_arm_t <= t0) {
+        g_arm_t += d;
+        if (g_arm_cpu >= 0 && cpu > 0)
+            g_arm_cpu += cpu;
+    }
+    if (g_depth > 0 && g_in_t && g_in_t <= t0) /* taken at a fetch's entry */
+        g_in_t += d;
+}
+
 static int boundary_work(long flags)
 {
     if (!g_boundary)
         return 0;
+    int own = !(flags & 0xFFFF); /* no threshold callback due: all of it the agent's */
+    int64_t t0 = own ? now_ns() : 0;
+    int64_t c0 = own && g_fwd_armed && g_arm_cpu >= 0 ? thread_cpu_ns() : -1;
     PyObject *f = PyLong_FromLong(flags);
     PyObject *r = f ? PyObject_CallOneArg(g_boundary, f) : NULL;
     Py_XDECREF(f);
+    if (own)
+        agent_time(t0, now_ns() - t0, c0 >= 0 ? thread_cpu_ns() - c0 : 0);
     if (r) {
         Py_DECREF(r);
         return 0;
@@ -2893,10 +2935,9 @@ static PyObject *py_lead_optimizer(PyObject *self, PyObject *noargs)
     return PyLong_FromLong(g_lead);
 }
 
-/* anatomy_again(): an optimizer first stepped after the lead's first
- * (a GAN's generator, a second optimizer made later): the anatomy is due
- * again at the next boundary, when that optimizer's state exists, so that
- * its tensors are counted too (the glue writes only if the bytes moved). */
+/* anatomy_again(): the glue was asked for the anatomy while one was
+ * still pending (CUDA: written at the next backward pass): due again at
+ * the next boundary (the glue writes only if the bytes moved). */
 static PyObject *py_anatomy_again(PyObject *self, PyObject *noargs)
 {
     (void)self, (void)noargs;
@@ -3291,7 +3332,7 @@ static PyMethodDef methods[] = {
     {"oom_summary", py_oom_summary, METH_VARARGS, "oom_summary(seq, device, status, pool, ...)"},
     {"lead_optimizer", py_lead_optimizer, METH_NOARGS, "the lead optimizer's number, -1 if none"},
     {"anatomy_again", py_anatomy_again, METH_NOARGS,
-     "the memory anatomy due again at the next boundary (a new optimizer)"},
+     "the memory anatomy due again at the next boundary"},
     {"read_records", py_read_records, METH_VARARGS, "read_records(path)"},
     {"schema", py_schema, METH_NOARGS, "the in-process record fields: {kind: ((key, type, unit))}"},
     {NULL, NULL, 0, NULL},

@@ -373,3 +373,136 @@ def test_cuda_activations_are_measured_at_the_next_backward_and_the_hooks_put_ba
     assert r["allocated"] == 100000 and r["reserved"] == 150000
     assert r["free_device"] == 1000000 and r["total_device"] == 2000000
     assert r["batch_size"] == 16
+
+
+# The agent's own time at a boundary is in no step: the anatomy's walk
+# (and its one pass over the live objects) made 300 ms long here, at the
+# lead's first step (no DataLoader: it would read as the next step's batch
+# preparation) and at the fetch after the generator's first step (it would
+# read as data wait).  The job's own clock starts after optimizer.step()
+# returns and never sees it.
+GLUE_TIME = r"""
+import json, time, torch, trainmon
+from torch.utils.data import DataLoader, TensorDataset
+trainmon.attach()
+due = trainmon._anatomy_due
+calls = []
+def slow():
+    calls.append(1)
+    time.sleep(0.3)
+    due()
+trainmon._anatomy_due = slow
+torch.manual_seed(0)
+netG, netD = torch.nn.Linear(8, 8), torch.nn.Linear(8, 1)
+optD = torch.optim.SGD(netD.parameters(), lr=0.01)
+optG = torch.optim.SGD(netG.parameters(), lr=0.01)
+x = torch.randn(4, 8)
+for i in range(4):                           # no DataLoader: prep is the data wait
+    optD.zero_grad(); netD(x).sum().backward(); optD.step()
+loader = DataLoader(TensorDataset(torch.randn(32, 8)), batch_size=4)
+for (real,) in loader:
+    optD.zero_grad(); netD(real).sum().backward(); optD.step()
+    optG.zero_grad(); netD(netG(real)).sum().backward(); optG.step()
+print(json.dumps({"calls": len(calls)}))
+"""
+
+
+def test_the_agents_own_time_at_a_boundary_is_in_no_step(tmp_path):
+    import json
+    p = run_script(GLUE_TIME, tmp_path)
+    got = json.loads([line for line in p.stdout.splitlines() if line.startswith("{")][-1])
+    assert got["calls"] == 2, got  # the lead's first step; after the generator's first
+    steps = [f for _, _, f in records(main_file(tmp_path), "step")]
+    assert len(steps) >= 12, steps
+    for f in steps:
+        assert f["end_ns"] - f["start_ns"] < 0.2e9, f
+        assert f["data_wait_ns"] < 0.2e9, f
+        assert f.get("prep_ns", -1) < 0.2e9, f
+
+
+# A loop that makes a new optimizer every step (some RL and meta-learning
+# code), kept alive: each is a new optimizer's first step, and each would
+# make the anatomy due again; the rechecks are bounded (8 a process).
+NEW_EVERY_STEP = r"""
+import json, torch, trainmon
+trainmon.attach()
+walks = []
+walk = trainmon._anatomy_walk
+def counted(*a, **k):
+    walks.append(1)
+    return walk(*a, **k)
+trainmon._anatomy_walk = counted
+body, head = torch.nn.Linear(8, 8), torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(body.parameters(), lr=0.01)
+kept = []
+x = torch.randn(4, 8)
+for i in range(50):
+    opt.zero_grad(); head(body(x)).sum().backward(); opt.step()
+    o = torch.optim.SGD(head.parameters(), lr=0.01)
+    kept.append(o)
+    o.step()
+print(json.dumps({"walks": len(walks)}))
+"""
+
+
+def test_a_new_optimizer_every_step_makes_a_bounded_number_of_walks(tmp_path):
+    import json
+    p = run_script(NEW_EVERY_STEP, tmp_path)
+    got = json.loads([line for line in p.stdout.splitlines() if line.startswith("{")][-1])
+    # the lead's first step, then 8 rechecks at most (ANATOMY_AGAIN_MAX):
+    # before the bound, 50 walks in 50 steps
+    assert 2 <= got["walks"] <= 9, got
+
+
+# AMP: a GAN whose first iteration overflows skips both optimizers' steps;
+# the generator's state exists only from its first step that ran, which is
+# when the anatomy is due again (not at its numbering on the skipped one).
+AMP_GAN = r"""
+import json, torch, trainmon
+trainmon.attach()
+torch.manual_seed(0)
+netG, netD = torch.nn.Linear(16, 8), torch.nn.Linear(8, 1)
+optD = torch.optim.Adam(netD.parameters(), lr=1e-4)
+optG = torch.optim.Adam(netG.parameters(), lr=1e-4)
+scaler = torch.amp.GradScaler("cpu")
+for i in range(4):
+    z = torch.randn(4, 16) * (float("inf") if i == 0 else 1.0)
+    optD.zero_grad(); scaler.scale(netD(netG(z).detach()).mean()).backward()
+    scaler.step(optD)
+    optG.zero_grad(); scaler.scale(-netD(netG(z)).mean()).backward()
+    scaler.step(optG); scaler.update()
+state = sum(t.numel() * t.element_size() for o in (optD, optG) for s in o.state.values()
+            for t in s.values() if torch.is_tensor(t))
+print(json.dumps({"state": state, "anatomy": trainmon.anatomy()}))
+"""
+
+
+def test_an_amp_gans_skipped_first_steps_still_count_the_second_optimizers_state(tmp_path):
+    import json
+    if not hasattr(torch, "amp") or not hasattr(torch.amp, "GradScaler"):
+        pytest.skip("torch %s has no torch.amp.GradScaler for the CPU" % torch.__version__)
+    p = run_script(AMP_GAN, tmp_path)
+    got = json.loads([line for line in p.stdout.splitlines() if line.startswith("{")][-1])
+    assert got["anatomy"][0]["optim_state"] == got["state"], got
+
+
+def test_an_oom_with_an_optimizer_that_cannot_be_walked_is_not_split(monkeypatch):
+    # a duck-typed optimizer (no param_groups): its state would be taken for
+    # activations, so the live bytes are left unknown, as before any split
+    class Duck:
+        pass
+    monkeypatch.setattr(trainmon, "_lead_optimizer", lambda: (0, Duck()))
+    keep = torch.nn.Linear(4, 4)  # a live module: not enough to split on
+    assert trainmon._oom_ptrs(torch, 0) is None
+    del keep
+
+
+def test_live_objects_never_hashes_a_metaclass():
+    class Meta(type):
+        def __eq__(cls, other):    # and so no __hash__: an unhashable class
+            raise AssertionError("a metaclass's __eq__ ran")
+    Odd = Meta("Odd", (), {})
+    odd = Odd()  # noqa: F841  (alive during the pass)
+    m = torch.nn.Linear(2, 2)
+    opts, mods = trainmon._live_objects(torch)
+    assert any(x is m for x in mods)

@@ -102,8 +102,13 @@ def test_the_agents_clock_is_the_counter_where_the_kernels_is_and_agrees_with_it
     # the counter's rate error at its largest
     for s, (before, after) in zip(steps, out["opt"]):
         assert before - slack <= s["opt_start_ns"] <= after + slack, (s, before, after)
+    # one step ends where the next begins, but after the lead optimizer's
+    # first step: the agent's own work there (the memory anatomy's walk and
+    # its pass over the live objects) is in no step, the next begins after it
+    gaps = [i for i, (a, b) in enumerate(zip(steps, steps[1:])) if b["start_ns"] != a["end_ns"]]
+    assert gaps in ([], [0]), [(steps[i]["end_ns"], steps[i + 1]["start_ns"]) for i in gaps]
     for a, b in zip(steps, steps[1:]):
-        assert b["start_ns"] == a["end_ns"]  # one step ends where the next begins
+        assert b["start_ns"] >= a["end_ns"]
         assert b["opt_start_ns"] <= b["end_ns"]
     if kernel_clock_is_tsc():
         assert out["clock"] == "tsc", out
