@@ -45,7 +45,12 @@
 # optimizer steps per batch; gan_wgan: WGAN-GP's critic stepped on every
 # batch, the generator on every fifth) counts one step per lead optimizer
 # step with the loop's own wait, and its memory anatomy holds both
-# networks' parameters (the job's own sum), not the lead optimizer's alone.
+# networks' parameters (the job's own sum), not the lead optimizer's alone;
+# a Hugging Face `accelerate` loop without the Trainer (accelerate_loop:
+# `accelerator.accumulate(model)` with optimizer.step() called on every
+# batch and run by accelerate's wrapper on every 4th and the epoch's last;
+# torch 2.x, where accelerate is installed) counts the steps that ran, with
+# every batch a micro-batch of one of them.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -76,7 +81,7 @@ EXPECT = {"llm_memmap": ("input.main_prep", "cpu"), "manual_sgd": ("input.main_p
           "thread_prefetch_fast": ("input.ok", None), "two_loaders_zip": (None, None),
           "two_loaders_next": (None, None), "grad_accum_cycle": (None, None),
           "amp_nan": ("amp.skipped_steps", None), "gan_dcgan": ("input.data_wait", None),
-          "gan_wgan": ("input.data_wait", None)}
+          "gan_wgan": ("input.data_wait", None), "accelerate_loop": ("input.data_wait", None)}
 # evidence the expected finding must carry
 EVIDENCE = {"thread_prefetch": "thread_fed_steps"}
 LOADER_NEVER = {"input.main_prep", "input.cpu_bound", "input.disk_bound", "host_mem.worker_growth"}
@@ -93,7 +98,8 @@ NEVER = {"llm_memmap": {"input.data_wait", "input.cpu_bound", "input.disk_bound"
          "thread_prefetch_fast": {"input.main_prep", "input.data_wait"},
          "two_loaders_zip": {"input.main_prep"}, "two_loaders_next": {"input.main_prep"},
          "grad_accum_cycle": {"input.main_prep"}, "amp_nan": set(),
-         "gan_dcgan": {"input.main_prep"}, "gan_wgan": {"input.main_prep"}}
+         "gan_dcgan": {"input.main_prep"}, "gan_wgan": {"input.main_prep"},
+         "accelerate_loop": {"input.main_prep"}}
 oracle, rep, train, evals = runcheck.load(run)
 S = rep["summary"]
 bad = []
@@ -169,7 +175,7 @@ half() { # name python
     # The sanitizer build: the report and dump of the binary under ASan on
     # one loop of each kind of boundary, not the whole matrix again.
     case ${BUILD:-} in *asan*) [ -n "$jobs" ] || jobs="grad_accum manual_sgd idle_workers" ;; esac
-    for job in ${jobs:-llm_memmap llm_memmap_fast grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next grad_accum_cycle amp_nan gan_dcgan gan_wgan}; do
+    for job in ${jobs:-llm_memmap llm_memmap_fast grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next grad_accum_cycle amp_nan gan_dcgan gan_wgan accelerate_loop}; do
         local run=$scratch/$name-$job script=$job envs=()
         [ "$job" = llm_memmap_fast ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=2048); }
         [ "$job" = llm_memmap_eval ] && { script=llm_memmap; envs=(JOB_EVAL_EVERY=10); }
@@ -178,6 +184,9 @@ half() { # name python
         [ "$job" = grad_accum_cycle ] && { script=grad_accum; envs=(JOB_CYCLE=1); }
         case $job in two_loaders_*) script=two_loaders; envs=(JOB_VARIANT=${job#two_loaders_}) ;; esac
         case $job in gan_*) script=gan; envs=(JOB_VARIANT=${job#gan_}) ;; esac
+        if [ "$job" = accelerate_loop ] && ! "$PY" -c 'import accelerate' 2>/dev/null; then
+            echo "  $job: skipped: no accelerate for $PY (make deps installs it in the virtualenv)"; continue
+        fi
         ran=$((ran + 1))
         if ! env "${envs[@]}" "$TRAINMON" run -o "$run" -- "$PY" "$root/tests/jobs/$script.py" > "$run.out" 2>&1; then
             tail -n 20 "$run.out"; echo "  FAIL $job: trainmon run failed"; fails=$((fails + 1)); continue
