@@ -46,6 +46,7 @@ static const struct tm_rule rules[] = {
     {.id = "input.data_wait", .max = TM_SEV_HIGH, .run = tm_rule_input_data_wait},
     {.id = "input.main_prep", .max = TM_SEV_HIGH, .run = tm_rule_input_main_prep},
     {.id = "input.handoff", .max = TM_SEV_HIGH, .run = tm_rule_input_handoff},
+    {.id = "input.worker_startup", .max = TM_SEV_HIGH, .run = tm_rule_input_worker_startup},
     {.id = "data.page_cache", .max = TM_SEV_MEDIUM, .run = tm_rule_data_page_cache},
     {.id = "data.small_files", .max = TM_SEV_MEDIUM, .run = tm_rule_data_small_files},
     {.id = "gpu.underutilized", .max = TM_SEV_MEDIUM, .run = tm_rule_gpu_underutilized},

@@ -88,6 +88,25 @@
  * share of all the wait: the restarts (a new worker set each epoch) are
  * worth persistent_workers=True. */
 #define TM_AN_HANDOFF_RESTART_SHARE 0.30
+/* input.worker_startup: the wait is the workers starting.  Each new
+ * iterator of a DataLoader without persistent_workers starts a new set of
+ * workers, and the loop waits for the set's first batch: one long wait per
+ * set (the set's start-up: process start, the Dataset pickled to it under
+ * spawn/forkserver, worker_init_fn, the first fetch).  The verdict when
+ * those longest waits are at least half of all the wait, or when without
+ * them the loop would wait under TM_AN_DATA_WAIT_FRACTION (the restarts
+ * alone make it input-bound); and only with at least
+ * TM_AN_STARTUP_STEPS_PER_SET judged steps per set, since in a handful of
+ * steps the longest waits are a large share of any wait. */
+#define TM_AN_STARTUP_SHARE 0.50
+#define TM_AN_STARTUP_STEPS_PER_SET 4
+/* A set slower than this to deliver its first batch re-imports the job.
+ * Measured on the 2-core test VM, iter() to the first batch of 2 workers
+ * over an in-memory Dataset, 4 epochs each, torch 1.13 and 2.13: fork
+ * 0.010-0.023 s, forkserver 0.58-0.80 s, spawn 0.61-0.84 s (each worker
+ * imports torch and the main module again; a heavier main script is
+ * slower still: 0.65 s in tests/jobs/loader_variants.py forkserver). */
+#define TM_AN_STARTUP_SLOW_S 0.30
 #define TM_AN_PSI_CPU_SOME 0.10   /* mean cpu "some" avg10: tasks wait for a core */
 #define TM_AN_WORKER_CPU_MIN 0.20 /* starved: still this much CPU per fetch-second */
 /* host.cpu_oversubscribed: more runnable threads (intra-op threads x

@@ -72,9 +72,14 @@ void tm_rule_input_main_prep(struct an *an);
 /* The time lost, its share of the run and the speed-up if the input kept
  * up: into e, and appended to the title in buf (every waiting verdict). */
 void tm_an_input_cost(struct ev *e, const tm_an_summary *S, char *buf, size_t cap);
+/* The severity of a data-wait fraction: high, medium, low (analysis.h) */
+enum tm_severity tm_an_wait_severity(double f);
 /* rules_handoff.c: the loop waits for batches its idle workers have ready */
 bool tm_an_input_is_handoff(const tm_an_summary *S);
 void tm_rule_input_handoff(struct an *an);
+/* rules_startup.c: the loop waits for a new set of workers to start */
+bool tm_an_input_is_startup(const tm_an_summary *S);
+void tm_rule_input_worker_startup(struct an *an);
 /* rules_mount.c: a -d path whose filesystem did not answer (a hung mount) */
 void tm_rule_data_hung_mount(struct an *an);
 /* rules_steps.c: the agent ran but no step could be cut */

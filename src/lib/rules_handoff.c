@@ -30,7 +30,7 @@
 bool tm_an_input_is_handoff(const tm_an_summary *S)
 {
     return S->workers > 0 && S->data_wait_fraction >= TM_AN_DATA_WAIT_FRACTION &&
-           S->worker_util < TM_AN_HANDOFF_WORKER_UTIL;
+           S->worker_util < TM_AN_HANDOFF_WORKER_UTIL && !tm_an_input_is_startup(S);
 }
 
 void tm_rule_input_handoff(struct an *an)
@@ -41,7 +41,9 @@ void tm_rule_input_handoff(struct an *an)
     size_t nranks = an->a->nranks ? an->a->nranks : 1;
     size_t nw = (S->workers + nranks - 1) / nranks;
     double wpb = S->wait_per_batch_s, cpu = S->worker_cpu_per_batch_s;
-    bool restarts = S->worker_restarts > 0 && S->restart_wait_share >= TM_AN_HANDOFF_RESTART_SHARE;
+    bool restarts =
+        S->worker_set_restarts > 0 && S->restart_wait_share >= TM_AN_HANDOFF_RESTART_SHARE;
+    size_t sets = (S->worker_set_restarts + nranks - 1) / nranks;
     struct ev e;
     tm_an_ev_open(&e);
     tm_an_ev_num(&e, "data_wait_fraction", S->data_wait_fraction);
@@ -72,9 +74,9 @@ void tm_rule_input_handoff(struct an *an)
     } while (0)
     ADV("More workers will not help: they are idle.");
     if (restarts)
-        ADV(" The workers were started %zu more time%s (a new set each epoch), and the %zu "
+        ADV(" A new set of workers was started %zu more time%s%s (each epoch), and the %zu "
             "longest waits are %.0f%% of all the wait: set persistent_workers=True to keep them.",
-            S->worker_restarts, S->worker_restarts == 1 ? "" : "s", S->worker_restarts,
+            sets, sets == 1 ? "" : "s", nranks > 1 ? " per rank" : "", S->worker_set_restarts,
             100 * S->restart_wait_share);
     if (isfinite(wpb)) {
         ADV(" Each batch took %.1f ms to arrive (median)", 1e3 * wpb);
@@ -96,10 +98,7 @@ void tm_rule_input_handoff(struct an *an)
         ADV(" With a GPU, pin_memory=True and .to(device, non_blocking=True) overlap the copy "
             "with compute.");
 #undef ADV
-    double wf = S->data_wait_fraction;
-    enum tm_severity sev = wf >= TM_AN_DATA_WAIT_HIGH     ? TM_SEV_HIGH
-                           : wf >= TM_AN_DATA_WAIT_MEDIUM ? TM_SEV_MEDIUM
-                                                          : TM_SEV_LOW;
+    enum tm_severity sev = tm_an_wait_severity(S->data_wait_fraction);
     tm_an_input_cost(&e, S, title, sizeof title);
     tm_an_add(an, sev,
               S->worker_util < TM_AN_HANDOFF_WORKER_UTIL / 2 ? TM_CONF_HIGH : TM_CONF_MEDIUM, -1,

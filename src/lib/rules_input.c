@@ -12,7 +12,7 @@
 #include "rules.h"
 #include "units.h"
 
-static enum tm_severity wait_severity(double f)
+enum tm_severity tm_an_wait_severity(double f)
 {
     return f >= TM_AN_DATA_WAIT_HIGH     ? TM_SEV_HIGH
            : f >= TM_AN_DATA_WAIT_MEDIUM ? TM_SEV_MEDIUM
@@ -67,18 +67,39 @@ static const char *in_record_d(const tm_an_summary *S, const char *suggest)
     return S->data_paths ? "" : suggest;
 }
 
-enum input_kind { IN_NONE, IN_OK, IN_DISK, IN_CPU, IN_WAIT, IN_PREP, IN_HANDOFF };
+enum input_kind { IN_NONE, IN_OK, IN_DISK, IN_CPU, IN_WAIT, IN_PREP, IN_HANDOFF, IN_STARTUP };
 
 /* The votes of the system signals and the verdict they give. */
 struct votes {
     enum input_kind kind;
     bool v_dstate, c_busy, c_sys, c_starved;
+    bool keeps_up; /* a CPU vote, but the workers keep up on paper */
     int disk, cpu;
-    double busy, ratio;
+    double busy, ratio, need, nw;
 };
 
-static struct votes input_verdict(const tm_an_summary *S)
+/* The workers a rank needs so that batches arrive as fast as steps use
+ * them (each worker makes one batch at a time), at least 1; NAN when a
+ * time is unknown. */
+static double workers_needed(const tm_an_summary *S)
 {
+    double per = S->worker_batch_median_s, comp = S->compute_median_s;
+    double need = comp > 0 && isfinite(per) ? ceil(per / comp) : NAN;
+    return need < 1 ? 1 : need;
+}
+
+static double workers_per_rank(const struct an *an)
+{
+    const tm_an_summary *S = &an->a->sum;
+    size_t nw = S->workers;
+    if (an->a->nranks > 1 && nw)
+        nw = (nw + an->a->nranks - 1) / an->a->nranks;
+    return (double)nw;
+}
+
+static struct votes input_verdict(const struct an *an)
+{
+    const tm_an_summary *S = &an->a->sum;
     struct votes w = {.kind = IN_NONE};
     if (isnan(S->data_wait_fraction))
         return w;
@@ -96,6 +117,12 @@ static struct votes input_verdict(const tm_an_summary *S)
     /* Idle workers: their batches were ready, the wait is the handoff
      * (rules_handoff.c says it).  Neither their CPU nor the disk is the
      * limit: more workers would not help. */
+    /* A new set of workers starting each epoch: the long waits for their
+     * first batches (rules_startup.c says it). */
+    if (tm_an_input_is_startup(S)) {
+        w.kind = IN_STARTUP;
+        return w;
+    }
     if (tm_an_input_is_handoff(S)) {
         w.kind = IN_HANDOFF;
         return w;
@@ -132,7 +159,19 @@ static struct votes input_verdict(const tm_an_summary *S)
     w.cpu = cpu;
     w.busy = busy;
     w.ratio = ratio;
+    w.need = workers_needed(S);
+    w.nw = workers_per_rank(an);
     w.kind = storage && (disk >= 2 || cpu == 0) ? IN_DISK : cpu >= 1 ? IN_CPU : IN_WAIT;
+    /* CPU-bound workers are too few for their batch time.  When the
+     * workers there are deliver a batch faster than a step computes
+     * (workers_needed <= workers: the medians keep up), their throughput
+     * is not what the loop waits for, whatever their CPU: the wait comes
+     * in bursts (start-up, slow batches) or in the handoff, and "add
+     * workers" would be wrong.  input.data_wait says so. */
+    if (w.kind == IN_CPU && w.need <= w.nw) {
+        w.kind = IN_WAIT;
+        w.keeps_up = true;
+    }
     return w;
 }
 
@@ -164,7 +203,7 @@ static void ev_input_votes(struct ev *e, const tm_an_summary *S, const struct vo
 void tm_rule_input_ok(struct an *an)
 {
     const tm_an_summary *S = &an->a->sum;
-    if (input_verdict(S).kind != IN_OK)
+    if (input_verdict(an).kind != IN_OK)
         return;
     struct ev e;
     char buf[1024];
@@ -213,10 +252,10 @@ static void ev_ceiling(struct ev *e, const tm_an_summary *S, enum ceiling c, dou
 void tm_rule_input_disk_bound(struct an *an)
 {
     const tm_an_summary *S = &an->a->sum;
-    struct votes w = input_verdict(S);
+    struct votes w = input_verdict(an);
     if (w.kind != IN_DISK)
         return;
-    enum tm_severity sev = wait_severity(S->data_wait_fraction);
+    enum tm_severity sev = tm_an_wait_severity(S->data_wait_fraction);
     bool v_dstate = w.v_dstate;
     int disk = w.disk;
     double ratio = w.ratio;
@@ -319,10 +358,10 @@ void tm_rule_input_disk_bound(struct an *an)
 void tm_rule_input_cpu_bound(struct an *an)
 {
     const tm_an_summary *S = &an->a->sum;
-    struct votes w = input_verdict(S);
+    struct votes w = input_verdict(an);
     if (w.kind != IN_CPU)
         return;
-    enum tm_severity sev = wait_severity(S->data_wait_fraction);
+    enum tm_severity sev = tm_an_wait_severity(S->data_wait_fraction);
     bool c_busy = w.c_busy, c_sys = w.c_sys, c_starved = w.c_starved;
     int cpu = w.cpu;
     double busy = w.busy;
@@ -330,20 +369,15 @@ void tm_rule_input_cpu_bound(struct an *an)
     char buf[1024], adv[2048];
     ev_input_votes(&e, S, &w);
     double per = S->worker_batch_median_s, comp = S->compute_median_s;
-    double need = comp > 0 && isfinite(per) ? ceil(per / comp) : NAN;
-    if (need < 1)
-        need = 1;
-    size_t nw = S->workers;
-    if (an->a->nranks > 1 && nw)
-        nw = (nw + an->a->nranks - 1) / an->a->nranks;
-    tm_an_ev_num(&e, "workers_per_rank", (double)nw);
+    double need = w.need, nw = w.nw;
+    tm_an_ev_num(&e, "workers_per_rank", nw);
     tm_an_ev_num(&e, "workers_needed", need);
     /* The count advised fits the cores the job may use (machine.c). */
     char why[128] = "";
     if (isfinite(per) && isfinite(comp))
         snprintf(why, sizeof why, "%.3f s per batch / %.3f s of compute per step", per, comp);
     size_t host_ranks = S->host_ranks ? S->host_ranks : an->a->nranks ? an->a->nranks : 1;
-    double advised = tm_machine_workers_advice(adv, sizeof adv, need, (double)nw, S->usable_cpus,
+    double advised = tm_machine_workers_advice(adv, sizeof adv, need, nw, S->usable_cpus,
                                                host_ranks, S->gpu, why, NULL);
     tm_an_ev_num(&e, "workers_advised", advised);
     tm_an_ev_num(&e, "usable_cpus", S->usable_cpus);
@@ -366,10 +400,10 @@ void tm_rule_input_cpu_bound(struct an *an)
 void tm_rule_input_data_wait(struct an *an)
 {
     const tm_an_summary *S = &an->a->sum;
-    struct votes w = input_verdict(S);
+    struct votes w = input_verdict(an);
     if (w.kind != IN_WAIT)
         return;
-    enum tm_severity sev = wait_severity(S->data_wait_fraction);
+    enum tm_severity sev = tm_an_wait_severity(S->data_wait_fraction);
     struct ev e;
     char buf[1024], adv[2048];
     ev_input_votes(&e, S, &w);
@@ -392,6 +426,20 @@ void tm_rule_input_data_wait(struct an *an)
                  S->gpu ? ", pin_memory=True" : "",
                  in_record_d(S, "; record with `trainmon run -d DATA` to tell a slow disk "
                                 "from slow CPU work"));
+    } else if (w.keeps_up) {
+        /* CPU-busy workers that are enough on paper (input_verdict) */
+        tm_an_ev_num(&e, "workers_per_rank", w.nw);
+        tm_an_ev_num(&e, "workers_needed", w.need);
+        snprintf(adv, sizeof adv,
+                 "The %.0f worker%s per rank take %.1f ms per batch, busy on a CPU, and together "
+                 "deliver one every %.1f ms, faster than a step computes (%.1f ms): in the "
+                 "median they keep up, so more workers will not help. The loop waits in bursts "
+                 "instead: a wait at each epoch's start is its workers starting "
+                 "(persistent_workers=True keeps them), waits on a few slow batches are uneven "
+                 "samples (prefetch_factor above 2 lets the workers run further ahead). The "
+                 "chart of data wait per step in `trainmon report --html FILE` shows when.",
+                 w.nw, w.nw == 1 ? "" : "s", 1e3 * S->worker_batch_median_s,
+                 1e3 * S->worker_batch_median_s / w.nw, 1e3 * S->compute_median_s);
     } else if (S->workers == 0)
         snprintf(adv, sizeof adv,
                  "The data loading keeps %s waiting. Try DataLoader(num_workers>0%s)%s.",
@@ -425,7 +473,7 @@ void tm_rule_input_data_wait(struct an *an)
 void tm_rule_input_main_prep(struct an *an)
 {
     const tm_an_summary *S = &an->a->sum;
-    struct votes w = input_verdict(S);
+    struct votes w = input_verdict(an);
     if (w.kind != IN_PREP)
         return;
     double cpu = S->prep_cpu_share;
@@ -480,6 +528,6 @@ void tm_rule_input_main_prep(struct an *an)
                  "overlap with compute.",
                  isnan(cpu) ? "" : ", partly on a CPU and partly waiting");
     tm_an_input_cost(&e, S, buf, sizeof buf);
-    tm_an_add(an, wait_severity(S->data_wait_fraction), isnan(cpu) ? TM_CONF_MEDIUM : TM_CONF_HIGH,
-              -1, &e, buf, adv);
+    tm_an_add(an, tm_an_wait_severity(S->data_wait_fraction),
+              isnan(cpu) ? TM_CONF_MEDIUM : TM_CONF_HIGH, -1, &e, buf, adv);
 }

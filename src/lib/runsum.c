@@ -727,12 +727,13 @@ static int cmp_desc(const void *a, const void *b)
 
 /* Over the judged steps of every process: the data wait per batch
  * (median), and the share of all the wait in the n longest waits (n: the
- * worker restarts, each a new set of workers starting). */
+ * new worker sets, each a set of workers starting while the loop waits
+ * for its first batch), and the wait fraction without them. */
 static void waits_of(const tm_run_step *st, size_t nst, const tm_runview *v, tm_an_summary *S,
                      struct scratch *x)
 {
     size_t k = 0, kb = 0;
-    double total = 0;
+    double total = 0, dur = 0;
     for (size_t i = 0; i < nst; i++) {
         const tm_inproc_step *s = &st[i].s;
         double d, w;
@@ -740,18 +741,28 @@ static void waits_of(const tm_run_step *st, size_t nst, const tm_runview *v, tm_
             !tm_step_times(s, &d, &w) || s->step < TM_STEP_WARMUP)
             continue;
         total += w;
+        dur += d;
         x->all[k++] = w;
         if (s->batches > 0)
             x->tmp[kb++] = w / s->batches;
     }
     S->wait_per_batch_s = tm_runsum_median(x->tmp, kb);
-    S->restart_wait_share = NAN;
-    if (S->worker_restarts && k && total > 0) {
+    S->waits_judged = k;
+    S->restart_wait_share = S->startup_wait_s = S->steady_wait_fraction = NAN;
+    /* a set is workers_per_rank processes: 2 workers restarted each epoch
+     * are 2 restarts and one long wait */
+    size_t procs = S->step_procs ? S->step_procs : 1;
+    size_t per = S->workers ? (S->workers + procs - 1) / procs : 1;
+    S->worker_set_restarts = S->worker_restarts ? (S->worker_restarts + per - 1) / per : 0;
+    if (S->worker_set_restarts && k && total > 0) {
         qsort(x->all, k, sizeof *x->all, cmp_desc);
         double top = 0;
-        for (size_t i = 0; i < k && i < S->worker_restarts; i++)
+        for (size_t i = 0; i < k && i < S->worker_set_restarts; i++)
             top += x->all[i];
         S->restart_wait_share = top / total;
+        S->startup_wait_s = top;
+        if (dur > top)
+            S->steady_wait_fraction = (total - top) / (dur - top);
     }
 }
 

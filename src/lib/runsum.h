@@ -119,6 +119,14 @@ typedef struct tm_an_summary {
     double worker_util;
     size_t worker_restarts;
     double restart_wait_share, wait_per_batch_s, recv_cpu_share, worker_cpu_per_batch_s;
+    /* worker start-up (docs/DIAGNOSIS.md input.worker_startup): the new
+     * worker sets started beyond each loader's first, all ranks together
+     * (worker_restarts over the workers per rank: each set is one long
+     * wait on its rank), the data wait in as many longest waits (s,
+     * summed over the ranks), and the wait fraction of the judged steps
+     * without them (NAN without restarts), over this many judged steps */
+    size_t worker_set_restarts, waits_judged;
+    double startup_wait_s, steady_wait_fraction;
     /* the agent's own account (inproc.start / inproc.boundaries events):
      * processes it ran in, what step boundaries they saw in all, whether
      * any ran a module forward, and the torch version of the first */

@@ -25,7 +25,9 @@
 # persistent_workers and pin_memory over 3 epochs; loader_iterable: an
 # IterableDataset with spawn workers; loader_forkserver: forkserver workers
 # and torch.compile on 2.x) give the job's own steps and wait share, and a
-# spawned worker's start-up (importing torch) is no memory growth; a loop
+# spawned worker's start-up (importing torch) is no memory growth; the
+# forkserver job's second epoch waits for its new workers to start
+# (importing torch again): input.worker_startup, never CPU-bound; a loop
 # fed by a background thread that iterates the DataLoader into a queue
 # (thread_prefetch: prefetch_generator's BackgroundGenerator) has its own
 # steps and its wait on the queue, input.data_wait naming the thread
@@ -77,13 +79,14 @@ EXPECT = {"llm_memmap": ("input.main_prep", "cpu"), "manual_sgd": ("input.main_p
           "train_eval": (None, None), "break_early": (None, None),
           "idle_workers": ("input.handoff", None), "llm_memmap_eval": ("input.main_prep", "cpu"),
           "loader_persistent": (None, None), "loader_iterable": (None, None),
-          "loader_forkserver": (None, None), "thread_prefetch": ("input.data_wait", None),
+          "loader_forkserver": ("input.worker_startup", None),
+          "thread_prefetch": ("input.data_wait", None),
           "thread_prefetch_fast": ("input.ok", None), "two_loaders_zip": (None, None),
           "two_loaders_next": (None, None), "grad_accum_cycle": (None, None),
           "amp_nan": ("amp.skipped_steps", None), "gan_dcgan": ("input.data_wait", None),
           "gan_wgan": ("input.data_wait", None), "accelerate_loop": ("input.data_wait", None)}
 # evidence the expected finding must carry
-EVIDENCE = {"thread_prefetch": "thread_fed_steps"}
+EVIDENCE = {"thread_prefetch": "thread_fed_steps", "loader_forkserver": "startup_wait_per_set_s"}
 LOADER_NEVER = {"input.main_prep", "input.cpu_bound", "input.disk_bound", "host_mem.worker_growth"}
 NEVER = {"llm_memmap": {"input.data_wait", "input.cpu_bound", "input.disk_bound"},
          "manual_sgd": {"input.data_wait", "input.cpu_bound", "input.disk_bound"},
@@ -153,10 +156,11 @@ if want in ids and job in EVIDENCE and not ids[want]["evidence"].get(EVIDENCE[jo
     bad.append("%s without %s: %s" % (want, EVIDENCE[job], json.dumps(ids[want]["evidence"])[:300]))
 for w in sorted(NEVER[job] & set(ids)):
     bad.append("%s among the findings" % w)
-print("  %-20s job steps %-3d share %.3f | report steps %s wait %s evals %d boundary %s"
+print("  %-20s job steps %-3d share %.3f | report steps %s wait %s evals %d boundary %s %s"
       % (job, oracle["steps"], share or 0, S.get("steps"),
          None if dwf is None else round(dwf, 3), len(evals),
-         sorted({o.get("boundary") for o in train})))
+         sorted({o.get("boundary") for o in train}),
+         " ".join(sorted(i for i in ids if i.startswith("input."))) or "-"))
 for b in bad:
     print("  FAIL %s: %s" % (job, b))
 sys.exit(1 if bad else 0)

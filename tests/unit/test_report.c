@@ -1047,7 +1047,7 @@ static void test_idle_workers_behind_a_waiting_loop_are_handoff_not_cpu_bound(vo
     done(&run, &a);
 }
 
-static void test_worker_restarts_holding_the_longest_waits_advise_persistent_workers(void **st)
+static void test_worker_restarts_alone_making_the_loop_wait_are_startup(void **st)
 {
     (void)st;
     /* 100 steps of 50 ms waiting 2 ms, but every 25th step waits 40 ms:
@@ -1061,14 +1061,146 @@ static void test_worker_restarts_holding_the_longest_waits_advise_persistent_wor
     }
     tm_run *run;
     tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "input.worker_startup");
+    assert_non_null(f);
+    /* idle workers, but the wait is their start, not the handoff */
+    assert_null(tm_analysis_find(a, "input.handoff"));
+    assert_null(tm_analysis_find(a, "input.cpu_bound"));
+    assert_null(tm_analysis_find(a, "input.data_wait"));
+    /* 6 processes beyond the first 2, 2 per set: 3 new sets */
+    assert_true(ev_num(f, "worker_restarts") == 6);
+    assert_true(ev_num(f, "worker_set_restarts") == 3);
+    /* waits after warm-up (step 0): 3 long of 40 ms, 96 of 2 ms; the 3
+     * longest are 120 of 120 + 192 = 312 ms: 38%, under the 50% of
+     * TM_AN_STARTUP_SHARE, but without them the 96 other judged steps
+     * (99 * 50 - 120 = 4830 ms) wait 192 ms: 3.98%, under 5%: the
+     * restarts alone make the loop input-bound (312 / 4950 = 6.3%) */
+    assert_true(fabs(ev_num(f, "startup_wait_share") - 120.0 / 312.0) < 1e-4);
+    assert_true(fabs(ev_num(f, "startup_wait_s") - 0.120) < 1e-6);
+    assert_true(fabs(ev_num(f, "startup_wait_per_set_s") - 0.040) < 1e-6);
+    assert_true(fabs(ev_num(f, "steady_wait_fraction") - 192.0 / 4830.0) < 1e-4);
+    assert_true(fabs(ev_num(f, "data_wait_fraction") - 312.0 / 4950.0) < 1e-4);
+    assert_string_equal(tm_confidence_name(f->confidence), "medium"); /* 38% < 50% */
+    assert_string_equal(tm_severity_name(f->severity), "low");        /* 6.3% < 10% */
+    assert_non_null(strstr(f->advice, "persistent_workers=True"));
+    assert_non_null(strstr(f->advice, "started 3 times after the first"));
+    assert_non_null(strstr(f->advice, "waited 4.0% of the time"));
+    /* 40 ms a set: a fork start, not spawn's re-import */
+    assert_null(strstr(f->advice, "forkserver"));
+    done(&run, &a);
+}
+
+static void test_slow_worker_sets_are_startup_with_the_start_method(void **st)
+{
+    (void)st;
+    /* 40 steps (2 epochs of 20) of 5 ms waiting 0.5 ms, but the first of
+     * the second epoch takes 395 ms, 390 ms of it waiting for its 2 new
+     * workers (a forkserver's start); the workers fetch back to back on a
+     * CPU (busy: a CPU vote), 4 ms a batch against 4.5 ms of compute */
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    uint8_t buf[128];
+    double t = 0;
+    for (size_t i = 0; i < 40; i++) {
+        double dur = i == 20 ? 0.395 : 0.005, wt = i == 20 ? 0.390 : 0.0005;
+        tm_inproc_step s = {.step = i,
+                            .start_ns = at(t),
+                            .end_ns = at(t + dur),
+                            .data_wait_ns = (int64_t)(wt * (double)S_NS),
+                            .boundary = TM_STEP_BY_OPTIMIZER,
+                            .phase = TM_STEP_TRAIN,
+                            .micro_batches = 1,
+                            .batches = 1,
+                            .prep_ns = -1,
+                            .prep_cpu_ns = -1,
+                            .backward_ns = -1,
+                            .wait_cpu_ns = -1,
+                            .collective_ns = -1};
+        t += dur;
+        int len = tm_inproc_encode_step(&s, buf, sizeof buf);
+        assert_true(len > 0);
+        assert_int_equal(tm_rec_append(r0, TM_REC_STEP, s.end_ns, buf, (uint32_t)len), 0);
+    }
+    tm_rec_close(&r0);
+    for (unsigned e = 0; e < 2; e++) {
+        put_idle_worker(0, 600 + 2 * e, 10, 0.5 * e, 0.004, 0.004, 0.004);
+        put_idle_worker(1, 601 + 2 * e, 10, 0.5 * e, 0.004, 0.004, 0.004);
+    }
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "input.worker_startup");
+    assert_non_null(f);
+    assert_null(tm_analysis_find(a, "input.cpu_bound"));
+    assert_null(tm_analysis_find(a, "input.handoff"));
+    assert_null(tm_analysis_find(a, "input.data_wait"));
+    assert_true(ev_num(f, "worker_set_restarts") == 1);
+    /* judged: 39 steps (38 * 5 + 395 = 585 ms); wait 390 + 38 * 0.5 =
+     * 409 ms (70%): the longest is 95% of it */
+    assert_true(fabs(ev_num(f, "data_wait_fraction") - 409.0 / 585.0) < 1e-4);
+    assert_true(fabs(ev_num(f, "startup_wait_share") - 390.0 / 409.0) < 1e-4);
+    /* without it: 19 ms of 585 - 390 = 195 ms, 9.7%: more to find */
+    assert_true(fabs(ev_num(f, "steady_wait_fraction") - 19.0 / 195.0) < 1e-4);
+    assert_string_equal(tm_confidence_name(f->confidence), "medium");
+    assert_string_equal(tm_severity_name(f->severity), "high");
+    assert_non_null(strstr(f->title, "1 wait for a new set"));
+    assert_non_null(strstr(f->title, "(390 ms each)"));
+    /* 390 ms >= TM_AN_STARTUP_SLOW_S: the start method's re-import */
+    assert_non_null(strstr(f->advice, "forkserver"));
+    assert_non_null(strstr(f->advice, "multiprocessing_context=\"fork\""));
+    assert_non_null(strstr(f->advice, "still waited 10% of the time"));
+    done(&run, &a);
+}
+
+static void test_worker_restarts_in_a_handoff_advise_persistent_workers(void **st)
+{
+    (void)st;
+    /* 100 steps of 50 ms waiting 3 ms (the handoff: idle workers), every
+     * 25th waiting 45 ms for a new set: the 3 long waits are 135 of
+     * 135 + 96 * 3 = 423 ms (32%: under TM_AN_STARTUP_SHARE, over
+     * TM_AN_HANDOFF_RESTART_SHARE), and without them the loop still waits
+     * 288 / (4950 - 135) = 6.0%: the handoff, with the restarts' advice */
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    put_loader_steps(r0, 100, 0.050, 0.003, 0.001, 25, 0.045);
+    tm_rec_close(&r0);
+    for (unsigned e = 0; e < 4; e++) {
+        put_idle_worker(0, 700 + 2 * e, 12, 0.5 * e, 0.004, 0.003, 0.040);
+        put_idle_worker(1, 701 + 2 * e, 12, 0.5 * e + 0.02, 0.004, 0.003, 0.040);
+    }
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    assert_null(tm_analysis_find(a, "input.worker_startup"));
     const tm_finding *f = tm_analysis_find(a, "input.handoff");
     assert_non_null(f);
     assert_true(ev_num(f, "worker_restarts") == 6);
-    /* waits after warm-up (step 0): 3 long of 40 ms, 96 of 2 ms; the 6
-     * longest are 3 * 40 + 3 * 2 = 126 of 120 + 192 = 312 ms: 40%, above
-     * the 30% of TM_AN_HANDOFF_RESTART_SHARE */
-    assert_true(fabs(ev_num(f, "restart_wait_share") - 126.0 / 312.0) < 1e-4);
+    assert_true(fabs(ev_num(f, "restart_wait_share") - 135.0 / 423.0) < 1e-4);
     assert_non_null(strstr(f->advice, "persistent_workers=True"));
+    assert_non_null(strstr(f->advice, "started 3 more times (each epoch)"));
+    done(&run, &a);
+}
+
+static void test_cpu_busy_workers_that_keep_up_are_not_cpu_bound(void **st)
+{
+    (void)st;
+    /* 100 steps of 10 ms waiting 3 ms (30%), 7 ms of compute; 2 workers on
+     * a CPU all their fetch (12 ms a batch) and fetching 60% of their
+     * lifetime (one batch every 20 ms each): a CPU vote, but 2 workers
+     * make a batch every 6 ms, faster than the 7 ms of compute
+     * (ceil(12 / 7) = 2 needed, 2 there): not CPU-bound workers */
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    put_loader_steps(r0, 100, 0.010, 0.003, 0.001, 0, 0);
+    tm_rec_close(&r0);
+    put_idle_worker(0, 800, 50, 0.0, 0.012, 0.012, 0.020);
+    put_idle_worker(1, 801, 50, 0.010, 0.012, 0.012, 0.020);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    assert_null(tm_analysis_find(a, "input.cpu_bound"));
+    assert_null(tm_analysis_find(a, "input.handoff"));
+    const tm_finding *f = tm_analysis_find(a, "input.data_wait");
+    assert_non_null(f);
+    assert_true(ev_num(f, "workers_needed") == 2);
+    assert_true(ev_num(f, "workers_per_rank") == 2);
+    assert_non_null(strstr(f->advice, "more workers will not help"));
+    assert_non_null(strstr(f->advice, "one every 6.0 ms"));
+    assert_null(strstr(f->advice, "num_workers="));
     done(&run, &a);
 }
 
@@ -1085,6 +1217,11 @@ static void test_busy_workers_are_not_handoff(void **st)
     tm_run *run;
     tm_analysis *a = analyze(&run);
     assert_null(tm_analysis_find(a, "input.handoff"));
+    /* 40 ms a batch against 8 ms of compute: ceil(40 / 8) = 5 workers
+     * needed, 2 there: CPU-bound workers */
+    const tm_finding *f = tm_analysis_find(a, "input.cpu_bound");
+    assert_non_null(f);
+    assert_true(ev_num(f, "workers_needed") == 5);
     done(&run, &a);
 }
 
@@ -1796,7 +1933,10 @@ int main(void)
         T(test_a_spawned_workers_start_up_before_its_first_batch_is_not_growth),
         T(test_the_training_process_growing_is_not_worker_growth),
         T(test_idle_workers_behind_a_waiting_loop_are_handoff_not_cpu_bound),
-        T(test_worker_restarts_holding_the_longest_waits_advise_persistent_workers),
+        T(test_worker_restarts_alone_making_the_loop_wait_are_startup),
+        T(test_slow_worker_sets_are_startup_with_the_start_method),
+        T(test_worker_restarts_in_a_handoff_advise_persistent_workers),
+        T(test_cpu_busy_workers_that_keep_up_are_not_cpu_bound),
         T(test_busy_workers_are_not_handoff),
         T(test_a_rank_slow_in_data_is_the_straggler_and_the_waiting_ranks_are_not_blamed),
         T(test_a_rank_slow_in_compute_is_the_straggler_with_cause_compute),
