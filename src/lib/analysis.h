@@ -76,6 +76,10 @@
 /* CPU signals. */
 #define TM_AN_WORKER_BUSY 0.80 /* CPU s per s of fetching: CPU-bound fetch */
 #define TM_AN_WORKER_IDLE 0.50 /* below: the fetch waits on something */
+/* Workers fetching this share of their lifetime or more are saturated:
+ * never "they keep up" (input.cpu_bound's workers_needed), whatever the
+ * medians say (the mean batch of a heavy tail is longer than the median). */
+#define TM_AN_WORKER_SATURATED 0.90
 /* input.handoff: the workers fetched less than this share of their
  * lifetime.  A worker holds at most prefetch_factor batches in flight and
  * takes a new index only when the main process has received one of its
@@ -92,14 +96,22 @@
  * iterator of a DataLoader without persistent_workers starts a new set of
  * workers, and the loop waits for the set's first batch: one long wait per
  * set (the set's start-up: process start, the Dataset pickled to it under
- * spawn/forkserver, worker_init_fn, the first fetch).  The verdict when
- * those longest waits are at least half of all the wait, or when without
+ * spawn/forkserver, worker_init_fn, the first fetch), in the step where
+ * the set's first fetch began (runsum.c, mark_startups).  The verdict when
+ * those steps' waits are at least half of all the wait, or when without
  * them the loop would wait under TM_AN_DATA_WAIT_FRACTION (the restarts
  * alone make it input-bound); and only with at least
  * TM_AN_STARTUP_STEPS_PER_SET judged steps per set, since in a handful of
- * steps the longest waits are a large share of any wait. */
+ * steps a few waits are a large share of any wait. */
 #define TM_AN_STARTUP_SHARE 0.50
 #define TM_AN_STARTUP_STEPS_PER_SET 4
+/* ... and their mean wait at least this many times the median wait of a
+ * judged step: start-ups are outliers; a fork set that costs an ordinary
+ * wait is no start-up problem.  Measured: a forkserver set's wait is 1300x
+ * the median (0.65 s against 0.5 ms, tests/jobs/loader_variants.py); 4x
+ * keeps a fork set's 10-23 ms (below) an outlier in loops waiting up to
+ * 2.5 ms a step. */
+#define TM_AN_STARTUP_OUTLIER 4.0
 /* A set slower than this to deliver its first batch re-imports the job.
  * Measured on the 2-core test VM, iter() to the first batch of 2 workers
  * over an in-memory Dataset, 4 epochs each, torch 1.13 and 2.13: fork

@@ -80,6 +80,9 @@ void tm_rule_input_handoff(struct an *an);
 /* rules_startup.c: the loop waits for a new set of workers to start */
 bool tm_an_input_is_startup(const tm_an_summary *S);
 void tm_rule_input_worker_startup(struct an *an);
+/* rules_input.c: the finding id the input verdict would be without the
+ * start-up waits (the steady wait fraction, no restarts); NULL: none */
+const char *tm_an_input_steady_verdict(const struct an *an);
 /* rules_mount.c: a -d path whose filesystem did not answer (a hung mount) */
 void tm_rule_data_hung_mount(struct an *an);
 /* rules_steps.c: the agent ran but no step could be cut */

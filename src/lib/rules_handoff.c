@@ -75,7 +75,8 @@ void tm_rule_input_handoff(struct an *an)
     ADV("More workers will not help: they are idle.");
     if (restarts)
         ADV(" A new set of workers was started %zu more time%s%s (each epoch), and the %zu "
-            "longest waits are %.0f%% of all the wait: set persistent_workers=True to keep them.",
+            "steps that waited for one hold %.0f%% of all the wait: set persistent_workers=True "
+            "to keep them.",
             sets, sets == 1 ? "" : "s", nranks > 1 ? " per rank" : "", S->worker_set_restarts,
             100 * S->restart_wait_share);
     if (isfinite(wpb)) {

@@ -79,27 +79,27 @@ struct votes {
 };
 
 /* The workers a rank needs so that batches arrive as fast as steps use
- * them (each worker makes one batch at a time), at least 1; NAN when a
- * time is unknown. */
+ * them: each worker makes one batch at a time, and a step takes
+ * batches_per_step of them (gradient accumulation: several); at least 1,
+ * NAN when a time is unknown. */
 static double workers_needed(const tm_an_summary *S)
 {
     double per = S->worker_batch_median_s, comp = S->compute_median_s;
-    double need = comp > 0 && isfinite(per) ? ceil(per / comp) : NAN;
+    double bps = S->batches_per_step >= 1 ? S->batches_per_step : 1;
+    double need = comp > 0 && isfinite(per) ? ceil(per * bps / comp - 1e-9) : NAN;
     return need < 1 ? 1 : need;
 }
 
-static double workers_per_rank(const struct an *an)
+static double workers_per_rank(const tm_an_summary *S, size_t nranks)
 {
-    const tm_an_summary *S = &an->a->sum;
     size_t nw = S->workers;
-    if (an->a->nranks > 1 && nw)
-        nw = (nw + an->a->nranks - 1) / an->a->nranks;
+    if (nranks > 1 && nw)
+        nw = (nw + nranks - 1) / nranks;
     return (double)nw;
 }
 
-static struct votes input_verdict(const struct an *an)
+static struct votes verdict_of(const tm_an_summary *S, size_t nranks)
 {
-    const tm_an_summary *S = &an->a->sum;
     struct votes w = {.kind = IN_NONE};
     if (isnan(S->data_wait_fraction))
         return w;
@@ -114,15 +114,15 @@ static struct votes input_verdict(const struct an *an)
         w.kind = IN_PREP;
         return w;
     }
-    /* Idle workers: their batches were ready, the wait is the handoff
-     * (rules_handoff.c says it).  Neither their CPU nor the disk is the
-     * limit: more workers would not help. */
-    /* A new set of workers starting each epoch: the long waits for their
-     * first batches (rules_startup.c says it). */
+    /* A new set of workers starting each epoch: the waits for their first
+     * batches (rules_startup.c says it, and what the rest points at). */
     if (tm_an_input_is_startup(S)) {
         w.kind = IN_STARTUP;
         return w;
     }
+    /* Idle workers: their batches were ready, the wait is the handoff
+     * (rules_handoff.c says it).  Neither their CPU nor the disk is the
+     * limit: more workers would not help. */
     if (tm_an_input_is_handoff(S)) {
         w.kind = IN_HANDOFF;
         return w;
@@ -160,19 +160,50 @@ static struct votes input_verdict(const struct an *an)
     w.busy = busy;
     w.ratio = ratio;
     w.need = workers_needed(S);
-    w.nw = workers_per_rank(an);
+    w.nw = workers_per_rank(S, nranks);
     w.kind = storage && (disk >= 2 || cpu == 0) ? IN_DISK : cpu >= 1 ? IN_CPU : IN_WAIT;
     /* CPU-bound workers are too few for their batch time.  When the
-     * workers there are deliver a batch faster than a step computes
-     * (workers_needed <= workers: the medians keep up), their throughput
-     * is not what the loop waits for, whatever their CPU: the wait comes
-     * in bursts (start-up, slow batches) or in the handoff, and "add
-     * workers" would be wrong.  input.data_wait says so. */
-    if (w.kind == IN_CPU && w.need <= w.nw) {
+     * workers there are deliver a step's batches faster than it computes
+     * (workers_needed <= workers: the medians keep up) and are not
+     * fetching nearly all the time (saturated workers are the limit,
+     * whatever the medians say), their throughput is not what the loop
+     * waits for, however busy their CPU: the wait comes in bursts (slow
+     * batches, start-up) or in the handoff, and "add workers" would be
+     * wrong.  input.data_wait says so. */
+    if (w.kind == IN_CPU && w.need <= w.nw && !(S->worker_util >= TM_AN_WORKER_SATURATED)) {
         w.kind = IN_WAIT;
         w.keeps_up = true;
     }
     return w;
+}
+
+static struct votes input_verdict(const struct an *an)
+{
+    return verdict_of(&an->a->sum, an->a->nranks);
+}
+
+const char *tm_an_input_steady_verdict(const struct an *an)
+{
+    tm_an_summary T = an->a->sum;
+    T.data_wait_fraction = T.steady_wait_fraction;
+    T.worker_set_restarts = 0;
+    T.restart_wait_share = T.startup_wait_s = NAN;
+    switch (verdict_of(&T, an->a->nranks).kind) {
+    case IN_OK:
+        return "input.ok";
+    case IN_DISK:
+        return "input.disk_bound";
+    case IN_CPU:
+        return "input.cpu_bound";
+    case IN_WAIT:
+        return "input.data_wait";
+    case IN_PREP:
+        return "input.main_prep";
+    case IN_HANDOFF:
+        return "input.handoff";
+    default:
+        return NULL;
+    }
 }
 
 /* The evidence of a waiting verdict: every signal and the votes. */
@@ -374,7 +405,11 @@ void tm_rule_input_cpu_bound(struct an *an)
     tm_an_ev_num(&e, "workers_needed", need);
     /* The count advised fits the cores the job may use (machine.c). */
     char why[128] = "";
-    if (isfinite(per) && isfinite(comp))
+    double bps = S->batches_per_step;
+    if (isfinite(per) && isfinite(comp) && bps >= 1.05)
+        snprintf(why, sizeof why, "%.3f s per batch x %.1f batches / %.3f s of compute per step",
+                 per, bps, comp);
+    else if (isfinite(per) && isfinite(comp))
         snprintf(why, sizeof why, "%.3f s per batch / %.3f s of compute per step", per, comp);
     size_t host_ranks = S->host_ranks ? S->host_ranks : an->a->nranks ? an->a->nranks : 1;
     double advised = tm_machine_workers_advice(adv, sizeof adv, need, nw, S->usable_cpus,
@@ -427,19 +462,28 @@ void tm_rule_input_data_wait(struct an *an)
                  in_record_d(S, "; record with `trainmon run -d DATA` to tell a slow disk "
                                 "from slow CPU work"));
     } else if (w.keeps_up) {
-        /* CPU-busy workers that are enough on paper (input_verdict) */
+        /* CPU-busy workers that are enough in the medians (verdict_of) */
         tm_an_ev_num(&e, "workers_per_rank", w.nw);
         tm_an_ev_num(&e, "workers_needed", w.need);
+        tm_an_ev_num(&e, "batches_per_step", S->batches_per_step);
+        tm_an_ev_num(&e, "worker_fetch_share", S->worker_util);
+        double bps = S->batches_per_step >= 1 ? S->batches_per_step : 1;
         snprintf(adv, sizeof adv,
-                 "The %.0f worker%s per rank take %.1f ms per batch, busy on a CPU, and together "
-                 "deliver one every %.1f ms, faster than a step computes (%.1f ms): in the "
-                 "median they keep up, so more workers will not help. The loop waits in bursts "
-                 "instead: a wait at each epoch's start is its workers starting "
-                 "(persistent_workers=True keeps them), waits on a few slow batches are uneven "
-                 "samples (prefetch_factor above 2 lets the workers run further ahead). The "
-                 "chart of data wait per step in `trainmon report --html FILE` shows when.",
-                 w.nw, w.nw == 1 ? "" : "s", 1e3 * S->worker_batch_median_s,
-                 1e3 * S->worker_batch_median_s / w.nw, 1e3 * S->compute_median_s);
+                 "%s %.0f worker%s per rank %s %.1f ms per batch, busy on a CPU; "
+                 "with the median batch %s would deliver a step's %.3g batch%s every "
+                 "%.1f ms, within the %.1f ms a step computes, so more workers will "
+                 "not help. The loop waits in bursts instead: on a few slow batches "
+                 "(uneven samples: prefetch_factor above 2 lets the workers run "
+                 "further ahead)%s. The chart of data wait per step in `trainmon "
+                 "report --html FILE` shows when.",
+                 w.nw == 1 ? "Its" : "The", w.nw, w.nw == 1 ? "" : "s",
+                 w.nw == 1 ? "takes" : "take", 1e3 * S->worker_batch_median_s,
+                 w.nw == 1 ? "it" : "they", bps, bps == 1 ? "" : "es",
+                 1e3 * S->worker_batch_median_s * bps / w.nw, 1e3 * S->compute_median_s,
+                 S->worker_restarts ? ", or at each epoch's start, where a new set of "
+                                      "workers starts (persistent_workers=True keeps "
+                                      "them)"
+                                    : "");
     } else if (S->workers == 0)
         snprintf(adv, sizeof adv,
                  "The data loading keeps %s waiting. Try DataLoader(num_workers>0%s)%s.",

@@ -10,17 +10,23 @@
  * and forkserver start methods (macOS's default, and Linux's from Python
  * 3.14) with torch and the main module imported again, worker_init_fn, and
  * the first batch.  That is one long wait per set, however fast the
- * workers are afterwards.  The signals (runsum.c, waits_of):
+ * workers are afterwards.  The signals (runsum.c, mark_startups and
+ * waits_of):
  *
- *   - the new sets: worker processes started beyond the first set over the
- *     workers per rank (2 workers restarted each epoch: 2 processes, one
- *     set, one long wait);
- *   - the share of all the data wait in as many longest waits, and the
- *     wait fraction of the judged steps without them (the steady state).
+ *   - the steps that waited for a new set: a worker process's first fetch
+ *     began inside the training step of its rank (a new process fetches
+ *     at once, while the loop waits for that batch); the set's workers
+ *     and loaders restarted together mark one step, an eval pass's
+ *     workers none (they fetch between training steps), the first set's
+ *     step is warm-up;
+ *   - their share of all the data wait, and the wait fraction of the
+ *     judged steps without them (the steady state);
+ *   - each such wait against the median wait of a step: start-ups are
+ *     outliers.
  *
- * Judged before the handoff and the votes: a loop whose wait is its
- * workers' start-up is neither CPU- nor disk-bound in steady state, and
- * more workers make the start slower, not faster.
+ * Judged before the handoff and the votes, and the one input verdict then:
+ * the advice names what the steady state points at (the votes run again on
+ * it), so that a second problem is not lost behind the first.
  */
 #include <math.h>
 #include <stdio.h>
@@ -33,7 +39,10 @@ bool tm_an_input_is_startup(const tm_an_summary *S)
 {
     if (S->workers == 0 || !(S->data_wait_fraction >= TM_AN_DATA_WAIT_FRACTION) ||
         S->worker_set_restarts == 0 ||
-        S->waits_judged < TM_AN_STARTUP_STEPS_PER_SET * S->worker_set_restarts)
+        S->waits_judged < TM_AN_STARTUP_STEPS_PER_SET * S->worker_set_restarts ||
+        !(S->startup_wait_s > 0) ||
+        S->startup_wait_s / (double)S->worker_set_restarts <
+            TM_AN_STARTUP_OUTLIER * S->wait_median_s)
         return false;
     return S->restart_wait_share >= TM_AN_STARTUP_SHARE ||
            S->steady_wait_fraction < TM_AN_DATA_WAIT_FRACTION;
@@ -44,7 +53,7 @@ void tm_rule_input_worker_startup(struct an *an)
     const tm_an_summary *S = &an->a->sum;
     if (!tm_an_input_is_startup(S))
         return;
-    size_t nranks = S->step_procs ? S->step_procs : 1;
+    size_t nranks = an->a->nranks ? an->a->nranks : 1; /* as input.handoff's */
     size_t nw = (S->workers + nranks - 1) / nranks;
     size_t sets = (S->worker_set_restarts + nranks - 1) / nranks; /* per rank */
     double per_set = S->startup_wait_s / (double)S->worker_set_restarts;
@@ -63,13 +72,15 @@ void tm_rule_input_worker_startup(struct an *an)
     tm_an_ev_num(&e, "startup_wait_share", S->restart_wait_share);
     tm_an_ev_num(&e, "startup_share_threshold", TM_AN_STARTUP_SHARE);
     tm_an_ev_num(&e, "steady_wait_fraction", steady);
+    tm_an_ev_num(&e, "wait_median_s", S->wait_median_s);
     tm_an_ev_num(&e, "worker_fetch_share", S->worker_util);
     tm_an_ev_num(&e, "worker_batch_time_median_s", S->worker_batch_median_s);
     char title[512], adv[2048], each[32];
     tm_unit_fmt(each, sizeof each, TM_UNIT_SECONDS, per_set);
     snprintf(title, sizeof title,
              "input-bound, worker start-up: the loop waited for data %.0f%% of the time, %.0f%% "
-             "of that in %zu wait%s for a new set of DataLoader workers to start (%s each)",
+             "of that in %zu step%s waiting for a new set of DataLoader workers to start (%s "
+             "on average)",
              100 * S->data_wait_fraction, 100 * S->restart_wait_share, S->worker_set_restarts,
              S->worker_set_restarts == 1 ? "" : "s", each);
     size_t n = 0;
@@ -84,14 +95,24 @@ void tm_rule_input_worker_startup(struct an *an)
         "eval pass). More workers would not help: a larger set starts slower.",
         nw, nw == 1 ? "" : "s", sets, sets == 1 ? "" : "s", nranks > 1 ? " on each rank" : "");
     if (per_set >= TM_AN_STARTUP_SLOW_S)
-        ADV(" A set took %s to deliver its first batch, what the spawn and forkserver start "
-            "methods cost (the default on macOS, and on Linux from Python 3.14): each worker "
-            "imports torch and the main module again and receives the Dataset pickled; keep the "
-            "script's top level light (the work under if __name__ == \"__main__\":), open files "
-            "in the worker rather than in Dataset.__init__, or on Linux pass "
-            "multiprocessing_context=\"fork\".",
+        ADV(" The loop waited %s on average for a new set's first batch. That is what the spawn "
+            "and forkserver start methods cost (the default on macOS, and on Linux from Python "
+            "3.14; fork takes tens of ms): each worker imports torch and the main module again "
+            "and receives the Dataset pickled. With one of them, keep the script's top level "
+            "light (the work under if __name__ == \"__main__\":) and open files in the worker "
+            "rather than in Dataset.__init__, or on Linux pass multiprocessing_context=\"fork\"; "
+            "with fork, look at worker_init_fn and the cost of a first batch.",
             each);
-    if (isfinite(steady) && steady >= TM_AN_DATA_WAIT_FRACTION)
+    const char *rest = isfinite(steady) && steady >= TM_AN_DATA_WAIT_FRACTION
+                           ? tm_an_input_steady_verdict(an)
+                           : NULL;
+    if (rest)
+        tm_an_ev_str(&e, "steady_verdict", rest);
+    if (rest && strcmp(rest, "input.data_wait") != 0)
+        ADV(" Without the start-ups the loop still waited %.0f%% of the time, and for that the "
+            "signals point at %s: fix the start-ups, then record again to confirm it.",
+            100 * steady, rest);
+    else if (isfinite(steady) && steady >= TM_AN_DATA_WAIT_FRACTION)
         ADV(" Without the start-ups the loop still waited %.0f%% of the time: record again "
             "with persistent workers for the verdict on the rest.",
             100 * steady);

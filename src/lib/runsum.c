@@ -719,21 +719,80 @@ static void workers_handoff(const tm_run_worker *wk, size_t nwk, tm_an_summary *
     S->worker_cpu_per_batch_s = tm_runsum_median(x->tmp, kc);
 }
 
-static int cmp_desc(const void *a, const void *b)
+/* The first index in [b, e) of a source's steps (written in order of
+ * their end) whose end is at or after t. */
+static size_t step_ending_after(const tm_run_step *st, size_t b, size_t e, int64_t t)
 {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x > y ? -1 : x < y;
+    while (b < e) {
+        size_t m = b + (e - b) / 2;
+        if (st[m].s.end_ns < t)
+            b = m + 1;
+        else
+            e = m;
+    }
+    return b;
+}
+
+/* Marks in mark[] the training steps that waited for a set of DataLoader
+ * workers to start: the step of the same rank on the same host whose span
+ * holds a worker process's first fetch start (a new process starts
+ * fetching at once; the loop's step that asked for the first batch is
+ * waiting meanwhile).  Several workers of a set, and several loaders
+ * restarted together, mark one step; workers started for an eval pass
+ * fetch between training steps and mark none.  Returns the steps marked. */
+static size_t mark_startups(const tm_run_step *st, size_t nst, const tm_run_worker *wk, size_t nwk,
+                            const tm_runview *v, unsigned char *mark)
+{
+    size_t *sb = calloc(v->nsrc ? 2 * v->nsrc : 1, sizeof *sb);
+    size_t marked = 0;
+    if (!sb)
+        return 0;
+    size_t *se = sb + v->nsrc;
+    for (size_t i = 0; i < nst;) { /* each source's step range */
+        size_t j = i;
+        while (j < nst && st[j].source == st[i].source)
+            j++;
+        if (st[i].source < v->nsrc) {
+            sb[st[i].source] = i;
+            se[st[i].source] = j;
+        }
+        i = j;
+    }
+    for (size_t i = 0; i < nwk;) {
+        size_t j = i;
+        int64_t first = INT64_MAX;
+        for (; j < nwk && wk[j].source == wk[i].source; j++)
+            if (wk[j].w.end_ns >= wk[j].w.start_ns && wk[j].w.start_ns < first)
+                first = wk[j].w.start_ns;
+        for (uint32_t s = 0; first != INT64_MAX && s < v->nsrc; s++) {
+            if (se[s] == sb[s] || !tm_rec_is_training(&v->src[s].header) ||
+                v->src[s].header.rank != wk[i].rank || wk[i].source >= v->nsrc ||
+                strcmp(v->src[s].header.host, v->src[wk[i].source].header.host) != 0)
+                continue;
+            size_t k = step_ending_after(st, sb[s], se[s], first);
+            if (k < se[s] && st[k].s.start_ns <= first && !mark[k]) {
+                mark[k] = 1;
+                marked++;
+            }
+        }
+        i = j;
+    }
+    free(sb);
+    return marked;
 }
 
 /* Over the judged steps of every process: the data wait per batch
- * (median), and the share of all the wait in the n longest waits (n: the
- * new worker sets, each a set of workers starting while the loop waits
- * for its first batch), and the wait fraction without them. */
-static void waits_of(const tm_run_step *st, size_t nst, const tm_runview *v, tm_an_summary *S,
-                     struct scratch *x)
+ * (median); the steps that waited for a new set of workers to start
+ * (mark_startups: the first set's is warm-up), their wait and its share
+ * of all the wait, and the wait fraction without them. */
+static void waits_of(const tm_run_step *st, size_t nst, const tm_run_worker *wk, size_t nwk,
+                     const tm_runview *v, tm_an_summary *S, struct scratch *x)
 {
-    size_t k = 0, kb = 0;
-    double total = 0, dur = 0;
+    size_t k = 0, kb = 0, nset = 0;
+    double total = 0, dur = 0, top = 0, batches = 0;
+    unsigned char *mark = S->worker_restarts ? calloc(nst ? nst : 1, 1) : NULL;
+    if (mark)
+        mark_startups(st, nst, wk, nwk, v, mark);
     for (size_t i = 0; i < nst; i++) {
         const tm_inproc_step *s = &st[i].s;
         double d, w;
@@ -743,22 +802,23 @@ static void waits_of(const tm_run_step *st, size_t nst, const tm_runview *v, tm_
         total += w;
         dur += d;
         x->all[k++] = w;
-        if (s->batches > 0)
+        if (s->batches > 0) {
             x->tmp[kb++] = w / s->batches;
+            batches += s->batches;
+        }
+        if (mark && mark[i]) {
+            nset++;
+            top += w;
+        }
     }
+    free(mark);
     S->wait_per_batch_s = tm_runsum_median(x->tmp, kb);
+    S->batches_per_step = kb ? batches / (double)kb : NAN;
     S->waits_judged = k;
+    S->wait_median_s = tm_runsum_median(x->all, k);
+    S->worker_set_restarts = nset;
     S->restart_wait_share = S->startup_wait_s = S->steady_wait_fraction = NAN;
-    /* a set is workers_per_rank processes: 2 workers restarted each epoch
-     * are 2 restarts and one long wait */
-    size_t procs = S->step_procs ? S->step_procs : 1;
-    size_t per = S->workers ? (S->workers + procs - 1) / procs : 1;
-    S->worker_set_restarts = S->worker_restarts ? (S->worker_restarts + per - 1) / per : 0;
-    if (S->worker_set_restarts && k && total > 0) {
-        qsort(x->all, k, sizeof *x->all, cmp_desc);
-        double top = 0;
-        for (size_t i = 0; i < k && i < S->worker_set_restarts; i++)
-            top += x->all[i];
+    if (nset && total > 0) {
         S->restart_wait_share = top / total;
         S->startup_wait_s = top;
         if (dur > top)
@@ -873,7 +933,7 @@ static void summarize_run(tm_runview *v, tm_an_summary *S, const tm_an_rank *ran
     const tm_run_step *st;
     size_t nst = tm_run_steps(v->r, &st);
     x->nall = 0; /* all[] is free again: the medians above are taken */
-    waits_of(st, nst, v, S, x);
+    waits_of(st, nst, wk, nwk, v, S, x);
 }
 
 /* --- the machine and its threads (host.cpu_oversubscribed, the advice) */

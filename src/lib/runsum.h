@@ -110,23 +110,28 @@ typedef struct tm_an_summary {
     double data_hung_wait_s;
     /* the handoff from DataLoader workers (docs/DIAGNOSIS.md input.handoff):
      * the share of their lifetime the workers spent fetching (per worker
-     * process, weighted by its batches), how many
-     * times worker processes were started beyond the first set (a new
-     * iterator each epoch), the share of the data wait in the as many
-     * longest waits, the data wait per batch (median over judged steps),
+     * process, weighted by its batches), how many worker processes were
+     * started beyond one per (rank, worker id) (a new iterator each epoch,
+     * a second loader), the share of the data wait in the steps that
+     * waited for a new set to start (worker_set_restarts below), the data
+     * wait per batch (median over judged steps),
      * the training thread's CPU share of the waits of a multi-process
      * loader (receiving), and the workers' CPU per batch fetched (median) */
     double worker_util;
     size_t worker_restarts;
     double restart_wait_share, wait_per_batch_s, recv_cpu_share, worker_cpu_per_batch_s;
-    /* worker start-up (docs/DIAGNOSIS.md input.worker_startup): the new
-     * worker sets started beyond each loader's first, all ranks together
-     * (worker_restarts over the workers per rank: each set is one long
-     * wait on its rank), the data wait in as many longest waits (s,
-     * summed over the ranks), and the wait fraction of the judged steps
-     * without them (NAN without restarts), over this many judged steps */
+    /* worker start-up (docs/DIAGNOSIS.md input.worker_startup): the judged
+     * training steps that waited for a new set of workers to start (a
+     * worker process's first fetch began in the step; all ranks), their
+     * data wait (s, summed over the ranks; restart_wait_share above is its
+     * share of all the wait), the wait fraction of the judged steps
+     * without them (NAN without such steps), how many steps were judged
+     * and the median wait of one */
     size_t worker_set_restarts, waits_judged;
-    double startup_wait_s, steady_wait_fraction;
+    double startup_wait_s, steady_wait_fraction, wait_median_s;
+    /* DataLoader batches per judged step, mean over the steps that took
+     * any (gradient accumulation: several; NAN: none recorded) */
+    double batches_per_step;
     /* the agent's own account (inproc.start / inproc.boundaries events):
      * processes it ran in, what step boundaries they saw in all, whether
      * any ran a module forward, and the torch version of the first */

@@ -11,12 +11,14 @@ scratch=$(mktemp -d); trap 'rm -rf "$scratch"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 
-# The job: spin on a core for 3 s (the alert's condition holds), then idle
-# for 3 s (it resolves), scraping the exporter in between.
+# The job: spin on a core for 4 s (the alert's condition holds), then idle
+# for 3 s (it resolves), scraping the exporter in between.  The threshold
+# is 30% of a core, not 50%: with a build running beside the tests on the
+# 2-core test VM, the 3 s spin at > 50% never held for 1 s of samples.
 "$tm" run -o "$scratch/run" -i 0.25 --serve "127.0.0.1:$port" \
-    --alert 'proc.cpu_pct > 50 for 1s' \
+    --alert 'proc.cpu_pct > 30 for 1s' \
     --on-alert "cat >> $scratch/alerts.jsonl; echo >> $scratch/alerts.jsonl" -- \
-    bash -c 'end=$((SECONDS + 3)); while [ $SECONDS -lt $end ]; do :; done
+    bash -c 'end=$((SECONDS + 4)); while [ $SECONDS -lt $end ]; do :; done
              curl -sf "http://127.0.0.1:'"$port"'/metrics" > "'"$scratch"'/metrics.txt"
              sleep 3' > "$scratch/out" 2> "$scratch/err"
 rc=$?
@@ -30,7 +32,7 @@ alerts = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 root = [a for a in alerts if a["metric"] == "proc.cpu_pct"]
 st = [a["status"] for a in root]
 assert st == ["firing", "resolved"], st
-assert root[0]["value"] > 50 and root[0]["threshold"] == 50, root[0]
+assert root[0]["value"] > 30 and root[0]["threshold"] == 30, root[0]
 print("alerts:", st)
 PY
 # The exporter is gone with the run.
