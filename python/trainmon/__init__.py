@@ -1085,6 +1085,57 @@ def _make_train(orig):
     return train
 
 
+def _saved_bytes(args, kwargs):
+    """The bytes torch.save wrote: the file's size for a path, the position
+    of a file object (io.BytesIO: Lightning serializes into one); -1
+    unknown."""
+    f = args[1] if len(args) > 1 else kwargs.get("f")
+    try:
+        if isinstance(f, (str, bytes, os.PathLike)):
+            return os.stat(f).st_size
+        tell = getattr(f, "tell", None)
+        return int(tell()) if tell is not None else -1
+    except Exception:
+        return -1
+
+
+def _make_save(orig):
+    """torch.save: a checkpoint.  Timed on every thread; a save on the
+    training thread (or the main thread before training begins) blocks the
+    loop, and the step model takes its time out of the steps
+    (docs/DIAGNOSIS.md, checkpoint.blocking).  The original's result or
+    exception passes through unchanged."""
+    import functools
+    import threading
+    enter, leave, ident = _c.save_enter, _c.save_exit, threading.get_ident
+    main = threading.main_thread().ident
+
+    @functools.wraps(orig)
+    def save(*args, **kwargs):
+        enter(ident() == main)
+        ok, nbytes = False, -1
+        try:
+            r = orig(*args, **kwargs)
+            ok = True
+            nbytes = _saved_bytes(args, kwargs)
+            return r
+        finally:
+            leave(nbytes, ok)
+    save._trainmon = True
+    return save
+
+
+def _install_save(torch):
+    ser = getattr(torch, "serialization", None)
+    fn = torch.__dict__.get("save")
+    if fn is None or not callable(fn) or getattr(fn, "_trainmon", False):
+        return
+    wrapped = _make_save(fn)
+    _patch(torch, "save", wrapped)
+    if ser is not None and ser.__dict__.get("save") is fn:
+        _patch(ser, "save", wrapped)
+
+
 def _install_collectives(torch):
     dist = getattr(torch, "distributed", None)
     if dist is None or not getattr(dist, "is_available", lambda: False)():
@@ -1699,6 +1750,10 @@ def attach(run_dir=None, memory_history=None):
             _install_collectives(torch)
         except Exception as e:
             _report_exc("collective timing", e)
+        try:
+            _install_save(torch)
+        except Exception as e:
+            _report_exc("checkpoint timing", e)
         try:
             _install_amp(torch)
         except Exception as e:

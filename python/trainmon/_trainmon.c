@@ -2104,6 +2104,71 @@ static int boundary_work(long flags)
     return 0;
 }
 
+/* Checkpoint saves (the glue wraps torch.save): a save on the training
+ * thread blocks the loop, and its time is no step's: agent_time takes it
+ * out of the steps open then, their preparation and a fetch in progress,
+ * as an eval run's is (a save between optimizer.step() and the next
+ * forward read as the next step's batch preparation: input.main_prep for a
+ * loop that only saved, tests/e2e/real_loops.sh llm_memmap_ckpt).  Each
+ * save is one checkpoint.save event at its end: its wall and CPU time, the
+ * bytes written (-1 unknown), the steps begun so far, and whether it
+ * blocked the loop (the training thread, or the main thread before one is
+ * known) or ran beside it (a background thread: async checkpointing).
+ * docs/DIAGNOSIS.md, checkpoint.blocking. */
+static _Thread_local int t_save_depth;
+static _Thread_local int64_t t_save_t0, t_save_cpu0;
+static _Thread_local int t_save_blocking;
+
+/* save_enter(is_main_thread): the outermost torch.save on this thread began */
+static PyObject *py_save_enter(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    if (t_save_depth++ > 0)
+        Py_RETURN_NONE;
+    unsigned long th = thread_ident();
+    t_save_blocking = g_thread ? th == g_thread : PyObject_IsTrue(arg) == 1;
+    t_save_t0 = now_ns();
+    t_save_cpu0 = thread_cpu_ns();
+    Py_RETURN_NONE;
+}
+
+/* save_exit(nbytes, ok): it returned (ok) or raised; nbytes -1 unknown */
+static PyObject *py_save_exit(PyObject *self, PyObject *args)
+{
+    (void)self;
+    long long nbytes = -1;
+    int ok = 0;
+    if (!PyArg_ParseTuple(args, "Lp", &nbytes, &ok)) {
+        PyErr_Clear();
+        nbytes = -1;
+    }
+    if (t_save_depth <= 0 || --t_save_depth > 0)
+        Py_RETURN_NONE;
+    int64_t t = now_ns(), d = t > t_save_t0 ? t - t_save_t0 : 0;
+    int64_t c1 = t_save_cpu0 >= 0 ? thread_cpu_ns() : -1;
+    int64_t cpu = c1 >= t_save_cpu0 && t_save_cpu0 >= 0 ? c1 - t_save_cpu0 : -1;
+    if (t_save_blocking && g_thread && thread_ident() == g_thread && d > 0)
+        agent_time(t_save_t0, d, cpu > 0 ? cpu : 0);
+    char js[224];
+    char nb[32] = "null", cs[32] = "null";
+    if (nbytes >= 0)
+        snprintf(nb, sizeof nb, "%lld", nbytes);
+    if (cpu >= 0)
+        snprintf(cs, sizeof cs, "%.6f", (double)cpu / 1e9);
+    snprintf(js, sizeof js,
+             "{\"dur_s\":%.6f,\"cpu_s\":%s,\"bytes\":%s,\"step\":%llu,\"blocking\":%s,"
+             "\"ok\":%s}",
+             (double)d / 1e9, cs, nb, (unsigned long long)g_steps,
+             t_save_blocking ? "true" : "false", ok ? "true" : "false");
+    lazy_open();
+    if (g_rec) {
+        int rc = tm_rec_event(g_rec, 0, "checkpoint.save", js);
+        if (rc == -ENOSPC)
+            report_once(R_FULL, "%s: disk full: recording stopped, the job goes on", g_run_dir);
+    }
+    Py_RETURN_NONE;
+}
+
 /* ...asked at every hook's return: most have no work (flags 0) */
 static inline int boundary(long flags)
 {
@@ -3296,6 +3361,8 @@ static PyMethodDef methods[] = {
     {"train_mode", py_train_mode, METH_O, "Module.train(mode) called (outermost)"},
     {"coll_enter", py_coll_enter, METH_NOARGS, "a blocking torch.distributed collective entered"},
     {"coll_exit", py_coll_exit, METH_NOARGS, "a blocking torch.distributed collective returned"},
+    {"save_enter", py_save_enter, METH_O, "torch.save entered (is_main_thread)"},
+    {"save_exit", py_save_exit, METH_VARARGS, "torch.save returned or raised (nbytes, ok)"},
     {"next_exit", py_next_exit, METH_O, "DataLoader __next__ returned (True) or raised"},
     {"shutdown", py_shutdown, METH_NOARGS, "close the open step"},
     {"reset_steps", py_reset_steps, METH_NOARGS, "forget step state (detach)"},

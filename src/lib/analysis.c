@@ -18,6 +18,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,7 @@ static const struct tm_rule rules[] = {
     {.id = "input.main_prep", .max = TM_SEV_HIGH, .run = tm_rule_input_main_prep},
     {.id = "input.handoff", .max = TM_SEV_HIGH, .run = tm_rule_input_handoff},
     {.id = "input.worker_startup", .max = TM_SEV_HIGH, .run = tm_rule_input_worker_startup},
+    {.id = "checkpoint.blocking", .max = TM_SEV_HIGH, .run = tm_rule_checkpoint_blocking},
     {.id = "data.page_cache", .max = TM_SEV_MEDIUM, .run = tm_rule_data_page_cache},
     {.id = "data.small_files", .max = TM_SEV_MEDIUM, .run = tm_rule_data_small_files},
     {.id = "gpu.underutilized", .max = TM_SEV_MEDIUM, .run = tm_rule_gpu_underutilized},
@@ -166,6 +168,17 @@ void tm_an_ev_str(struct ev *e, const char *k, const char *s)
     tm_buf_add(&e->b, "\"", 1);
     tm_buf_json_str(&e->b, s, strlen(s));
     tm_buf_add(&e->b, "\"", 1);
+}
+
+void tm_an_adv(char *adv, size_t cap, const char *fmt, ...)
+{
+    size_t n = strnlen(adv, cap);
+    if (n + 1 >= cap)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(adv + n, cap - n, fmt, ap);
+    va_end(ap);
 }
 
 void tm_an_add(struct an *an, enum tm_severity sev, enum tm_confidence conf, int32_t rank,

@@ -112,6 +112,24 @@
  * keeps a fork set's 10-23 ms (below) an outlier in loops waiting up to
  * 2.5 ms a step. */
 #define TM_AN_STARTUP_OUTLIER 4.0
+/* checkpoint.blocking: torch.save on the training thread stops the loop
+ * for its whole time (runsum_ckpt.c).  As for the input
+ * (TM_AN_DATA_WAIT_FRACTION), a twentieth of the loop's time is worth
+ * fixing (medium) and a fifth is high.  At least TM_AN_CKPT_MIN
+ * checkpoints: one save (the final model) is no habit of the loop.  The
+ * interval advice is Young's: J. W. Young, "A first order approximation
+ * to the optimum checkpoint interval", CACM 17(9), 1974: the interval
+ * that loses least to saves and to reruns after a failure together is
+ * sqrt(2 x save time x mean time between failures), named for a failure a
+ * day (TM_AN_CKPT_MTBF_S).  A save on a CPU under TM_AN_CKPT_CPU_WAITING
+ * of its time waited (for the storage, writeback of dirty pages, a
+ * network filesystem); over it, it was serializing and copying. */
+#define TM_AN_CKPT_SHARE 0.05
+#define TM_AN_CKPT_SHARE_HIGH 0.20
+#define TM_AN_CKPT_MIN 2
+#define TM_AN_CKPT_MTBF_S 86400.0
+#define TM_AN_CKPT_CPU_WAITING 0.5
+
 /* A set slower than this to deliver its first batch re-imports the job.
  * Measured on the 2-core test VM, iter() to the first batch of 2 workers
  * over an in-memory Dataset, 4 epochs each, torch 1.13 and 2.13: fork

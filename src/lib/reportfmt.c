@@ -323,6 +323,11 @@ static void write_summary_json(tm_text *t, const tm_run *r, const tm_analysis *a
     j_kn(t, "compute_time_median_s", S->compute_median_s, true);
     j_kn(t, "data_wait_fraction", S->data_wait_fraction, true);
     j_kn(t, "eval_steps", (double)S->eval_steps, true);
+    j_kn(t, "checkpoints", (double)S->ckpt_saves, true);
+    j_kn(t, "checkpoint_time_s", S->ckpt_saves ? S->ckpt_s : NAN, true);
+    j_kn(t, "checkpoint_share",
+         S->ckpt_saves && S->ckpt_loop_s > 0 ? S->ckpt_s / S->ckpt_loop_s : NAN, true);
+    j_kn(t, "checkpoints_background", (double)S->ckpt_bg_saves, true);
     j_kn(t, "gpu_utilization_mean", S->gpu_util_mean, true);
     j_kn(t, "gpus", (double)S->ngpus, true);
     tm_text_puts(t, ",\"disk\":");
@@ -585,6 +590,15 @@ static void write_text(tm_text *t, const tm_run *r, const tm_analysis *a)
     tm_text_printf(t, "  step time          median %s (compute %s)\n", x, y);
     tm_rpt_fmt_num(x, sizeof x, 100 * S->data_wait_fraction, 1, "%");
     tm_text_printf(t, "  waiting for data   %s of step time\n", x);
+    if (S->ckpt_saves > 0 && S->ckpt_loop_s > 0) {
+        tm_unit_fmt(x, sizeof x, TM_UNIT_SECONDS, S->ckpt_s);
+        tm_text_printf(t,
+                       "  checkpoints        %zu on the training thread, %s (%.1f%% of the loop)\n",
+                       S->ckpt_saves, x, 100 * S->ckpt_s / S->ckpt_loop_s);
+    }
+    if (S->ckpt_bg_saves > 0)
+        tm_text_printf(t, "  background saves   %zu torch.save call(s) beside the loop\n",
+                       S->ckpt_bg_saves);
     if (!isnan(S->gpu_util_mean))
         tm_text_printf(t, "  GPU utilization    %.0f%% (mean of %zu GPU(s))\n",
                        100 * S->gpu_util_mean, S->ngpus);

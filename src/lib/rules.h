@@ -60,6 +60,9 @@ void tm_an_ev_str(struct ev *e, const char *k, const char *s);
  * advice; frees e's buffer).  Out of memory sets an->nomem. */
 void tm_an_add(struct an *an, enum tm_severity sev, enum tm_confidence conf, int32_t rank,
                struct ev *e, const char *title, const char *advice);
+/* Advice built sentence by sentence: appends to the string in adv (a
+ * buffer of cap bytes, NUL-terminated), cut at its end, never past it. */
+void tm_an_adv(char *adv, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* "1.50 GiB", "12.0 MiB", "512 KiB" or "n/a". */
 void tm_an_bytes(char *buf, size_t cap, double v);
 
@@ -72,6 +75,9 @@ void tm_rule_input_main_prep(struct an *an);
 /* The time lost, its share of the run and the speed-up if the input kept
  * up: into e, and appended to the title in buf (every waiting verdict). */
 void tm_an_input_cost(struct ev *e, const tm_an_summary *S, char *buf, size_t cap);
+/* The evidence every input verdict begins with: the wait fraction and its
+ * threshold, the steps, the step and compute medians. */
+void tm_an_ev_input_head(struct ev *e, const tm_an_summary *S);
 /* The severity of a data-wait fraction: high, medium, low (analysis.h) */
 enum tm_severity tm_an_wait_severity(double f);
 /* rules_handoff.c: the loop waits for batches its idle workers have ready */
@@ -131,6 +137,8 @@ void tm_an_dataset_advice(char *adv, size_t cap, const tm_an_summary *S);
  * is missing. */
 void tm_an_pack_gain(double req_bytes, double read_bps, double ceiling_bps, double step_s,
                      double compute_s, double *read_gain, double *read_bps_after, double *speedup);
+/* rules_ckpt.c: torch.save on the training thread stopped the loop */
+void tm_rule_checkpoint_blocking(struct an *an);
 /* rules_run.c: the run itself (the in-process recorder did not load) */
 void tm_rule_run_agent_not_loaded(struct an *an);
 /* The rule table, in the order the rules are applied; NULL-free. */

@@ -40,26 +40,23 @@ void tm_an_dataset_advice(char *adv, size_t cap, const tm_an_summary *S)
 {
     if (!ds_measured(S))
         return;
-    size_t len = strlen(adv);
-    if (len + 1 >= cap)
-        return;
     double q = ds_ram_ratio(S);
     if (S->ds_cached_start >= TM_AN_CACHED_FULL)
-        snprintf(adv + len, cap - len,
-                 " The dataset was %.0f%% in the page cache when the job started: the waits "
-                 "are not its reads (see data.page_cache).",
-                 100 * S->ds_cached_start);
+        tm_an_adv(adv, cap,
+                  " The dataset was %.0f%% in the page cache when the job started: the waits "
+                  "are not its reads (see data.page_cache).",
+                  100 * S->ds_cached_start);
     else if (q > TM_AN_DATASET_RAM_RATIO)
-        snprintf(adv + len, cap - len,
-                 " The dataset is %.1fx the RAM: the page cache cannot hold it, so every epoch "
-                 "reads it from the disk again.",
-                 q);
+        tm_an_adv(adv, cap,
+                  " The dataset is %.1fx the RAM: the page cache cannot hold it, so every epoch "
+                  "reads it from the disk again.",
+                  q);
     else if (S->ds_cached_end >= TM_AN_CACHED_FULL)
-        snprintf(adv + len, cap - len,
-                 " The dataset fits in RAM and was %.0f%% cached when the job ended: epoch 1 "
-                 "read it from disk, later epochs will read it from memory and will not be "
-                 "disk-bound.",
-                 100 * S->ds_cached_end);
+        tm_an_adv(adv, cap,
+                  " The dataset fits in RAM and was %.0f%% cached when the job ended: epoch 1 "
+                  "read it from disk, later epochs will read it from memory and will not be "
+                  "disk-bound.",
+                  100 * S->ds_cached_end);
 }
 
 void tm_an_pack_gain(double req_bytes, double read_bps, double ceiling_bps, double step_s,
@@ -210,36 +207,33 @@ void tm_rule_data_small_files(struct an *an)
     if (isfinite(mean_file))
         snprintf(files, sizeof files, "The dataset is %s%.0f files of %.1f KiB on average. ",
                  S->ds_complete ? "" : "at least ", S->ds_files, mean_file / 1024.0);
-    size_t len = (size_t)snprintf(
-        adv, sizeof adv,
-        "%sEach small file costs the disk at least one request (and its inode and directory "
-        "blocks), so the request rate, not the bandwidth, limits the input. Pack the files "
-        "into shards of 100 MB to 1 GB read sequentially (tar files with WebDataset, LMDB, "
-        "TFRecord, or one numpy memmap): the kernel then reads %.0f KiB readahead windows, "
-        "%.0fx the bytes per request",
-        files, TM_AN_SHARD_REQ_BYTES / 1024.0, gain);
-    if (len < sizeof adv && isfinite(after) && gain < uncapped)
-        len += (size_t)snprintf(adv + len, sizeof adv - len,
-                                ", but the disk gave the probe only %.1f MB/s reading "
-                                "sequentially: up to %.1fx, %.1f MB/s",
-                                ceiling / 1e6, gain, after / 1e6);
-    else if (len < sizeof adv && isfinite(after))
-        len += (size_t)snprintf(adv + len, sizeof adv - len,
-                                ", up to %.1f MB/s at the same %.0f requests/s", after / 1e6,
-                                S->disk_reads_s);
-    if (len < sizeof adv && isfinite(need))
-        len += (size_t)snprintf(adv + len, sizeof adv - len,
-                                " against the %.1f MB/s the loop needs", need / 1e6);
-    if (len < sizeof adv && isfinite(speedup))
-        len += (size_t)snprintf(adv + len, sizeof adv - len,
-                                ": the steps would be up to %.1fx faster", speedup);
-    if (len < sizeof adv && isfinite(ceiling))
-        snprintf(adv + len, sizeof adv - len,
-                 ". The gain is capped at what the probe read sequentially from /dev/%s.", S->disk);
-    else if (len < sizeof adv)
-        snprintf(adv + len, sizeof adv - len,
-                 ". The request rate is the device's; the gain holds while its bandwidth "
-                 "exceeds the larger reads (`trainmon run --probe` measures it).");
+    snprintf(adv, sizeof adv,
+             "%sEach small file costs the disk at least one request (and its inode and directory "
+             "blocks), so the request rate, not the bandwidth, limits the input. Pack the files "
+             "into shards of 100 MB to 1 GB read sequentially (tar files with WebDataset, LMDB, "
+             "TFRecord, or one numpy memmap): the kernel then reads %.0f KiB readahead windows, "
+             "%.0fx the bytes per request",
+             files, TM_AN_SHARD_REQ_BYTES / 1024.0, gain);
+    if (isfinite(after) && gain < uncapped)
+        tm_an_adv(adv, sizeof adv,
+                  ", but the disk gave the probe only %.1f MB/s reading "
+                  "sequentially: up to %.1fx, %.1f MB/s",
+                  ceiling / 1e6, gain, after / 1e6);
+    else if (isfinite(after))
+        tm_an_adv(adv, sizeof adv, ", up to %.1f MB/s at the same %.0f requests/s", after / 1e6,
+                  S->disk_reads_s);
+    if (isfinite(need))
+        tm_an_adv(adv, sizeof adv, " against the %.1f MB/s the loop needs", need / 1e6);
+    if (isfinite(speedup))
+        tm_an_adv(adv, sizeof adv, ": the steps would be up to %.1fx faster", speedup);
+    if (isfinite(ceiling))
+        tm_an_adv(adv, sizeof adv,
+                  ". The gain is capped at what the probe read sequentially from /dev/%s.",
+                  S->disk);
+    else
+        tm_an_adv(adv, sizeof adv,
+                  ". The request rate is the device's; the gain holds while its bandwidth "
+                  "exceeds the larger reads (`trainmon run --probe` measures it).");
     tm_an_add(an, TM_SEV_MEDIUM, isfinite(mean_file) ? TM_CONF_HIGH : TM_CONF_MEDIUM, -1, &e, title,
               adv);
 }

@@ -77,41 +77,37 @@ void tm_rule_host_cpu_oversubscribed(struct an *an)
     tm_an_ev_num(&e, "runnable_threads_after", after);
 
     char title[512], adv[1536], cost[256] = "";
-    size_t len = 0;
     if (v_psi)
-        len +=
-            (size_t)snprintf(cost + len, sizeof cost - len,
-                             "; tasks waited for a CPU %.0f%% of the time", 100 * S->psi_cpu_some);
-    if (isfinite(slow) && len < sizeof cost)
-        snprintf(cost + len, sizeof cost - len,
-                 "; compute per step %.3f s, %.1fx its fastest tenth (%.3f s)", S->compute_median_s,
-                 slow, S->compute_fast_s);
+        tm_an_adv(cost, sizeof cost, "; tasks waited for a CPU %.0f%% of the time",
+                  100 * S->psi_cpu_some);
+    if (isfinite(slow))
+        tm_an_adv(cost, sizeof cost, "; compute per step %.3f s, %.1fx its fastest tenth (%.3f s)",
+                  S->compute_median_s, slow, S->compute_fast_s);
     snprintf(title, sizeof title,
              "CPU oversubscribed: %.0f runnable threads (%.0f torch thread(s) x %.0f rank(s) + "
              "%.0f DataLoader worker(s)) on %.3g usable CPU(s)%s",
              runnable, S->torch_threads, nr, nw, usable, cost);
-    len = (size_t)snprintf(
+    snprintf(
         adv, sizeof adv,
         "The threads take turns on %.3g CPU(s), and each torch op waits for its slowest thread. "
         "Call torch.set_num_threads(%.0f) at the start of each rank (or set OMP_NUM_THREADS=%.0f "
         "in its environment)",
         usable, n, n);
-    if (len < sizeof adv && !isnan(w_fit))
-        len += (size_t)snprintf(adv + len, sizeof adv - len,
-                                " and, if the input still keeps up, fewer DataLoader workers: "
-                                "num_workers=%.0f per rank (now %.0f)",
-                                w_fit, nw / nr);
+    if (!isnan(w_fit))
+        tm_an_adv(adv, sizeof adv,
+                  " and, if the input still keeps up, fewer DataLoader workers: "
+                  "num_workers=%.0f per rank (now %.0f)",
+                  w_fit, nw / nr);
     const char *rest = "";
     if (after > usable && nr > usable)
         rest = "; more ranks than CPUs: run fewer ranks on this host";
     else if (after > usable)
         rest = "; the workers the loop waits for still take the rest (the input finding says "
                "how to make each batch cheaper)";
-    if (len < sizeof adv)
-        snprintf(adv + len, sizeof adv - len,
-                 ": %.0f thread(s) x %.0f rank(s) + %.0f worker(s) = %.0f runnable threads for "
-                 "%.3g CPU(s)%s.",
-                 n, nr, isnan(w_fit) ? nw : w_fit * nr, after, usable, rest);
+    tm_an_adv(adv, sizeof adv,
+              ": %.0f thread(s) x %.0f rank(s) + %.0f worker(s) = %.0f runnable threads for "
+              "%.3g CPU(s)%s.",
+              n, nr, isnan(w_fit) ? nw : w_fit * nr, after, usable, rest);
     enum tm_severity sev =
         S->psi_cpu_some >= TM_AN_PSI_CPU_SOME_HIGH || slow >= TM_AN_CPU_SLOWDOWN_HIGH
             ? TM_SEV_HIGH

@@ -46,10 +46,7 @@ void tm_rule_input_handoff(struct an *an)
     size_t sets = (S->worker_set_restarts + nranks - 1) / nranks;
     struct ev e;
     tm_an_ev_open(&e);
-    tm_an_ev_num(&e, "data_wait_fraction", S->data_wait_fraction);
-    tm_an_ev_num(&e, "threshold", TM_AN_DATA_WAIT_FRACTION);
-    tm_an_ev_num(&e, "steps", (double)S->steps_total);
-    tm_an_ev_num(&e, "step_time_median_s", S->step_median_s);
+    tm_an_ev_input_head(&e, S);
     tm_an_ev_num(&e, "workers_per_rank", (double)nw);
     tm_an_ev_num(&e, "worker_fetch_share", S->worker_util);
     tm_an_ev_num(&e, "worker_fetch_share_threshold", TM_AN_HANDOFF_WORKER_UTIL);
@@ -65,40 +62,40 @@ void tm_rule_input_handoff(struct an *an)
              "worker%s per rank fetched only %.0f%% of theirs: the batches were ready, the wait "
              "is handing them over",
              100 * S->data_wait_fraction, nw, nw == 1 ? "" : "s", 100 * S->worker_util);
-    size_t n = 0;
-#define ADV(...)                                                                                   \
-    do {                                                                                           \
-        int k_ = snprintf(adv + n, sizeof adv - n, __VA_ARGS__);                                   \
-        if (k_ > 0)                                                                                \
-            n = n + (size_t)k_ < sizeof adv ? n + (size_t)k_ : sizeof adv - 1;                     \
-    } while (0)
-    ADV("More workers will not help: they are idle.");
+    adv[0] = '\0';
+    tm_an_adv(adv, sizeof adv, "More workers will not help: they are idle.");
     if (restarts)
-        ADV(" A new set of workers was started %zu more time%s%s (each epoch), and the %zu "
+        tm_an_adv(
+            adv, sizeof adv,
+            " A new set of workers was started %zu more time%s%s (each epoch), and the %zu "
             "steps that waited for one hold %.0f%% of all the wait: set persistent_workers=True "
             "to keep them.",
             sets, sets == 1 ? "" : "s", nranks > 1 ? " per rank" : "", S->worker_set_restarts,
             100 * S->restart_wait_share);
     if (isfinite(wpb)) {
-        ADV(" Each batch took %.1f ms to arrive (median)", 1e3 * wpb);
+        tm_an_adv(adv, sizeof adv, " Each batch took %.1f ms to arrive (median)", 1e3 * wpb);
         if (isfinite(S->recv_cpu_share))
-            ADV(", %.0f%% of it on the training thread's CPU receiving it (unpickling, "
-                "rebuilding shared tensors)",
-                100 * S->recv_cpu_share);
-        ADV(".");
+            tm_an_adv(adv, sizeof adv,
+                      ", %.0f%% of it on the training thread's CPU receiving it (unpickling, "
+                      "rebuilding shared tensors)",
+                      100 * S->recv_cpu_share);
+        tm_an_adv(adv, sizeof adv, ".");
     }
     if (isfinite(cpu) && isfinite(wpb) && cpu < wpb)
-        ADV(" A worker spends only %.1f ms of CPU fetching a batch, less than its handoff: "
-            "with data this cheap (in memory), num_workers=0 fetches in the main process for "
-            "less, or make batches larger so that the handoff is paid less often.",
-            1e3 * cpu);
+        tm_an_adv(adv, sizeof adv,
+                  " A worker spends only %.1f ms of CPU fetching a batch, less than its handoff: "
+                  "with data this cheap (in memory), num_workers=0 fetches in the main process for "
+                  "less, or make batches larger so that the handoff is paid less often.",
+                  1e3 * cpu);
     else
-        ADV(" The handoff is paid per batch and per tensor: return one stacked tensor per "
-            "field rather than many small ones, and larger batches.");
+        tm_an_adv(adv, sizeof adv,
+                  " The handoff is paid per batch and per tensor: return one stacked tensor per "
+                  "field rather than many small ones, and larger batches.");
     if (S->ngpus > 0)
-        ADV(" With a GPU, pin_memory=True and .to(device, non_blocking=True) overlap the copy "
+        tm_an_adv(
+            adv, sizeof adv,
+            " With a GPU, pin_memory=True and .to(device, non_blocking=True) overlap the copy "
             "with compute.");
-#undef ADV
     enum tm_severity sev = tm_an_wait_severity(S->data_wait_fraction);
     tm_an_input_cost(&e, S, title, sizeof title);
     tm_an_add(an, sev,

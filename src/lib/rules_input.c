@@ -19,7 +19,7 @@ enum tm_severity tm_an_wait_severity(double f)
                                          : TM_SEV_LOW;
 }
 
-static void ev_input_common(struct ev *e, const tm_an_summary *S)
+void tm_an_ev_input_head(struct ev *e, const tm_an_summary *S)
 {
     tm_an_ev_num(e, "data_wait_fraction", S->data_wait_fraction);
     tm_an_ev_num(e, "threshold", TM_AN_DATA_WAIT_FRACTION);
@@ -210,7 +210,7 @@ const char *tm_an_input_steady_verdict(const struct an *an)
 static void ev_input_votes(struct ev *e, const tm_an_summary *S, const struct votes *w)
 {
     tm_an_ev_open(e);
-    ev_input_common(e, S);
+    tm_an_ev_input_head(e, S);
     if (S->disk[0])
         tm_an_ev_str(e, "disk", S->disk);
     tm_an_ev_num(e, "disk_read_bytes_per_second", S->disk_read_bps);
@@ -239,7 +239,7 @@ void tm_rule_input_ok(struct an *an)
     struct ev e;
     char buf[1024];
     tm_an_ev_open(&e);
-    ev_input_common(&e, S);
+    tm_an_ev_input_head(&e, S);
     snprintf(buf, sizeof buf, "input keeps up: the loop waited for data %.1f%% of the time",
              100 * S->data_wait_fraction);
     tm_an_add(an, TM_SEV_INFO, TM_CONF_HIGH, -1, &e, buf, "Nothing to do for the input pipeline.");
@@ -421,12 +421,11 @@ void tm_rule_input_cpu_bound(struct an *an)
              "a worker takes %.3f s per batch, a step computes in %.3f s",
              100 * S->data_wait_fraction, per, comp);
     if (c_starved && !c_busy && !c_sys) {
-        size_t len = strlen(adv);
-        snprintf(adv + len, sizeof adv - len,
-                 " The workers were on a core only %.0f%% of their fetch time while tasks "
-                 "waited for a CPU %.0f%% of the time: other processes take the cores, so "
-                 "free cores first (or pin the job to its own).",
-                 100 * busy, 100 * S->psi_cpu_some);
+        tm_an_adv(adv, sizeof adv,
+                  " The workers were on a core only %.0f%% of their fetch time while tasks "
+                  "waited for a CPU %.0f%% of the time: other processes take the cores, so "
+                  "free cores first (or pin the job to its own).",
+                  100 * busy, 100 * S->psi_cpu_some);
     }
     tm_an_input_cost(&e, S, buf, sizeof buf);
     tm_an_add(an, sev, cpu >= 2 ? TM_CONF_HIGH : TM_CONF_MEDIUM, -1, &e, buf, adv);
@@ -533,7 +532,7 @@ void tm_rule_input_main_prep(struct an *an)
     struct ev e;
     char buf[1024], adv[2048];
     tm_an_ev_open(&e);
-    ev_input_common(&e, S);
+    tm_an_ev_input_head(&e, S);
     tm_an_ev_num(&e, "prep_steps", (double)S->prep_steps);
     tm_an_ev_num(&e, "prep_cpu_share", cpu);
     tm_an_ev_num(&e, "psi_cpu_some", S->psi_cpu_some);
@@ -552,11 +551,10 @@ void tm_rule_input_main_prep(struct an *an)
                  "the data once ahead (pre-tokenize, store tensors).",
                  100 * cpu);
     if (starved) {
-        size_t len = strlen(adv);
-        snprintf(adv + len, sizeof adv - len,
-                 " Tasks waited for a CPU %.0f%% of the time: the thread was runnable, not "
-                 "waiting on I/O, and other processes took the cores; free cores first.",
-                 100 * S->psi_cpu_some);
+        tm_an_adv(adv, sizeof adv,
+                  " Tasks waited for a CPU %.0f%% of the time: the thread was runnable, not "
+                  "waiting on I/O, and other processes took the cores; free cores first.",
+                  100 * S->psi_cpu_some);
     } else if (!strcmp(cause, "waiting"))
         snprintf(adv, sizeof adv,
                  "The batches are made on the training thread, and that mostly waits (on a CPU "

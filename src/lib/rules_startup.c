@@ -60,10 +60,7 @@ void tm_rule_input_worker_startup(struct an *an)
     double steady = S->steady_wait_fraction;
     struct ev e;
     tm_an_ev_open(&e);
-    tm_an_ev_num(&e, "data_wait_fraction", S->data_wait_fraction);
-    tm_an_ev_num(&e, "threshold", TM_AN_DATA_WAIT_FRACTION);
-    tm_an_ev_num(&e, "steps", (double)S->steps_total);
-    tm_an_ev_num(&e, "step_time_median_s", S->step_median_s);
+    tm_an_ev_input_head(&e, S);
     tm_an_ev_num(&e, "workers_per_rank", (double)nw);
     tm_an_ev_num(&e, "worker_restarts", (double)S->worker_restarts);
     tm_an_ev_num(&e, "worker_set_restarts", (double)S->worker_set_restarts);
@@ -83,19 +80,17 @@ void tm_rule_input_worker_startup(struct an *an)
              "on average)",
              100 * S->data_wait_fraction, 100 * S->restart_wait_share, S->worker_set_restarts,
              S->worker_set_restarts == 1 ? "" : "s", each);
-    size_t n = 0;
-#define ADV(...)                                                                                   \
-    do {                                                                                           \
-        int k_ = snprintf(adv + n, sizeof adv - n, __VA_ARGS__);                                   \
-        if (k_ > 0)                                                                                \
-            n = n + (size_t)k_ < sizeof adv ? n + (size_t)k_ : sizeof adv - 1;                     \
-    } while (0)
-    ADV("Set persistent_workers=True on the DataLoader: its %zu worker%s then start once, not "
+    adv[0] = '\0';
+    tm_an_adv(
+        adv, sizeof adv,
+        "Set persistent_workers=True on the DataLoader: its %zu worker%s then start once, not "
         "at every iter(); here a new set started %zu time%s after the first%s (each epoch or "
         "eval pass). More workers would not help: a larger set starts slower.",
         nw, nw == 1 ? "" : "s", sets, sets == 1 ? "" : "s", nranks > 1 ? " on each rank" : "");
     if (per_set >= TM_AN_STARTUP_SLOW_S)
-        ADV(" The loop waited %s on average for a new set's first batch. That is what the spawn "
+        tm_an_adv(
+            adv, sizeof adv,
+            " The loop waited %s on average for a new set's first batch. That is what the spawn "
             "and forkserver start methods cost (the default on macOS, and on Linux from Python "
             "3.14; fork takes tens of ms): each worker imports torch and the main module again "
             "and receives the Dataset pickled. With one of them, keep the script's top level "
@@ -109,18 +104,22 @@ void tm_rule_input_worker_startup(struct an *an)
     if (rest)
         tm_an_ev_str(&e, "steady_verdict", rest);
     if (rest && strcmp(rest, "input.data_wait") != 0)
-        ADV(" Without the start-ups the loop still waited %.0f%% of the time, and for that the "
+        tm_an_adv(
+            adv, sizeof adv,
+            " Without the start-ups the loop still waited %.0f%% of the time, and for that the "
             "signals point at %s: fix the start-ups, then record again to confirm it.",
             100 * steady, rest);
     else if (isfinite(steady) && steady >= TM_AN_DATA_WAIT_FRACTION)
-        ADV(" Without the start-ups the loop still waited %.0f%% of the time: record again "
-            "with persistent workers for the verdict on the rest.",
-            100 * steady);
+        tm_an_adv(adv, sizeof adv,
+                  " Without the start-ups the loop still waited %.0f%% of the time: record again "
+                  "with persistent workers for the verdict on the rest.",
+                  100 * steady);
     else if (isfinite(steady))
-        ADV(" Without the start-ups the loop waited %.1f%% of the time, under the %.0f%% worth "
+        tm_an_adv(
+            adv, sizeof adv,
+            " Without the start-ups the loop waited %.1f%% of the time, under the %.0f%% worth "
             "fixing: the start-ups are the whole input problem.",
             100 * steady, 100 * TM_AN_DATA_WAIT_FRACTION);
-#undef ADV
     enum tm_severity sev = tm_an_wait_severity(S->data_wait_fraction);
     tm_an_input_cost(&e, S, title, sizeof title);
     tm_an_add(an, sev,

@@ -236,7 +236,7 @@ static bool disk_is_target(const tm_runview *v, const char *dev, bool *any_named
 
 /* The number after "key": in an event's JSON text (NAN when absent); the
  * text is the writer's and not trusted: strtod stops at its end. */
-static double event_num(const char *json, const char *key)
+double tm_runsum_event_num(const char *json, const char *key)
 {
     char pat[64];
     snprintf(pat, sizeof pat, "\"%s\":", key);
@@ -302,13 +302,13 @@ static void summarize_agent(const tm_runview *v, tm_an_summary *S)
         } else if (!strcmp(ev[i].name, "inproc.boundaries")) {
             S->agent_told++;
             double x;
-            if (!isnan(x = event_num(js, "loader_batches")))
+            if (!isnan(x = tm_runsum_event_num(js, "loader_batches")))
                 S->seen_batches += x;
-            if (!isnan(x = event_num(js, "backward_passes")))
+            if (!isnan(x = tm_runsum_event_num(js, "backward_passes")))
                 S->seen_backward += x;
-            if (!isnan(x = event_num(js, "optimizer_steps")))
+            if (!isnan(x = tm_runsum_event_num(js, "optimizer_steps")))
                 S->seen_optimizer += x;
-            if (!isnan(x = event_num(js, "fetches")))
+            if (!isnan(x = tm_runsum_event_num(js, "fetches")))
                 S->seen_fetches += x;
             if (strstr(js, "\"forward_seen\":true"))
                 S->seen_forward = true;
@@ -990,14 +990,14 @@ static void source_threads(const tm_runview *v, uint32_t s, double *intra, doubl
             continue;
         if (set == from_set && ev[i].t_ns < last)
             continue;
-        double t = event_num(ev[i].json, "intra_op");
+        double t = tm_runsum_event_num(ev[i].json, "intra_op");
         if (!(t >= 1))
             continue;
         last = ev[i].t_ns;
         from_set = set;
         *intra = t;
-        *inter = event_num(ev[i].json, "inter_op");
-        *affinity = event_num(ev[i].json, "affinity_cpus");
+        *inter = tm_runsum_event_num(ev[i].json, "inter_op");
+        *affinity = tm_runsum_event_num(ev[i].json, "affinity_cpus");
     }
 }
 
@@ -1088,7 +1088,7 @@ static void summarize_machine(const tm_runview *v, tm_an_summary *S, const tm_an
             S->data_paths = true;
             if (S->data_hung++ == 0) {
                 event_str(ev[i].json, "path", S->data_hung_path, sizeof S->data_hung_path);
-                S->data_hung_wait_s = event_num(ev[i].json, "wait_s");
+                S->data_hung_wait_s = tm_runsum_event_num(ev[i].json, "wait_s");
             }
         }
     }
@@ -1177,6 +1177,7 @@ int tm_runsum_build(tm_runview *v, tm_an_summary *S, tm_an_rank **ranks, size_t 
     summarize_dataset(v, S);
     summarize_machine(v, S, *ranks, *nranks);
     summarize_agent(v, S);
+    tm_runsum_checkpoints(v, S);
     /* The Python processes in which the in-process recorder did not load
      * said so in their run directory (agentnote.h). */
     const char *const *dirs;

@@ -157,6 +157,18 @@ typedef struct tm_an_summary {
     char probe_disk[40], probe_other[40];
     double probe_rand_bps, probe_rand_block, probe_rand_qd;
     double probe_seq_bps, probe_seq_block, probe_seq_qd;
+    /* Checkpoint saves (torch.save: checkpoint.save events of the agent;
+     * runsum_ckpt.c): the processes whose saves blocked their loop; of the
+     * one that blocked longest, its checkpoints (consecutive blocking
+     * saves at the same step are one), their summed time, the median
+     * checkpoint's time and bytes (NAN unknown), bytes per second of save
+     * time and the share of it on a CPU (NAN unknown), the median steps
+     * from one checkpoint to the next (NAN: fewer than 2), and its loop
+     * time (steps, eval and blocking saves: what the saves are a share
+     * of); the saves in other threads (all processes) and their time. */
+    size_t ckpt_procs, ckpt_saves, ckpt_bg_saves;
+    double ckpt_s, ckpt_median_s, ckpt_bytes, ckpt_write_bps, ckpt_cpu_share;
+    double ckpt_every_steps, ckpt_loop_s, ckpt_bg_s;
 } tm_an_summary;
 
 /* The run as the summary and the rules read it: its arrays, the analysis
@@ -186,6 +198,12 @@ void tm_runsum_view_close(tm_runview *v);
  * caller frees it) and for the whole run; sets v's window to the span of
  * the complete steps (else the run's).  0 or -ENOMEM. */
 int tm_runsum_build(tm_runview *v, tm_an_summary *S, tm_an_rank **ranks, size_t *nranks);
+
+/* The number after "key": in an event's JSON text (NAN when absent or
+ * negative); the text is the writer's and not trusted. */
+double tm_runsum_event_num(const char *json, const char *key);
+/* The checkpoint saves of the run into S's ckpt_* (runsum_ckpt.c). */
+void tm_runsum_checkpoints(const tm_runview *v, tm_an_summary *S);
 
 /* Mean of a series' finite points inside the window (NAN when none);
  * *count (may be NULL) gets how many. */

@@ -52,7 +52,11 @@
 # `accelerator.accumulate(model)` with optimizer.step() called on every
 # batch and run by accelerate's wrapper on every 4th and the epoch's last;
 # torch 2.x, where accelerate is installed) counts the steps that ran, with
-# every batch a micro-batch of one of them.
+# every batch a micro-batch of one of them; nanoGPT's checkpoint (torch.save
+# of the model, the optimizer and 48 MB more every 4 steps on the training
+# thread: llm_memmap_ckpt) is no batch preparation (input.ok, as the same
+# loop without it) but checkpoint.blocking, with the job's own count of
+# checkpoints and their time (within 10%).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -76,6 +80,7 @@ import runcheck
 # the input finding each job must get (and the ones it must not)
 EXPECT = {"llm_memmap": ("input.main_prep", "cpu"), "manual_sgd": ("input.main_prep", "cpu"),
           "llm_memmap_fast": ("input.ok", None), "grad_accum": (None, None),
+          "llm_memmap_ckpt": ("input.ok", None),
           "train_eval": (None, None), "break_early": (None, None),
           "idle_workers": ("input.handoff", None), "llm_memmap_eval": ("input.main_prep", "cpu"),
           "loader_persistent": (None, None), "loader_iterable": (None, None),
@@ -91,6 +96,7 @@ LOADER_NEVER = {"input.main_prep", "input.cpu_bound", "input.disk_bound", "host_
 NEVER = {"llm_memmap": {"input.data_wait", "input.cpu_bound", "input.disk_bound"},
          "manual_sgd": {"input.data_wait", "input.cpu_bound", "input.disk_bound"},
          "llm_memmap_fast": {"input.main_prep", "input.data_wait"},
+         "llm_memmap_ckpt": {"input.main_prep", "input.data_wait"},
          "grad_accum": {"input.main_prep"}, "train_eval": {"input.main_prep"},
          "break_early": {"input.main_prep"},
          "idle_workers": {"input.cpu_bound", "input.disk_bound", "input.data_wait", "input.main_prep"},
@@ -135,6 +141,19 @@ if oracle.get("params_bytes"):
                    % (json.dumps(anat)[:200], oracle["params_bytes"]))
 ids = {f["id"]: f for f in rep.get("findings", [])}
 want, cause = EXPECT[job]
+if oracle.get("saves"):  # checkpoints: the job's own count and time
+    ck = ids.get("checkpoint.blocking")
+    if not ck:
+        bad.append("no checkpoint.blocking among %s (summary %s checkpoints, %s s)"
+                   % (sorted(ids), S.get("checkpoints"), S.get("checkpoint_time_s")))
+    else:
+        ev = ck["evidence"]
+        if ev.get("checkpoints") != oracle["saves"]:
+            bad.append("%s checkpoints, the job saved %d" % (ev.get("checkpoints"), oracle["saves"]))
+        if abs(ev.get("save_time_s", 0) - oracle["save_s"]) > 0.1 * oracle["save_s"] + 0.005:
+            bad.append("save time %s s, the job timed %.4f s" % (ev.get("save_time_s"), oracle["save_s"]))
+elif "checkpoint.blocking" in ids:
+    bad.append("checkpoint.blocking in a job that saved nothing")
 if job == "amp_nan":
     if oracle.get("amp_skipped") is None:  # torch 1.x: no GradScaler on the CPU
         want = None
@@ -160,7 +179,7 @@ print("  %-20s job steps %-3d share %.3f | report steps %s wait %s evals %d boun
       % (job, oracle["steps"], share or 0, S.get("steps"),
          None if dwf is None else round(dwf, 3), len(evals),
          sorted({o.get("boundary") for o in train}),
-         " ".join(sorted(i for i in ids if i.startswith("input."))) or "-"))
+         " ".join(sorted(i for i in ids if i.startswith(("input.", "checkpoint.")))) or "-"))
 for b in bad:
     print("  FAIL %s: %s" % (job, b))
 sys.exit(1 if bad else 0)
@@ -179,9 +198,10 @@ half() { # name python
     # The sanitizer build: the report and dump of the binary under ASan on
     # one loop of each kind of boundary, not the whole matrix again.
     case ${BUILD:-} in *asan*) [ -n "$jobs" ] || jobs="grad_accum manual_sgd idle_workers" ;; esac
-    for job in ${jobs:-llm_memmap llm_memmap_fast grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next grad_accum_cycle amp_nan gan_dcgan gan_wgan accelerate_loop}; do
+    for job in ${jobs:-llm_memmap llm_memmap_fast llm_memmap_ckpt grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next grad_accum_cycle amp_nan gan_dcgan gan_wgan accelerate_loop}; do
         local run=$scratch/$name-$job script=$job envs=()
         [ "$job" = llm_memmap_fast ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=2048); }
+        [ "$job" = llm_memmap_ckpt ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=2048 JOB_SAVE_EVERY=4 JOB_SAVE_MB=48); }
         [ "$job" = llm_memmap_eval ] && { script=llm_memmap; envs=(JOB_EVAL_EVERY=10); }
         case $job in loader_*) script=loader_variants; envs=(JOB_VARIANT=${job#loader_}) ;; esac
         [ "$job" = thread_prefetch_fast ] && { script=thread_prefetch; envs=(JOB_ITEM_S=0.0001); }

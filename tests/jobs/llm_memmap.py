@@ -4,7 +4,11 @@ does), AdamW, a small causal model.  Steps: optimizer steps.  With
 JOB_EVAL_EVERY=N, an eval every N steps as nanoGPT's estimate_loss does it
 (model.eval(), torch.no_grad(), batches from the same get_batch, then
 model.train()): no DataLoader, so the eval span is seen only through
-model.eval()/model.train(); its time is no step time."""
+model.eval()/model.train(); its time is no step time.  With
+JOB_SAVE_EVERY=N, a checkpoint every N steps as nanoGPT saves one
+(torch.save of the model, the optimizer and JOB_SAVE_MB more of state, on
+the training thread): the loop stops meanwhile, and that time is neither
+batch preparation nor compute."""
 import os
 import sys
 import tempfile
@@ -21,6 +25,9 @@ PREP_S = float(os.environ.get("JOB_PREP_S", "0.004"))  # tokenizing on the fly
 HIDDEN = int(os.environ.get("JOB_HIDDEN", "256"))
 EVAL_EVERY = int(os.environ.get("JOB_EVAL_EVERY", "0"))
 EVAL_ITERS = 4
+SAVE_EVERY = int(os.environ.get("JOB_SAVE_EVERY", "0"))
+# a larger model's state, saved with the checkpoint (MB of float32)
+SAVE_PAD = torch.zeros(int(float(os.environ.get("JOB_SAVE_MB", "0")) * 262144))
 VOCAB, BLOCK, BATCH = 256, 32, 8
 
 d = tempfile.mkdtemp(prefix="tm-tokens.")
@@ -68,6 +75,8 @@ def estimate_loss():
     return losses.mean()
 
 
+ckpt = os.path.join(d, "ckpt.pt")
+saves = []
 for it in range(STEPS):
     if EVAL_EVERY and it % EVAL_EVERY == 0 and it > 0:
         t_eval = time.perf_counter()
@@ -81,6 +90,16 @@ for it in range(STEPS):
     loss.backward()
     opt.step()
     clock.step()
+    if SAVE_EVERY and (it + 1) % SAVE_EVERY == 0:
+        # nanoGPT's checkpoint, on the training thread: the loop stops
+        t_save = time.perf_counter()
+        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
+                    "iter_num": it, "pad": SAVE_PAD}, ckpt)
+        dt = time.perf_counter() - t_save
+        clock.eval_s += dt  # no step time: the oracle's span leaves it out
+        saves.append(dt)
 os.unlink(path)
+if saves:
+    os.unlink(ckpt)
 os.rmdir(d)
-clock.report()
+clock.report(**({"saves": len(saves), "save_s": sum(saves)} if saves else {}))

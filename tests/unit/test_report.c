@@ -957,28 +957,37 @@ static void test_the_training_process_growing_is_not_worker_growth(void **st)
  * of it waiting for the batch, recv_cpu of the wait on the training
  * thread's CPU; every every-th step (from step 1 on) waits long_wait
  * instead (a new set of workers starting). */
+/* One optimizer-ended step of a DataLoader loop: from t, dur seconds,
+ * wait of it in __next__, recv_cpu of that on the training thread's CPU
+ * (< 0: unknown), batches DataLoader batches and as many backward passes. */
+static void put_loader_step(tm_rec *w, uint64_t i, double t, double dur, double wait,
+                            double recv_cpu, int batches)
+{
+    uint8_t buf[128];
+    tm_inproc_step s = {.step = i,
+                        .start_ns = at(t),
+                        .end_ns = at(t + dur),
+                        .data_wait_ns = (int64_t)(wait * (double)S_NS),
+                        .boundary = TM_STEP_BY_OPTIMIZER,
+                        .phase = TM_STEP_TRAIN,
+                        .micro_batches = batches,
+                        .batches = batches,
+                        .prep_ns = -1,
+                        .prep_cpu_ns = -1,
+                        .backward_ns = -1,
+                        .wait_cpu_ns = recv_cpu < 0 ? -1 : (int64_t)(recv_cpu * (double)S_NS),
+                        .collective_ns = -1};
+    int len = tm_inproc_encode_step(&s, buf, sizeof buf);
+    assert_true(len > 0);
+    assert_int_equal(tm_rec_append(w, TM_REC_STEP, s.end_ns, buf, (uint32_t)len), 0);
+}
+
 static void put_loader_steps_of(tm_rec *w, size_t n, double dur, double wait, double recv_cpu,
                                 size_t every, double long_wait, int batches)
 {
-    uint8_t buf[128];
     for (size_t i = 0; i < n; i++) {
         double wt = every && i > 0 && i % every == 0 ? long_wait : wait;
-        tm_inproc_step s = {.step = i,
-                            .start_ns = at((double)i * dur),
-                            .end_ns = at((double)(i + 1) * dur),
-                            .data_wait_ns = (int64_t)(wt * (double)S_NS),
-                            .boundary = TM_STEP_BY_OPTIMIZER,
-                            .phase = TM_STEP_TRAIN,
-                            .micro_batches = batches,
-                            .batches = batches,
-                            .prep_ns = -1,
-                            .prep_cpu_ns = -1,
-                            .backward_ns = -1,
-                            .wait_cpu_ns = (int64_t)(recv_cpu * (double)S_NS),
-                            .collective_ns = -1};
-        int len = tm_inproc_encode_step(&s, buf, sizeof buf);
-        assert_true(len > 0);
-        assert_int_equal(tm_rec_append(w, TM_REC_STEP, s.end_ns, buf, (uint32_t)len), 0);
+        put_loader_step(w, i, (double)i * dur, dur, wt, recv_cpu, batches);
     }
 }
 
@@ -1120,27 +1129,11 @@ static void test_slow_worker_sets_are_startup_with_the_start_method(void **st)
      * the step from 95 to 490 ms); the workers fetch back to back on a
      * CPU (busy: a CPU vote), 4 ms a batch against 4.5 ms of compute */
     tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
-    uint8_t buf[128];
     double t = 0;
     for (size_t i = 0; i < 40; i++) {
         double dur = i == 20 ? 0.395 : 0.005, wt = i == 20 ? 0.390 : 0.0005;
-        tm_inproc_step s = {.step = i,
-                            .start_ns = at(t),
-                            .end_ns = at(t + dur),
-                            .data_wait_ns = (int64_t)(wt * (double)S_NS),
-                            .boundary = TM_STEP_BY_OPTIMIZER,
-                            .phase = TM_STEP_TRAIN,
-                            .micro_batches = 1,
-                            .batches = 1,
-                            .prep_ns = -1,
-                            .prep_cpu_ns = -1,
-                            .backward_ns = -1,
-                            .wait_cpu_ns = -1,
-                            .collective_ns = -1};
+        put_loader_step(r0, i, t, dur, wt, -1, 1);
         t += dur;
-        int len = tm_inproc_encode_step(&s, buf, sizeof buf);
-        assert_true(len > 0);
-        assert_int_equal(tm_rec_append(r0, TM_REC_STEP, s.end_ns, buf, (uint32_t)len), 0);
     }
     tm_rec_close(&r0);
     for (unsigned e = 0; e < 2; e++) {

@@ -1,0 +1,158 @@
+/*
+ * runsum_ckpt.c - the checkpoint saves of a run, for checkpoint.blocking
+ * (docs/DIAGNOSIS.md).
+ *
+ * The agent wraps torch.save and writes one checkpoint.save event at the
+ * end of each call: its wall time (dur_s), the thread's CPU time in it
+ * (cpu_s), the bytes written (a path's size, a file object's position;
+ * null unknown), the steps begun so far, and whether it blocked the loop
+ * (blocking: the training thread) or ran beside it (a background thread).
+ * The step model has already taken a blocking save's time out of the
+ * steps, so here it is added back up:
+ *
+ *   - per process, the blocking saves' time against its loop time: its
+ *     complete training steps (warm-up included), its eval runs and those
+ *     saves (the import and set-up before the first step are no loop
+ *     time: a short job would otherwise hide its saves behind them);
+ *   - the process whose saves blocked longest is the one summarized (in a
+ *     DDP job rank 0 saves while the others wait for it at the next
+ *     collective: its share is the job's);
+ *   - saves in other threads are counted apart: they cost the loop only
+ *     what they take from its CPUs and the GIL.
+ *
+ * The events are the writer's text and not trusted: a number that does
+ * not parse, or is negative, is unknown (tm_runsum_event_num).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runsum.h"
+#include "trainmon.h"
+
+static bool is_save(const tm_run_event *e)
+{
+    return e->name && strcmp(e->name, "checkpoint.save") == 0 && e->json;
+}
+
+static bool blocking(const char *js)
+{
+    return strstr(js, "\"blocking\":true") != NULL;
+}
+
+void tm_runsum_checkpoints(const tm_runview *v, tm_an_summary *S)
+{
+    S->ckpt_procs = S->ckpt_saves = S->ckpt_bg_saves = 0;
+    S->ckpt_s = S->ckpt_bg_s = 0;
+    S->ckpt_median_s = S->ckpt_bytes = S->ckpt_write_bps = S->ckpt_cpu_share = NAN;
+    S->ckpt_every_steps = S->ckpt_loop_s = NAN;
+    const tm_run_event *ev;
+    size_t nev = tm_run_events(v->r, &ev), nsaves = 0;
+    for (size_t i = 0; i < nev; i++)
+        nsaves += is_save(&ev[i]);
+    if (nsaves == 0 || v->nsrc == 0)
+        return;
+    /* per source: blocking saves and their time */
+    double *blk_s = calloc(v->nsrc, sizeof *blk_s);
+    size_t *blk_n = calloc(v->nsrc, sizeof *blk_n);
+    double *tmp = malloc(3 * nsaves * sizeof *tmp);
+    if (!blk_s || !blk_n || !tmp)
+        goto out;
+    for (size_t i = 0; i < nev; i++) {
+        if (!is_save(&ev[i]) || ev[i].source >= v->nsrc)
+            continue;
+        double d = tm_runsum_event_num(ev[i].json, "dur_s");
+        if (isnan(d))
+            d = 0;
+        if (!blocking(ev[i].json)) {
+            S->ckpt_bg_saves++;
+            S->ckpt_bg_s += d;
+            continue;
+        }
+        uint32_t s = ev[i].source;
+        S->ckpt_procs += blk_n[s]++ == 0;
+        blk_s[s] += d;
+    }
+    size_t best = v->nsrc;
+    for (size_t s = 0; s < v->nsrc; s++)
+        if (blk_n[s] && (best == v->nsrc || blk_s[s] > blk_s[best]))
+            best = s;
+    if (best == v->nsrc)
+        goto out;
+    S->ckpt_s = blk_s[best];
+    /* its loop time: complete training steps, eval runs, blocking saves */
+    const tm_run_step *st;
+    size_t nst = tm_run_steps(v->r, &st);
+    double loop = S->ckpt_s;
+    for (size_t i = 0; i < nst; i++) {
+        if (st[i].source != best)
+            continue;
+        double d;
+        if (tm_step_times(&st[i].s, &d, NULL))
+            loop += d;
+        else if (st[i].s.phase == TM_STEP_EVAL && st[i].s.end_ns > st[i].s.start_ns &&
+                 !(st[i].s.flags & TM_STEP_ENDED_AT_EXIT))
+            loop += (double)((uint64_t)st[i].s.end_ns - (uint64_t)st[i].s.start_ns) / 1e9;
+    }
+    S->ckpt_loop_s = loop;
+    /* its checkpoints: consecutive saves at the same step are one (the
+     * Hugging Face Trainer saves the optimizer, the scheduler and the RNG
+     * states in calls of their own); their medians: time, bytes, steps
+     * from one to the next */
+    size_t k = 0, kb = 0, ks = 0, ng = 0;
+    double *gb = tmp + nsaves, *gs = tmp + 2 * nsaves;
+    double bytes = 0, bytes_s = 0, cpu = 0, cpu_s = 0;
+    double g_step = NAN, g_d = 0, g_b = 0;
+    bool g_bknown = true;
+    for (size_t i = 0; i <= nev; i++) {
+        bool end = i == nev;
+        if (!end && (!is_save(&ev[i]) || ev[i].source != best || !blocking(ev[i].json)))
+            continue;
+        double d = end ? NAN : tm_runsum_event_num(ev[i].json, "dur_s");
+        double b = end ? NAN : tm_runsum_event_num(ev[i].json, "bytes");
+        double c = end ? NAN : tm_runsum_event_num(ev[i].json, "cpu_s");
+        double n = end ? NAN : tm_runsum_event_num(ev[i].json, "step");
+        if (!end && isnan(d))
+            continue;
+        if (ng && (end || isnan(n) || n != g_step)) { /* the checkpoint before ends */
+            tmp[k++] = g_d;
+            if (g_bknown)
+                gb[kb++] = g_b;
+            if (!isnan(g_step) && !isnan(n) && n > g_step)
+                gs[ks++] = n - g_step;
+            ng = 0;
+        }
+        if (end)
+            break;
+        if (ng == 0) {
+            g_step = n;
+            g_d = g_b = 0;
+            g_bknown = true;
+        }
+        ng++;
+        g_d += d;
+        if (isnan(b))
+            g_bknown = false;
+        else {
+            g_b += b;
+            bytes += b;
+            bytes_s += d;
+        }
+        if (!isnan(c)) {
+            cpu += c < d ? c : d;
+            cpu_s += d;
+        }
+    }
+    S->ckpt_saves = k;
+    S->ckpt_median_s = tm_runsum_median(tmp, k);
+    S->ckpt_bytes = tm_runsum_median(gb, kb);
+    S->ckpt_every_steps = tm_runsum_median(gs, ks);
+    if (bytes_s > 0)
+        S->ckpt_write_bps = bytes / bytes_s;
+    if (cpu_s > 0)
+        S->ckpt_cpu_share = cpu / cpu_s;
+out:
+    free(blk_s);
+    free(blk_n);
+    free(tmp);
+}
