@@ -1085,55 +1085,164 @@ def _make_train(orig):
     return train
 
 
-def _saved_bytes(args, kwargs):
-    """The bytes torch.save wrote: the file's size for a path, the position
-    of a file object (io.BytesIO: Lightning serializes into one); -1
-    unknown."""
-    f = args[1] if len(args) > 1 else kwargs.get("f")
+# Checkpoint savers (docs/DIAGNOSIS.md, checkpoint.blocking): torch.save,
+# and the frameworks' own save of a whole checkpoint, which holds the writes
+# torch.save does not (Lightning writes its serialized buffer to the file
+# after torch.save returns; the Hugging Face Trainer saves the weights with
+# safetensors).  Each: (module, class or None, function, kind, position
+# and keyword of the path argument among the call's arguments (self
+# included), or -1).  kind is the saver's number in the C extension's
+# table (py_save_exit); a save inside another (torch.save inside
+# Trainer.save_checkpoint) is part of the outer one.
+_SAVERS = (
+    ("torch", None, "save", 0, 1, "f"),
+    ("lightning.pytorch.trainer.trainer", "Trainer", "save_checkpoint", 1, 1, "filepath"),
+    ("pytorch_lightning.trainer.trainer", "Trainer", "save_checkpoint", 1, 1, "filepath"),
+    ("transformers.trainer", "Trainer", "_save_checkpoint", 2, -1, None),
+    ("safetensors.torch", None, "save_file", 3, 1, "filename"),
+)
+
+
+def _save_target(args, kwargs, pos, kw):
+    """Where a save writes, asked before it runs: (the path or file object,
+    its position then: a file object's tell(), None for a path or when it
+    has none)."""
+    if pos < 0:
+        return None, None
+    f = args[pos] if len(args) > pos else kwargs.get(kw)
+    if f is None or isinstance(f, (str, bytes, os.PathLike)):
+        return f, None
+    try:
+        return f, int(f.tell())
+    except Exception:
+        return f, None
+
+
+def _saved(f, pos0):
+    """(bytes written, where): a path's size after the save, or how far a
+    file object's position moved (a stream torch.distributed.checkpoint
+    appends to, a reused buffer); -1 unknown.  where: 1 a file (a path, or
+    a file object with a descriptor), 0 memory (io.BytesIO: Lightning
+    serializes into one and writes it out afterwards), -1 unknown."""
     try:
         if isinstance(f, (str, bytes, os.PathLike)):
-            return os.stat(f).st_size
-        tell = getattr(f, "tell", None)
-        return int(tell()) if tell is not None else -1
+            return os.stat(f).st_size, 1
+        try:
+            f.fileno()
+            where = 1
+        except Exception:
+            where = 0
+        n = int(f.tell()) - pos0 if pos0 is not None else -1
+        return (n if n >= 0 else -1), where
     except Exception:
-        return -1
+        return -1, -1
 
 
-def _make_save(orig):
-    """torch.save: a checkpoint.  Timed on every thread; a save on the
-    training thread (or the main thread before training begins) blocks the
-    loop, and the step model takes its time out of the steps
-    (docs/DIAGNOSIS.md, checkpoint.blocking).  The original's result or
-    exception passes through unchanged."""
+def _make_save(orig, kind=0, pos=1, kw="f"):
+    """A checkpoint saver (torch.save, a framework's).  Timed on every
+    thread; a save on the training thread (or the main thread before
+    training begins) blocks the loop, and the step model takes its time
+    out of the steps (docs/DIAGNOSIS.md, checkpoint.blocking).  The
+    original's result or exception passes through unchanged; leave() runs
+    only after enter() did (an interrupt between them leaves no count
+    behind)."""
     import functools
     import threading
     enter, leave, ident = _c.save_enter, _c.save_exit, threading.get_ident
     main = threading.main_thread().ident
+    top = 1 << 62
 
     @functools.wraps(orig)
     def save(*args, **kwargs):
-        enter(ident() == main)
-        ok, nbytes = False, -1
+        entered = ok = False
+        nbytes, where = -1, (1 if kind else -1)  # a framework's saver writes files
         try:
+            try:
+                f, pos0 = _save_target(args, kwargs, pos, kw)
+            except Exception:
+                f, pos0 = None, None
+            enter(ident() == main)
+            entered = True
             r = orig(*args, **kwargs)
             ok = True
-            nbytes = _saved_bytes(args, kwargs)
+            if pos >= 0:
+                nbytes, where = _saved(f, pos0)
             return r
         finally:
-            leave(nbytes, ok)
+            if entered:
+                leave(min(nbytes, top), ok, kind, where)
     save._trainmon = True
     return save
 
 
-def _install_save(torch):
-    ser = getattr(torch, "serialization", None)
-    fn = torch.__dict__.get("save")
+def _install_saver(mod, spec):
+    """Wraps one saver of _SAVERS in the loaded module mod (once)."""
+    _, cls, fname, kind, pos, kw = spec
+    owner = mod.__dict__.get(cls) if cls else mod
+    fn = getattr(owner, "__dict__", {}).get(fname) if owner is not None else None
     if fn is None or not callable(fn) or getattr(fn, "_trainmon", False):
         return
-    wrapped = _make_save(fn)
-    _patch(torch, "save", wrapped)
-    if ser is not None and ser.__dict__.get("save") is fn:
-        _patch(ser, "save", wrapped)
+    wrapped = _make_save(fn, kind, pos, kw)
+    _patch(owner, fname, wrapped)
+    if mod.__name__ == "torch":  # torch.save is torch.serialization.save
+        ser = mod.__dict__.get("serialization")
+        if ser is not None and ser.__dict__.get(fname) is fn:
+            _patch(ser, fname, wrapped)
+
+
+class _SaversOnImport:
+    """A meta-path finder that wraps a framework's saver right after its
+    module is imported (after attach(): lightning, transformers and
+    safetensors import torch first).  Only the modules of _SAVERS are
+    looked at; attach() puts it first on sys.meta_path, detach() takes it
+    off."""
+
+    def __init__(self, names):
+        self.names = set(names)
+        self.busy = set()
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self.names or name in self.busy:
+            return None
+        self.busy.add(name)
+        try:
+            import importlib.util
+            spec = importlib.util.find_spec(name)
+            loader = getattr(spec, "loader", None)
+            if loader is None or not hasattr(loader, "exec_module"):
+                return None
+            orig_exec = loader.exec_module
+
+            def exec_module(module):
+                orig_exec(module)
+                try:
+                    for sv in _SAVERS:
+                        if sv[0] == module.__name__:
+                            _install_saver(module, sv)
+                except Exception as e:
+                    _report_exc("checkpoint timing", e)
+            loader.exec_module = exec_module
+            self.names.discard(name)
+            return spec
+        except Exception as e:
+            _report_exc("checkpoint timing", e)
+            return None
+        finally:
+            self.busy.discard(name)
+
+
+def _install_savers():
+    pending = []
+    for sv in _SAVERS:
+        mod = sys.modules.get(sv[0])
+        if mod is not None:
+            _install_saver(mod, sv)
+        elif sv[0] not in pending:
+            pending.append(sv[0])
+    if pending:
+        finder = _SaversOnImport(pending)
+        sys.meta_path.insert(0, finder)
+        _state["savers_finder"] = finder
 
 
 def _install_collectives(torch):
@@ -1751,7 +1860,7 @@ def attach(run_dir=None, memory_history=None):
         except Exception as e:
             _report_exc("collective timing", e)
         try:
-            _install_save(torch)
+            _install_savers()
         except Exception as e:
             _report_exc("checkpoint timing", e)
         try:
@@ -1792,6 +1901,9 @@ def detach():
             else:
                 setattr(owner, name, orig)
         del _state["patches"][:]
+        finder = _state.pop("savers_finder", None)
+        if finder is not None and finder in sys.meta_path:
+            sys.meta_path.remove(finder)
         # an anatomy one-shot wrapper of torch.autograd.backward not called
         # yet (the engine, not backward, is patched where it can be)
         ag = sys.modules.get("torch.autograd")

@@ -1595,7 +1595,8 @@ static PyObject *py_coll_exit(PyObject *self, PyObject *noargs)
 static int g_shut; /* shutdown ran: nothing more is closed */
 static int g_in_eval;
 static int64_t g_eval_t0;
-static uint64_t g_eval_nb; /* g_n_batches at the span's start */
+static int64_t g_eval_skip; /* the agent's and saves' time inside the span (agent_time) */
+static uint64_t g_eval_nb;  /* g_n_batches at the span's start */
 
 static PyObject *py_train_mode(PyObject *self, PyObject *arg)
 {
@@ -1612,6 +1613,7 @@ static PyObject *py_train_mode(PyObject *self, PyObject *arg)
             Py_RETURN_NONE;
         g_in_eval = 1;
         g_eval_t0 = now_ns();
+        g_eval_skip = 0;
         g_eval_nb = g_n_batches;
         fwd_disarm();
         fwd_arm(g_eval_t0); /* to see whether a forward runs in the span */
@@ -1624,8 +1626,8 @@ static PyObject *py_train_mode(PyObject *self, PyObject *arg)
     int ran = !g_fwd_armed && g_fwd_t >= g_eval_t0;
     if (g_level < TM_STEP_BY_BACKWARD)
         Py_RETURN_NONE; /* before training, or a loader-ended loop: its eval batches tell */
-    if (ran && g_n_batches == g_eval_nb)
-        emit_eval(g_eval_t0, t, 0, 0, 0);
+    if (ran && g_n_batches == g_eval_nb) /* without the saves in it: no eval time */
+        emit_eval(g_eval_t0 + g_eval_skip < t ? g_eval_t0 + g_eval_skip : t, t, 0, 0, 0);
     /* the hook again for the next step's preparation (timed only from a
      * start the span moved to t: a step with work before it keeps its) */
     fwd_disarm();
@@ -1689,7 +1691,7 @@ static PyObject *py_shutdown(PyObject *self, PyObject *noargs)
      * steps.unsegmented); one that did nothing (torchrun's agent) writes
      * nothing, and gets no file. */
     if (g_fwd_t || g_n_batches || g_n_bwd || g_n_opt || g_n_fetch) {
-        char js[224];
+        char js[256];
         snprintf(js, sizeof js,
                  "{\"loader_batches\":%llu,\"backward_passes\":%llu,\"optimizer_steps\":%llu,"
                  "\"forward_seen\":%s,\"steps\":%llu,\"fetches\":%llu}",
@@ -2070,9 +2072,24 @@ static PyObject *g_opt_no;   /* the glue's _opt_no(optimizer) -> the optimizer's
  * their time stays where it fell. */
 static void agent_time(int64_t t0, int64_t d, int64_t cpu)
 {
-    for (int L = TM_STEP_BY_BACKWARD; L <= TM_STEP_BY_OPTIMIZER; L++)
-        if (g_acc[L].start && g_acc[L].start <= t0)
-            g_acc[L].start += d;
+    /* Work that came after the step's first forward (a save mid-step, in
+     * a loop without a DataLoader): the forward moves with the start, so
+     * that the step keeps its preparation (g_fwd_t - start) and the CPU
+     * sample taken at its start (g_arm_t == start) */
+    int fwd_in = 0, arm_at = 0;
+    for (int L = TM_STEP_BY_BACKWARD; L <= TM_STEP_BY_OPTIMIZER; L++) {
+        if (!g_acc[L].start || g_acc[L].start > t0)
+            continue;
+        if (!g_fwd_armed && g_fwd_t && g_acc[L].start <= g_fwd_t && g_fwd_t <= t0)
+            fwd_in = 1;
+        if (!g_fwd_armed && g_arm_t == g_acc[L].start)
+            arm_at = 1;
+        g_acc[L].start += d;
+    }
+    if (fwd_in)
+        g_fwd_t += d;
+    if (arm_at)
+        g_arm_t += d;
     if (g_fwd_armed && g_arm_t <= t0) {
         g_arm_t += d;
         if (g_arm_cpu >= 0 && cpu > 0)
@@ -2080,6 +2097,8 @@ static void agent_time(int64_t t0, int64_t d, int64_t cpu)
     }
     if (g_depth > 0 && g_in_t && g_in_t <= t0) /* taken at a fetch's entry */
         g_in_t += d;
+    if (g_in_eval && g_eval_t0 <= t0) /* no eval time either (py_train_mode) */
+        g_eval_skip += d;
 }
 
 static int boundary_work(long flags)
@@ -2104,7 +2123,9 @@ static int boundary_work(long flags)
     return 0;
 }
 
-/* Checkpoint saves (the glue wraps torch.save): a save on the training
+/* Checkpoint saves (the glue wraps torch.save, Lightning's
+ * Trainer.save_checkpoint, the Hugging Face Trainer's _save_checkpoint and
+ * safetensors' save_file; a save inside another is part of it): a save on the training
  * thread blocks the loop, and its time is no step's: agent_time takes it
  * out of the steps open then, their preparation and a fetch in progress,
  * as an eval run's is (a save between optimizer.step() and the next
@@ -2113,13 +2134,13 @@ static int boundary_work(long flags)
  * save is one checkpoint.save event at its end: its wall and CPU time, the
  * bytes written (-1 unknown), the steps begun so far, and whether it
  * blocked the loop (the training thread, or the main thread before one is
- * known) or ran beside it (a background thread: async checkpointing).
- * docs/DIAGNOSIS.md, checkpoint.blocking. */
+ * known) or ran beside it (a background thread: async checkpointing),
+ * and the saver (via).  docs/DIAGNOSIS.md, checkpoint.blocking. */
 static _Thread_local int t_save_depth;
 static _Thread_local int64_t t_save_t0, t_save_cpu0;
 static _Thread_local int t_save_blocking;
 
-/* save_enter(is_main_thread): the outermost torch.save on this thread began */
+/* save_enter(is_main_thread): the outermost save on this thread began */
 static PyObject *py_save_enter(PyObject *self, PyObject *arg)
 {
     (void)self;
@@ -2132,34 +2153,58 @@ static PyObject *py_save_enter(PyObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-/* save_exit(nbytes, ok): it returned (ok) or raised; nbytes -1 unknown */
+/* The savers the glue wraps (its _SAVERS), by number: the event's "via" */
+static const char *const save_via[] = {"torch.save", "lightning", "transformers", "safetensors"};
+
+/* save_exit(nbytes, ok[, kind[, where]]): it returned (ok true) or
+ * raised; nbytes -1 unknown; kind the saver's number in save_via; where 1
+ * a file, 0 memory, -1 unknown.  Arguments that do not parse are unknown,
+ * each on its own (a failed parse must not make a save that returned look
+ * failed). */
 static PyObject *py_save_exit(PyObject *self, PyObject *args)
 {
     (void)self;
     long long nbytes = -1;
-    int ok = 0;
-    if (!PyArg_ParseTuple(args, "Lp", &nbytes, &ok)) {
+    int ok = 0, kind = 0, where = -1;
+    PyObject *nb = NULL, *okp = NULL;
+    if (!PyArg_ParseTuple(args, "OO|ii", &nb, &okp, &kind, &where)) {
         PyErr_Clear();
-        nbytes = -1;
+        kind = 0;
+        where = -1;
     }
-    if (t_save_depth <= 0 || --t_save_depth > 0)
+    if (nb && PyLong_Check(nb)) {
+        nbytes = PyLong_AsLongLong(nb);
+        if (nbytes < 0 || PyErr_Occurred())
+            nbytes = -1;
+        PyErr_Clear();
+    }
+    if (okp) {
+        ok = PyObject_IsTrue(okp) == 1;
+        PyErr_Clear();
+    }
+    if (kind < 0 || (size_t)kind >= sizeof save_via / sizeof *save_via)
+        kind = 0;
+    if (t_save_depth <= 0 || --t_save_depth > 0 || g_shut) /* g_shut: detached */
         Py_RETURN_NONE;
     int64_t t = now_ns(), d = t > t_save_t0 ? t - t_save_t0 : 0;
     int64_t c1 = t_save_cpu0 >= 0 ? thread_cpu_ns() : -1;
     int64_t cpu = c1 >= t_save_cpu0 && t_save_cpu0 >= 0 ? c1 - t_save_cpu0 : -1;
     if (t_save_blocking && g_thread && thread_ident() == g_thread && d > 0)
         agent_time(t_save_t0, d, cpu > 0 ? cpu : 0);
-    char js[224];
-    char nb[32] = "null", cs[32] = "null";
+    char js[256];
+    char nbuf[32] = "null", cs[32] = "null";
     if (nbytes >= 0)
-        snprintf(nb, sizeof nb, "%lld", nbytes);
+        snprintf(nbuf, sizeof nbuf, "%lld", nbytes);
     if (cpu >= 0)
         snprintf(cs, sizeof cs, "%.6f", (double)cpu / 1e9);
     snprintf(js, sizeof js,
              "{\"dur_s\":%.6f,\"cpu_s\":%s,\"bytes\":%s,\"step\":%llu,\"blocking\":%s,"
-             "\"ok\":%s}",
-             (double)d / 1e9, cs, nb, (unsigned long long)g_steps,
-             t_save_blocking ? "true" : "false", ok ? "true" : "false");
+             "\"ok\":%s,\"via\":\"%s\",\"to\":%s}",
+             (double)d / 1e9, cs, nbuf, (unsigned long long)g_steps,
+             t_save_blocking ? "true" : "false", ok ? "true" : "false", save_via[kind],
+             where == 1   ? "\"file\""
+             : where == 0 ? "\"memory\""
+                          : "null");
     lazy_open();
     if (g_rec) {
         int rc = tm_rec_event(g_rec, 0, "checkpoint.save", js);
@@ -3362,7 +3407,7 @@ static PyMethodDef methods[] = {
     {"coll_enter", py_coll_enter, METH_NOARGS, "a blocking torch.distributed collective entered"},
     {"coll_exit", py_coll_exit, METH_NOARGS, "a blocking torch.distributed collective returned"},
     {"save_enter", py_save_enter, METH_O, "torch.save entered (is_main_thread)"},
-    {"save_exit", py_save_exit, METH_VARARGS, "torch.save returned or raised (nbytes, ok)"},
+    {"save_exit", py_save_exit, METH_VARARGS, "a saver returned or raised (nbytes, ok[, kind])"},
     {"next_exit", py_next_exit, METH_O, "DataLoader __next__ returned (True) or raised"},
     {"shutdown", py_shutdown, METH_NOARGS, "close the open step"},
     {"reset_steps", py_reset_steps, METH_NOARGS, "forget step state (detach)"},

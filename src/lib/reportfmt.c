@@ -327,6 +327,7 @@ static void write_summary_json(tm_text *t, const tm_run *r, const tm_analysis *a
     j_kn(t, "checkpoint_time_s", S->ckpt_saves ? S->ckpt_s : NAN, true);
     j_kn(t, "checkpoint_share",
          S->ckpt_saves && S->ckpt_loop_s > 0 ? S->ckpt_s / S->ckpt_loop_s : NAN, true);
+    j_kn(t, "checkpoints_outside_loop", (double)S->ckpt_outside, true);
     j_kn(t, "checkpoints_background", (double)S->ckpt_bg_saves, true);
     j_kn(t, "gpu_utilization_mean", S->gpu_util_mean, true);
     j_kn(t, "gpus", (double)S->ngpus, true);
@@ -590,7 +591,7 @@ static void write_text(tm_text *t, const tm_run *r, const tm_analysis *a)
     tm_text_printf(t, "  step time          median %s (compute %s)\n", x, y);
     tm_rpt_fmt_num(x, sizeof x, 100 * S->data_wait_fraction, 1, "%");
     tm_text_printf(t, "  waiting for data   %s of step time\n", x);
-    if (S->ckpt_saves > 0 && S->ckpt_loop_s > 0) {
+    if (S->ckpt_saves > 0 && S->ckpt_loop_s > 0 && isfinite(S->ckpt_loop_s)) {
         tm_unit_fmt(x, sizeof x, TM_UNIT_SECONDS, S->ckpt_s);
         tm_text_printf(t,
                        "  checkpoints        %zu on the training thread, %s (%.1f%% of the loop)\n",

@@ -772,7 +772,7 @@ static void write_summary(tm_text *t, const tm_run *r, const tm_analysis *a)
     tm_rpt_fmt_num(x, sizeof x, 100 * S->data_wait_fraction, 1, "%");
     snprintf(line, sizeof line, "%s of step time", x);
     kv_row(t, "waiting for data", line);
-    if (S->ckpt_saves > 0 && S->ckpt_loop_s > 0) {
+    if (S->ckpt_saves > 0 && S->ckpt_loop_s > 0 && isfinite(S->ckpt_loop_s)) {
         tm_unit_fmt(x, sizeof x, TM_UNIT_SECONDS, S->ckpt_s);
         snprintf(line, sizeof line, "%zu on the training thread, %s (%.1f%% of the loop)",
                  S->ckpt_saves, x, 100 * S->ckpt_s / S->ckpt_loop_s);

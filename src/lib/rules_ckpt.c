@@ -22,7 +22,7 @@ void tm_rule_checkpoint_blocking(struct an *an)
 {
     const tm_an_summary *S = &an->a->sum;
     double c = S->ckpt_s, L = S->ckpt_loop_s;
-    if (S->ckpt_saves < TM_AN_CKPT_MIN || !(c > 0) || !(L > c))
+    if (S->ckpt_saves < TM_AN_CKPT_MIN || !(c > 0) || !isfinite(L) || !(L > c))
         return;
     double share = c / L;
     if (share < TM_AN_CKPT_SHARE)
@@ -31,7 +31,7 @@ void tm_rule_checkpoint_blocking(struct an *an)
     /* every m x K steps: share (c/m) / (train + c/m) <= threshold */
     double m = ceil(c * (1 - TM_AN_CKPT_SHARE) / (TM_AN_CKPT_SHARE * train));
     double young = sqrt(2 * per * TM_AN_CKPT_MTBF_S);
-    double step_s = S->steps > 0 ? train / (double)S->steps : NAN;
+    double step_s = S->ckpt_step_s; /* that process's mean training step */
     struct ev e;
     tm_an_ev_open(&e);
     tm_an_ev_num(&e, "checkpoints", (double)S->ckpt_saves);
@@ -45,7 +45,11 @@ void tm_rule_checkpoint_blocking(struct an *an)
     tm_an_ev_num(&e, "save_cpu_share", S->ckpt_cpu_share);
     tm_an_ev_num(&e, "steps_between_checkpoints", every);
     tm_an_ev_num(&e, "processes_saving", (double)S->ckpt_procs);
-    tm_an_ev_num(&e, "background_saves", (double)S->ckpt_bg_saves);
+    tm_an_ev_num(&e, "save_calls", (double)S->ckpt_calls);
+    tm_an_ev_num(&e, "save_calls_to_memory", (double)S->ckpt_to_memory);
+    tm_an_ev_num(&e, "saves_outside_loop", (double)S->ckpt_outside);
+    tm_an_ev_num(&e, "background_save_calls", (double)S->ckpt_bg_saves);
+    tm_an_ev_num(&e, "step_time_mean_s", step_s);
     tm_an_ev_num(&e, "young_interval_s", young);
     char title[512], adv[2048], each[32], sz[32] = "", rate[32] = "";
     tm_unit_fmt(each, sizeof each, TM_UNIT_SECONDS, per);
@@ -54,7 +58,7 @@ void tm_rule_checkpoint_blocking(struct an *an)
     if (isfinite(S->ckpt_write_bps))
         tm_unit_fmt(rate, sizeof rate, TM_UNIT_BYTES_RATE, S->ckpt_write_bps);
     snprintf(title, sizeof title,
-             "checkpoints stopped training: %zu torch.save checkpoints on the training thread "
+             "checkpoints stopped training: %zu checkpoints saved on the training thread "
              "took %.0f%% of the loop's time (%s each",
              S->ckpt_saves, 100 * share, each);
     if (sz[0])
@@ -67,7 +71,7 @@ void tm_rule_checkpoint_blocking(struct an *an)
         tm_an_adv(adv, sizeof adv, "A checkpoint every %.0f steps costs %.0f%% of the time", every,
                   100 * share);
         if (m > 1 && isfinite(m))
-            tm_an_adv(adv, sizeof adv, "; every %.0f steps would cost under %.0f%%", every * m,
+            tm_an_adv(adv, sizeof adv, "; every %.0f steps would cost at most %.0f%%", every * m,
                       100 * TM_AN_CKPT_SHARE);
         tm_an_adv(adv, sizeof adv, ".");
     } else {
@@ -87,24 +91,30 @@ void tm_rule_checkpoint_blocking(struct an *an)
     if (isfinite(step_s) && step_s > 0)
         tm_an_adv(adv, sizeof adv, " (%.0f steps)", young / step_s);
     tm_an_adv(adv, sizeof adv, ".");
-    if (isfinite(S->ckpt_cpu_share) && S->ckpt_cpu_share < TM_AN_CKPT_CPU_WAITING)
+    if (S->ckpt_to_memory > 0 && S->ckpt_to_memory == S->ckpt_calls)
         tm_an_adv(adv, sizeof adv,
-                  " A save was on a CPU only %.0f%% of its time%s%s: it waited for the storage "
-                  "(a network filesystem, writeback of dirty pages), so write to a local disk "
-                  "and copy the file off in the background.",
-                  100 * S->ckpt_cpu_share, rate[0] ? ", writing at " : "", rate);
+                  " The saves serialized into a buffer in memory; writing it to storage afterwards "
+                  "is not in these times.");
+    else if (isfinite(S->ckpt_cpu_share) && S->ckpt_cpu_share < TM_AN_CKPT_CPU_WAITING)
+        tm_an_adv(adv, sizeof adv,
+                  " The saves were on a CPU only %.0f%% of their time%s%s: they waited, for the "
+                  "storage (a network filesystem, writeback of dirty pages)%s; if it is the "
+                  "storage, write to a local disk and copy the file off in the background.",
+                  100 * S->ckpt_cpu_share, rate[0] ? ", at " : "", rate,
+                  S->gpu ? " or for the GPU to finish the work queued before the copy" : "");
     else if (isfinite(S->ckpt_cpu_share))
         tm_an_adv(adv, sizeof adv,
-                  " A save was on a CPU %.0f%% of its time%s%s: serializing the state (pickling, "
-                  "copying GPU tensors to the host), which a faster disk would not shorten.",
-                  100 * S->ckpt_cpu_share, rate[0] ? ", at " : "", rate);
+                  " The saves were on a CPU %.0f%% of their time%s%s: serializing the state "
+                  "(pickling%s), which a faster disk would not shorten.",
+                  100 * S->ckpt_cpu_share, rate[0] ? ", at " : "", rate,
+                  S->gpu ? ", copying GPU tensors to the host" : "");
     tm_an_adv(adv, sizeof adv,
               " Take the save off the training thread: torch.distributed.checkpoint.async_save "
               "(torch 2.3 and later), or copy the state_dict to CPU tensors and torch.save that "
               "in a background thread; Lightning has AsyncCheckpointIO; with the Hugging "
               "Face Trainer, a larger save_steps.");
     if (S->ckpt_bg_saves > 0)
-        tm_an_adv(adv, sizeof adv, " %zu other save%s already ran in a background thread.",
+        tm_an_adv(adv, sizeof adv, " %zu other save call%s already ran in a background thread.",
                   S->ckpt_bg_saves, S->ckpt_bg_saves == 1 ? "" : "s");
     tm_an_add(an, share >= TM_AN_CKPT_SHARE_HIGH ? TM_SEV_HIGH : TM_SEV_MEDIUM, TM_CONF_HIGH, -1,
               &e, title, adv);

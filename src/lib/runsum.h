@@ -157,18 +157,23 @@ typedef struct tm_an_summary {
     char probe_disk[40], probe_other[40];
     double probe_rand_bps, probe_rand_block, probe_rand_qd;
     double probe_seq_bps, probe_seq_block, probe_seq_qd;
-    /* Checkpoint saves (torch.save: checkpoint.save events of the agent;
-     * runsum_ckpt.c): the processes whose saves blocked their loop; of the
-     * one that blocked longest, its checkpoints (consecutive blocking
-     * saves at the same step are one), their summed time, the median
-     * checkpoint's time and bytes (NAN unknown), bytes per second of save
-     * time and the share of it on a CPU (NAN unknown), the median steps
-     * from one checkpoint to the next (NAN: fewer than 2), and its loop
-     * time (steps, eval and blocking saves: what the saves are a share
-     * of); the saves in other threads (all processes) and their time. */
-    size_t ckpt_procs, ckpt_saves, ckpt_bg_saves;
+    /* Checkpoint saves (torch.save and the frameworks' savers:
+     * checkpoint.save events of the agent; runsum_ckpt.c).  Only blocking
+     * saves (on the training thread) that began inside their process's
+     * loop count; the others are counted apart: before or after the loop
+     * (ckpt_outside), in other threads (ckpt_bg_saves, their time
+     * ckpt_bg_s).  The processes with such saves; of the one whose saves
+     * took longest: its checkpoints (consecutive saves at the same step
+     * are one) and the save calls, the calls that wrote to memory (a
+     * buffer written out after them, untimed), their summed time, the
+     * median checkpoint's time and bytes (NAN unknown), bytes per second
+     * of save time and the share of it on a CPU (NAN unknown), the median
+     * steps from one checkpoint to the next (NAN: fewer than 2), its loop
+     * time (training steps, eval runs and those saves) and its mean
+     * training step (NAN: none). */
+    size_t ckpt_procs, ckpt_saves, ckpt_calls, ckpt_to_memory, ckpt_bg_saves, ckpt_outside;
     double ckpt_s, ckpt_median_s, ckpt_bytes, ckpt_write_bps, ckpt_cpu_share;
-    double ckpt_every_steps, ckpt_loop_s, ckpt_bg_s;
+    double ckpt_every_steps, ckpt_loop_s, ckpt_step_s, ckpt_bg_s;
 } tm_an_summary;
 
 /* The run as the summary and the rules read it: its arrays, the analysis

@@ -14,6 +14,10 @@
  *     complete training steps (warm-up included), its eval runs and those
  *     saves (the import and set-up before the first step are no loop
  *     time: a short job would otherwise hide its saves behind them);
+ *   - only the saves that began inside the loop (from its first complete
+ *     training step's start to its last one's end) are the loop's: a save
+ *     before training (the initial weights) or after it (the final model)
+ *     costs the loop nothing, and is counted apart (ckpt_outside);
  *   - the process whose saves blocked longest is the one summarized (in a
  *     DDP job rank 0 saves while the others wait for it at the next
  *     collective: its share is the job's);
@@ -40,33 +44,84 @@ static bool blocking(const char *js)
     return strstr(js, "\"blocking\":true") != NULL;
 }
 
+/* The save's duration (0 when unknown) */
+static double save_dur(const tm_run_event *e)
+{
+    double d = tm_runsum_event_num(e->json, "dur_s");
+    return isfinite(d) ? d : 0;
+}
+
+/* Per process: its loop's span (first complete training step's start,
+ * last one's end; lo >= hi: no step) and times. */
+struct loop {
+    int64_t lo, hi;
+    double train_s, eval_s;
+    size_t train_n;
+};
+
+/* Whether save e began inside its process's loop (events are written at
+ * the save's end: it began dur_s before) */
+static bool in_loop(const struct loop *L, const tm_run_event *e)
+{
+    const struct loop *l = &L[e->source];
+    if (l->lo >= l->hi)
+        return false;
+    double begin = (double)e->t_ns - save_dur(e) * 1e9;
+    return begin >= (double)l->lo && begin < (double)l->hi;
+}
+
 void tm_runsum_checkpoints(const tm_runview *v, tm_an_summary *S)
 {
-    S->ckpt_procs = S->ckpt_saves = S->ckpt_bg_saves = 0;
+    S->ckpt_procs = S->ckpt_saves = S->ckpt_bg_saves = S->ckpt_outside = 0;
+    S->ckpt_calls = S->ckpt_to_memory = 0;
     S->ckpt_s = S->ckpt_bg_s = 0;
     S->ckpt_median_s = S->ckpt_bytes = S->ckpt_write_bps = S->ckpt_cpu_share = NAN;
-    S->ckpt_every_steps = S->ckpt_loop_s = NAN;
+    S->ckpt_every_steps = S->ckpt_loop_s = S->ckpt_step_s = NAN;
     const tm_run_event *ev;
     size_t nev = tm_run_events(v->r, &ev), nsaves = 0;
     for (size_t i = 0; i < nev; i++)
         nsaves += is_save(&ev[i]);
     if (nsaves == 0 || v->nsrc == 0)
         return;
-    /* per source: blocking saves and their time */
+    struct loop *L = calloc(v->nsrc, sizeof *L);
     double *blk_s = calloc(v->nsrc, sizeof *blk_s);
     size_t *blk_n = calloc(v->nsrc, sizeof *blk_n);
     double *tmp = malloc(3 * nsaves * sizeof *tmp);
-    if (!blk_s || !blk_n || !tmp)
+    if (!L || !blk_s || !blk_n || !tmp)
         goto out;
+    /* each process's loop: complete training steps and eval runs */
+    const tm_run_step *st;
+    size_t nst = tm_run_steps(v->r, &st);
+    for (size_t i = 0; i < nst; i++) {
+        if (st[i].source >= v->nsrc)
+            continue;
+        struct loop *l = &L[st[i].source];
+        const tm_inproc_step *x = &st[i].s;
+        double d;
+        if (tm_step_times(x, &d, NULL)) {
+            if (!l->train_n || x->start_ns < l->lo)
+                l->lo = x->start_ns;
+            if (!l->train_n || x->end_ns > l->hi)
+                l->hi = x->end_ns;
+            l->train_s += d;
+            l->train_n++;
+        } else if (x->phase == TM_STEP_EVAL && x->end_ns > x->start_ns &&
+                   !(x->flags & TM_STEP_ENDED_AT_EXIT)) {
+            l->eval_s += (double)((uint64_t)x->end_ns - (uint64_t)x->start_ns) / 1e9;
+        }
+    }
+    /* per process: the blocking saves inside its loop and their time */
     for (size_t i = 0; i < nev; i++) {
         if (!is_save(&ev[i]) || ev[i].source >= v->nsrc)
             continue;
-        double d = tm_runsum_event_num(ev[i].json, "dur_s");
-        if (isnan(d))
-            d = 0;
+        double d = save_dur(&ev[i]);
         if (!blocking(ev[i].json)) {
             S->ckpt_bg_saves++;
             S->ckpt_bg_s += d;
+            continue;
+        }
+        if (!in_loop(L, &ev[i])) {
+            S->ckpt_outside++;
             continue;
         }
         uint32_t s = ev[i].source;
@@ -80,21 +135,11 @@ void tm_runsum_checkpoints(const tm_runview *v, tm_an_summary *S)
     if (best == v->nsrc)
         goto out;
     S->ckpt_s = blk_s[best];
+    S->ckpt_calls = blk_n[best];
     /* its loop time: complete training steps, eval runs, blocking saves */
-    const tm_run_step *st;
-    size_t nst = tm_run_steps(v->r, &st);
-    double loop = S->ckpt_s;
-    for (size_t i = 0; i < nst; i++) {
-        if (st[i].source != best)
-            continue;
-        double d;
-        if (tm_step_times(&st[i].s, &d, NULL))
-            loop += d;
-        else if (st[i].s.phase == TM_STEP_EVAL && st[i].s.end_ns > st[i].s.start_ns &&
-                 !(st[i].s.flags & TM_STEP_ENDED_AT_EXIT))
-            loop += (double)((uint64_t)st[i].s.end_ns - (uint64_t)st[i].s.start_ns) / 1e9;
-    }
-    S->ckpt_loop_s = loop;
+    S->ckpt_loop_s = L[best].train_s + L[best].eval_s + S->ckpt_s;
+    if (L[best].train_n)
+        S->ckpt_step_s = L[best].train_s / (double)L[best].train_n;
     /* its checkpoints: consecutive saves at the same step are one (the
      * Hugging Face Trainer saves the optimizer, the scheduler and the RNG
      * states in calls of their own); their medians: time, bytes, steps
@@ -106,7 +151,8 @@ void tm_runsum_checkpoints(const tm_runview *v, tm_an_summary *S)
     bool g_bknown = true;
     for (size_t i = 0; i <= nev; i++) {
         bool end = i == nev;
-        if (!end && (!is_save(&ev[i]) || ev[i].source != best || !blocking(ev[i].json)))
+        if (!end && (!is_save(&ev[i]) || ev[i].source != best || !blocking(ev[i].json) ||
+                     !in_loop(L, &ev[i])))
             continue;
         double d = end ? NAN : tm_runsum_event_num(ev[i].json, "dur_s");
         double b = end ? NAN : tm_runsum_event_num(ev[i].json, "bytes");
@@ -114,6 +160,8 @@ void tm_runsum_checkpoints(const tm_runview *v, tm_an_summary *S)
         double n = end ? NAN : tm_runsum_event_num(ev[i].json, "step");
         if (!end && isnan(d))
             continue;
+        if (!end && strstr(ev[i].json, "\"to\":\"memory\""))
+            S->ckpt_to_memory++;
         if (ng && (end || isnan(n) || n != g_step)) { /* the checkpoint before ends */
             tmp[k++] = g_d;
             if (g_bknown)
@@ -152,6 +200,7 @@ void tm_runsum_checkpoints(const tm_runview *v, tm_an_summary *S)
     if (cpu_s > 0)
         S->ckpt_cpu_share = cpu / cpu_s;
 out:
+    free(L);
     free(blk_s);
     free(blk_n);
     free(tmp);

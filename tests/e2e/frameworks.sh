@@ -32,7 +32,14 @@
 #     thread inside a DataLoader, so input.data_wait (or input.cpu_bound:
 #     it is CPU work) when it waits, input.ok when it does not; never
 #     input.main_prep (there is a DataLoader) nor input.disk_bound (no disk
-#     is read), and no input.* finding but input.ok when the data is free.
+#     is read), and no input.* finding but input.ok when the data is free;
+#   - with a checkpoint every 10 steps (JOB_CKPT_EVERY=10: Lightning's
+#     ModelCheckpoint, the Trainer's save_steps; lightning_ckpt,
+#     hf_trainer_ckpt), one checkpoint.save event per checkpoint the
+#     framework saved (its own count), made by its saver
+#     (Trainer.save_checkpoint, Trainer._save_checkpoint: via lightning /
+#     transformers, blocking), and the summary's the same: all but the one
+#     at the last step in the loop (checkpoints), that one after it.
 set -u
 case ${BUILD:-} in *asan*) echo "skipped: under the sanitizer build (the Python side and the framework jobs are the plain build's; the binary's parsers run under ASan in the other tests)"; exit 77 ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
@@ -89,6 +96,29 @@ elif share is not None and share > 0.10 and not inputs & {"input.data_wait", "in
                % (sorted(ids), 100 * share))
 for w in sorted(inputs & {"input.main_prep", "input.disk_bound"}):
     bad.append("%s among the findings" % w)
+# checkpoints: as many as the framework saved, each one save of the
+# framework's own saver (its torch.save calls inside it are part of it)
+if oracle.get("checkpoints"):
+    saves = []
+    for line in open(run + "/dump.jsonl"):
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue
+        if d.get("type") == "event" and d.get("name") == "checkpoint.save":
+            saves.append(json.loads(d["json"]))
+    via = {"lightning": "lightning", "hf_trainer": "transformers"}[job.split("_ckpt")[0]]
+    # the one at the last step is after the loop (the final model)
+    inside, outside = S.get("checkpoints"), S.get("checkpoints_outside_loop")
+    if (inside or 0) + (outside or 0) != oracle["checkpoints"] or outside != 1:
+        bad.append("%s checkpoints in the loop and %s outside in the summary, the framework "
+                   "saved %d, the last after the last step" % (inside, outside, oracle["checkpoints"]))
+    if len(saves) != oracle["checkpoints"] or any(e.get("via") != via or not e.get("blocking")
+                                                 for e in saves):
+        bad.append("save events %s, the framework saved %d with %s"
+                   % (json.dumps(saves)[:300], oracle["checkpoints"], via))
+elif S.get("checkpoints"):
+    bad.append("%s checkpoints in a job that saved none" % S.get("checkpoints"))
 print("  %-15s job steps %-3d micro %-3d evals %-3d share %.3f | report steps %s micro %d evals %d"
       " wait %s findings %s" % (job, oracle["steps"], oracle["micro_batches"], oracle["eval_batches"],
                                 share or 0, S.get("steps"), mb, len(evals),
@@ -100,7 +130,7 @@ PYEOF
 }
 
 echo "frameworks: $PY (torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null))"
-for job in ${FRAMEWORK_JOBS:-lightning lightning_accum hf_trainer hf_trainer_accum hf_trainer_free}; do
+for job in ${FRAMEWORK_JOBS:-lightning lightning_accum lightning_ckpt hf_trainer hf_trainer_accum hf_trainer_free hf_trainer_ckpt}; do
     case $job in
     lightning*) script=lightning_loop mod=lightning ;;
     hf_trainer*) script=hf_trainer mod=transformers ;;
@@ -113,6 +143,7 @@ for job in ${FRAMEWORK_JOBS:-lightning lightning_accum hf_trainer hf_trainer_acc
     case $job in
     *_accum) envs+=(JOB_ACCUM=4) ;;
     *_free) envs+=(JOB_ITEM_S=0) ;;
+    *_ckpt) envs+=(JOB_CKPT_EVERY=10) ;;
     esac
     run=$scratch/$job
     ran=$((ran + 1))

@@ -49,6 +49,7 @@ class Oracle:
         self.eval_batches = 0   # incl. a sanity check before training
         self.evals = []         # (start, end) of each eval run
         self._eval_t0 = None
+        self.saves = 0          # checkpoints the framework saved (JOB_CKPT_EVERY)
 
     def timed(self, fn, *args):
         """Runs one piece of data work (a __getitem__, a collate) and counts
@@ -86,5 +87,7 @@ class Oracle:
         out = {"steps": self.steps, "data_wait_share": self.wait / span if span > 0 else None,
                "eval_batches": self.eval_batches, "micro_batches": self.micro,
                "wait_s": round(self.wait, 4), "span_s": round(span, 4)}
+        if self.saves:
+            out["checkpoints"] = self.saves
         out.update(extra)
         print(json.dumps(out), flush=True)

@@ -5,7 +5,9 @@ on gradient accumulation (gradient_accumulation_steps): the Trainer then
 fetches the 4 batches of a step before it runs any of them.  Steps: the
 Trainer's state.global_step.  Data wait: the dataset's __getitem__ and the
 data collator, timed inline (fw_oracle.py says what that includes).  No
-network (HF_HUB_OFFLINE), no files but a temporary directory."""
+network (HF_HUB_OFFLINE), no files but a temporary directory.
+JOB_CKPT_EVERY=N: save_strategy="steps", a checkpoint every N steps
+(each counted by on_save)."""
 import os
 import sys
 import tempfile
@@ -29,6 +31,7 @@ hf_logging.set_verbosity_error()
 ACCUM = int(os.environ.get("JOB_ACCUM", "1"))
 STEPS = int(os.environ.get("JOB_STEPS", str(40 // ACCUM)))
 ITEM_S = float(os.environ.get("JOB_ITEM_S", "0.0015"))  # per sample: 8 a batch
+CKPT_EVERY = int(os.environ.get("JOB_CKPT_EVERY", "0"))  # save_steps: a checkpoint every N steps
 EVAL_EVERY, EVAL_BATCHES, BATCH, SEQ = max(STEPS // 4, 1), 4, 8, 32
 oracle = Oracle()
 
@@ -60,6 +63,9 @@ class Count(TrainerCallback):
     def on_step_end(self, args, state, control, **kw):
         oracle.step_done(state.global_step)
 
+    def on_save(self, args, state, control, **kw):
+        oracle.saves += 1
+
     def on_prediction_step(self, args, state, control, **kw):
         oracle.eval_batches += 1
 
@@ -77,7 +83,8 @@ cfg = GPT2Config(vocab_size=128, n_positions=SEQ, n_embd=128, n_layer=2, n_head=
 model = GPT2LMHeadModel(cfg)
 with tempfile.TemporaryDirectory() as tmp:
     args = TrainingArguments(
-        output_dir=tmp, report_to=[], save_strategy="no", logging_strategy="no",
+        output_dir=tmp, report_to=[], logging_strategy="no",
+        save_strategy="steps" if CKPT_EVERY else "no", save_steps=CKPT_EVERY or 500,
         use_cpu=True, max_steps=STEPS, per_device_train_batch_size=BATCH,
         per_device_eval_batch_size=BATCH, gradient_accumulation_steps=ACCUM,
         eval_strategy="steps", eval_steps=EVAL_EVERY, dataloader_num_workers=0,

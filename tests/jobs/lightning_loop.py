@@ -2,7 +2,8 @@
 CPU, with a validation loop every VAL_EVERY optimizer steps (and Lightning's
 own sanity check of 2 validation batches before training).  JOB_ACCUM=4
 switches on gradient accumulation (accumulate_grad_batches): 4 training
-batches per optimizer step.  Steps: trainer.global_step.  Data wait: each
+batches per optimizer step.  JOB_CKPT_EVERY=N: a ModelCheckpoint every N
+optimizer steps (each counted by on_save_checkpoint).  Steps: trainer.global_step.  Data wait: each
 next() of the training DataLoader's iterator, timed inline by a DataLoader
 subclass (fw_oracle.py).  No network, no files but a temporary directory."""
 import os
@@ -22,6 +23,7 @@ import lightning as L  # noqa: E402
 ACCUM = int(os.environ.get("JOB_ACCUM", "1"))
 STEPS = int(os.environ.get("JOB_STEPS", str(40 // ACCUM)))
 ITEM_S = float(os.environ.get("JOB_ITEM_S", "0.0004"))  # per sample: 8 a batch
+CKPT_EVERY = int(os.environ.get("JOB_CKPT_EVERY", "0"))  # ModelCheckpoint every N steps
 VAL_EVERY, VAL_BATCHES, BATCH = max(STEPS // 4, 1), 4, 8
 oracle = Oracle()
 
@@ -87,6 +89,9 @@ class Count(L.Callback):
     def on_validation_end(self, trainer, module):
         oracle.eval_end()
 
+    def on_save_checkpoint(self, trainer, module, checkpoint):
+        oracle.saves += 1
+
     def on_validation_batch_end(self, trainer, module, outputs, batch, i, dl=0):
         oracle.eval_batches += 1
 
@@ -95,10 +100,13 @@ n_train = STEPS * ACCUM * BATCH
 train = TimedLoader(Samples(n_train), batch_size=BATCH, shuffle=True, num_workers=0)
 val = DataLoader(Samples(VAL_BATCHES * BATCH), batch_size=BATCH, num_workers=0)
 with tempfile.TemporaryDirectory() as tmp:
+    ckpt = [L.pytorch.callbacks.ModelCheckpoint(dirpath=tmp, every_n_train_steps=CKPT_EVERY,
+                                                save_top_k=-1)] if CKPT_EVERY else []
     trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=STEPS, max_epochs=1,
                         accumulate_grad_batches=ACCUM, val_check_interval=VAL_EVERY * ACCUM,
-                        limit_val_batches=VAL_BATCHES, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False,
-                        default_root_dir=tmp, callbacks=[Count()])
+                        limit_val_batches=VAL_BATCHES, logger=False,
+                        enable_checkpointing=bool(CKPT_EVERY), enable_progress_bar=False,
+                        enable_model_summary=False, default_root_dir=tmp,
+                        callbacks=[Count()] + ckpt)
     trainer.fit(Net(), train, val)
 oracle.report(accum=ACCUM)

@@ -90,7 +90,7 @@ for it in range(STEPS):
     loss.backward()
     opt.step()
     clock.step()
-    if SAVE_EVERY and (it + 1) % SAVE_EVERY == 0:
+    if SAVE_EVERY and (it + 1) % SAVE_EVERY == 0 and it + 1 < STEPS:  # not after the last
         # nanoGPT's checkpoint, on the training thread: the loop stops
         t_save = time.perf_counter()
         torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),

@@ -94,3 +94,94 @@ torch.save(torch.zeros(10), io.BytesIO())
     ev = [json.loads(r["json"]) for _, _, r in records(main_file(tmp_path), "event")
           if r["name"] == "checkpoint.save"]
     assert len(ev) == 1 and ev[0]["blocking"] and ev[0]["step"] == 0, ev
+
+
+EVAL_AND_MIDSTEP = r"""
+import io, json, os, tempfile, time, torch, trainmon
+trainmon.attach()
+torch.manual_seed(0)
+model = torch.nn.Linear(64, 64)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+big = {"pad": torch.zeros(8_000_000)}           # 32 MB: a save of some ms
+path = os.path.join(tempfile.mkdtemp(), "ckpt.pt")
+
+def busy(s):
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < s:
+        pass
+
+saves = {}
+for i in range(40):
+    if i == 20:   # validate, save the best, back to training (no DataLoader)
+        model.eval()
+        with torch.no_grad():
+            model(torch.randn(8, 64)); busy(0.01)
+        t = time.perf_counter(); torch.save(big, f=path); saves["eval"] = time.perf_counter() - t
+        model.train()
+    busy(0.003)                                  # batch preparation, CPU
+    model(torch.randn(8, 64)).square().mean().backward()
+    if i == 30:   # a save between the backward pass and the optimizer step
+        t = time.perf_counter(); torch.save(big, path); saves["mid"] = time.perf_counter() - t
+    opt.step(); opt.zero_grad()
+
+class Tell(io.BytesIO):
+    def tell(self):
+        raise OSError("no tell")
+torch.save({"w": 1}, Tell())                     # a file object whose tell() fails
+print(json.dumps(saves))
+"""
+
+
+def test_a_save_in_an_eval_span_or_mid_step_is_neither_eval_nor_step_time(tmp_path):
+    p = run_script(EVAL_AND_MIDSTEP, tmp_path)
+    saves = last_json(p.stdout)
+    f = main_file(tmp_path)
+    steps = [r for _, _, r in records(f, "step")]
+    train = {r["step"]: r for r in steps if r["phase"] == 1}
+    evals = [r for r in steps if r["phase"] == 2]
+    assert min(saves.values()) > 0.008, saves
+    # the eval span (10 ms of work) does not hold the save after it
+    assert len(evals) == 1, evals
+    ev_s = (evals[0]["end_ns"] - evals[0]["start_ns"]) / 1e9
+    assert ev_s < 0.010 + 0.5 * saves["eval"], (ev_s, saves)
+    # the step with a save after its backward pass keeps its preparation
+    # (3 ms, measured from its start to its first forward) and not the save
+    s30 = train[30]
+    assert s30["prep_ns"] >= 2.5e6 and s30["data_wait_ns"] == s30["prep_ns"], s30
+    assert (s30["end_ns"] - s30["start_ns"]) / 1e9 < 0.5 * saves["mid"] + 0.03, (s30, saves)
+    ev = [json.loads(r["json"]) for _, _, r in records(f, "event")
+          if r["name"] == "checkpoint.save"]
+    assert len(ev) == 3 and all(e["blocking"] and e["ok"] and e["via"] == "torch.save"
+                                for e in ev), ev
+    assert ev[0]["bytes"] == ev[1]["bytes"] > 32_000_000 and ev[0]["to"] == "file", ev
+    # tell() that raises: bytes unknown, the save itself ok, in memory
+    assert ev[2]["bytes"] is None and ev[2]["to"] == "memory", ev[2]
+
+
+NESTED_DETACH = r"""
+import io, json, torch, trainmon
+trainmon.attach()
+
+class Obj:
+    def __reduce__(self):          # a save inside a save (pickling runs user code)
+        torch.save([1, 2], io.BytesIO())
+        return (list, ())
+
+buf = io.BytesIO(b"x" * 100)
+buf.seek(100)
+torch.save({"o": Obj()}, buf)      # into a stream at position 100: its own bytes only
+n = buf.tell() - 100
+trainmon.detach()
+after = torch.save is torch.serialization.save and not getattr(torch.save, "_trainmon", False)
+torch.save([3], io.BytesIO())      # detached: nothing recorded
+print(json.dumps({"n": n, "restored": after}))
+"""
+
+
+def test_a_save_inside_a_save_is_one_and_detach_restores_torch_save(tmp_path):
+    p = run_script(NESTED_DETACH, tmp_path)
+    out = last_json(p.stdout)
+    ev = [json.loads(r["json"]) for _, _, r in records(main_file(tmp_path), "event")
+          if r["name"] == "checkpoint.save"]
+    assert len(ev) == 1 and ev[0]["bytes"] == out["n"], (ev, out)
+    assert out["restored"]

@@ -953,10 +953,6 @@ static void test_the_training_process_growing_is_not_worker_growth(void **st)
 
 /* --- the handoff from idle workers (input.handoff) */
 
-/* Optimizer steps of a DataLoader loop: one batch each, dur seconds, wait
- * of it waiting for the batch, recv_cpu of the wait on the training
- * thread's CPU; every every-th step (from step 1 on) waits long_wait
- * instead (a new set of workers starting). */
 /* One optimizer-ended step of a DataLoader loop: from t, dur seconds,
  * wait of it in __next__, recv_cpu of that on the training thread's CPU
  * (< 0: unknown), batches DataLoader batches and as many backward passes. */
@@ -982,6 +978,10 @@ static void put_loader_step(tm_rec *w, uint64_t i, double t, double dur, double 
     assert_int_equal(tm_rec_append(w, TM_REC_STEP, s.end_ns, buf, (uint32_t)len), 0);
 }
 
+/* Optimizer steps of a DataLoader loop: batches each, dur seconds, wait
+ * of it waiting for the batch, recv_cpu of the wait on the training
+ * thread's CPU; every every-th step (from step 1 on) waits long_wait
+ * instead (a new set of workers starting). */
 static void put_loader_steps_of(tm_rec *w, size_t n, double dur, double wait, double recv_cpu,
                                 size_t every, double long_wait, int batches)
 {

@@ -38,18 +38,26 @@ static void put_save(tm_rec *w, double t, double dur, double cpu, double bytes, 
     assert_int_equal(tm_rec_event(w, at(t), "checkpoint.save", js), 0);
 }
 
-/* 100 steps of 0.1 s (1 ms of data wait each) and a save every 10 steps:
- * dur s each, cpu of it on a CPU, bytes written. */
-static void put_rank(const char *file, int rank, double dur, double cpu, double bytes,
-                     bool blocking)
+/* n steps of 10/n s (1 ms of data wait each) from 0 to 10 s and a save
+ * ending at 1, 2, ... 10 s (inside the loop: each begins before its last
+ * step ends), numbered 10, 20, ... 100: dur s each, cpu of it on a CPU,
+ * bytes written. */
+static void put_rank_of(const char *file, int rank, size_t n, double dur, double cpu, double bytes,
+                        bool blocking)
 {
     char role[16];
     snprintf(role, sizeof role, "rank%d", rank);
     tm_rec *r = open_rec(file, role, rank);
-    put_steps(r, 100, 0, 0.1, 0.001);
+    put_steps(r, n, 0, 10.0 / (double)n, 0.001);
     for (unsigned k = 1; k <= 10; k++)
         put_save(r, 1.0 * k, dur, cpu, bytes, 10 * k, blocking);
     tm_rec_close(&r);
+}
+
+static void put_rank(const char *file, int rank, double dur, double cpu, double bytes,
+                     bool blocking)
+{
+    put_rank_of(file, rank, 100, dur, cpu, bytes, blocking);
 }
 
 /* 10 saves of 0.2 s: 2.0 s of a loop of 10.0 s of steps + 2.0 s = 12.0 s:
@@ -79,13 +87,14 @@ static void test_saves_taking_a_sixth_of_the_loop_are_medium_with_an_interval_th
     assert_true(fabs(ev_num(f, "save_cpu_share") - 0.25) < 1e-6);
     assert_true(ev_num(f, "steps_between_checkpoints") == 10);
     assert_true(fabs(ev_num(f, "young_interval_s") - sqrt(34560.0)) < 1e-3); /* %.6g */
-    assert_non_null(strstr(f->title, "10 torch.save checkpoints on the training thread took 17%"));
+    assert_non_null(strstr(f->title, "10 checkpoints saved on the training thread took 17%"));
     assert_non_null(strstr(f->title, "every 10 steps"));
     assert_non_null(strstr(f->advice, "A checkpoint every 10 steps costs 17% of the time; every "
-                                      "40 steps would cost under 5%."));
+                                      "40 steps would cost at most 5%."));
     assert_non_null(strstr(f->advice, "about 3 min for a failure a day (1859 steps)"));
-    assert_non_null(strstr(f->advice, "on a CPU only 25% of its time, writing at"));
+    assert_non_null(strstr(f->advice, "on a CPU only 25% of their time, at 2.0 GB/s"));
     assert_non_null(strstr(f->advice, "write to a local disk"));
+    assert_null(strstr(f->advice, "GPU")); /* no GPU recorded: no GPU words */
     assert_non_null(strstr(f->advice, "async_save"));
     /* the saves are no step time: the input verdict is the steps' own */
     assert_non_null(tm_analysis_find(a, "input.ok"));
@@ -105,7 +114,7 @@ static void test_saves_taking_a_fifth_are_high_and_cpu_bound_ones_are_serializin
     assert_non_null(f);
     assert_int_equal(f->severity, TM_SEV_HIGH);
     assert_true(fabs(ev_num(f, "save_cpu_share") - 0.9) < 1e-6);
-    assert_non_null(strstr(f->advice, "on a CPU 90% of its time"));
+    assert_non_null(strstr(f->advice, "on a CPU 90% of their time"));
     assert_non_null(strstr(f->advice, "serializing the state"));
     assert_null(strstr(f->advice, "write to a local disk"));
     done(&run, &a);
@@ -125,19 +134,25 @@ static void test_saves_under_a_twentieth_of_the_loop_are_no_finding(void **st)
     done(&run, &a);
 }
 
-/* One save of 5 s after the last step (the final model): 5 / 15 = 33%,
- * but one checkpoint is no habit of the loop: no finding. */
-static void test_one_final_save_is_no_finding(void **st)
+/* A save of 5 s before the first step (the initial weights), one inside
+ * the loop, one of 5 s after the last step (the final model): only the
+ * one inside is the loop's, and one checkpoint is no habit of it: no
+ * finding; the two outside are counted apart. */
+static void test_saves_before_and_after_the_loop_are_not_the_loops(void **st)
 {
     (void)st;
     tm_rec *r = open_rec("rank0.tmr", "rank0", 0);
+    put_save(r, 0.0, 5.0, 4.0, 1e9, 0, true); /* began at -5 s */
     put_steps(r, 100, 0, 0.1, 0.001);
-    put_save(r, 15.0, 5.0, 4.0, 1e9, 100, true);
+    put_save(r, 5.0, 0.5, 0.4, 1e9, 50, true);
+    put_save(r, 15.0, 5.0, 4.0, 1e9, 100, true); /* began at 10 s: the last step's end */
     tm_rec_close(&r);
     tm_run *run = NULL;
     tm_analysis *a = analyze(&run);
     assert_null(tm_analysis_find(a, "checkpoint.blocking"));
     assert_int_equal(a->sum.ckpt_saves, 1);
+    assert_int_equal(a->sum.ckpt_outside, 2);
+    assert_true(fabs(a->sum.ckpt_s - 0.5) < 1e-9);
     assert_true(isnan(a->sum.ckpt_every_steps)); /* one checkpoint: no interval */
     done(&run, &a);
 }
@@ -170,9 +185,9 @@ static void test_calls_at_one_step_are_one_checkpoint(void **st)
     tm_rec *r = open_rec("rank0.tmr", "rank0", 0);
     put_steps(r, 100, 0, 0.1, 0.001);
     for (unsigned k = 1; k <= 5; k++) {
-        put_save(r, 2.0 * k, 0.3, 0.2, 300e6, 20 * k, true);
-        put_save(r, 2.0 * k + 0.3, 0.1, 0.05, 100e6, 20 * k, true);
-        put_save(r, 2.0 * k + 0.4, 0.01, 0.01, -1, 20 * k, true);
+        put_save(r, 2.0 * k - 1.0, 0.3, 0.2, 300e6, 20 * k, true);
+        put_save(r, 2.0 * k - 0.7, 0.1, 0.05, 100e6, 20 * k, true);
+        put_save(r, 2.0 * k - 0.6, 0.01, 0.01, -1, 20 * k, true);
     }
     tm_rec_close(&r);
     tm_run *run = NULL;
@@ -189,11 +204,14 @@ static void test_calls_at_one_step_are_one_checkpoint(void **st)
 
 /* DDP: rank 0 saves 0.3 s every 10 steps, rank 1 0.01 s: rank 0's saves
  * are the job's (the others wait for it): 3.0 / 13.0 = 23%, 2 processes
- * saving. */
+ * saving.  Rank 1 made 200 steps of 0.05 s: Young's interval in steps is
+ * rank 0's, sqrt(2 x 0.3 x 86400) = 227.7 s at 0.1 s a step: 2277 steps
+ * (at the most steps of any process, 200 in the same 10 s, it would be
+ * 4554). */
 static void test_the_process_that_blocked_longest_is_the_one_judged(void **st)
 {
     (void)st;
-    put_rank("rank1.tmr", 1, 0.01, 0.01, 1e6, true);
+    put_rank_of("rank1.tmr", 1, 200, 0.01, 0.01, 1e6, true);
     put_rank("rank0.tmr", 0, 0.3, 0.2, 400e6, true);
     tm_run *run = NULL;
     tm_analysis *a = analyze(&run);
@@ -202,6 +220,36 @@ static void test_the_process_that_blocked_longest_is_the_one_judged(void **st)
     assert_true(ev_num(f, "processes_saving") == 2);
     assert_true(fabs(ev_num(f, "save_time_s") - 3.0) < 1e-6);
     assert_true(fabs(ev_num(f, "save_share") - 3.0 / 13.0) < 1e-6);
+    assert_true(fabs(ev_num(f, "step_time_mean_s") - 0.1) < 1e-9);
+    assert_non_null(strstr(f->advice, "(2277 steps)"));
+    done(&run, &a);
+}
+
+/* Saves into a buffer in memory (Lightning's torch.save into an
+ * io.BytesIO, written out afterwards): their CPU share says nothing of
+ * the storage, and the advice says the write is not timed. */
+static void test_saves_to_memory_say_the_write_is_not_timed(void **st)
+{
+    (void)st;
+    tm_rec *r = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(r, 100, 0, 0.1, 0.001);
+    for (unsigned k = 1; k <= 10; k++) {
+        char js[256];
+        snprintf(js, sizeof js,
+                 "{\"dur_s\":0.2,\"cpu_s\":0.05,\"bytes\":1000,\"step\":%u,\"blocking\":true,"
+                 "\"ok\":true,\"via\":\"torch.save\",\"to\":\"memory\"}",
+                 10 * k);
+        assert_int_equal(tm_rec_event(r, at(1.0 * k), "checkpoint.save", js), 0);
+    }
+    tm_rec_close(&r);
+    tm_run *run = NULL;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "checkpoint.blocking");
+    assert_non_null(f);
+    assert_true(ev_num(f, "save_calls_to_memory") == 10 && ev_num(f, "save_calls") == 10);
+    assert_non_null(strstr(f->advice, "into a buffer in memory"));
+    /* a CPU share of 25% would otherwise blame the storage */
+    assert_null(strstr(f->advice, "write to a local disk"));
     done(&run, &a);
 }
 
@@ -245,12 +293,15 @@ int main(void)
             test_saves_taking_a_fifth_are_high_and_cpu_bound_ones_are_serializing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_saves_under_a_twentieth_of_the_loop_are_no_finding,
                                         setup, teardown),
-        cmocka_unit_test_setup_teardown(test_one_final_save_is_no_finding, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_saves_before_and_after_the_loop_are_not_the_loops,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_background_saves_are_counted_apart_and_no_finding,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_calls_at_one_step_are_one_checkpoint, setup, teardown),
         cmocka_unit_test_setup_teardown(test_the_process_that_blocked_longest_is_the_one_judged,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_saves_to_memory_say_the_write_is_not_timed, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_crafted_save_events_are_read_as_unknown, setup,
                                         teardown),
     };
