@@ -99,14 +99,7 @@ for w in sorted(inputs & {"input.main_prep", "input.disk_bound"}):
 # checkpoints: as many as the framework saved, each one save of the
 # framework's own saver (its torch.save calls inside it are part of it)
 if oracle.get("checkpoints"):
-    saves = []
-    for line in open(run + "/dump.jsonl"):
-        try:
-            d = json.loads(line)
-        except ValueError:
-            continue
-        if d.get("type") == "event" and d.get("name") == "checkpoint.save":
-            saves.append(json.loads(d["json"]))
+    saves = runcheck.events(run, "checkpoint.save")
     via = {"lightning": "lightning", "hf_trainer": "transformers"}[job.split("_ckpt")[0]]
     # the one at the last step is after the loop (the final model)
     inside, outside = S.get("checkpoints"), S.get("checkpoints_outside_loop")

@@ -12,14 +12,24 @@ def load(run, prefix="{"):
     out = [line for line in open(run + ".out") if line.startswith(prefix)]
     oracle = json.loads(out[-1])
     rep = json.load(open(run + "/report.json"))
-    recs = []
+    recs = list(_dumped(run, "step"))
+    train = [o for o in recs if o.get("phase") != "eval"]
+    evals = [o for o in recs if o.get("phase") == "eval"]
+    return oracle, rep, train, evals
+
+
+def _dumped(run, kind):
+    """The records of RUN/dump.jsonl of one type (lines that are no JSON
+    skipped)."""
     for line in open(run + "/dump.jsonl"):
         try:
             o = json.loads(line)
         except ValueError:
             continue
-        if o.get("type") == "step":
-            recs.append(o)
-    train = [o for o in recs if o.get("phase") != "eval"]
-    evals = [o for o in recs if o.get("phase") == "eval"]
-    return oracle, rep, train, evals
+        if o.get("type") == kind:
+            yield o
+
+
+def events(run, name):
+    """The details (parsed JSON) of RUN's events called name."""
+    return [json.loads(o["json"]) for o in _dumped(run, "event") if o.get("name") == name]
