@@ -7,6 +7,7 @@
 3. The in-process recorder, the report, `trainmon serve`.
 4. The in-process agent's cost per training step (bench/agent_cost.py).
 5. A `watch --json` line against the sample alone (bench/watch_json.py).
+6. The garbage collector's timing per collection and per step (bench/gc_callback.py).
 """
 import os, resource, subprocess, sys, tempfile, time
 
@@ -160,6 +161,13 @@ lines.append("")
 ac = subprocess.run([sys.executable, os.path.join(root, "bench", "agent_cost.py"), root, build],
                     capture_output=True, text=True)
 lines += (ac.stdout.strip() or "agent cost per step: did not run: " + ac.stderr.strip()[-300:]).splitlines()
+lines.append("")
+# The garbage collector's timing: ns the agent's gc callback adds to a
+# collection, and collections per step (bench/gc_callback.py).
+gcb = subprocess.run([sys.executable, os.path.join(root, "bench", "gc_callback.py")],
+                     capture_output=True, text=True,
+                     env=dict(os.environ, PYTHONPATH=os.path.join(root, "python")))
+lines += (gcb.stdout.strip() or "gc callback: did not run: " + gcb.stderr.strip()[-300:]).splitlines()
 text = "\n".join(lines)
 print(text)
 with open(os.path.join(bdir, "bench.md"), "w") as f:

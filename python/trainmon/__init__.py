@@ -1231,6 +1231,16 @@ class _SaversOnImport:
             self.busy.discard(name)
 
 
+def _install_gc():
+    """Python's garbage collector: every collection timed by the agent's C
+    callback in gc.callbacks (long and full ones as gc.pause events,
+    docs/DIAGNOSIS.md gc.pauses).  Appended last, so that a callback of
+    the job's runs first at a collection's start."""
+    import gc
+    if _c.gc_callback not in gc.callbacks:
+        gc.callbacks.append(_c.gc_callback)
+
+
 def _install_savers():
     pending = []
     for sv in _SAVERS:
@@ -1864,6 +1874,10 @@ def attach(run_dir=None, memory_history=None):
         except Exception as e:
             _report_exc("checkpoint timing", e)
         try:
+            _install_gc()
+        except Exception as e:
+            _report_exc("garbage collector timing", e)
+        try:
             _install_amp(torch)
         except Exception as e:
             _report_exc("AMP skipped-step timing", e)
@@ -1901,6 +1915,12 @@ def detach():
             else:
                 setattr(owner, name, orig)
         del _state["patches"][:]
+        try:
+            import gc
+            while _c.gc_callback in gc.callbacks:
+                gc.callbacks.remove(_c.gc_callback)
+        except Exception as e:
+            _report_exc("garbage collector timing", e)
         finder = _state.pop("savers_finder", None)
         if finder is not None and finder in sys.meta_path:
             sys.meta_path.remove(finder)

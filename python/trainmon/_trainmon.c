@@ -1664,6 +1664,8 @@ static PyObject *py_loader_dropped(PyObject *self, PyObject *it)
     Py_RETURN_NONE;
 }
 
+static void gc_totals(void);
+
 /* At exit: what is still open ends now (and counts for nothing). */
 static PyObject *py_shutdown(PyObject *self, PyObject *noargs)
 {
@@ -1702,6 +1704,7 @@ static PyObject *py_shutdown(PyObject *self, PyObject *noargs)
         if (g_rec)
             tm_rec_event(g_rec, 0, "inproc.boundaries", js);
     }
+    gc_totals();
     Py_RETURN_NONE;
 }
 
@@ -2212,6 +2215,140 @@ static PyObject *py_save_exit(PyObject *self, PyObject *args)
             report_once(R_FULL, "%s: disk full: recording stopped, the job goes on", g_run_dir);
     }
     Py_RETURN_NONE;
+}
+
+/* Python's cyclic garbage collector (docs/DIAGNOSIS.md, gc.pauses).  A
+ * collection holds the GIL for its whole time: the training thread stops
+ * wherever it was (the batch preparation, a forward, the loop's own
+ * Python between kernels), and a full collection (generation 2) walks
+ * every container object the process holds: a second or more for a heap
+ * of millions (a dataset kept as Python lists and dicts, a tokenizer's
+ * caches).  In a DDP job one rank's pause holds every other rank at the
+ * next all-reduce, and the ranks pause at different steps.
+ *
+ * gc.callbacks gets gc_callback (the glue appends it at attach, detach
+ * takes it out): a builtin, so a collection costs one C call at its start
+ * and one at its end (CPython builds the info dict for any callback).
+ * Every collection is counted and timed per generation (the gc.totals
+ * event at exit); a full one, or any that took GC_EVENT_MIN_NS or more,
+ * is one gc.pause event at its end, into the process's record file once
+ * it is open (a process that records nothing, as torchrun's agent or a
+ * spawned DataLoader worker, gets no file for them; a forked worker's
+ * are in its batches' times): generation, duration, objects collected,
+ * the steps written so far, whether the training thread triggered it,
+ * and whether automatic collection was on (off: the job's own
+ * gc.collect()).
+ * At most GC_EVENTS_PER_S events a second; the rest are counted
+ * (dropped).  Their time stays in the steps: it is the job's. */
+#define GC_EVENT_MIN_NS 1000000LL
+#define GC_EVENTS_PER_S 50
+static int64_t g_gc_t0;
+static uint64_t g_gc_n[3], g_gc_events, g_gc_dropped;
+static int64_t g_gc_ns[3], g_gc_max_ns;
+static int64_t g_gc_win_t; /* the second the events are counted in */
+static int g_gc_win_n;
+static PyObject *g_gc_key_gen, *g_gc_key_coll; /* "generation", "collected" */
+
+static long gc_info_long(PyObject *info, PyObject *key)
+{
+    PyObject *v = info && key && PyDict_Check(info) ? PyDict_GetItemWithError(info, key) : NULL;
+    long r = v && PyLong_Check(v) ? PyLong_AsLong(v) : -1;
+    PyErr_Clear();
+    return r;
+}
+
+/* gc_callback(phase, info): "start" or "stop" of a collection */
+static PyObject *py_gc_callback(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs < 2 || !PyUnicode_Check(args[0]))
+        Py_RETURN_NONE;
+    /* the kernel's clock (a vDSO read, ~25 ns against the ~400 ns CPython
+     * spends building the info dict): the agent's counter clock anchors on
+     * every read in its first 200 ms (src/lib/fastclock.h), and the
+     * collections of an import would be hundreds of anchors */
+    int64_t t = tm_now_mono_ns();
+    if (PyUnicode_GET_LENGTH(args[0]) == 5) { /* "start" */
+        g_gc_t0 = t;
+        Py_RETURN_NONE;
+    }
+    if (!g_gc_t0)
+        Py_RETURN_NONE; /* registered during a collection */
+    int64_t d = t > g_gc_t0 ? t - g_gc_t0 : 0;
+    g_gc_t0 = 0;
+    long gen = gc_info_long(args[1], g_gc_key_gen);
+    if (gen < 0 || gen > 2) /* no collector's call */
+        Py_RETURN_NONE;
+    g_gc_n[gen]++;
+    g_gc_ns[gen] += d;
+    if (d > g_gc_max_ns)
+        g_gc_max_ns = d;
+    if ((gen < 2 && d < GC_EVENT_MIN_NS) || g_shut)
+        Py_RETURN_NONE;
+    if (t - g_gc_win_t >= 1000000000LL) {
+        g_gc_win_t = t;
+        g_gc_win_n = 0;
+    }
+    if (g_gc_win_n >= GC_EVENTS_PER_S) {
+        g_gc_dropped++;
+        Py_RETURN_NONE;
+    }
+    /* only into a file this process has open: a process that recorded
+     * nothing yet (torchrun's agent, a spawned DataLoader worker) gets no
+     * file for its collections, and a forked worker's are its batches' */
+    if (!g_rec || g_rec_pid != getpid())
+        Py_RETURN_NONE;
+    g_gc_win_n++;
+    long coll = gc_info_long(args[1], g_gc_key_coll);
+    char js[224];
+    snprintf(js, sizeof js,
+             "{\"gen\":%ld,\"dur_s\":%.6f,\"collected\":%ld,\"step\":%llu,\"train\":%s,"
+             "\"auto\":%s}",
+             gen, (double)d / 1e9, coll, (unsigned long long)g_steps,
+             g_thread && thread_ident() == g_thread ? "true" : "false",
+#if PY_VERSION_HEX >= 0x030A0000
+             PyGC_IsEnabled() ? "true" : "false"
+#else
+             "null"
+#endif
+    );
+    if (tm_rec_event(g_rec, t, "gc.pause", js) == 0)
+        g_gc_events++;
+    Py_RETURN_NONE;
+}
+
+/* The gc.totals event (at exit): every collection of this process, per
+ * generation, and the collector's settings then (gc.freeze()'s permanent
+ * generation, the thresholds). */
+static void gc_totals(void)
+{
+    static uint64_t told = 0; /* collections in the last gc.totals (shutdown may run again) */
+    uint64_t n = g_gc_n[0] + g_gc_n[1] + g_gc_n[2];
+    if (n == told || !g_rec || g_rec_pid != getpid()) /* as for the pauses */
+        return;
+    told = n;
+    long frozen = -1, th[3] = {-1, -1, -1};
+    PyObject *gc = PyImport_ImportModule("gc");
+    PyObject *fc = gc ? PyObject_CallMethod(gc, "get_freeze_count", NULL) : NULL;
+    PyObject *tr = gc ? PyObject_CallMethod(gc, "get_threshold", NULL) : NULL;
+    if (fc && PyLong_Check(fc))
+        frozen = PyLong_AsLong(fc);
+    for (int i = 0; tr && PyTuple_Check(tr) && i < 3 && i < PyTuple_GET_SIZE(tr); i++)
+        if (PyLong_Check(PyTuple_GET_ITEM(tr, i)))
+            th[i] = PyLong_AsLong(PyTuple_GET_ITEM(tr, i));
+    Py_XDECREF(fc);
+    Py_XDECREF(tr);
+    Py_XDECREF(gc);
+    PyErr_Clear();
+    char js[512];
+    snprintf(js, sizeof js,
+             "{\"collections\":[%llu,%llu,%llu],\"time_s\":[%.6f,%.6f,%.6f],\"max_s\":%.6f,"
+             "\"events\":%llu,\"dropped\":%llu,\"frozen\":%ld,\"threshold\":[%ld,%ld,%ld]}",
+             (unsigned long long)g_gc_n[0], (unsigned long long)g_gc_n[1],
+             (unsigned long long)g_gc_n[2], (double)g_gc_ns[0] / 1e9, (double)g_gc_ns[1] / 1e9,
+             (double)g_gc_ns[2] / 1e9, (double)g_gc_max_ns / 1e9, (unsigned long long)g_gc_events,
+             (unsigned long long)g_gc_dropped, frozen, th[0], th[1], th[2]);
+    tm_rec_event(g_rec, 0, "gc.totals", js);
 }
 
 /* ...asked at every hook's return: most have no work (flags 0) */
@@ -3408,6 +3545,8 @@ static PyMethodDef methods[] = {
     {"coll_exit", py_coll_exit, METH_NOARGS, "a blocking torch.distributed collective returned"},
     {"save_enter", py_save_enter, METH_O, "torch.save entered (is_main_thread)"},
     {"save_exit", py_save_exit, METH_VARARGS, "a saver returned or raised (nbytes, ok[, kind])"},
+    {"gc_callback", (PyCFunction)(void (*)(void))py_gc_callback, METH_FASTCALL,
+     "gc.callbacks' entry: times the collections (phase, info)"},
     {"next_exit", py_next_exit, METH_O, "DataLoader __next__ returned (True) or raised"},
     {"shutdown", py_shutdown, METH_NOARGS, "close the open step"},
     {"reset_steps", py_reset_steps, METH_NOARGS, "forget step state (detach)"},
@@ -3484,6 +3623,12 @@ PyMODINIT_FUNC PyInit__trainmon(void)
     Py_INCREF(&ArmedHooksType);
     if (PyModule_AddObject(m, "ArmedHooks", (PyObject *)&ArmedHooksType) < 0) {
         Py_DECREF(&ArmedHooksType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    g_gc_key_gen = PyUnicode_InternFromString("generation");
+    g_gc_key_coll = PyUnicode_InternFromString("collected");
+    if (!g_gc_key_gen || !g_gc_key_coll) {
         Py_DECREF(m);
         return NULL;
     }

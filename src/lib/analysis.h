@@ -129,6 +129,24 @@
 #define TM_AN_CKPT_MIN 2
 #define TM_AN_CKPT_MTBF_S 86400.0
 #define TM_AN_CKPT_CPU_WAITING 0.5
+/* gc.pauses: Python's garbage collector stopped the loop (runsum_gc.c).
+ * As for checkpoints, a twentieth of the loop's time is worth fixing
+ * (medium) and a fifth is high, with at least TM_AN_GC_MIN pauses in the
+ * loop.  In a job of several training processes (DDP) each process's
+ * pause holds the others at the next collective, at steps of its own: the
+ * pauses of all of them are summed against the loop (an upper bound, so
+ * the confidence is lower), as Megatron-LM's --manual-gc argues (the ranks
+ * collect at the same step, instead of each stalling the others).  Where
+ * full collections are at least TM_AN_GC_FULL_SHARE of the pauses the
+ * heap of long-lived objects is the cost (gc.freeze()); else the young
+ * generations' thresholds are.  The collector's share of the loop's own
+ * batch preparation (no DataLoader) is no preparation a prefetcher would
+ * hide: the input verdict reads the preparation without it
+ * (tm_an_input_wait). */
+#define TM_AN_GC_SHARE 0.05
+#define TM_AN_GC_SHARE_HIGH 0.20
+#define TM_AN_GC_MIN 2
+#define TM_AN_GC_FULL_SHARE 0.5
 
 /* A set slower than this to deliver its first batch re-imports the job.
  * Measured on the 2-core test VM, iter() to the first batch of 2 workers

@@ -329,6 +329,11 @@ static void write_summary_json(tm_text *t, const tm_run *r, const tm_analysis *a
          S->ckpt_saves && S->ckpt_loop_s > 0 ? S->ckpt_s / S->ckpt_loop_s : NAN, true);
     j_kn(t, "checkpoints_outside_loop", (double)S->ckpt_outside, true);
     j_kn(t, "checkpoints_background", (double)S->ckpt_bg_saves, true);
+    j_kn(t, "gc_pauses", (double)S->gc_pauses, true);
+    j_kn(t, "gc_pause_time_s", S->gc_pauses ? S->gc_s : NAN, true);
+    j_kn(t, "gc_pause_share", S->gc_pauses ? S->gc_share : NAN, true);
+    j_kn(t, "gc_full_collections", (double)S->gc_full, true);
+    j_kn(t, "gc_wait_fraction", S->gc_wait_fraction, true);
     j_kn(t, "gpu_utilization_mean", S->gpu_util_mean, true);
     j_kn(t, "gpus", (double)S->ngpus, true);
     tm_text_puts(t, ",\"disk\":");
@@ -600,6 +605,13 @@ static void write_text(tm_text *t, const tm_run *r, const tm_analysis *a)
     if (S->ckpt_bg_saves > 0)
         tm_text_printf(t, "  background saves   %zu torch.save call(s) beside the loop\n",
                        S->ckpt_bg_saves);
+    if (S->gc_pauses > 0 && isfinite(S->gc_share)) {
+        tm_unit_fmt(x, sizeof x, TM_UNIT_SECONDS, S->gc_s);
+        tm_unit_fmt(y, sizeof y, TM_UNIT_SECONDS, S->gc_max_s);
+        tm_text_printf(
+            t, "  Python GC          %zu pauses (%zu full), %s (%.1f%% of the loop), longest %s\n",
+            S->gc_pauses, S->gc_full, x, 100 * S->gc_share, y);
+    }
     if (!isnan(S->gpu_util_mean))
         tm_text_printf(t, "  GPU utilization    %.0f%% (mean of %zu GPU(s))\n",
                        100 * S->gpu_util_mean, S->ngpus);

@@ -778,6 +778,13 @@ static void write_summary(tm_text *t, const tm_run *r, const tm_analysis *a)
                  S->ckpt_saves, x, 100 * S->ckpt_s / S->ckpt_loop_s);
         kv_row(t, "checkpoints", line);
     }
+    if (S->gc_pauses > 0 && isfinite(S->gc_share)) {
+        tm_unit_fmt(x, sizeof x, TM_UNIT_SECONDS, S->gc_s);
+        tm_unit_fmt(y, sizeof y, TM_UNIT_SECONDS, S->gc_max_s);
+        snprintf(line, sizeof line, "%zu pauses (%zu full), %s (%.1f%% of the loop), longest %s",
+                 S->gc_pauses, S->gc_full, x, 100 * S->gc_share, y);
+        kv_row(t, "Python GC", line);
+    }
     if (!isnan(S->gpu_util_mean)) {
         snprintf(line, sizeof line, "%.0f%% (mean of %zu GPU(s))", 100 * S->gpu_util_mean,
                  S->ngpus);

@@ -231,6 +231,17 @@ static void ev_input_votes(struct ev *e, const tm_an_summary *S, const struct vo
     tm_buf_printf(&e->b, "{\"disk\":%d,\"cpu\":%d}", w->disk, w->cpu);
 }
 
+/* The garbage collector's pauses taken out of the loop's own batch
+ * preparation (runsum_gc.c, net_of_pauses): said where the share is read. */
+static void gc_note(char *buf, size_t cap, const tm_an_summary *S)
+{
+    if (S->gc_wait_fraction >= 0.005)
+        tm_an_adv(buf, cap,
+                  " (and Python's garbage collector %.0f%% more, pausing in the batch "
+                  "preparation)",
+                  100 * S->gc_wait_fraction);
+}
+
 void tm_rule_input_ok(struct an *an)
 {
     const tm_an_summary *S = &an->a->sum;
@@ -242,6 +253,7 @@ void tm_rule_input_ok(struct an *an)
     tm_an_ev_input_head(&e, S);
     snprintf(buf, sizeof buf, "input keeps up: the loop waited for data %.1f%% of the time",
              100 * S->data_wait_fraction);
+    gc_note(buf, sizeof buf, S);
     tm_an_add(an, TM_SEV_INFO, TM_CONF_HIGH, -1, &e, buf, "Nothing to do for the input pipeline.");
 }
 
@@ -541,6 +553,7 @@ void tm_rule_input_main_prep(struct an *an)
              "input-bound: the loop's own batch preparation (no DataLoader) took %.0f%% of "
              "the step time",
              100 * S->data_wait_fraction);
+    gc_note(buf, sizeof buf, S);
     if (!strcmp(cause, "cpu"))
         snprintf(adv, sizeof adv,
                  "The batches are made on the training thread, between one step's optimizer "
@@ -550,11 +563,12 @@ void tm_rule_input_main_prep(struct an *an)
                  "the same batches, with num_workers>0, overlaps it with compute; or prepare "
                  "the data once ahead (pre-tokenize, store tensors).",
                  100 * cpu);
-    if (starved) {
-        tm_an_adv(adv, sizeof adv,
-                  " Tasks waited for a CPU %.0f%% of the time: the thread was runnable, not "
-                  "waiting on I/O, and other processes took the cores; free cores first.",
-                  100 * S->psi_cpu_some);
+    if (!strcmp(cause, "cpu")) {
+        if (starved)
+            tm_an_adv(adv, sizeof adv,
+                      " Tasks waited for a CPU %.0f%% of the time: the thread was runnable, not "
+                      "waiting on I/O, and other processes took the cores; free cores first.",
+                      100 * S->psi_cpu_some);
     } else if (!strcmp(cause, "waiting"))
         snprintf(adv, sizeof adv,
                  "The batches are made on the training thread, and that mostly waits (on a CPU "

@@ -1178,6 +1178,7 @@ int tm_runsum_build(tm_runview *v, tm_an_summary *S, tm_an_rank **ranks, size_t 
     summarize_machine(v, S, *ranks, *nranks);
     summarize_agent(v, S);
     tm_runsum_checkpoints(v, S);
+    tm_runsum_gc(v, S);
     /* The Python processes in which the in-process recorder did not load
      * said so in their run directory (agentnote.h). */
     const char *const *dirs;
@@ -1206,4 +1207,32 @@ void tm_runsum_view_close(tm_runview *v)
     free(v->wp);
     v->wp = NULL;
     v->nwp = 0;
+}
+
+tm_run_loop *tm_runsum_loops(const tm_runview *v)
+{
+    tm_run_loop *L = calloc(v->nsrc ? v->nsrc : 1, sizeof *L);
+    if (!L)
+        return NULL;
+    const tm_run_step *st;
+    size_t nst = tm_run_steps(v->r, &st);
+    for (size_t i = 0; i < nst; i++) {
+        if (st[i].source >= v->nsrc)
+            continue;
+        tm_run_loop *l = &L[st[i].source];
+        const tm_inproc_step *x = &st[i].s;
+        double d;
+        if (tm_step_times(x, &d, NULL)) {
+            if (!l->train_n || x->start_ns < l->lo)
+                l->lo = x->start_ns;
+            if (!l->train_n || x->end_ns > l->hi)
+                l->hi = x->end_ns;
+            l->train_s += d;
+            l->train_n++;
+        } else if (x->phase == TM_STEP_EVAL && x->end_ns > x->start_ns &&
+                   !(x->flags & TM_STEP_ENDED_AT_EXIT)) {
+            l->eval_s += (double)((uint64_t)x->end_ns - (uint64_t)x->start_ns) / 1e9;
+        }
+    }
+    return L;
 }

@@ -174,6 +174,35 @@ typedef struct tm_an_summary {
     size_t ckpt_procs, ckpt_saves, ckpt_calls, ckpt_to_memory, ckpt_bg_saves, ckpt_outside;
     double ckpt_s, ckpt_median_s, ckpt_bytes, ckpt_write_bps, ckpt_cpu_share;
     double ckpt_every_steps, ckpt_loop_s, ckpt_step_s, ckpt_bg_s;
+    /* Python's garbage collector (gc.pause and gc.totals events of the
+     * agent; runsum_gc.c).  A pause is a full collection (generation 2),
+     * or any of 1 ms or more, that began inside its process's loop.  Of
+     * the process whose pauses took longest: the pauses, the full ones
+     * among them, those made while automatic collection was off (the job's
+     * own gc.collect()), their summed time, median and longest, its loop
+     * time (training steps and eval runs; the pauses are in them) and the
+     * share; its judged training steps, those a pause began in and the
+     * median duration of each kind (NAN: none); the pause time inside the
+     * judged steps' batch preparation (no DataLoader) and its share of
+     * that preparation (NAN: none); the median steps from one full
+     * collection to the next (NAN: fewer than 2).  From its gc.totals
+     * (NAN unknown: a crash writes none): all collections' time in the
+     * young generations (0, 1) and in full ones over the whole process,
+     * the objects gc.freeze() had frozen, threshold0.  All processes:
+     * those with pauses in their loop and their summed pause time (in a
+     * DDP job each rank's pause holds the others), events not written
+     * (rate limit). */
+    size_t gc_procs, gc_pauses, gc_full, gc_manual, gc_steps, gc_steps_hit, gc_dropped;
+    double gc_s, gc_median_s, gc_max_s, gc_loop_s, gc_share, gc_hit_step_s, gc_other_step_s;
+    double gc_prep_s, gc_prep_share, gc_every_steps, gc_young_s, gc_full_all_s, gc_frozen;
+    double gc_threshold0, gc_ranks_s;
+    /* The collector's part of the data wait: where the judged steps wait
+     * mostly on the loop's own batch preparation, the pauses inside it are
+     * no preparation (a prefetcher would not hide them; gc.pauses says
+     * them), and data_wait_fraction, steady_wait_fraction, time_lost_s
+     * and speedup above are net of them; this is the fraction of the step
+     * time taken out (0: none). */
+    double gc_wait_fraction;
 } tm_an_summary;
 
 /* The run as the summary and the rules read it: its arrays, the analysis
@@ -207,6 +236,20 @@ int tm_runsum_build(tm_runview *v, tm_an_summary *S, tm_an_rank **ranks, size_t 
 /* The number after "key": in an event's JSON text (NAN when absent or
  * negative); the text is the writer's and not trusted. */
 double tm_runsum_event_num(const char *json, const char *key);
+/* A training process's loop: from its first complete training step's
+ * start to its last one's end (lo >= hi: no such step), the time of those
+ * steps and of its eval runs, and how many steps. */
+typedef struct tm_run_loop {
+    int64_t lo, hi;
+    double train_s, eval_s;
+    size_t train_n;
+} tm_run_loop;
+
+/* Each source's loop, indexed by source (calloc'ed, the caller frees it;
+ * NULL: no memory). */
+tm_run_loop *tm_runsum_loops(const tm_runview *v);
+/* Python's garbage collector's pauses into S's gc_* (runsum_gc.c). */
+void tm_runsum_gc(const tm_runview *v, tm_an_summary *S);
 /* The checkpoint saves of the run into S's ckpt_* (runsum_ckpt.c). */
 void tm_runsum_checkpoints(const tm_runview *v, tm_an_summary *S);
 

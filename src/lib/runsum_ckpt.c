@@ -51,19 +51,11 @@ static double save_dur(const tm_run_event *e)
     return isfinite(d) ? d : 0;
 }
 
-/* Per process: its loop's span (first complete training step's start,
- * last one's end; lo >= hi: no step) and times. */
-struct loop {
-    int64_t lo, hi;
-    double train_s, eval_s;
-    size_t train_n;
-};
-
 /* Whether save e began inside its process's loop (events are written at
  * the save's end: it began dur_s before) */
-static bool in_loop(const struct loop *L, const tm_run_event *e)
+static bool in_loop(const tm_run_loop *L, const tm_run_event *e)
 {
-    const struct loop *l = &L[e->source];
+    const tm_run_loop *l = &L[e->source];
     if (l->lo >= l->hi)
         return false;
     double begin = (double)e->t_ns - save_dur(e) * 1e9;
@@ -83,33 +75,12 @@ void tm_runsum_checkpoints(const tm_runview *v, tm_an_summary *S)
         nsaves += is_save(&ev[i]);
     if (nsaves == 0 || v->nsrc == 0)
         return;
-    struct loop *L = calloc(v->nsrc, sizeof *L);
+    tm_run_loop *L = tm_runsum_loops(v);
     double *blk_s = calloc(v->nsrc, sizeof *blk_s);
     size_t *blk_n = calloc(v->nsrc, sizeof *blk_n);
     double *tmp = malloc(3 * nsaves * sizeof *tmp);
     if (!L || !blk_s || !blk_n || !tmp)
         goto out;
-    /* each process's loop: complete training steps and eval runs */
-    const tm_run_step *st;
-    size_t nst = tm_run_steps(v->r, &st);
-    for (size_t i = 0; i < nst; i++) {
-        if (st[i].source >= v->nsrc)
-            continue;
-        struct loop *l = &L[st[i].source];
-        const tm_inproc_step *x = &st[i].s;
-        double d;
-        if (tm_step_times(x, &d, NULL)) {
-            if (!l->train_n || x->start_ns < l->lo)
-                l->lo = x->start_ns;
-            if (!l->train_n || x->end_ns > l->hi)
-                l->hi = x->end_ns;
-            l->train_s += d;
-            l->train_n++;
-        } else if (x->phase == TM_STEP_EVAL && x->end_ns > x->start_ns &&
-                   !(x->flags & TM_STEP_ENDED_AT_EXIT)) {
-            l->eval_s += (double)((uint64_t)x->end_ns - (uint64_t)x->start_ns) / 1e9;
-        }
-    }
     /* per process: the blocking saves inside its loop and their time */
     for (size_t i = 0; i < nev; i++) {
         if (!is_save(&ev[i]) || ev[i].source >= v->nsrc)

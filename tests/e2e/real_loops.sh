@@ -56,7 +56,14 @@
 # of the model, the optimizer and 48 MB more every 4 steps on the training
 # thread: llm_memmap_ckpt) is no batch preparation (input.ok, as the same
 # loop without it) but checkpoint.blocking, with the job's own count of
-# checkpoints and their time (within 10%).
+# checkpoints and their time (within 10%); a loop holding 150,000 Python
+# objects whose batch preparation memoizes 4,000 more a step
+# (llm_memmap_gc: full collections of the garbage collector inside the
+# preparation) has the job's own count and time of the pauses (its
+# gc.callbacks timer; within 10%), its data wait net of them, input.ok
+# and not input.main_prep, and gc.pauses where the pauses took 8% or more
+# of the job's time (torch 2.x: 13%; torch 1.13's slower steps make them
+# under 1%: no finding).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -81,6 +88,7 @@ import runcheck
 EXPECT = {"llm_memmap": ("input.main_prep", "cpu"), "manual_sgd": ("input.main_prep", "cpu"),
           "llm_memmap_fast": ("input.ok", None), "grad_accum": (None, None),
           "llm_memmap_ckpt": ("input.ok", None),
+          "llm_memmap_gc": ("input.ok", None),
           "train_eval": (None, None), "break_early": (None, None),
           "idle_workers": ("input.handoff", None), "llm_memmap_eval": ("input.main_prep", "cpu"),
           "loader_persistent": (None, None), "loader_iterable": (None, None),
@@ -97,6 +105,7 @@ NEVER = {"llm_memmap": {"input.data_wait", "input.cpu_bound", "input.disk_bound"
          "manual_sgd": {"input.data_wait", "input.cpu_bound", "input.disk_bound"},
          "llm_memmap_fast": {"input.main_prep", "input.data_wait"},
          "llm_memmap_ckpt": {"input.main_prep", "input.data_wait"},
+         "llm_memmap_gc": {"input.main_prep", "input.data_wait"},
          "grad_accum": {"input.main_prep"}, "train_eval": {"input.main_prep"},
          "break_early": {"input.main_prep"},
          "idle_workers": {"input.cpu_bound", "input.disk_bound", "input.data_wait", "input.main_prep"},
@@ -154,6 +163,17 @@ if oracle.get("saves"):  # checkpoints: the job's own count and time
             bad.append("save time %s s, the job timed %.4f s" % (ev.get("save_time_s"), oracle["save_s"]))
 elif "checkpoint.blocking" in ids:
     bad.append("checkpoint.blocking in a job that saved nothing")
+if oracle.get("gc_pauses") is not None:  # the collector: the job's own gc.callbacks timer
+    if S.get("gc_pauses") != oracle["gc_pauses"]:
+        bad.append("%s gc pauses, the job timed %d" % (S.get("gc_pauses"), oracle["gc_pauses"]))
+    elif abs((S.get("gc_pause_time_s") or 0) - oracle["gc_s"]) > 0.1 * oracle["gc_s"] + 0.005:
+        bad.append("gc pause time %s s, the job timed %.4f s" % (S.get("gc_pause_time_s"), oracle["gc_s"]))
+    if oracle["gc_pauses"] >= 2 and oracle["gc_share"] >= 0.08 and "gc.pauses" not in ids:
+        bad.append("no gc.pauses among %s (the job's pauses took %.1f%%)" % (sorted(ids), 100 * oracle["gc_share"]))
+    if oracle["gc_share"] < 0.03 and "gc.pauses" in ids:
+        bad.append("gc.pauses, but the job's pauses took %.1f%%" % (100 * oracle["gc_share"]))
+elif "gc.pauses" in ids:
+    bad.append("gc.pauses in a job without a big Python heap: %s" % ids["gc.pauses"]["title"])
 if job == "amp_nan":
     if oracle.get("amp_skipped") is None:  # torch 1.x: no GradScaler on the CPU
         want = None
@@ -179,7 +199,7 @@ print("  %-20s job steps %-3d share %.3f | report steps %s wait %s evals %d boun
       % (job, oracle["steps"], share or 0, S.get("steps"),
          None if dwf is None else round(dwf, 3), len(evals),
          sorted({o.get("boundary") for o in train}),
-         " ".join(sorted(i for i in ids if i.startswith(("input.", "checkpoint.")))) or "-"))
+         " ".join(sorted(i for i in ids if i.startswith(("input.", "checkpoint.", "gc.")))) or "-"))
 for b in bad:
     print("  FAIL %s: %s" % (job, b))
 sys.exit(1 if bad else 0)
@@ -198,11 +218,12 @@ half() { # name python
     # The sanitizer build: the report and dump of the binary under ASan on
     # one loop of each kind of boundary, not the whole matrix again.
     case ${BUILD:-} in *asan*) [ -n "$jobs" ] || jobs="grad_accum manual_sgd idle_workers" ;; esac
-    for job in ${jobs:-llm_memmap llm_memmap_fast llm_memmap_ckpt grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next grad_accum_cycle amp_nan gan_dcgan gan_wgan accelerate_loop}; do
+    for job in ${jobs:-llm_memmap llm_memmap_fast llm_memmap_ckpt llm_memmap_gc grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next grad_accum_cycle amp_nan gan_dcgan gan_wgan accelerate_loop}; do
         local run=$scratch/$name-$job script=$job envs=()
         [ "$job" = llm_memmap_fast ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=2048); }
         [ "$job" = llm_memmap_ckpt ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=2048 JOB_SAVE_EVERY=4 JOB_SAVE_MB=48); }
         [ "$job" = llm_memmap_eval ] && { script=llm_memmap; envs=(JOB_EVAL_EVERY=10); }
+        [ "$job" = llm_memmap_gc ] && { script=llm_memmap; envs=(JOB_STEPS=80 JOB_PREP_S=0 JOB_HIDDEN=6144 JOB_PYHEAP=150000 JOB_KEEP=4000); }
         case $job in loader_*) script=loader_variants; envs=(JOB_VARIANT=${job#loader_}) ;; esac
         [ "$job" = thread_prefetch_fast ] && { script=thread_prefetch; envs=(JOB_ITEM_S=0.0001); }
         [ "$job" = grad_accum_cycle ] && { script=grad_accum; envs=(JOB_CYCLE=1); }

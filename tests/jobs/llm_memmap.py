@@ -8,7 +8,14 @@ model.eval()/model.train(); its time is no step time.  With
 JOB_SAVE_EVERY=N, a checkpoint every N steps as nanoGPT saves one
 (torch.save of the model, the optimizer and JOB_SAVE_MB more of state, on
 the training thread): the loop stops meanwhile, and that time is neither
-batch preparation nor compute."""
+batch preparation nor compute.  With JOB_PYHEAP=N, the job holds N Python
+objects (a corpus index as lists, as small scripts keep one) and its batch
+preparation memoizes JOB_KEEP more each step (a decode cache): Python's
+garbage collector then makes full collections inside the loop, each
+walking the whole heap, started by the preparation's allocations.  The job
+times them with a gc.callbacks entry of its own (the oracle): their time
+is in the steps, and the data-wait share it prints is without them."""
+import gc
 import os
 import sys
 import tempfile
@@ -29,6 +36,24 @@ SAVE_EVERY = int(os.environ.get("JOB_SAVE_EVERY", "0"))
 # a larger model's state, saved with the checkpoint (MB of float32)
 SAVE_PAD = torch.zeros(int(float(os.environ.get("JOB_SAVE_MB", "0")) * 262144))
 VOCAB, BLOCK, BATCH = 256, 32, 8
+PYHEAP = int(os.environ.get("JOB_PYHEAP", "0"))
+KEEP = int(os.environ.get("JOB_KEEP", "0"))
+index = [[i, i + 1] for i in range(PYHEAP)]  # the long-lived heap
+cache = {}
+pauses = []  # (begin, duration, generation) of every collection, by the job's own clock
+_gc_t0 = [0.0]
+
+
+def _gc_timer(phase, info):
+    if phase == "start":
+        _gc_t0[0] = time.perf_counter()
+    else:
+        pauses.append((_gc_t0[0], time.perf_counter() - _gc_t0[0], info["generation"]))
+
+
+if PYHEAP:
+    gc.collect()
+    gc.callbacks.insert(0, _gc_timer)
 
 d = tempfile.mkdtemp(prefix="tm-tokens.")
 path = os.path.join(d, "train.bin")
@@ -41,6 +66,8 @@ def get_batch():
     x = torch.from_numpy(np.stack([data[i:i + BLOCK].astype(np.int64) for i in ix]))
     y = torch.from_numpy(np.stack([data[i + 1:i + 1 + BLOCK].astype(np.int64) for i in ix]))
     busy(PREP_S)
+    if KEEP:  # memoized decodes: objects that live on
+        cache[len(cache)] = [[] for _ in range(KEEP)]
     return x, y
 
 
@@ -83,7 +110,10 @@ for it in range(STEPS):
         estimate_loss()
         clock.eval_s += time.perf_counter() - t_eval
         clock.eval_batches += 1  # one eval span (no DataLoader: one record)
+    n_pauses = len(pauses)
     x, y = clock.fetch(get_batch)
+    if PYHEAP and clock.t_first is not None:  # the collector's part of the wait (its pauses)
+        clock.wait -= sum(dt for b, dt, g in pauses[n_pauses:] if g == 2 or dt >= 0.001)
     logits = model(x)
     loss = torch.nn.functional.cross_entropy(logits.view(-1, VOCAB), y.view(-1))
     opt.zero_grad(set_to_none=True)
@@ -102,4 +132,9 @@ os.unlink(path)
 if saves:
     os.unlink(ckpt)
 os.rmdir(d)
-clock.report(**({"saves": len(saves), "save_s": sum(saves)} if saves else {}))
+extra = {"saves": len(saves), "save_s": sum(saves)} if saves else {}
+if PYHEAP:  # the pauses (full collections, or 1 ms or more) after the warm-up step
+    mine = [(b, dt) for b, dt, g in pauses if b >= clock.t_first and (g == 2 or dt >= 0.001)]
+    extra.update(gc_pauses=len(mine), gc_s=sum(dt for b, dt in mine),
+                 gc_share=sum(dt for b, dt in mine) / (clock.t_last - clock.t_first))
+clock.report(**extra)

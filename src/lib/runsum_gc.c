@@ -1,0 +1,292 @@
+/*
+ * runsum_gc.c - Python's garbage collector's pauses in the training loop,
+ * for gc.pauses (docs/DIAGNOSIS.md).
+ *
+ * The agent times every collection (a C callback in gc.callbacks) and
+ * writes one gc.pause event at the end of each full collection
+ * (generation 2) and of any other that took 1 ms or more: generation,
+ * duration (dur_s), objects collected, the steps written so far, whether
+ * the training thread triggered it, and whether automatic collection was
+ * on (auto: false is the job's own gc.collect() with the collector
+ * disabled).  At exit, gc.totals: every collection's count and time per
+ * generation, the objects gc.freeze() moved out of the collector's reach
+ * and the thresholds.
+ *
+ * A collection holds the GIL, so the training thread stops for it wherever
+ * it was: the pause stays in the step it fell in (it is the job's time,
+ * unlike a checkpoint's, which the step model takes out).  Here, per
+ * process, the pauses that began inside its loop (tm_runsum_loops) are
+ * added up against its loop time, and laid over its steps:
+ *
+ *   - the judged training steps a pause began in, and their median
+ *     duration against the other steps' (a pause is a stall of one step,
+ *     not a slower loop: the median step hides it);
+ *   - the pause time inside each judged step's batch preparation (no
+ *     DataLoader: [start, start + prep_ns]), so that the input verdict
+ *     does not read the collector as slow batch preparation (rules_input.c).
+ *
+ * The process whose pauses took longest is the one summarized; the sum
+ * over all processes is kept for DDP (each rank's pause holds the others
+ * at the next all-reduce, and the ranks pause at different steps).
+ *
+ * The events are the writer's text and not trusted: a number that does not
+ * parse, or is negative, is unknown (tm_runsum_event_num).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runsum.h"
+#include "trainmon.h"
+
+static bool is_pause(const tm_run_event *e)
+{
+    return e->name && e->json && strcmp(e->name, "gc.pause") == 0;
+}
+
+/* A pause: [b, e] in ns (the event is written at its end) */
+struct pause {
+    double b, e;
+};
+
+static int by_begin(const void *x, const void *y)
+{
+    const struct pause *p = x, *q = y;
+    return (p->b > q->b) - (p->b < q->b);
+}
+
+/* The first pause ending after t (pauses sorted, none inside another) */
+static size_t first_after(const struct pause *p, size_t n, double t)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (p[mid].e <= t)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The k-th number of the array after "key":[ in js (NAN when absent) */
+static double json_arr_num(const char *js, const char *key, int k)
+{
+    char pat[40];
+    snprintf(pat, sizeof pat, "\"%s\":[", key);
+    const char *p = strstr(js, pat);
+    if (!p)
+        return NAN;
+    p += strlen(pat);
+    for (int i = 0;; i++) {
+        char *end;
+        double x = strtod(p, &end);
+        if (end == p)
+            return NAN;
+        if (i == k)
+            return isfinite(x) && x >= 0 ? x : NAN;
+        p = end;
+        while (*p == ' ')
+            p++;
+        if (*p++ != ',')
+            return NAN;
+    }
+}
+
+/* A pause's duration in ns (NAN unknown) */
+static double pause_ns(const tm_run_event *e)
+{
+    double d = tm_runsum_event_num(e->json, "dur_s");
+    return isfinite(d) ? d * 1e9 : NAN;
+}
+
+static bool in_loop(const tm_run_loop *l, double b)
+{
+    return l->lo < l->hi && b >= (double)l->lo && b < (double)l->hi;
+}
+
+/* The pauses of source s inside its loop, sorted; *n of them */
+static struct pause *pauses_of(const tm_runview *v, const tm_run_loop *L, uint32_t s, size_t *n)
+{
+    const tm_run_event *ev;
+    size_t nev = tm_run_events(v->r, &ev), k = 0;
+    struct pause *p = malloc((nev ? nev : 1) * sizeof *p);
+    if (!p)
+        return NULL;
+    for (size_t i = 0; i < nev; i++) {
+        double d;
+        if (ev[i].source != s || !is_pause(&ev[i]) || isnan(d = pause_ns(&ev[i])))
+            continue;
+        double b = (double)ev[i].t_ns - d;
+        if (in_loop(&L[s], b))
+            p[k++] = (struct pause){b, (double)ev[i].t_ns};
+    }
+    qsort(p, k, sizeof *p, by_begin);
+    *n = k;
+    return p;
+}
+
+/* The steps of source s: hit by a pause or not, and the pause time in
+ * their batch preparation */
+static void over_steps(const tm_runview *v, uint32_t s, const struct pause *p, size_t np,
+                       tm_an_summary *S)
+{
+    const tm_run_step *st;
+    size_t nst = tm_run_steps(v->r, &st), nh = 0, no = 0;
+    double *hit = malloc((nst ? nst : 1) * sizeof *hit);
+    double *other = malloc((nst ? nst : 1) * sizeof *other);
+    double prep = 0, gcprep = 0;
+    if (!hit || !other)
+        goto out;
+    for (size_t i = 0; i < nst; i++) {
+        const tm_inproc_step *x = &st[i].s;
+        double d;
+        if (st[i].source != s || !tm_step_times(x, &d, NULL) || x->step < TM_STEP_WARMUP)
+            continue;
+        double a = (double)x->start_ns, z = (double)x->end_ns;
+        size_t j = first_after(p, np, a);
+        bool h = false;
+        for (size_t k = j; k < np && p[k].b < z; k++)
+            h = h || p[k].b >= a;
+        if (h)
+            hit[nh++] = d;
+        else
+            other[no++] = d;
+        if (x->prep_ns >= 0) {
+            double pe = a + (double)x->prep_ns;
+            prep += (double)x->prep_ns;
+            for (size_t k = j; k < np && p[k].b < pe; k++)
+                gcprep += fmin(p[k].e, pe) - fmax(p[k].b, a);
+        }
+    }
+    S->gc_steps = nh + no;
+    S->gc_steps_hit = nh;
+    S->gc_hit_step_s = tm_runsum_median(hit, nh);
+    S->gc_other_step_s = tm_runsum_median(other, no);
+    S->gc_prep_s = gcprep / 1e9;
+    if (prep > 0)
+        S->gc_prep_share = gcprep / prep;
+out:
+    free(hit);
+    free(other);
+}
+
+/* A loop whose steps wait mostly on its own batch preparation: the data
+ * wait without the pauses inside that preparation (they would stay if it
+ * were prefetched).  The share is the summarized process's; the other
+ * processes' preparation is taken to hold as much of the collector. */
+static void net_of_pauses(tm_an_summary *S)
+{
+    double g = S->gc_prep_share;
+    if (!(g > 0) || !(S->prep_steps > 0 && 2 * S->prep_steps > S->steps_total) ||
+        !isfinite(S->data_wait_fraction))
+        return;
+    g = fmin(g, 1);
+    S->gc_wait_fraction = S->data_wait_fraction * g;
+    S->data_wait_fraction *= 1 - g;
+    if (isfinite(S->steady_wait_fraction))
+        S->steady_wait_fraction *= 1 - g;
+    if (isfinite(S->time_lost_s))
+        S->time_lost_s *= 1 - g;
+    if (S->speedup >= 1) /* step / (step - wait): the wait's share is 1 - 1/speedup */
+        S->speedup = 1 / (1 - (1 - 1 / S->speedup) * (1 - g));
+}
+
+void tm_runsum_gc(const tm_runview *v, tm_an_summary *S)
+{
+    S->gc_wait_fraction = 0;
+    S->gc_procs = S->gc_pauses = S->gc_full = S->gc_manual = 0;
+    S->gc_steps = S->gc_steps_hit = S->gc_dropped = 0;
+    S->gc_s = S->gc_prep_s = S->gc_ranks_s = 0;
+    S->gc_median_s = S->gc_max_s = S->gc_loop_s = S->gc_share = NAN;
+    S->gc_hit_step_s = S->gc_other_step_s = S->gc_prep_share = S->gc_every_steps = NAN;
+    S->gc_young_s = S->gc_full_all_s = S->gc_frozen = S->gc_threshold0 = NAN;
+    const tm_run_event *ev;
+    size_t nev = tm_run_events(v->r, &ev), npause = 0;
+    for (size_t i = 0; i < nev; i++)
+        npause += is_pause(&ev[i]);
+    if (npause == 0 || v->nsrc == 0)
+        return;
+    tm_run_loop *L = tm_runsum_loops(v);
+    double *sum = calloc(v->nsrc, sizeof *sum);
+    size_t *cnt = calloc(v->nsrc, sizeof *cnt);
+    double *tmp = malloc(npause * sizeof *tmp);
+    struct pause *p = NULL;
+    if (!L || !sum || !cnt || !tmp)
+        goto out;
+    for (size_t i = 0; i < nev; i++) {
+        double d;
+        if (!is_pause(&ev[i]) || ev[i].source >= v->nsrc || isnan(d = pause_ns(&ev[i])))
+            continue;
+        uint32_t s = ev[i].source;
+        if (!in_loop(&L[s], (double)ev[i].t_ns - d))
+            continue;
+        S->gc_procs += cnt[s]++ == 0;
+        sum[s] += d / 1e9;
+        S->gc_ranks_s += d / 1e9;
+    }
+    uint32_t best = (uint32_t)v->nsrc;
+    for (uint32_t s = 0; s < v->nsrc; s++)
+        if (cnt[s] && (best == v->nsrc || sum[s] > sum[best]))
+            best = s;
+    if (best == v->nsrc)
+        goto out;
+    S->gc_s = sum[best];
+    S->gc_loop_s = L[best].train_s + L[best].eval_s;
+    if (S->gc_loop_s > 0)
+        S->gc_share = S->gc_s / S->gc_loop_s;
+    /* its pauses: durations, full ones, manual ones, steps between full ones */
+    size_t k = 0, ks = 0;
+    double *gs = malloc(npause * sizeof *gs), last = NAN;
+    for (size_t i = 0; gs && i < nev; i++) {
+        double d;
+        if (ev[i].source != best || !is_pause(&ev[i]) || isnan(d = pause_ns(&ev[i])))
+            continue;
+        if (!in_loop(&L[best], (double)ev[i].t_ns - d))
+            continue;
+        tmp[k++] = d / 1e9;
+        if (strstr(ev[i].json, "\"auto\":false"))
+            S->gc_manual++;
+        if (tm_runsum_event_num(ev[i].json, "gen") == 2) {
+            S->gc_full++;
+            double n = tm_runsum_event_num(ev[i].json, "step");
+            if (!isnan(last) && !isnan(n) && n > last)
+                gs[ks++] = n - last;
+            last = n;
+        }
+        if (d / 1e9 > S->gc_max_s || isnan(S->gc_max_s))
+            S->gc_max_s = d / 1e9;
+    }
+    S->gc_pauses = k;
+    S->gc_median_s = tm_runsum_median(tmp, k);
+    if (gs)
+        S->gc_every_steps = tm_runsum_median(gs, ks);
+    free(gs);
+    /* its steps */
+    size_t np = 0;
+    p = pauses_of(v, L, best, &np);
+    if (p)
+        over_steps(v, best, p, np, S);
+    /* its totals (the last written: shutdown may write them again) */
+    for (size_t i = 0; i < nev; i++) {
+        if (ev[i].source != best || !ev[i].name || !ev[i].json ||
+            strcmp(ev[i].name, "gc.totals") != 0)
+            continue;
+        double y0 = json_arr_num(ev[i].json, "time_s", 0);
+        double y1 = json_arr_num(ev[i].json, "time_s", 1);
+        S->gc_young_s = y0 + y1;
+        S->gc_full_all_s = json_arr_num(ev[i].json, "time_s", 2);
+        S->gc_frozen = tm_runsum_event_num(ev[i].json, "frozen");
+        S->gc_threshold0 = json_arr_num(ev[i].json, "threshold", 0);
+        double dr = tm_runsum_event_num(ev[i].json, "dropped");
+        S->gc_dropped = isfinite(dr) && dr < 1e15 ? (size_t)dr : 0;
+    }
+    net_of_pauses(S);
+out:
+    free(L);
+    free(sum);
+    free(cnt);
+    free(tmp);
+    free(p);
+}

@@ -1,0 +1,135 @@
+"""Python's garbage collector (docs/DIAGNOSIS.md, gc.pauses): attach()
+puts the agent's C callback into gc.callbacks and detach() takes it out.
+Every collection is counted and timed per generation (gc.totals, once, at
+exit); a full one, or any of 1 ms or more, is a gc.pause event with its
+duration, generation, the steps written so far and whether the training
+thread made it; at most 50 a second; only into a file the process has
+open (one that records nothing gets none).  The callback never raises into
+the collector, whatever it is called with, and a forked child writes no
+pause into the parent's file."""
+import json
+
+from conftest import last_json, main_file, records, run_script
+
+PAUSES = r"""
+import gc, json, os, time, torch, trainmon
+import trainmon._trainmon as c
+trainmon.attach()
+registered = c.gc_callback in gc.callbacks
+heap = [[i] for i in range(300_000)]          # a heap a full collection walks
+model = torch.nn.Linear(8, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+mine = []                                      # the job's own timer, after ours
+gc.callbacks.append(lambda phase, info: mine.append((phase, info["generation"],
+                                                     time.perf_counter())))
+full = []
+for i in range(12):
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    if i in (3, 7):
+        t = time.perf_counter()
+        gc.collect()
+        full.append(time.perf_counter() - t)
+gc.disable()
+gc.collect()                                   # the job's own, automatic collection off
+gc.enable()
+# called as no collector calls it: never raises, never records
+bad = []
+for args in [(), ("stop",), ("stop", None), (1, 2), ("start", {}), ("stop", {"generation": "x"}),
+             ("stop", {"generation": 7}), ("stop", []), ("bogus", {})]:
+    try:
+        c.gc_callback(*args)
+    except BaseException as e:
+        bad.append(repr(e))
+pid = os.fork()
+if pid == 0:                                   # a forked child: no pause of its
+    gc.collect()
+    os._exit(0)
+os.waitpid(pid, 0)
+trainmon.detach()
+removed = c.gc_callback not in gc.callbacks
+print(json.dumps({"registered": registered, "removed": removed, "full": full, "bad": bad,
+                  "pid": os.getpid(), "child": pid, "mine": len(mine)}))
+"""
+
+
+def test_collections_are_timed_as_events_and_totals(tmp_path):
+    p = run_script(PAUSES, tmp_path)
+    out = last_json(p.stdout)
+    assert out["registered"] and out["removed"], out
+    assert out["bad"] == [], out["bad"]
+    assert out["mine"] > 0  # the job's own callback still ran
+    f = main_file(tmp_path)
+    ev = [(t, r["name"], json.loads(r["json"])) for _, t, r in records(f, "event")
+          if r["name"].startswith("gc.")]
+    pauses = [e for _, n, e in ev if n == "gc.pause"]
+    totals = [e for _, n, e in ev if n == "gc.totals"]
+    # the job's two gc.collect() calls in the loop: full, on the training
+    # thread, at the steps written by then (after steps 0-3 and 0-7), their
+    # time as the job timed them (the pause is inside the job's bracket)
+    loop = [e for e in pauses if e["gen"] == 2 and e["train"] and e["auto"]]
+    assert [e["step"] for e in loop] == [4, 8], pauses
+    for e, t in zip(loop, out["full"]):
+        assert 0 < e["dur_s"] <= t, (e, t)
+        assert e["dur_s"] > 0.5 * t, (e, t)  # a 300,000-object walk is most of it
+    # the one made with automatic collection off is the job's own
+    manual = [e for e in pauses if not e["auto"]]
+    assert len(manual) == 1 and manual[0]["gen"] == 2 and manual[0]["step"] == 12, pauses
+    # the forked child's collection is not in the parent's file
+    assert len([e for e in pauses if e["gen"] == 2 and e["step"] == 12]) == 1, pauses
+    # totals: once (shutdown runs at detach and at exit), every collection
+    assert len(totals) == 1, totals
+    t = totals[0]
+    assert t["collections"][2] >= 3 and sum(t["collections"]) > t["collections"][2]
+    assert t["time_s"][2] >= sum(e["dur_s"] for e in loop) - 1e-6
+    assert t["max_s"] >= max(e["dur_s"] for e in pauses) - 1e-6
+    assert t["threshold"][0] > 0 and t["frozen"] == 0 and t["dropped"] == 0
+    assert t["events"] == len(pauses), (t, len(pauses))
+
+
+FLOOD = r"""
+import gc, json, trainmon
+import trainmon._trainmon as c
+import torch
+trainmon.attach()
+m = torch.nn.Linear(2, 2)                   # one step: the record file is open
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+m(torch.ones(1, 2)).sum().backward(); opt.step()
+gc.freeze()
+for i in range(400):                  # 400 full collections in well under a second
+    c.gc_callback("start", {"generation": 2})
+    c.gc_callback("stop", {"generation": 2, "collected": 0, "uncollectable": 0})
+print(json.dumps({"frozen": gc.get_freeze_count()}))
+"""
+
+
+def test_pauses_beyond_fifty_a_second_are_counted_not_written(tmp_path):
+    p = run_script(FLOOD, tmp_path)
+    out = last_json(p.stdout)
+    f = main_file(tmp_path)
+    ev = [(r["name"], json.loads(r["json"])) for _, _, r in records(f, "event")
+          if r["name"].startswith("gc.")]
+    pauses = [e for n, e in ev if n == "gc.pause"]
+    (tot,) = [e for n, e in ev if n == "gc.totals"]
+    assert 50 <= len(pauses) <= 100, len(pauses)  # 50 a second (the loop may cross one)
+    assert tot["dropped"] >= 300 and tot["events"] + tot["dropped"] >= 400, tot
+    assert tot["events"] == len(pauses)
+    assert 0.5 * out["frozen"] < tot["frozen"] <= out["frozen"]  # some died since
+
+
+NOTHING = r"""
+import gc, os, torch, trainmon
+trainmon.attach()
+heap = [[i] for i in range(100_000)]
+for _ in range(3):
+    gc.collect()              # no step, no record: torchrun's agent, a spawned worker
+import json
+print(json.dumps({"files": sorted(os.listdir(os.environ["TRAINMON_RUN_DIR"]))}))
+"""
+
+
+def test_a_process_that_records_nothing_gets_no_file_for_its_collections(tmp_path):
+    p = run_script(NOTHING, tmp_path)
+    assert last_json(p.stdout) == {"files": []}, p.stdout
+    assert not [f for f in tmp_path.iterdir() if f.suffix == ".tmr"], list(tmp_path.iterdir())

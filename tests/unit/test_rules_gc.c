@@ -1,0 +1,387 @@
+/*
+ * test_rules_gc.c - gc.pauses (src/lib/rules_gc.c), the summary it reads
+ * (src/lib/runsum_gc.c) and the input verdict net of the collector's
+ * pauses in the loop's own batch preparation (rules_input.c): the agent's
+ * gc.pause and gc.totals events laid over the steps.  Every number below
+ * is worked out by hand in its comment.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "analysis.h"
+#include "trainmon.h"
+
+#define FX_NAME "test_rules_gc"
+#include "fixture.h"
+
+/* One gc.pause event as the agent writes it, at the pause's end */
+static void put_pause(tm_rec *w, double begin, double dur, int gen, unsigned step, bool autogc)
+{
+    char js[256];
+    snprintf(js, sizeof js,
+             "{\"gen\":%d,\"dur_s\":%.6f,\"collected\":0,\"step\":%u,\"train\":true,\"auto\":%s}",
+             gen, dur, step, autogc ? "true" : "false");
+    assert_int_equal(tm_rec_event(w, at(begin + dur), "gc.pause", js), 0);
+}
+
+static void put_totals(tm_rec *w, double t, double frozen)
+{
+    char js[256];
+    snprintf(js, sizeof js,
+             "{\"collections\":[900,80,12],\"time_s\":[0.010000,0.020000,0.900000],"
+             "\"max_s\":0.06,\"events\":12,\"dropped\":0,\"frozen\":%.0f,"
+             "\"threshold\":[700,10,10]}",
+             frozen);
+    assert_int_equal(tm_rec_event(w, at(t), "gc.totals", js), 0);
+}
+
+/* Optimizer steps one after another from time 0: dur[i] seconds each, of
+ * which prep[i] the loop's own batch preparation (< 0: a loop with a
+ * DataLoader, 1 ms of data wait and no preparation of its own), all of it
+ * on a CPU.  Returns the end of the last. */
+static double put_opt_steps_of(tm_rec *w, size_t n, const double *dur, const double *prep)
+{
+    uint8_t buf[128];
+    double t = 0;
+    for (size_t i = 0; i < n; i++) {
+        bool own = prep[i] >= 0;
+        int64_t p = own ? (int64_t)llround(prep[i] * 1e9) : -1;
+        tm_inproc_step s = {.step = i,
+                            .start_ns = at(t),
+                            .end_ns = at(t + dur[i]),
+                            .data_wait_ns = own ? p : 1000000,
+                            .boundary = TM_STEP_BY_OPTIMIZER,
+                            .phase = TM_STEP_TRAIN,
+                            .micro_batches = 1,
+                            .batches = own ? 0 : 1,
+                            .prep_ns = p,
+                            .prep_cpu_ns = p,
+                            .backward_ns = -1,
+                            .wait_cpu_ns = -1,
+                            .collective_ns = -1,
+                            .opt_start_ns = at(t + dur[i]) - 1000,
+                            .optimizer = 0};
+        int len = tm_inproc_encode_step(&s, buf, sizeof buf);
+        assert_true(len > 0);
+        assert_int_equal(tm_rec_append(w, TM_REC_STEP, s.end_ns, buf, (uint32_t)len), 0);
+        t += dur[i];
+    }
+    return t;
+}
+
+/* n steps of dur s each with a DataLoader, from 0 (at most 100) */
+static double put_even_steps(tm_rec *w, size_t n, double dur)
+{
+    double d[100], prep[100];
+    assert_true(n <= 100);
+    for (size_t i = 0; i < n; i++)
+        d[i] = dur, prep[i] = -1;
+    return put_opt_steps_of(w, n, d, prep);
+}
+
+/* 100 steps of 0.1 s with a DataLoader, but steps 0, 10, ... 90 take
+ * 0.16 s: a full collection of 0.06 s begins 0.02 s into each (numbered
+ * by the steps written before it: 0, 10, ... 90).  Step k*10 starts at
+ * k x 1.06 s.  Returns the end: 90 x 0.1 + 10 x 0.16 = 10.6 s. */
+static double put_full_pauses(tm_rec *w, bool autogc)
+{
+    double dur[100], prep[100];
+    for (size_t i = 0; i < 100; i++) {
+        dur[i] = i % 10 ? 0.1 : 0.16;
+        prep[i] = -1;
+    }
+    double end = put_opt_steps_of(w, 100, dur, prep);
+    for (unsigned k = 0; k < 10; k++)
+        put_pause(w, 1.06 * k + 0.02, 0.06, 2, 10 * k, autogc);
+    return end;
+}
+
+/* 10 pauses of 0.06 s = 0.6 s in a loop of 10.6 s: 5.66%, medium
+ * (5% <= share < 20%), "6%".  Judged steps 1..99: 9 held a pause (10, 20,
+ * ... 90: 0.16 s), 90 did not (0.1 s).  Full collections every 10 steps;
+ * nothing frozen: gc.freeze().  The whole process's totals: young 0.01 +
+ * 0.02 = 0.03 s, full 0.9 s. */
+static void test_full_collections_in_the_loop_are_stalls_told_to_freeze(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("pid42.tmr", "pid42", -1);
+    double end = put_full_pauses(w, true);
+    put_totals(w, end + 0.5, 0);
+    tm_rec_close(&w);
+    tm_run *run = NULL;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "gc.pauses");
+    assert_non_null(f);
+    assert_int_equal(f->severity, TM_SEV_MEDIUM);
+    assert_int_equal(f->confidence, TM_CONF_HIGH);
+    assert_true(ev_num(f, "pauses") == 10 && ev_num(f, "full_collections") == 10);
+    assert_true(ev_num(f, "manual_collections") == 0);
+    assert_true(fabs(ev_num(f, "pause_time_s") - 0.6) < 1e-6);
+    assert_true(fabs(ev_num(f, "loop_time_s") - 10.6) < 1e-6);
+    assert_true(fabs(ev_num(f, "pause_share") - 0.6 / 10.6) < 1e-6);
+    assert_true(fabs(ev_num(f, "pause_median_s") - 0.06) < 1e-9);
+    assert_true(fabs(ev_num(f, "pause_max_s") - 0.06) < 1e-9);
+    assert_true(ev_num(f, "steps_between_full_collections") == 10);
+    assert_true(ev_num(f, "steps_judged") == 99 && ev_num(f, "steps_with_pause") == 9);
+    assert_true(fabs(ev_num(f, "step_median_with_pause_s") - 0.16) < 1e-6);
+    assert_true(fabs(ev_num(f, "step_median_without_pause_s") - 0.1) < 1e-6);
+    assert_true(fabs(ev_num(f, "young_collections_time_s") - 0.03) < 1e-9);
+    assert_true(fabs(ev_num(f, "full_collections_time_s") - 0.9) < 1e-9);
+    assert_true(ev_num(f, "frozen_objects") == 0 && ev_num(f, "threshold0") == 700);
+    assert_non_null(strstr(f->title, "10 pauses took 6% of the loop's time (median 60.0 ms, "
+                                     "longest 60.0 ms)"));
+    assert_non_null(strstr(f->advice, "9 of 99 steps held a pause and took 160 ms (median) "
+                                      "against 100 ms for the rest"));
+    assert_non_null(strstr(f->advice, "10 of them were full collections (generation 2), one "
+                                      "every 10 steps"));
+    assert_non_null(strstr(f->advice, "Call gc.freeze() once before the loop"));
+    assert_non_null(strstr(f->advice, "--manual-gc"));
+    assert_null(strstr(f->advice, "DDP"));               /* one process */
+    assert_null(strstr(f->advice, "batch preparation")); /* a DataLoader loop */
+    done(&run, &a);
+}
+
+/* The same pauses with automatic collection off: the job's own
+ * gc.collect() every 10 steps.  5.66% / 5% -> every 2 times as many. */
+static void test_the_jobs_own_collections_are_told_to_be_fewer(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("pid42.tmr", "pid42", -1);
+    put_full_pauses(w, false);
+    tm_rec_close(&w);
+    tm_run *run = NULL;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "gc.pauses");
+    assert_non_null(f);
+    assert_true(ev_num(f, "manual_collections") == 10);
+    assert_true(isnan(ev_num(f, "young_collections_time_s"))); /* no gc.totals (a crash) */
+    assert_non_null(strstr(f->advice, "Automatic collection was off: these are the job's own "
+                                      "gc.collect() calls, one every 10 steps. Call it less "
+                                      "often (every 2 times as many steps costs at most 5%)"));
+    assert_null(strstr(f->advice, "--manual-gc"));
+    done(&run, &a);
+}
+
+/* gc.freeze() had run: the walked objects came after it. */
+static void test_a_frozen_heap_is_told_to_freeze_later(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("pid42.tmr", "pid42", -1);
+    double end = put_full_pauses(w, true);
+    put_totals(w, end + 0.5, 123456);
+    tm_rec_close(&w);
+    tm_run *run = NULL;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "gc.pauses");
+    assert_non_null(f);
+    assert_non_null(strstr(f->advice, "gc.freeze() had frozen 123456 objects"));
+    assert_null(strstr(f->advice, "Call gc.freeze() once"));
+    done(&run, &a);
+}
+
+/* 100 steps of 0.125 s, a generation-1 collection of 0.026 s in each:
+ * 2.6 s of 12.5 s = 20.8%, high; young collections: the threshold.  Every
+ * judged step held one: no steps without one to compare with. */
+static void test_young_collections_in_every_step_are_high_and_told_the_threshold(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("pid42.tmr", "pid42", -1);
+    double end = put_even_steps(w, 100, 0.125);
+    for (unsigned k = 0; k < 100; k++)
+        put_pause(w, 0.125 * k + 0.05, 0.026, 1, k, true);
+    put_totals(w, end + 0.5, 0);
+    tm_rec_close(&w);
+    tm_run *run = NULL;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "gc.pauses");
+    assert_non_null(f);
+    assert_int_equal(f->severity, TM_SEV_HIGH);
+    assert_true(fabs(ev_num(f, "pause_share") - 2.6 / 12.5) < 1e-6);
+    assert_true(ev_num(f, "full_collections") == 0);
+    assert_true(isnan(ev_num(f, "steps_between_full_collections")));
+    assert_true(ev_num(f, "steps_with_pause") == 99);
+    assert_null(strstr(f->advice, "held a pause")); /* no steps without one */
+    assert_non_null(strstr(f->advice, "young-generation collections, started by the loop's own "
+                                      "allocations every 700 new objects"));
+    assert_non_null(strstr(f->advice, "gc.set_threshold("));
+    assert_null(strstr(f->advice, "gc.freeze"));
+    done(&run, &a);
+}
+
+/* A loop without a DataLoader: 50 steps of 0.1 s with 2 ms of batch
+ * preparation, but steps 0, 5, ... 45 take 0.15 s: a full collection of
+ * 0.05 s inside their preparation (0.052 s).  Judged steps 1..49: 40 of
+ * 0.1 s waiting 0.002 s, 9 of 0.15 s waiting 0.052 s: 0.08 + 0.468 =
+ * 0.548 s of 4.0 + 1.35 = 5.35 s = 10.2%, which the input verdict would
+ * read as slow preparation (input.main_prep).  The collector's 9 x 0.05 =
+ * 0.45 s of it (82.1% of the preparation) is none: 0.098 / 5.35 = 1.83%
+ * waiting, input.ok, and the collector's 0.45 / 5.35 = 8.4% said beside
+ * it.  The loop: 40 x 0.1 + 10 x 0.15 = 5.5 s, 10 pauses of 0.05 s =
+ * 0.5 s = 9.1%. */
+static void test_pauses_in_the_loops_own_preparation_are_no_slow_preparation(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("pid42.tmr", "pid42", -1);
+    double dur[50], prep[50], t = 0;
+    for (size_t i = 0; i < 50; i++) {
+        dur[i] = i % 5 ? 0.1 : 0.15;
+        prep[i] = i % 5 ? 0.002 : 0.052;
+    }
+    put_opt_steps_of(w, 50, dur, prep);
+    for (unsigned i = 0; i < 50; t += dur[i], i++)
+        if (i % 5 == 0)
+            put_pause(w, t + 0.001, 0.05, 2, i, true);
+    tm_rec_close(&w);
+    tm_run *run = NULL;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "gc.pauses");
+    assert_non_null(f);
+    assert_true(fabs(ev_num(f, "pause_share") - 0.5 / 5.5) < 1e-6);
+    assert_true(fabs(ev_num(f, "prep_pause_s") - 0.45) < 1e-6);
+    assert_true(fabs(ev_num(f, "prep_pause_share") - 0.45 / 0.548) < 1e-6);
+    assert_non_null(strstr(f->advice, "82% of the loop's own batch preparation was the "
+                                      "collector"));
+    assert_null(tm_analysis_find(a, "input.main_prep"));
+    const tm_finding *ok = tm_analysis_find(a, "input.ok");
+    assert_non_null(ok);
+    assert_true(fabs(a->sum.data_wait_fraction - 0.098 / 5.35) < 1e-6);
+    assert_true(fabs(a->sum.gc_wait_fraction - 0.45 / 5.35) < 1e-6);
+    assert_non_null(strstr(ok->title, "waited for data 1.8% of the time (and Python's garbage "
+                                      "collector 8% more, pausing in the batch preparation)"));
+    done(&run, &a);
+}
+
+/* The same loop without the pauses: its 20 ms of preparation on a CPU all
+ * of the time is CPU-bound preparation, told as such (the advice of the
+ * "cpu" cause, not the mixed one). */
+static void test_cpu_bound_preparation_is_told_it_is_cpu_bound(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("pid42.tmr", "pid42", -1);
+    double dur[50], prep[50];
+    for (size_t i = 0; i < 50; i++)
+        dur[i] = 0.1, prep[i] = 0.02;
+    put_opt_steps_of(w, 50, dur, prep);
+    tm_rec_close(&w);
+    tm_run *run = NULL;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "input.main_prep");
+    assert_non_null(f);
+    assert_null(tm_analysis_find(a, "gc.pauses"));
+    assert_true(fabs(ev_num(f, "prep_cpu_share") - 1.0) < 1e-9);
+    assert_non_null(strstr(f->advice, "that work is CPU-bound (the thread was on a CPU 100%"));
+    assert_null(strstr(f->advice, "partly on a CPU and partly waiting"));
+    assert_null(strstr(f->title, "garbage collector"));
+    done(&run, &a);
+}
+
+/* Two DDP ranks, 100 steps of 0.1 s each; each pauses 4 x 0.1 s at steps
+ * of its own: 4% each, under 5%, but each pause holds the other at the
+ * next all-reduce: 0.8 s of 10 s = 8% together, medium, with medium
+ * confidence (an upper bound). */
+static void test_ranks_pausing_at_different_steps_are_summed(void **st)
+{
+    (void)st;
+    for (int r = 0; r < 2; r++) {
+        char file[32], role[16];
+        snprintf(file, sizeof file, "rank%d.tmr", r);
+        snprintf(role, sizeof role, "rank%d", r);
+        tm_rec *w = open_rec(file, role, r);
+        put_even_steps(w, 100, 0.1);
+        for (unsigned k = 0; k < 4; k++)
+            put_pause(w, 2.0 * k + 1.0 * r + 0.5, 0.1, 2, 20 * k + 10 * r, true);
+        tm_rec_close(&w);
+    }
+    tm_run *run = NULL;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "gc.pauses");
+    assert_non_null(f);
+    assert_int_equal(f->severity, TM_SEV_MEDIUM);
+    assert_int_equal(f->confidence, TM_CONF_MEDIUM);
+    assert_true(ev_num(f, "processes_pausing") == 2);
+    assert_true(fabs(ev_num(f, "all_processes_pause_time_s") - 0.8) < 1e-6);
+    assert_true(fabs(ev_num(f, "pause_share") - 0.04) < 1e-6);
+    assert_non_null(strstr(f->title, "2 processes paused for 8% of the loop's time together "
+                                     "(each at most 4%"));
+    assert_non_null(strstr(f->advice, "in DDP every rank then collects at the same step"));
+    done(&run, &a);
+}
+
+/* Pauses before the first step (building the dataset) and after the last
+ * are no loop's; two inside of 0.02 s in a loop of 10 s: 0.4%, no
+ * finding, but the summary has them. */
+static void test_pauses_outside_the_loop_are_not_counted(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("pid42.tmr", "pid42", -1);
+    put_pause(w, -3.0, 2.5, 2, 0, true);
+    put_even_steps(w, 100, 0.1);
+    put_pause(w, 3.01, 0.02, 2, 30, true);
+    put_pause(w, 6.01, 0.02, 2, 60, true);
+    put_pause(w, 10.5, 2.5, 2, 100, true);
+    tm_rec_close(&w);
+    tm_run *run = NULL;
+    tm_analysis *a = analyze(&run);
+    assert_null(tm_analysis_find(a, "gc.pauses"));
+    assert_int_equal(a->sum.gc_pauses, 2);
+    assert_true(fabs(a->sum.gc_s - 0.04) < 1e-6);
+    assert_true(a->sum.gc_every_steps == 30);
+    done(&run, &a);
+}
+
+/* Events as a crafted file may hold them: no duration, a negative one,
+ * no generation, arrays cut short.  Unknowns, no crash, no finding from
+ * one readable pause. */
+static void test_crafted_gc_events_are_read_as_unknown(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("pid42.tmr", "pid42", -1);
+    put_even_steps(w, 20, 0.1);
+    assert_int_equal(tm_rec_event(w, at(0.5), "gc.pause", "{\"gen\":2}"), 0);
+    assert_int_equal(tm_rec_event(w, at(0.6), "gc.pause", "{\"dur_s\":-1,\"gen\":2}"), 0);
+    assert_int_equal(tm_rec_event(w, at(0.7), "gc.pause", "{\"dur_s\":0.05}"), 0);
+    assert_int_equal(tm_rec_event(w, at(0.8), "gc.pause", ""), 0);
+    assert_int_equal(tm_rec_event(w, at(3.0), "gc.totals", "{\"time_s\":[0.1,"), 0);
+    assert_int_equal(tm_rec_event(w, at(3.1), "gc.totals", "{\"time_s\":[x],\"threshold\":[]}"), 0);
+    tm_rec_close(&w);
+    tm_run *run = NULL;
+    tm_analysis *a = analyze(&run);
+    assert_null(tm_analysis_find(a, "gc.pauses"));
+    assert_int_equal(a->sum.gc_pauses, 1);
+    assert_int_equal(a->sum.gc_full, 0); /* its generation unknown */
+    assert_true(isnan(a->sum.gc_young_s) && isnan(a->sum.gc_threshold0));
+    done(&run, &a);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_full_collections_in_the_loop_are_stalls_told_to_freeze,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_the_jobs_own_collections_are_told_to_be_fewer, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_a_frozen_heap_is_told_to_freeze_later, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(
+            test_young_collections_in_every_step_are_high_and_told_the_threshold, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_pauses_in_the_loops_own_preparation_are_no_slow_preparation, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cpu_bound_preparation_is_told_it_is_cpu_bound, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_ranks_pausing_at_different_steps_are_summed, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_pauses_outside_the_loop_are_not_counted, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_crafted_gc_events_are_read_as_unknown, setup,
+                                        teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
