@@ -1235,10 +1235,33 @@ def _install_gc():
     """Python's garbage collector: every collection timed by the agent's C
     callback in gc.callbacks (long and full ones as gc.pause events,
     docs/DIAGNOSIS.md gc.pauses).  Appended last, so that a callback of
-    the job's runs first at a collection's start."""
+    the job's runs first at a collection's start.  gc.collect() is wrapped
+    so that the job's own collections are told from automatic ones (a
+    collect() imported by name before attach() is not seen: its
+    collections read as automatic ones)."""
     import gc
     if _c.gc_callback not in gc.callbacks:
         gc.callbacks.append(_c.gc_callback)
+    orig = gc.__dict__.get("collect")
+    if orig is not None and not getattr(orig, "_trainmon", False):
+        _patch(gc, "collect", _make_collect(orig))
+
+
+def _make_collect(orig):
+    """gc.collect(generation=2) -> the objects freed, as orig; the agent is
+    told the call's collection is the job's own."""
+    explicit = _c.gc_explicit
+
+    def collect(generation=2):
+        explicit(True)
+        try:
+            return orig(generation)
+        finally:
+            explicit(False)
+    collect.__doc__ = orig.__doc__
+    collect.__wrapped__ = orig
+    collect._trainmon = True
+    return collect
 
 
 def _install_savers():

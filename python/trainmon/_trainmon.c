@@ -2054,6 +2054,7 @@ static PyObject *py_opt_post(PyObject *self, PyObject *arg)
  */
 
 static PyObject *g_boundary; /* the glue's _boundary(flags); raises only a BaseException */
+static int g_agent_busy;     /* in the glue's own work at a boundary (no step's time) */
 static PyObject *g_opt_no;   /* the glue's _opt_no(optimizer) -> the optimizer's number */
 
 /* The glue's work at a step boundary, when the step model asks for it
@@ -2112,7 +2113,9 @@ static int boundary_work(long flags)
     int64_t t0 = own ? now_ns() : 0;
     int64_t c0 = own && g_fwd_armed && g_arm_cpu >= 0 ? thread_cpu_ns() : -1;
     PyObject *f = PyLong_FromLong(flags);
+    g_agent_busy += own;
     PyObject *r = f ? PyObject_CallOneArg(g_boundary, f) : NULL;
+    g_agent_busy -= own;
     Py_XDECREF(f);
     if (own)
         agent_time(t0, now_ns() - t0, c0 >= 0 ? thread_cpu_ns() - c0 : 0);
@@ -2236,8 +2239,10 @@ static PyObject *py_save_exit(PyObject *self, PyObject *args)
  * spawned DataLoader worker, gets no file for them; a forked worker's
  * are in its batches' times): generation, duration, objects collected,
  * the steps written so far, whether the training thread triggered it,
- * and whether automatic collection was on (off: the job's own
- * gc.collect()).
+ * whether it was automatic (auto false: the job's own gc.collect(), which
+ * the glue wraps, or any collection while automatic collection was off)
+ * and whether it fell in a checkpoint save or the agent's own work at a
+ * boundary (in_save: that time is in no step already).
  * At most GC_EVENTS_PER_S events a second; the rest are counted
  * (dropped).  Their time stays in the steps: it is the job's. */
 #define GC_EVENT_MIN_NS 1000000LL
@@ -2245,8 +2250,29 @@ static PyObject *py_save_exit(PyObject *self, PyObject *args)
 static int64_t g_gc_t0;
 static uint64_t g_gc_n[3], g_gc_events, g_gc_dropped;
 static int64_t g_gc_ns[3], g_gc_max_ns;
-static int64_t g_gc_win_t; /* the second the events are counted in */
-static int g_gc_win_n;
+static int64_t g_gc_win_t[2]; /* the second the events are counted in: [0] young, [1] full */
+static int g_gc_win_n[2];
+static int g_gc_explicit; /* in the job's gc.collect() (the glue's wrapper) */
+
+/* gc_explicit(on): the job's gc.collect() called (1) or returned (0) */
+static PyObject *py_gc_explicit(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    int on = PyObject_IsTrue(arg) == 1;
+    PyErr_Clear();
+    g_gc_explicit += on ? 1 : g_gc_explicit > 0 ? -1 : 0;
+    Py_RETURN_NONE;
+}
+
+/* A forked child counts its own collections (a DataLoader worker's file
+ * may write gc.totals) */
+static void gc_forked(void)
+{
+    memset(g_gc_n, 0, sizeof g_gc_n);
+    memset(g_gc_ns, 0, sizeof g_gc_ns);
+    g_gc_events = g_gc_dropped = 0;
+    g_gc_max_ns = g_gc_t0 = 0;
+}
 static PyObject *g_gc_key_gen, *g_gc_key_coll; /* "generation", "collected" */
 
 static long gc_info_long(PyObject *info, PyObject *key)
@@ -2285,11 +2311,12 @@ static PyObject *py_gc_callback(PyObject *self, PyObject *const *args, Py_ssize_
         g_gc_max_ns = d;
     if ((gen < 2 && d < GC_EVENT_MIN_NS) || g_shut)
         Py_RETURN_NONE;
-    if (t - g_gc_win_t >= 1000000000LL) {
-        g_gc_win_t = t;
-        g_gc_win_n = 0;
+    int full = gen == 2; /* a budget each: young ones never crowd out the full */
+    if (t - g_gc_win_t[full] >= 1000000000LL) {
+        g_gc_win_t[full] = t;
+        g_gc_win_n[full] = 0;
     }
-    if (g_gc_win_n >= GC_EVENTS_PER_S) {
+    if (g_gc_win_n[full] >= GC_EVENTS_PER_S) {
         g_gc_dropped++;
         Py_RETURN_NONE;
     }
@@ -2298,20 +2325,22 @@ static PyObject *py_gc_callback(PyObject *self, PyObject *const *args, Py_ssize_
      * file for its collections, and a forked worker's are its batches' */
     if (!g_rec || g_rec_pid != getpid())
         Py_RETURN_NONE;
-    g_gc_win_n++;
+    g_gc_win_n[full]++;
     long coll = gc_info_long(args[1], g_gc_key_coll);
     char js[224];
     snprintf(js, sizeof js,
              "{\"gen\":%ld,\"dur_s\":%.6f,\"collected\":%ld,\"step\":%llu,\"train\":%s,"
-             "\"auto\":%s}",
+             "\"auto\":%s,\"in_save\":%s}",
              gen, (double)d / 1e9, coll, (unsigned long long)g_steps,
              g_thread && thread_ident() == g_thread ? "true" : "false",
+             g_gc_explicit ? "false"
 #if PY_VERSION_HEX >= 0x030A0000
-             PyGC_IsEnabled() ? "true" : "false"
+             : PyGC_IsEnabled() ? "true"
+                                : "false",
 #else
-             "null"
+                           : "null",
 #endif
-    );
+             (t_save_depth > 0 && t_save_blocking) || g_agent_busy ? "true" : "false");
     if (tm_rec_event(g_rec, t, "gc.pause", js) == 0)
         g_gc_events++;
     Py_RETURN_NONE;
@@ -3547,6 +3576,7 @@ static PyMethodDef methods[] = {
     {"save_exit", py_save_exit, METH_VARARGS, "a saver returned or raised (nbytes, ok[, kind])"},
     {"gc_callback", (PyCFunction)(void (*)(void))py_gc_callback, METH_FASTCALL,
      "gc.callbacks' entry: times the collections (phase, info)"},
+    {"gc_explicit", py_gc_explicit, METH_O, "the job's gc.collect() called (True) or returned"},
     {"next_exit", py_next_exit, METH_O, "DataLoader __next__ returned (True) or raised"},
     {"shutdown", py_shutdown, METH_NOARGS, "close the open step"},
     {"reset_steps", py_reset_steps, METH_NOARGS, "forget step state (detach)"},
@@ -3608,6 +3638,7 @@ PyMODINIT_FUNC PyInit__trainmon(void)
     ArmedHooksType.tp_base = &PyODict_Type;
     tm_fastclock_init(&g_clk);                /* calibrated 200 ms after the import */
     pthread_atfork(NULL, NULL, fetch_forked); /* a DataLoader worker asks get_worker_info() */
+    pthread_atfork(NULL, NULL, gc_forked);
     if (PyType_Ready(&MonitorType) < 0 || PyType_Ready(&HookType) < 0 ||
         PyType_Ready(&ArmedHooksType) < 0)
         return NULL;

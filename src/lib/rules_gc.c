@@ -16,9 +16,19 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "rules.h"
 #include "units.h"
+
+/* ", one every K steps" (nothing when K is unknown) */
+static void every_steps(char *adv, size_t cap, double k)
+{
+    if (k == 1)
+        tm_an_adv(adv, cap, ", one every step");
+    else if (isfinite(k))
+        tm_an_adv(adv, cap, ", one every %.0f steps", k);
+}
 
 void tm_rule_gc_pauses(struct an *an)
 {
@@ -27,7 +37,8 @@ void tm_rule_gc_pauses(struct an *an)
     if (S->gc_pauses < TM_AN_GC_MIN || !(g > 0) || !isfinite(L) || !(L > 0))
         return;
     double share = g / L;
-    /* DDP: every process's pauses hold the others (an upper bound) */
+    /* DDP: every process's pauses hold the others (the time any of them
+     * was in one: an upper bound, since a rank may be waiting anyway) */
     double ranks = S->gc_procs > 1 ? fmin(S->gc_ranks_s / L, 1) : share;
     double judged = fmax(share, ranks);
     if (judged < TM_AN_GC_SHARE)
@@ -90,18 +101,23 @@ void tm_rule_gc_pauses(struct an *an)
                   "where the allocations are): that is no slow preparation.",
                   100 * S->gc_prep_share);
     if (manual) {
+        /* every m times as many steps: share (g/m) / (L - g + g/m) <= s, as
+         * for checkpoints (rules_ckpt.c) */
+        double m = judged < 1
+                       ? ceil(judged * (1 - TM_AN_GC_SHARE) / (TM_AN_GC_SHARE * (1 - judged)))
+                       : NAN;
+        tm_an_adv(adv, sizeof adv, " These are the job's own gc.collect() calls");
+        every_steps(adv, sizeof adv, S->gc_every_steps);
+        tm_an_adv(adv, sizeof adv, ". Call it less often");
+        if (m > 1 && isfinite(m))
+            tm_an_adv(adv, sizeof adv,
+                      " (%.0f times fewer calls would cost at most %.0f%% of the time)", m,
+                      100 * TM_AN_GC_SHARE);
         tm_an_adv(adv, sizeof adv,
-                  " Automatic collection was off: these are the job's own gc.collect() calls");
-        if (isfinite(S->gc_every_steps))
-            tm_an_adv(adv, sizeof adv, ", one every %.0f steps", S->gc_every_steps);
-        tm_an_adv(adv, sizeof adv,
-                  ". Call it less often (every %.0f times as many steps costs at most %.0f%%), or "
-                  "gc.freeze() before the loop so that each walks fewer objects.",
-                  ceil(judged / TM_AN_GC_SHARE), 100 * TM_AN_GC_SHARE);
+                  ", or gc.freeze() before the loop so that each walks fewer objects.");
     } else if (full) {
         tm_an_adv(adv, sizeof adv, " %zu of them were full collections (generation 2)", S->gc_full);
-        if (isfinite(S->gc_every_steps))
-            tm_an_adv(adv, sizeof adv, ", one every %.0f steps", S->gc_every_steps);
+        every_steps(adv, sizeof adv, S->gc_every_steps);
         tm_an_adv(adv, sizeof adv,
                   ": each walks every object the process keeps (a dataset, cache or log held as "
                   "Python lists, dicts and strings).");
@@ -141,6 +157,8 @@ void tm_rule_gc_pauses(struct an *an)
                   " (%zu pauses beyond 50 a second were counted but not recorded: the share is "
                   "a lower bound.)",
                   S->gc_dropped);
+    if (adv[0] == ' ') /* no stall sentence came first */
+        memmove(adv, adv + 1, strlen(adv));
     tm_an_add(an, judged >= TM_AN_GC_SHARE_HIGH ? TM_SEV_HIGH : TM_SEV_MEDIUM,
               by_ranks ? TM_CONF_MEDIUM : TM_CONF_HIGH, -1, &e, title, adv);
 }

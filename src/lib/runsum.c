@@ -1179,6 +1179,10 @@ int tm_runsum_build(tm_runview *v, tm_an_summary *S, tm_an_rank **ranks, size_t 
     summarize_agent(v, S);
     tm_runsum_checkpoints(v, S);
     tm_runsum_gc(v, S);
+    /* the summarized process's own row, net of the pauses as the run's */
+    for (size_t i = 0; S->gc_wait_fraction > 0 && i < *nranks; i++)
+        if ((*ranks)[i].source == S->gc_src && isfinite((*ranks)[i].data_wait_fraction))
+            (*ranks)[i].data_wait_fraction *= 1 - fmin(S->gc_prep_share, 1);
     /* The Python processes in which the in-process recorder did not load
      * said so in their run directory (agentnote.h). */
     const char *const *dirs;

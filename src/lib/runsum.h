@@ -189,19 +189,25 @@ typedef struct tm_an_summary {
      * (NAN unknown: a crash writes none): all collections' time in the
      * young generations (0, 1) and in full ones over the whole process,
      * the objects gc.freeze() had frozen, threshold0.  All processes:
-     * those with pauses in their loop and their summed pause time (in a
-     * DDP job each rank's pause holds the others), events not written
-     * (rate limit). */
+     * those with pauses in their loop and the time at least one of them
+     * was in one (the union: in a DDP job each rank's pause holds the
+     * others, and ranks that collect at the same step stall once); events
+     * the summarized process did not write (rate limit).  Pauses inside a
+     * blocking checkpoint save or the agent's own work (in_save) are none
+     * of these: the step model took that time out of the steps. */
     size_t gc_procs, gc_pauses, gc_full, gc_manual, gc_steps, gc_steps_hit, gc_dropped;
     double gc_s, gc_median_s, gc_max_s, gc_loop_s, gc_share, gc_hit_step_s, gc_other_step_s;
     double gc_prep_s, gc_prep_share, gc_every_steps, gc_young_s, gc_full_all_s, gc_frozen;
     double gc_threshold0, gc_ranks_s;
+    uint32_t gc_src; /* the summarized process's source (UINT32_MAX: none) */
     /* The collector's part of the data wait: where the judged steps wait
      * mostly on the loop's own batch preparation, the pauses inside it are
      * no preparation (a prefetcher would not hide them; gc.pauses says
      * them), and data_wait_fraction, steady_wait_fraction, time_lost_s
-     * and speedup above are net of them; this is the fraction of the step
-     * time taken out (0: none). */
+     * and speedup above are net of them (and prep_cpu_share: a collection
+     * is on a CPU all of its time), as is that process's data wait in its
+     * tm_an_rank; this is the fraction of the step time taken out (0:
+     * none). */
     double gc_wait_fraction;
 } tm_an_summary;
 

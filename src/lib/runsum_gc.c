@@ -40,9 +40,13 @@
 #include "runsum.h"
 #include "trainmon.h"
 
+/* A pause of the loop's: not one inside a blocking checkpoint save or the
+ * agent's own work at a boundary (in_save), whose time the step model has
+ * already taken out of the steps (checkpoint.blocking counts it) */
 static bool is_pause(const tm_run_event *e)
 {
-    return e->name && e->json && strcmp(e->name, "gc.pause") == 0;
+    return e->name && e->json && strcmp(e->name, "gc.pause") == 0 &&
+           !strstr(e->json, "\"in_save\":true");
 }
 
 /* A pause: [b, e] in ns (the event is written at its end) */
@@ -191,11 +195,47 @@ static void net_of_pauses(tm_an_summary *S)
         S->time_lost_s *= 1 - g;
     if (S->speedup >= 1) /* step / (step - wait): the wait's share is 1 - 1/speedup */
         S->speedup = 1 / (1 - (1 - 1 / S->speedup) * (1 - g));
+    /* a collection is on a CPU all of its time: the preparation's own CPU
+     * share is what is left of it (a preparation that sleeps and collects
+     * is waiting, not CPU-bound) */
+    if (isfinite(S->prep_cpu_share))
+        S->prep_cpu_share = g < 1 ? fmax(0, (S->prep_cpu_share - g) / (1 - g)) : NAN;
+}
+
+/* The time at least one process was in a loop pause: the union of all
+ * processes' (in wall-clock time: a DDP job that collects at the same step
+ * on every rank, Megatron-LM's --manual-gc, stalls once, not once a rank) */
+static double all_pauses_s(const tm_runview *v, const tm_run_loop *L)
+{
+    const tm_run_event *ev;
+    size_t nev = tm_run_events(v->r, &ev), k = 0;
+    struct pause *p = malloc((nev ? nev : 1) * sizeof *p);
+    if (!p)
+        return NAN;
+    for (size_t i = 0; i < nev; i++) {
+        double d;
+        if (!is_pause(&ev[i]) || ev[i].source >= v->nsrc || isnan(d = pause_ns(&ev[i])))
+            continue;
+        double b = (double)ev[i].t_ns - d;
+        if (in_loop(&L[ev[i].source], b))
+            p[k++] = (struct pause){b, (double)ev[i].t_ns};
+    }
+    qsort(p, k, sizeof *p, by_begin);
+    double u = 0, hi = -INFINITY;
+    for (size_t i = 0; i < k; i++) {
+        if (p[i].e <= hi)
+            continue;
+        u += p[i].e - fmax(p[i].b, hi);
+        hi = p[i].e;
+    }
+    free(p);
+    return u / 1e9;
 }
 
 void tm_runsum_gc(const tm_runview *v, tm_an_summary *S)
 {
     S->gc_wait_fraction = 0;
+    S->gc_src = UINT32_MAX;
     S->gc_procs = S->gc_pauses = S->gc_full = S->gc_manual = 0;
     S->gc_steps = S->gc_steps_hit = S->gc_dropped = 0;
     S->gc_s = S->gc_prep_s = S->gc_ranks_s = 0;
@@ -224,14 +264,15 @@ void tm_runsum_gc(const tm_runview *v, tm_an_summary *S)
             continue;
         S->gc_procs += cnt[s]++ == 0;
         sum[s] += d / 1e9;
-        S->gc_ranks_s += d / 1e9;
     }
+    S->gc_ranks_s = all_pauses_s(v, L);
     uint32_t best = (uint32_t)v->nsrc;
     for (uint32_t s = 0; s < v->nsrc; s++)
         if (cnt[s] && (best == v->nsrc || sum[s] > sum[best]))
             best = s;
     if (best == v->nsrc)
         goto out;
+    S->gc_src = best;
     S->gc_s = sum[best];
     S->gc_loop_s = L[best].train_s + L[best].eval_s;
     if (S->gc_loop_s > 0)

@@ -61,7 +61,7 @@ good_steps=$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["summ
     "$scratch/good.json") || fail "intact run: JSON does not parse"
 [ "$good_steps" -ge 30 ] || fail "intact run: $good_steps steps, want >= 30"
 
-# The same recording, damaged: a record in the middle of the rank file gets
+# The same recording, damaged: records in the middle of the rank file get
 # garbage, and the file is cut in the middle of its last record.
 cp -r "$run" "$scratch/bad"
 f="$scratch/bad/$rank"
@@ -72,7 +72,10 @@ data = bytearray(open(path, "rb").read())
 block = data[4096:4096 + 65536]
 end = len(block.rstrip(b"\0"))          # end of the records in block 0
 mid = 4096 + 16 + 8 * ((end // 2) // 8)  # a record boundary is 8-aligned
-data[mid + 30:mid + 34] = b"XXXX"         # inside some record (header or payload)
+# garbage over 300 bytes from inside some record: two or three records
+# (steps, captures and the agent's events are 100-200 bytes each), so at
+# least one step whatever else the agent wrote around it
+data[mid + 30:mid + 330] = b"X" * 300
 open(path, "wb").write(bytes(data[:4096 + end - 5]))
 print(mid)
 PY

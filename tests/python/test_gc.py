@@ -3,7 +3,9 @@ puts the agent's C callback into gc.callbacks and detach() takes it out.
 Every collection is counted and timed per generation (gc.totals, once, at
 exit); a full one, or any of 1 ms or more, is a gc.pause event with its
 duration, generation, the steps written so far and whether the training
-thread made it; at most 50 a second; only into a file the process has
+thread made it, whether it was the job's own gc.collect() (the glue wraps
+it) and whether it fell inside a checkpoint save; at most 50 a second
+(for full ones and for the others each); only into a file the process has
 open (one that records nothing gets none).  The callback never raises into
 the collector, whatever it is called with, and a forked child writes no
 pause into the parent's file."""
@@ -12,21 +14,34 @@ import json
 from conftest import last_json, main_file, records, run_script
 
 PAUSES = r"""
-import gc, json, os, time, torch, trainmon
+import gc, io, json, os, time, torch, trainmon
 import trainmon._trainmon as c
+orig_collect = gc.collect
 trainmon.attach()
-registered = c.gc_callback in gc.callbacks
-heap = [[i] for i in range(300_000)]          # a heap a full collection walks
+registered = c.gc_callback in gc.callbacks and gc.collect is not orig_collect
 model = torch.nn.Linear(8, 8)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
+model(torch.randn(4, 8)).sum().backward()      # a first step: the record file is open
+opt.step()
+opt.zero_grad()
+heap = [[i] for i in range(300_000)]          # a heap a full collection walks: automatic ones
+
+
+class Collects:                                # a save whose pickling collects
+    def __reduce__(self):
+        gc.collect()
+        return (int, (1,))
+
 mine = []                                      # the job's own timer, after ours
 gc.callbacks.append(lambda phase, info: mine.append((phase, info["generation"],
                                                      time.perf_counter())))
 full = []
-for i in range(12):
+for i in range(1, 12):
     model(torch.randn(4, 8)).sum().backward()
     opt.step()
     opt.zero_grad()
+    if i == 5:
+        torch.save(Collects(), io.BytesIO())
     if i in (3, 7):
         t = time.perf_counter()
         gc.collect()
@@ -48,7 +63,7 @@ if pid == 0:                                   # a forked child: no pause of its
     os._exit(0)
 os.waitpid(pid, 0)
 trainmon.detach()
-removed = c.gc_callback not in gc.callbacks
+removed = c.gc_callback not in gc.callbacks and gc.collect is orig_collect
 print(json.dumps({"registered": registered, "removed": removed, "full": full, "bad": bad,
                   "pid": os.getpid(), "child": pid, "mine": len(mine)}))
 """
@@ -65,18 +80,23 @@ def test_collections_are_timed_as_events_and_totals(tmp_path):
           if r["name"].startswith("gc.")]
     pauses = [e for _, n, e in ev if n == "gc.pause"]
     totals = [e for _, n, e in ev if n == "gc.totals"]
-    # the job's two gc.collect() calls in the loop: full, on the training
-    # thread, at the steps written by then (after steps 0-3 and 0-7), their
-    # time as the job timed them (the pause is inside the job's bracket)
-    loop = [e for e in pauses if e["gen"] == 2 and e["train"] and e["auto"]]
-    assert [e["step"] for e in loop] == [4, 8], pauses
+    # building the heap after the first step: automatic full collections
+    assert [e for e in pauses if e["gen"] == 2 and e["auto"] and e["step"] == 1], pauses
+    # the job's gc.collect() calls (the wrapper tells them): full, on the
+    # training thread, at the steps written by then (after steps 0-3, 0-5
+    # inside a save, 0-7, and 12 with automatic collection off), their time
+    # as the job timed them (the pause is inside the job's bracket)
+    own = [e for e in pauses if not e["auto"]]
+    assert [(e["gen"], e["step"], e["in_save"]) for e in own] == [
+        (2, 4, False), (2, 6, True), (2, 8, False), (2, 12, False)], own
+    loop = [own[0], own[2]]
     for e, t in zip(loop, out["full"]):
+        assert e["train"], e
         assert 0 < e["dur_s"] <= t, (e, t)
         assert e["dur_s"] > 0.5 * t, (e, t)  # a 300,000-object walk is most of it
-    # the one made with automatic collection off is the job's own
-    manual = [e for e in pauses if not e["auto"]]
-    assert len(manual) == 1 and manual[0]["gen"] == 2 and manual[0]["step"] == 12, pauses
-    # the forked child's collection is not in the parent's file
+    assert not [e for e in pauses if e["in_save"] and e["auto"]], pauses
+    # the forked child's collection is not in the parent's file (its writer
+    # is the parent's: appends there are -ECHILD, and the callback asks)
     assert len([e for e in pauses if e["gen"] == 2 and e["step"] == 12]) == 1, pauses
     # totals: once (shutdown runs at detach and at exit), every collection
     assert len(totals) == 1, totals

@@ -23,13 +23,20 @@
 #include "fixture.h"
 
 /* One gc.pause event as the agent writes it, at the pause's end */
-static void put_pause(tm_rec *w, double begin, double dur, int gen, unsigned step, bool autogc)
+static void put_pause_in(tm_rec *w, double begin, double dur, int gen, unsigned step, bool autogc,
+                         bool in_save)
 {
     char js[256];
     snprintf(js, sizeof js,
-             "{\"gen\":%d,\"dur_s\":%.6f,\"collected\":0,\"step\":%u,\"train\":true,\"auto\":%s}",
-             gen, dur, step, autogc ? "true" : "false");
+             "{\"gen\":%d,\"dur_s\":%.6f,\"collected\":0,\"step\":%u,\"train\":true,\"auto\":%s,"
+             "\"in_save\":%s}",
+             gen, dur, step, autogc ? "true" : "false", in_save ? "true" : "false");
     assert_int_equal(tm_rec_event(w, at(begin + dur), "gc.pause", js), 0);
+}
+
+static void put_pause(tm_rec *w, double begin, double dur, int gen, unsigned step, bool autogc)
+{
+    put_pause_in(w, begin, dur, gen, step, autogc, false);
 }
 
 static void put_totals(tm_rec *w, double t, double frozen)
@@ -45,9 +52,10 @@ static void put_totals(tm_rec *w, double t, double frozen)
 
 /* Optimizer steps one after another from time 0: dur[i] seconds each, of
  * which prep[i] the loop's own batch preparation (< 0: a loop with a
- * DataLoader, 1 ms of data wait and no preparation of its own), all of it
- * on a CPU.  Returns the end of the last. */
-static double put_opt_steps_of(tm_rec *w, size_t n, const double *dur, const double *prep)
+ * DataLoader, 1 ms of data wait and no preparation of its own), cpu of it
+ * on a CPU (< 0: all of it).  Returns the end of the last. */
+static double put_opt_steps_cpu(tm_rec *w, size_t n, const double *dur, const double *prep,
+                                double cpu)
 {
     uint8_t buf[128];
     double t = 0;
@@ -63,7 +71,7 @@ static double put_opt_steps_of(tm_rec *w, size_t n, const double *dur, const dou
                             .micro_batches = 1,
                             .batches = own ? 0 : 1,
                             .prep_ns = p,
-                            .prep_cpu_ns = p,
+                            .prep_cpu_ns = own && cpu >= 0 ? (int64_t)llround(cpu * 1e9) : p,
                             .backward_ns = -1,
                             .wait_cpu_ns = -1,
                             .collective_ns = -1,
@@ -75,6 +83,11 @@ static double put_opt_steps_of(tm_rec *w, size_t n, const double *dur, const dou
         t += dur[i];
     }
     return t;
+}
+
+static double put_opt_steps_of(tm_rec *w, size_t n, const double *dur, const double *prep)
+{
+    return put_opt_steps_cpu(w, n, dur, prep, -1);
 }
 
 /* n steps of dur s each with a DataLoader, from 0 (at most 100) */
@@ -163,9 +176,11 @@ static void test_the_jobs_own_collections_are_told_to_be_fewer(void **st)
     assert_non_null(f);
     assert_true(ev_num(f, "manual_collections") == 10);
     assert_true(isnan(ev_num(f, "young_collections_time_s"))); /* no gc.totals (a crash) */
-    assert_non_null(strstr(f->advice, "Automatic collection was off: these are the job's own "
-                                      "gc.collect() calls, one every 10 steps. Call it less "
-                                      "often (every 2 times as many steps costs at most 5%)"));
+    /* m = ceil(0.0566 x 0.95 / (0.05 x 0.9434)) = ceil(1.14) = 2: every 20
+     * steps, 0.3 s of pauses in 10.3 s = 2.9% (every 10: 5.66%) */
+    assert_non_null(strstr(f->advice, "These are the job's own gc.collect() calls, one every 10 "
+                                      "steps. Call it less often (2 times fewer calls would cost "
+                                      "at most 5% of the time), or gc.freeze()"));
     assert_null(strstr(f->advice, "--manual-gc"));
     done(&run, &a);
 }
@@ -209,6 +224,7 @@ static void test_young_collections_in_every_step_are_high_and_told_the_threshold
     assert_true(isnan(ev_num(f, "steps_between_full_collections")));
     assert_true(ev_num(f, "steps_with_pause") == 99);
     assert_null(strstr(f->advice, "held a pause")); /* no steps without one */
+    assert_true(f->advice[0] == 'T');               /* "They were ...": no leading blank */
     assert_non_null(strstr(f->advice, "young-generation collections, started by the loop's own "
                                       "allocations every 700 new objects"));
     assert_non_null(strstr(f->advice, "gc.set_threshold("));
@@ -254,6 +270,13 @@ static void test_pauses_in_the_loops_own_preparation_are_no_slow_preparation(voi
     assert_non_null(ok);
     assert_true(fabs(a->sum.data_wait_fraction - 0.098 / 5.35) < 1e-6);
     assert_true(fabs(a->sum.gc_wait_fraction - 0.45 / 5.35) < 1e-6);
+    /* the time lost and the speed-up, net as well: 0.548 s of wait less
+     * 0.45 s = 0.098 s; 5.35 / (5.35 - 0.098) = 1.01866 (gross: 0.548 s,
+     * 5.35 / 4.802 = 1.1141); the process's own row too */
+    assert_true(fabs(a->sum.time_lost_s - 0.098) < 1e-6);
+    assert_true(fabs(a->sum.speedup - 5.35 / 5.252) < 1e-6);
+    assert_int_equal(a->nranks, 1);
+    assert_true(fabs(a->ranks[0].data_wait_fraction - 0.098 / 5.35) < 1e-6);
     assert_non_null(strstr(ok->title, "waited for data 1.8% of the time (and Python's garbage "
                                       "collector 8% more, pausing in the batch preparation)"));
     done(&run, &a);
@@ -361,6 +384,101 @@ static void test_crafted_gc_events_are_read_as_unknown(void **st)
     done(&run, &a);
 }
 
+/* The job's own gc.collect() at every step: 100 steps of 0.25 s, 0.15 s
+ * of it a collection with automatic collection off: 15 of 25 s = 60%.
+ * m = ceil(0.6 x 0.95 / (0.05 x 0.4)) = ceil(28.5) = 29: every 29 steps,
+ * 0.517 s in 10.517 s = 4.9% (every 28: 5.09%). */
+static void test_a_collect_at_every_step_is_told_how_many_times_fewer(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("pid42.tmr", "pid42", -1);
+    put_even_steps(w, 100, 0.25);
+    for (unsigned k = 0; k < 100; k++)
+        put_pause(w, 0.25 * k + 0.05, 0.15, 2, k, false);
+    tm_rec_close(&w);
+    tm_run *run = NULL;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "gc.pauses");
+    assert_non_null(f);
+    assert_int_equal(f->severity, TM_SEV_HIGH);
+    assert_true(fabs(ev_num(f, "pause_share") - 0.6) < 1e-6);
+    assert_true(ev_num(f, "steps_between_full_collections") == 1);
+    assert_non_null(strstr(f->advice, "These are the job's own gc.collect() calls, one every "
+                                      "step. Call it less often (29 times fewer calls would cost "
+                                      "at most 5% of the time)"));
+    done(&run, &a);
+}
+
+/* Two DDP ranks collecting at the same moments (the job's own gc.collect()
+ * at the same step on every rank): 4 x 0.1 s each, 4% each, and the time
+ * any of them was in a pause is the same 0.4 s: 4% together, no finding
+ * (a sum would say 8%). */
+static void test_ranks_collecting_together_stall_once(void **st)
+{
+    (void)st;
+    for (int r = 0; r < 2; r++) {
+        char file[32], role[16];
+        snprintf(file, sizeof file, "rank%d.tmr", r);
+        snprintf(role, sizeof role, "rank%d", r);
+        tm_rec *w = open_rec(file, role, r);
+        put_even_steps(w, 100, 0.1);
+        for (unsigned k = 0; k < 4; k++)
+            put_pause(w, 2.0 * k + 0.5, 0.1, 2, 20 * k, false);
+        tm_rec_close(&w);
+    }
+    tm_run *run = NULL;
+    tm_analysis *a = analyze(&run);
+    assert_null(tm_analysis_find(a, "gc.pauses"));
+    assert_int_equal(a->sum.gc_procs, 2);
+    assert_true(fabs(a->sum.gc_ranks_s - 0.4) < 1e-6);
+    done(&run, &a);
+}
+
+/* Collections inside a blocking checkpoint save (its pickling allocates)
+ * or the agent's own work: the step model took that time out of the
+ * steps, and checkpoint.blocking counts it: no pause of the loop's.  The
+ * 10 pauses of the first test, all in saves. */
+static void test_pauses_inside_a_save_are_not_the_loops(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("pid42.tmr", "pid42", -1);
+    put_even_steps(w, 100, 0.1);
+    for (unsigned k = 0; k < 10; k++)
+        put_pause_in(w, 1.0 * k + 0.02, 0.06, 2, 10 * k, true, true);
+    tm_rec_close(&w);
+    tm_run *run = NULL;
+    tm_analysis *a = analyze(&run);
+    assert_null(tm_analysis_find(a, "gc.pauses"));
+    assert_int_equal(a->sum.gc_pauses, 0);
+    done(&run, &a);
+}
+
+/* A loop whose preparation sleeps 20 ms (a slow read) and collects for
+ * 50 ms on a CPU: 0.05 of its 0.07 s on a CPU (71%, CPU-bound by the
+ * 70% line) is the collector's; net of it the preparation waits (0%):
+ * input.main_prep with cause "waiting", at 0.02 / 0.17 = 11.8%. */
+static void test_the_preparations_cpu_share_is_net_of_the_collector(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("pid42.tmr", "pid42", -1);
+    double dur[50], prep[50];
+    for (size_t i = 0; i < 50; i++)
+        dur[i] = 0.17, prep[i] = 0.07;
+    put_opt_steps_cpu(w, 50, dur, prep, 0.05);
+    for (unsigned i = 0; i < 50; i++)
+        put_pause(w, 0.17 * i + 0.01, 0.05, 2, i, true);
+    tm_rec_close(&w);
+    tm_run *run = NULL;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "input.main_prep");
+    assert_non_null(f);
+    assert_true(fabs(ev_num(f, "prep_cpu_share")) < 1e-6);
+    assert_non_null(strstr(f->evidence, "\"cause\":\"waiting\""));
+    assert_true(fabs(ev_num(f, "data_wait_fraction") - 0.02 / 0.17) < 1e-6);
+    assert_non_null(tm_analysis_find(a, "gc.pauses"));
+    done(&run, &a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -382,6 +500,13 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_crafted_gc_events_are_read_as_unknown, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_a_collect_at_every_step_is_told_how_many_times_fewer,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ranks_collecting_together_stall_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pauses_inside_a_save_are_not_the_loops, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_the_preparations_cpu_share_is_net_of_the_collector,
+                                        setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
