@@ -110,7 +110,9 @@ static bool in_loop(const tm_run_loop *l, double b)
     return l->lo < l->hi && b >= (double)l->lo && b < (double)l->hi;
 }
 
-/* The pauses of source s inside its loop, sorted; *n of them */
+/* The pauses of source s (ALL: of every process) inside their process's
+ * loop, sorted by begin; *n of them */
+#define ALL UINT32_MAX
 static struct pause *pauses_of(const tm_runview *v, const tm_run_loop *L, uint32_t s, size_t *n)
 {
     const tm_run_event *ev;
@@ -120,10 +122,11 @@ static struct pause *pauses_of(const tm_runview *v, const tm_run_loop *L, uint32
         return NULL;
     for (size_t i = 0; i < nev; i++) {
         double d;
-        if (ev[i].source != s || !is_pause(&ev[i]) || isnan(d = pause_ns(&ev[i])))
+        if ((s != ALL && ev[i].source != s) || ev[i].source >= v->nsrc || !is_pause(&ev[i]) ||
+            isnan(d = pause_ns(&ev[i])))
             continue;
         double b = (double)ev[i].t_ns - d;
-        if (in_loop(&L[s], b))
+        if (in_loop(&L[ev[i].source], b))
             p[k++] = (struct pause){b, (double)ev[i].t_ns};
     }
     qsort(p, k, sizeof *p, by_begin);
@@ -207,20 +210,10 @@ static void net_of_pauses(tm_an_summary *S)
  * on every rank, Megatron-LM's --manual-gc, stalls once, not once a rank) */
 static double all_pauses_s(const tm_runview *v, const tm_run_loop *L)
 {
-    const tm_run_event *ev;
-    size_t nev = tm_run_events(v->r, &ev), k = 0;
-    struct pause *p = malloc((nev ? nev : 1) * sizeof *p);
+    size_t k = 0;
+    struct pause *p = pauses_of(v, L, ALL, &k);
     if (!p)
         return NAN;
-    for (size_t i = 0; i < nev; i++) {
-        double d;
-        if (!is_pause(&ev[i]) || ev[i].source >= v->nsrc || isnan(d = pause_ns(&ev[i])))
-            continue;
-        double b = (double)ev[i].t_ns - d;
-        if (in_loop(&L[ev[i].source], b))
-            p[k++] = (struct pause){b, (double)ev[i].t_ns};
-    }
-    qsort(p, k, sizeof *p, by_begin);
     double u = 0, hi = -INFINITY;
     for (size_t i = 0; i < k; i++) {
         if (p[i].e <= hi)

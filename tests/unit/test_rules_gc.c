@@ -306,13 +306,11 @@ static void test_cpu_bound_preparation_is_told_it_is_cpu_bound(void **st)
     done(&run, &a);
 }
 
-/* Two DDP ranks, 100 steps of 0.1 s each; each pauses 4 x 0.1 s at steps
- * of its own: 4% each, under 5%, but each pause holds the other at the
- * next all-reduce: 0.8 s of 10 s = 8% together, medium, with medium
- * confidence (an upper bound). */
-static void test_ranks_pausing_at_different_steps_are_summed(void **st)
+/* Two DDP ranks of 100 steps of 0.1 s; each pauses 4 x 0.1 s in full
+ * collections, at 0.5, 2.5, 4.5 and 6.5 s, rank 1 shift s later (10 steps
+ * a second) */
+static void put_ddp_ranks(double shift, bool autogc)
 {
-    (void)st;
     for (int r = 0; r < 2; r++) {
         char file[32], role[16];
         snprintf(file, sizeof file, "rank%d.tmr", r);
@@ -320,9 +318,20 @@ static void test_ranks_pausing_at_different_steps_are_summed(void **st)
         tm_rec *w = open_rec(file, role, r);
         put_even_steps(w, 100, 0.1);
         for (unsigned k = 0; k < 4; k++)
-            put_pause(w, 2.0 * k + 1.0 * r + 0.5, 0.1, 2, 20 * k + 10 * r, true);
+            put_pause(w, 2.0 * k + shift * r + 0.5, 0.1, 2, 20 * k + (unsigned)(10 * shift) * r,
+                      autogc);
         tm_rec_close(&w);
     }
+}
+
+/* Two DDP ranks, 100 steps of 0.1 s each; each pauses 4 x 0.1 s at steps
+ * of its own: 4% each, under 5%, but each pause holds the other at the
+ * next all-reduce: 0.8 s of 10 s = 8% together, medium, with medium
+ * confidence (an upper bound). */
+static void test_ranks_pausing_at_different_steps_are_summed(void **st)
+{
+    (void)st;
+    put_ddp_ranks(1.0, true);
     tm_run *run = NULL;
     tm_analysis *a = analyze(&run);
     const tm_finding *f = tm_analysis_find(a, "gc.pauses");
@@ -416,16 +425,7 @@ static void test_a_collect_at_every_step_is_told_how_many_times_fewer(void **st)
 static void test_ranks_collecting_together_stall_once(void **st)
 {
     (void)st;
-    for (int r = 0; r < 2; r++) {
-        char file[32], role[16];
-        snprintf(file, sizeof file, "rank%d.tmr", r);
-        snprintf(role, sizeof role, "rank%d", r);
-        tm_rec *w = open_rec(file, role, r);
-        put_even_steps(w, 100, 0.1);
-        for (unsigned k = 0; k < 4; k++)
-            put_pause(w, 2.0 * k + 0.5, 0.1, 2, 20 * k, false);
-        tm_rec_close(&w);
-    }
+    put_ddp_ranks(0, false);
     tm_run *run = NULL;
     tm_analysis *a = analyze(&run);
     assert_null(tm_analysis_find(a, "gc.pauses"));
