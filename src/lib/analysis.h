@@ -147,6 +147,21 @@
 #define TM_AN_GC_SHARE_HIGH 0.20
 #define TM_AN_GC_MIN 2
 #define TM_AN_GC_FULL_SHARE 0.5
+/* steps.stalls: a judged training step is a stall when it takes
+ * TM_AN_STALL_FACTOR times the process's median step and TM_AN_STALL_MIN_S
+ * more (a 1 ms step's 3 ms is scheduling noise, not a stall), and neither
+ * a longer data wait nor the collector's pauses make half its excess over
+ * the median.  Judged only with TM_AN_STALL_MIN_STEPS judged steps and at
+ * least TM_AN_STALL_MIN stalls whose gaps are regular (at least
+ * TM_AN_STALL_REGULAR of them within one step of their median: something
+ * the loop does every K steps; scattered stalls on a shared machine are
+ * the machine's, and not claimed), costing TM_AN_GC_SHARE of the loop
+ * (medium) or TM_AN_GC_SHARE_HIGH (high), as the other costs of the loop. */
+#define TM_AN_STALL_FACTOR 3.0
+#define TM_AN_STALL_MIN_S 0.020
+#define TM_AN_STALL_MIN_STEPS 20
+#define TM_AN_STALL_MIN 4
+#define TM_AN_STALL_REGULAR (2.0 / 3.0)
 
 /* A set slower than this to deliver its first batch re-imports the job.
  * Measured on the 2-core test VM, iter() to the first batch of 2 workers

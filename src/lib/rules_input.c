@@ -231,8 +231,9 @@ static void ev_input_votes(struct ev *e, const tm_an_summary *S, const struct vo
     tm_buf_printf(&e->b, "{\"disk\":%d,\"cpu\":%d}", w->disk, w->cpu);
 }
 
-/* The garbage collector's pauses taken out of the loop's own batch
- * preparation (runsum_gc.c, net_of_pauses): said where the share is read. */
+/* The garbage collector's pauses and the periodic stalls taken out of the
+ * loop's own batch preparation (runsum_gc.c net_of_pauses, runsum_stalls.c):
+ * said where the share is read. */
 static void gc_note(char *buf, size_t cap, const tm_an_summary *S)
 {
     if (S->gc_wait_fraction >= 0.005)
@@ -240,6 +241,11 @@ static void gc_note(char *buf, size_t cap, const tm_an_summary *S)
                   " (and Python's garbage collector %.0f%% more, pausing in the batch "
                   "preparation)",
                   100 * S->gc_wait_fraction);
+    if (S->stall_wait_fraction >= 0.005)
+        tm_an_adv(buf, cap,
+                  " (and the loop's own work every %.0f steps %.0f%% more, before the next "
+                  "forward: steps.stalls)",
+                  S->stall_every, 100 * S->stall_wait_fraction);
 }
 
 void tm_rule_input_ok(struct an *an)

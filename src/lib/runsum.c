@@ -1179,10 +1179,18 @@ int tm_runsum_build(tm_runview *v, tm_an_summary *S, tm_an_rank **ranks, size_t 
     summarize_agent(v, S);
     tm_runsum_checkpoints(v, S);
     tm_runsum_gc(v, S);
-    /* the summarized process's own row, net of the pauses as the run's */
-    for (size_t i = 0; S->gc_wait_fraction > 0 && i < *nranks; i++)
-        if ((*ranks)[i].source == S->gc_src && isfinite((*ranks)[i].data_wait_fraction))
-            (*ranks)[i].data_wait_fraction *= 1 - fmin(S->gc_prep_share, 1);
+    double gc_dwf = S->data_wait_fraction; /* net of the collector, before the stalls */
+    tm_runsum_stalls(v, S);
+    /* the summarized processes' own rows, net as the run's */
+    for (size_t i = 0; i < *nranks; i++) {
+        tm_an_rank *R = &(*ranks)[i];
+        if (!isfinite(R->data_wait_fraction))
+            continue;
+        if (R->source == S->gc_src && S->gc_wait_fraction > 0)
+            R->data_wait_fraction *= 1 - fmin(S->gc_prep_share, 1);
+        if (R->source == S->stall_src && S->stall_wait_fraction > 0 && gc_dwf > 0)
+            R->data_wait_fraction *= 1 - fmin(S->stall_wait_fraction / gc_dwf, 1);
+    }
     /* The Python processes in which the in-process recorder did not load
      * said so in their run directory (agentnote.h). */
     const char *const *dirs;
@@ -1239,4 +1247,18 @@ tm_run_loop *tm_runsum_loops(const tm_runview *v)
         }
     }
     return L;
+}
+
+void tm_runsum_net_wait(tm_an_summary *S, double g)
+{
+    if (!(g > 0))
+        return;
+    g = fmin(g, 1);
+    S->data_wait_fraction *= 1 - g;
+    if (isfinite(S->steady_wait_fraction))
+        S->steady_wait_fraction *= 1 - g;
+    if (isfinite(S->time_lost_s))
+        S->time_lost_s *= 1 - g;
+    if (S->speedup >= 1) /* step / (step - wait): the wait's share is 1 - 1/speedup */
+        S->speedup = 1 / (1 - (1 - 1 / S->speedup) * (1 - g));
 }

@@ -209,6 +209,28 @@ typedef struct tm_an_summary {
      * tm_an_rank; this is the fraction of the step time taken out (0:
      * none). */
     double gc_wait_fraction;
+    /* Stalls (runsum_stalls.c, steps.stalls): judged training steps that
+     * took TM_AN_STALL_FACTOR times the median and TM_AN_STALL_MIN_S more,
+     * of which neither a longer data wait nor a garbage-collector pause
+     * makes half the excess (the loop's own work at that step).  Of the
+     * process whose such excess is largest: its judged steps, the stalls,
+     * those explained by data wait or the collector (counted apart), the
+     * excess over the median summed, the median step and the median stall,
+     * its loop time (training steps and eval runs) and the share, the
+     * median steps from one stall to the next and whether the gaps are
+     * regular (at least 2/3 within one step of it), the first stalls' step
+     * numbers (stall_at[0..stall_nat)). */
+    size_t stall_steps, stall_n, stall_explained, stall_nat;
+    double stall_excess_s, stall_step_s, stall_median_s, stall_loop_s, stall_share;
+    double stall_every;
+    bool stall_regular;
+    uint64_t stall_at[5];
+    /* the process summarized (UINT32_MAX: none) and, where steps.stalls
+     * claims its stalls and it prepares its own batches (no DataLoader),
+     * the stalls' excess in that preparation as a fraction of its step
+     * time: taken out of the data wait as the collector's (0: none) */
+    uint32_t stall_src;
+    double stall_wait_fraction;
 } tm_an_summary;
 
 /* The run as the summary and the rules read it: its arrays, the analysis
@@ -256,6 +278,14 @@ typedef struct tm_run_loop {
 tm_run_loop *tm_runsum_loops(const tm_runview *v);
 /* Python's garbage collector's pauses into S's gc_* (runsum_gc.c). */
 void tm_runsum_gc(const tm_runview *v, tm_an_summary *S);
+/* The loop pauses of source s as {begin, end} pairs in ns, sorted, none
+ * inside another (malloc'ed, *n pairs; NULL: none or no memory). */
+double *tm_runsum_gc_spans(const tm_runview *v, uint32_t s, size_t *n);
+/* Takes the share g of the data wait out of S's data_wait_fraction,
+ * steady_wait_fraction, time_lost_s and speedup (runsum.c). */
+void tm_runsum_net_wait(tm_an_summary *S, double g);
+/* Periodic stalls of the steps into S's stall_* (runsum_stalls.c). */
+void tm_runsum_stalls(const tm_runview *v, tm_an_summary *S);
 /* The checkpoint saves of the run into S's ckpt_* (runsum_ckpt.c). */
 void tm_runsum_checkpoints(const tm_runview *v, tm_an_summary *S);
 

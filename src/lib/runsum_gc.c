@@ -49,10 +49,12 @@ static bool is_pause(const tm_run_event *e)
            !strstr(e->json, "\"in_save\":true");
 }
 
-/* A pause: [b, e] in ns (the event is written at its end) */
+/* A pause: [b, e] in ns (the event is written at its end); two doubles,
+ * as tm_runsum_gc_spans hands them out */
 struct pause {
     double b, e;
 };
+_Static_assert(sizeof(struct pause) == 2 * sizeof(double), "pause as two doubles");
 
 static int by_begin(const void *x, const void *y)
 {
@@ -134,6 +136,15 @@ static struct pause *pauses_of(const tm_runview *v, const tm_run_loop *L, uint32
     return p;
 }
 
+double *tm_runsum_gc_spans(const tm_runview *v, uint32_t s, size_t *n)
+{
+    *n = 0;
+    tm_run_loop *L = tm_runsum_loops(v);
+    struct pause *p = L ? pauses_of(v, L, s, n) : NULL;
+    free(L);
+    return (double *)p; /* {begin, end} pairs */
+}
+
 /* The steps of source s: hit by a pause or not, and the pause time in
  * their batch preparation */
 static void over_steps(const tm_runview *v, uint32_t s, const struct pause *p, size_t np,
@@ -191,13 +202,7 @@ static void net_of_pauses(tm_an_summary *S)
         return;
     g = fmin(g, 1);
     S->gc_wait_fraction = S->data_wait_fraction * g;
-    S->data_wait_fraction *= 1 - g;
-    if (isfinite(S->steady_wait_fraction))
-        S->steady_wait_fraction *= 1 - g;
-    if (isfinite(S->time_lost_s))
-        S->time_lost_s *= 1 - g;
-    if (S->speedup >= 1) /* step / (step - wait): the wait's share is 1 - 1/speedup */
-        S->speedup = 1 / (1 - (1 - 1 / S->speedup) * (1 - g));
+    tm_runsum_net_wait(S, g);
     /* a collection is on a CPU all of its time: the preparation's own CPU
      * share is what is left of it (a preparation that sleeps and collects
      * is waiting, not CPU-bound) */

@@ -63,7 +63,11 @@
 # gc.callbacks timer; within 10%), its data wait net of them, input.ok
 # and not input.main_prep, and gc.pauses where the pauses took 8% or more
 # of the job's time (torch 2.x: 13%; torch 1.13's slower steps make them
-# under 1%: no finding).
+# under 1%: no finding); the same loop logging every 10 steps after
+# optimizer.step() to a tracker whose upload takes 0.3 s (llm_memmap_log,
+# as nanoGPT logs) has steps.stalls with the job's count of its logs and
+# their time (within 10%), input.ok, not input.main_prep; no other job
+# has steps.stalls or gc.pauses.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -88,7 +92,7 @@ import runcheck
 EXPECT = {"llm_memmap": ("input.main_prep", "cpu"), "manual_sgd": ("input.main_prep", "cpu"),
           "llm_memmap_fast": ("input.ok", None), "grad_accum": (None, None),
           "llm_memmap_ckpt": ("input.ok", None),
-          "llm_memmap_gc": ("input.ok", None),
+          "llm_memmap_gc": ("input.ok", None), "llm_memmap_log": ("input.ok", None),
           "train_eval": (None, None), "break_early": (None, None),
           "idle_workers": ("input.handoff", None), "llm_memmap_eval": ("input.main_prep", "cpu"),
           "loader_persistent": (None, None), "loader_iterable": (None, None),
@@ -106,6 +110,7 @@ NEVER = {"llm_memmap": {"input.data_wait", "input.cpu_bound", "input.disk_bound"
          "llm_memmap_fast": {"input.main_prep", "input.data_wait"},
          "llm_memmap_ckpt": {"input.main_prep", "input.data_wait"},
          "llm_memmap_gc": {"input.main_prep", "input.data_wait"},
+         "llm_memmap_log": {"input.main_prep", "input.data_wait", "gc.pauses"},
          "grad_accum": {"input.main_prep"}, "train_eval": {"input.main_prep"},
          "break_early": {"input.main_prep"},
          "idle_workers": {"input.cpu_bound", "input.disk_bound", "input.data_wait", "input.main_prep"},
@@ -174,6 +179,19 @@ if oracle.get("gc_pauses") is not None:  # the collector: the job's own gc.callb
         bad.append("gc.pauses, but the job's pauses took %.1f%%" % (100 * oracle["gc_share"]))
 elif "gc.pauses" in ids:
     bad.append("gc.pauses in a job without a big Python heap: %s" % ids["gc.pauses"]["title"])
+if oracle.get("logs"):  # periodic logging: the job's own count and time of it
+    sl = ids.get("steps.stalls")
+    if not sl:
+        bad.append("no steps.stalls among %s (the job logged %d times, %.3f s)"
+                   % (sorted(ids), oracle["logs"], oracle["log_s"]))
+    else:
+        ev = sl["evidence"]
+        if ev.get("stalls") != oracle["logs"]:
+            bad.append("%s stalls, the job logged %d times" % (ev.get("stalls"), oracle["logs"]))
+        if abs(ev.get("excess_s", 0) - oracle["log_s"]) > 0.1 * oracle["log_s"] + 0.01:
+            bad.append("stall excess %s s, the job's logging took %.4f s" % (ev.get("excess_s"), oracle["log_s"]))
+elif "steps.stalls" in ids:
+    bad.append("steps.stalls in a job without periodic work: %s" % ids["steps.stalls"]["title"])
 if job == "amp_nan":
     if oracle.get("amp_skipped") is None:  # torch 1.x: no GradScaler on the CPU
         want = None
@@ -199,7 +217,7 @@ print("  %-20s job steps %-3d share %.3f | report steps %s wait %s evals %d boun
       % (job, oracle["steps"], share or 0, S.get("steps"),
          None if dwf is None else round(dwf, 3), len(evals),
          sorted({o.get("boundary") for o in train}),
-         " ".join(sorted(i for i in ids if i.startswith(("input.", "checkpoint.", "gc.")))) or "-"))
+         " ".join(sorted(i for i in ids if i.startswith(("input.", "checkpoint.", "gc.", "steps.")))) or "-"))
 for b in bad:
     print("  FAIL %s: %s" % (job, b))
 sys.exit(1 if bad else 0)
@@ -218,11 +236,12 @@ half() { # name python
     # The sanitizer build: the report and dump of the binary under ASan on
     # one loop of each kind of boundary, not the whole matrix again.
     case ${BUILD:-} in *asan*) [ -n "$jobs" ] || jobs="grad_accum manual_sgd idle_workers" ;; esac
-    for job in ${jobs:-llm_memmap llm_memmap_fast llm_memmap_ckpt llm_memmap_gc grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next grad_accum_cycle amp_nan gan_dcgan gan_wgan accelerate_loop}; do
+    for job in ${jobs:-llm_memmap llm_memmap_fast llm_memmap_ckpt llm_memmap_gc llm_memmap_log grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next grad_accum_cycle amp_nan gan_dcgan gan_wgan accelerate_loop}; do
         local run=$scratch/$name-$job script=$job envs=()
         [ "$job" = llm_memmap_fast ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=2048); }
         [ "$job" = llm_memmap_ckpt ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=2048 JOB_SAVE_EVERY=4 JOB_SAVE_MB=48); }
         [ "$job" = llm_memmap_eval ] && { script=llm_memmap; envs=(JOB_EVAL_EVERY=10); }
+        [ "$job" = llm_memmap_log ] && { script=llm_memmap; envs=(JOB_STEPS=60 JOB_PREP_S=0 JOB_HIDDEN=2048 JOB_LOG_EVERY=10 JOB_LOG_S=0.3); }
         [ "$job" = llm_memmap_gc ] && { script=llm_memmap; envs=(JOB_STEPS=80 JOB_PREP_S=0 JOB_HIDDEN=6144 JOB_PYHEAP=150000 JOB_KEEP=4000); }
         case $job in loader_*) script=loader_variants; envs=(JOB_VARIANT=${job#loader_}) ;; esac
         [ "$job" = thread_prefetch_fast ] && { script=thread_prefetch; envs=(JOB_ITEM_S=0.0001); }

@@ -14,7 +14,11 @@ preparation memoizes JOB_KEEP more each step (a decode cache): Python's
 garbage collector then makes full collections inside the loop, each
 walking the whole heap, started by the preparation's allocations.  The job
 times them with a gc.callbacks entry of its own (the oracle): their time
-is in the steps, and the data-wait share it prints is without them."""
+is in the steps, and the data-wait share it prints is without them.  With
+JOB_LOG_EVERY=N, every N steps the loop logs after optimizer.step() as
+nanoGPT does, to a tracker whose upload takes JOB_LOG_S (a synchronous
+HTTP post, slept here): the next step stalls before its forward, and that
+is no batch preparation."""
 import gc
 import os
 import sys
@@ -36,6 +40,8 @@ SAVE_EVERY = int(os.environ.get("JOB_SAVE_EVERY", "0"))
 # a larger model's state, saved with the checkpoint (MB of float32)
 SAVE_PAD = torch.zeros(int(float(os.environ.get("JOB_SAVE_MB", "0")) * 262144))
 VOCAB, BLOCK, BATCH = 256, 32, 8
+LOG_EVERY = int(os.environ.get("JOB_LOG_EVERY", "0"))
+LOG_S = float(os.environ.get("JOB_LOG_S", "0.3"))
 PYHEAP = int(os.environ.get("JOB_PYHEAP", "0"))
 KEEP = int(os.environ.get("JOB_KEEP", "0"))
 index = [[i, i + 1] for i in range(PYHEAP)]  # the long-lived heap
@@ -104,6 +110,7 @@ def estimate_loss():
 
 ckpt = os.path.join(d, "ckpt.pt")
 saves = []
+logs = []
 for it in range(STEPS):
     if EVAL_EVERY and it % EVAL_EVERY == 0 and it > 0:
         t_eval = time.perf_counter()
@@ -120,6 +127,11 @@ for it in range(STEPS):
     loss.backward()
     opt.step()
     clock.step()
+    if LOG_EVERY and (it + 1) % LOG_EVERY == 0 and it + 1 < STEPS:  # not after the last
+        t_log = time.perf_counter()
+        lossf = loss.item()  # nanoGPT's logging: the loss, then the tracker
+        time.sleep(LOG_S)    # wandb.log(...) waiting on its upload
+        logs.append(time.perf_counter() - t_log)
     if SAVE_EVERY and (it + 1) % SAVE_EVERY == 0 and it + 1 < STEPS:  # not after the last
         # nanoGPT's checkpoint, on the training thread: the loop stops
         t_save = time.perf_counter()
@@ -133,6 +145,8 @@ if saves:
     os.unlink(ckpt)
 os.rmdir(d)
 extra = {"saves": len(saves), "save_s": sum(saves)} if saves else {}
+if logs:
+    extra.update(logs=len(logs), log_s=sum(logs))
 if PYHEAP:  # the pauses (full collections, or 1 ms or more) after the warm-up step
     mine = [(b, dt) for b, dt, g in pauses if b >= clock.t_first and (g == 2 or dt >= 0.001)]
     extra.update(gc_pauses=len(mine), gc_s=sum(dt for b, dt in mine),

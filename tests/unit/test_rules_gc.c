@@ -22,23 +22,6 @@
 #define FX_NAME "test_rules_gc"
 #include "fixture.h"
 
-/* One gc.pause event as the agent writes it, at the pause's end */
-static void put_pause_in(tm_rec *w, double begin, double dur, int gen, unsigned step, bool autogc,
-                         bool in_save)
-{
-    char js[256];
-    snprintf(js, sizeof js,
-             "{\"gen\":%d,\"dur_s\":%.6f,\"collected\":0,\"step\":%u,\"train\":true,\"auto\":%s,"
-             "\"in_save\":%s}",
-             gen, dur, step, autogc ? "true" : "false", in_save ? "true" : "false");
-    assert_int_equal(tm_rec_event(w, at(begin + dur), "gc.pause", js), 0);
-}
-
-static void put_pause(tm_rec *w, double begin, double dur, int gen, unsigned step, bool autogc)
-{
-    put_pause_in(w, begin, dur, gen, step, autogc, false);
-}
-
 static void put_totals(tm_rec *w, double t, double frozen)
 {
     char js[256];
@@ -48,56 +31,6 @@ static void put_totals(tm_rec *w, double t, double frozen)
              "\"threshold\":[700,10,10]}",
              frozen);
     assert_int_equal(tm_rec_event(w, at(t), "gc.totals", js), 0);
-}
-
-/* Optimizer steps one after another from time 0: dur[i] seconds each, of
- * which prep[i] the loop's own batch preparation (< 0: a loop with a
- * DataLoader, 1 ms of data wait and no preparation of its own), cpu of it
- * on a CPU (< 0: all of it).  Returns the end of the last. */
-static double put_opt_steps_cpu(tm_rec *w, size_t n, const double *dur, const double *prep,
-                                double cpu)
-{
-    uint8_t buf[128];
-    double t = 0;
-    for (size_t i = 0; i < n; i++) {
-        bool own = prep[i] >= 0;
-        int64_t p = own ? (int64_t)llround(prep[i] * 1e9) : -1;
-        tm_inproc_step s = {.step = i,
-                            .start_ns = at(t),
-                            .end_ns = at(t + dur[i]),
-                            .data_wait_ns = own ? p : 1000000,
-                            .boundary = TM_STEP_BY_OPTIMIZER,
-                            .phase = TM_STEP_TRAIN,
-                            .micro_batches = 1,
-                            .batches = own ? 0 : 1,
-                            .prep_ns = p,
-                            .prep_cpu_ns = own && cpu >= 0 ? (int64_t)llround(cpu * 1e9) : p,
-                            .backward_ns = -1,
-                            .wait_cpu_ns = -1,
-                            .collective_ns = -1,
-                            .opt_start_ns = at(t + dur[i]) - 1000,
-                            .optimizer = 0};
-        int len = tm_inproc_encode_step(&s, buf, sizeof buf);
-        assert_true(len > 0);
-        assert_int_equal(tm_rec_append(w, TM_REC_STEP, s.end_ns, buf, (uint32_t)len), 0);
-        t += dur[i];
-    }
-    return t;
-}
-
-static double put_opt_steps_of(tm_rec *w, size_t n, const double *dur, const double *prep)
-{
-    return put_opt_steps_cpu(w, n, dur, prep, -1);
-}
-
-/* n steps of dur s each with a DataLoader, from 0 (at most 100) */
-static double put_even_steps(tm_rec *w, size_t n, double dur)
-{
-    double d[100], prep[100];
-    assert_true(n <= 100);
-    for (size_t i = 0; i < n; i++)
-        d[i] = dur, prep[i] = -1;
-    return put_opt_steps_of(w, n, d, prep);
 }
 
 /* 100 steps of 0.1 s with a DataLoader, but steps 0, 10, ... 90 take

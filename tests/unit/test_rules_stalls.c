@@ -1,0 +1,222 @@
+/*
+ * test_rules_stalls.c - steps.stalls (src/lib/rules_stalls.c) and the
+ * summary it reads (src/lib/runsum_stalls.c): steps that take many times
+ * the median every K steps, those a longer data wait or the garbage
+ * collector explains left to their own findings, and a loop without a
+ * DataLoader whose periodic work before the next forward is no batch
+ * preparation.  Every number below is worked out by hand in its comment.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "analysis.h"
+#include "trainmon.h"
+
+#define FX_NAME "test_rules_stalls"
+#include "fixture.h"
+
+/* 100 steps with a DataLoader (1 ms of data wait each): 0.1 s, but steps
+ * 10, 20, ... 90 take 0.5 s.  Returns the end: 91 x 0.1 + 9 x 0.5 = 13.6 s. */
+static double put_stalling(tm_rec *w, size_t n, const double *prep)
+{
+    double dur[100];
+    for (size_t i = 0; i < n; i++)
+        dur[i] = i % 10 == 0 && i > 0 ? 0.5 : 0.1;
+    return put_opt_steps_of(w, n, dur, prep);
+}
+
+static double no_prep[100]; /* all -1: a DataLoader loop (setup fills it) */
+
+static int setup_stalls(void **st)
+{
+    for (size_t i = 0; i < 100; i++)
+        no_prep[i] = -1;
+    return setup(st);
+}
+
+/* Judged steps 1..99: median 0.1 s; a stall takes 3 x 0.1 = 0.3 s and
+ * 0.12 s or more: steps 10..90, 9 stalls of 0.4 s excess = 3.6 s of a loop
+ * of 13.6 s: 26.5%, high; every 10 steps, regular. */
+static void test_a_step_in_ten_that_takes_five_times_as_long_is_a_stall(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("pid42.tmr", "pid42", -1);
+    put_stalling(w, 100, no_prep);
+    tm_rec_close(&w);
+    tm_run *run = NULL;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "steps.stalls");
+    assert_non_null(f);
+    assert_int_equal(f->severity, TM_SEV_HIGH);
+    assert_int_equal(f->confidence, TM_CONF_MEDIUM);
+    assert_true(ev_num(f, "stalls") == 9 && ev_num(f, "steps_judged") == 99);
+    assert_true(ev_num(f, "every_steps") == 10);
+    assert_true(fabs(ev_num(f, "step_median_s") - 0.1) < 1e-6);
+    assert_true(fabs(ev_num(f, "stall_median_s") - 0.5) < 1e-6);
+    assert_true(fabs(ev_num(f, "excess_s") - 3.6) < 1e-6);
+    assert_true(fabs(ev_num(f, "loop_time_s") - 13.6) < 1e-6);
+    assert_non_null(strstr(f->evidence, "\"first_stalls\":[10,20,30,40,50]"));
+    assert_non_null(strstr(f->title, "every 10 steps a step stalls: 9 steps took 500 ms "
+                                     "(median) instead of 100 ms, 26% of the loop's time"));
+    assert_non_null(strstr(f->advice, "Steps 10, 20, 30, 40, ... took longer than the rest by "
+                                      "26% of the loop"));
+    assert_non_null(strstr(f->advice, "schedule(wait=9, active=1)"));
+    assert_null(strstr(f->advice, "no batch preparation")); /* a DataLoader loop */
+    assert_non_null(tm_analysis_find(a, "input.ok"));
+    done(&run, &a);
+}
+
+/* The same stalls, each a garbage-collector pause of 0.4 s: explained,
+ * gc.pauses says them. */
+static void test_stalls_the_collector_explains_are_its(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("pid42.tmr", "pid42", -1);
+    put_stalling(w, 100, no_prep);
+    /* step 10k begins at 10k x 0.1 + (k - 1) x 0.4 s */
+    for (unsigned k = 1; k <= 9; k++)
+        put_pause(w, 1.0 * k + 0.4 * (k - 1) + 0.05, 0.4, 2, 10 * k, true);
+    tm_rec_close(&w);
+    tm_run *run = NULL;
+    tm_analysis *a = analyze(&run);
+    assert_null(tm_analysis_find(a, "steps.stalls"));
+    assert_non_null(tm_analysis_find(a, "gc.pauses"));
+    assert_int_equal(a->sum.stall_n, 0);
+    assert_int_equal(a->sum.stall_explained, 9);
+    done(&run, &a);
+}
+
+/* Stalls at steps 3, 17, 22, 51, 90, 95 (gaps 14, 5, 29, 39, 5: median
+ * 14, one of five within a step of it): scattered, as a shared machine's
+ * are: not claimed, though they cost 6 x 0.4 = 2.4 s of 12.4 s. */
+static void test_scattered_stalls_are_not_claimed(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("pid42.tmr", "pid42", -1);
+    double dur[100];
+    for (size_t i = 0; i < 100; i++)
+        dur[i] = i == 3 || i == 17 || i == 22 || i == 51 || i == 90 || i == 95 ? 0.5 : 0.1;
+    put_opt_steps_of(w, 100, dur, no_prep);
+    tm_rec_close(&w);
+    tm_run *run = NULL;
+    tm_analysis *a = analyze(&run);
+    assert_null(tm_analysis_find(a, "steps.stalls"));
+    assert_int_equal(a->sum.stall_n, 6);
+    assert_false(a->sum.stall_regular);
+    assert_true(a->sum.stall_every == 14);
+    done(&run, &a);
+}
+
+/* A loop without a DataLoader that logs every 10 steps after
+ * optimizer.step() (nanoGPT logs there): 2 ms of preparation, 402 ms at
+ * steps 10..90 (0.4 s of logging before the next forward).  Judged: 90
+ * steps of 0.1 s waiting 2 ms, 9 of 0.5 s waiting 402 ms: 3.798 s of
+ * 13.5 s = 28.1%, which read as slow batch preparation (input.main_prep).
+ * The stalls: 9 x 0.4 = 3.6 s of 13.6 s (26.5%); their 3.6 s of
+ * preparation is no preparation: 3.6 / 13.5 = 26.7% taken out, 0.198 /
+ * 13.5 = 1.47% waiting: input.ok. */
+static void test_periodic_work_before_the_forward_is_no_batch_preparation(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("pid42.tmr", "pid42", -1);
+    double prep[100];
+    for (size_t i = 0; i < 100; i++)
+        prep[i] = i % 10 == 0 && i > 0 ? 0.402 : 0.002;
+    put_stalling(w, 100, prep);
+    tm_rec_close(&w);
+    tm_run *run = NULL;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "steps.stalls");
+    assert_non_null(f);
+    assert_true(fabs(ev_num(f, "excess_s") - 3.6) < 1e-6);
+    assert_non_null(strstr(f->advice, "no batch preparation"));
+    assert_null(tm_analysis_find(a, "input.main_prep"));
+    const tm_finding *ok = tm_analysis_find(a, "input.ok");
+    assert_non_null(ok);
+    assert_true(fabs(a->sum.data_wait_fraction - 0.198 / 13.5) < 1e-6);
+    assert_true(fabs(a->sum.stall_wait_fraction - 3.6 / 13.5) < 1e-6);
+    assert_true(fabs(a->ranks[0].data_wait_fraction - 0.198 / 13.5) < 1e-6);
+    assert_non_null(strstr(ok->title, "waited for data 1.5% of the time (and the loop's own "
+                                      "work every 10 steps 27% more, before the next forward: "
+                                      "steps.stalls)"));
+    done(&run, &a);
+}
+
+/* A DataLoader loop whose every tenth step waits 0.4 s longer for its
+ * batch: the input's (a slow shard, a worker restart), not a stall. */
+static void test_stalls_in_the_data_wait_are_the_inputs(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("pid42.tmr", "pid42", -1);
+    uint8_t buf[128];
+    double t = 0;
+    for (size_t i = 0; i < 100; i++) {
+        bool slow = i % 10 == 0 && i > 0;
+        double d = slow ? 0.5 : 0.1;
+        tm_inproc_step s = {.step = i,
+                            .start_ns = at(t),
+                            .end_ns = at(t + d),
+                            .data_wait_ns = slow ? 401000000 : 1000000,
+                            .boundary = TM_STEP_BY_OPTIMIZER,
+                            .phase = TM_STEP_TRAIN,
+                            .micro_batches = 1,
+                            .batches = 1,
+                            .prep_ns = -1,
+                            .prep_cpu_ns = -1,
+                            .backward_ns = -1,
+                            .wait_cpu_ns = -1,
+                            .collective_ns = -1,
+                            .opt_start_ns = -1,
+                            .optimizer = -1};
+        int len = tm_inproc_encode_step(&s, buf, sizeof buf);
+        assert_true(len > 0);
+        assert_int_equal(tm_rec_append(w, TM_REC_STEP, s.end_ns, buf, (uint32_t)len), 0);
+        t += d;
+    }
+    tm_rec_close(&w);
+    tm_run *run = NULL;
+    tm_analysis *a = analyze(&run);
+    assert_null(tm_analysis_find(a, "steps.stalls"));
+    assert_int_equal(a->sum.stall_explained, 9);
+    done(&run, &a);
+}
+
+/* Too few judged steps (19) to tell a stall from the median. */
+static void test_a_short_run_has_no_stalls(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("pid42.tmr", "pid42", -1);
+    put_stalling(w, 20, no_prep);
+    tm_rec_close(&w);
+    tm_run *run = NULL;
+    tm_analysis *a = analyze(&run);
+    assert_null(tm_analysis_find(a, "steps.stalls"));
+    assert_int_equal(a->sum.stall_n, 0);
+    done(&run, &a);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_a_step_in_ten_that_takes_five_times_as_long_is_a_stall,
+                                        setup_stalls, teardown),
+        cmocka_unit_test_setup_teardown(test_stalls_the_collector_explains_are_its, setup_stalls,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_scattered_stalls_are_not_claimed, setup_stalls,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(
+            test_periodic_work_before_the_forward_is_no_batch_preparation, setup_stalls, teardown),
+        cmocka_unit_test_setup_teardown(test_stalls_in_the_data_wait_are_the_inputs, setup_stalls,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_a_short_run_has_no_stalls, setup_stalls, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
