@@ -335,7 +335,7 @@ static void write_summary_json(tm_text *t, const tm_run *r, const tm_analysis *a
     j_kn(t, "gc_full_collections", (double)S->gc_full, true);
     j_kn(t, "gc_wait_fraction", S->gc_wait_fraction, true);
     j_kn(t, "stalls", (double)S->stall_n, true);
-    j_kn(t, "stall_every_steps", S->stall_n ? S->stall_every : NAN, true);
+    j_kn(t, "stall_every_steps", tm_an_stalls_claimed(S) ? S->stall_every : NAN, true);
     j_kn(t, "stall_excess_share", S->stall_n ? S->stall_share : NAN, true);
     j_kn(t, "stall_wait_fraction", S->stall_wait_fraction, true);
     j_kn(t, "gpu_utilization_mean", S->gpu_util_mean, true);
@@ -609,7 +609,7 @@ static void write_text(tm_text *t, const tm_run *r, const tm_analysis *a)
     if (S->ckpt_bg_saves > 0)
         tm_text_printf(t, "  background saves   %zu torch.save call(s) beside the loop\n",
                        S->ckpt_bg_saves);
-    if (S->stall_n > 0 && S->stall_regular && isfinite(S->stall_share)) {
+    if (tm_an_stalls_claimed(S)) {
         tm_unit_fmt(x, sizeof x, TM_UNIT_SECONDS, S->stall_median_s);
         tm_text_printf(
             t, "  stalls             %zu steps of %s, every %.0f steps (%.1f%% of the loop)\n",

@@ -778,7 +778,7 @@ static void write_summary(tm_text *t, const tm_run *r, const tm_analysis *a)
                  S->ckpt_saves, x, 100 * S->ckpt_s / S->ckpt_loop_s);
         kv_row(t, "checkpoints", line);
     }
-    if (S->stall_n > 0 && S->stall_regular && isfinite(S->stall_share)) {
+    if (tm_an_stalls_claimed(S)) {
         tm_unit_fmt(x, sizeof x, TM_UNIT_SECONDS, S->stall_median_s);
         snprintf(line, sizeof line, "%zu steps of %s, every %.0f steps (%.1f%% of the loop)",
                  S->stall_n, x, S->stall_every, 100 * S->stall_share);

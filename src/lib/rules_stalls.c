@@ -18,11 +18,17 @@
 #include "rules.h"
 #include "units.h"
 
+bool tm_an_stalls_claimed(const tm_an_summary *S)
+{
+    return S->stall_n >= TM_AN_STALL_MIN && S->stall_regular && S->stall_nat > 0 &&
+           S->stall_share >= TM_AN_GC_SHARE;
+}
+
 void tm_rule_steps_stalls(struct an *an)
 {
     const tm_an_summary *S = &an->a->sum;
     double share = S->stall_share;
-    if (S->stall_n < TM_AN_STALL_MIN || !S->stall_regular || !(share >= TM_AN_GC_SHARE))
+    if (!tm_an_stalls_claimed(S))
         return;
     struct ev e;
     tm_an_ev_open(&e);
@@ -52,15 +58,16 @@ void tm_rule_steps_stalls(struct an *an)
              S->stall_every, S->stall_n, stall, med, 100 * share);
     snprintf(adv, sizeof adv,
              "Time one of those steps (`py-spy dump --pid PID` during a stall, or "
-             "torch.profiler with schedule(wait=%.0f, active=1)) and do its work less often or "
-             "off the training thread. Steps %s%s took longer than the rest by %.0f%% of the "
+             "torch.profiler with schedule(skip_first=%.0f, wait=%.0f, warmup=0, active=1) and "
+             "prof.step() after each step) and do its work less often or off the training "
+             "thread. Steps %s%s took longer than the rest by %.0f%% of the "
              "loop in all, and no data wait, garbage collection, eval run or checkpoint save "
              "trainmon saw explains it: it is the loop's own work at those steps%s. The usual "
              "ones: logging to a tracker (a synchronous upload), a metric read with .item() or "
              ".cpu() that waits for the queued %s work, text or image sampling, an eval not run "
              "under model.eval() and torch.no_grad(), a metrics all-reduce across ranks.",
-             fmax(S->stall_every - 1, 0), at,
-             S->stall_n > S->stall_nat || S->stall_nat > 4 ? ", ..." : "", 100 * share,
+             fmax((double)S->stall_at[0] - (S->stall_every - 1), 0), fmax(S->stall_every - 1, 0),
+             at, S->stall_n > S->stall_nat || S->stall_nat > 4 ? ", ..." : "", 100 * share,
              S->stall_wait_fraction > 0 ? " (between the optimizer step and the next forward, "
                                           "where a loop without a DataLoader prepares its batch: "
                                           "no batch preparation)"

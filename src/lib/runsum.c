@@ -741,6 +741,20 @@ static size_t step_ending_after(const tm_run_step *st, size_t b, size_t e, int64
  * restarted together, mark one step; workers started for an eval pass
  * fetch between training steps and mark none.  Returns the steps marked. */
 static size_t mark_startups(const tm_run_step *st, size_t nst, const tm_run_worker *wk, size_t nwk,
+                            const tm_runview *v, unsigned char *mark);
+
+unsigned char *tm_runsum_startup_marks(const tm_runview *v)
+{
+    const tm_run_step *st;
+    const tm_run_worker *wk;
+    size_t nst = tm_run_steps(v->r, &st), nwk = tm_run_workers(v->r, &wk);
+    unsigned char *mark = calloc(nst ? nst : 1, 1);
+    if (mark && nwk)
+        mark_startups(st, nst, wk, nwk, v, mark);
+    return mark;
+}
+
+static size_t mark_startups(const tm_run_step *st, size_t nst, const tm_run_worker *wk, size_t nwk,
                             const tm_runview *v, unsigned char *mark)
 {
     size_t *sb = calloc(v->nsrc ? 2 * v->nsrc : 1, sizeof *sb);
@@ -1179,18 +1193,13 @@ int tm_runsum_build(tm_runview *v, tm_an_summary *S, tm_an_rank **ranks, size_t 
     summarize_agent(v, S);
     tm_runsum_checkpoints(v, S);
     tm_runsum_gc(v, S);
-    double gc_dwf = S->data_wait_fraction; /* net of the collector, before the stalls */
-    tm_runsum_stalls(v, S);
-    /* the summarized processes' own rows, net as the run's */
-    for (size_t i = 0; i < *nranks; i++) {
+    /* the summarized process's own row, net of the pauses as the run's */
+    for (size_t i = 0; S->gc_wait_fraction > 0 && i < *nranks; i++) {
         tm_an_rank *R = &(*ranks)[i];
-        if (!isfinite(R->data_wait_fraction))
-            continue;
-        if (R->source == S->gc_src && S->gc_wait_fraction > 0)
+        if (R->source == S->gc_src && isfinite(R->data_wait_fraction))
             R->data_wait_fraction *= 1 - fmin(S->gc_prep_share, 1);
-        if (R->source == S->stall_src && S->stall_wait_fraction > 0 && gc_dwf > 0)
-            R->data_wait_fraction *= 1 - fmin(S->stall_wait_fraction / gc_dwf, 1);
     }
+    tm_runsum_stalls(v, S, *ranks, *nranks);
     /* The Python processes in which the in-process recorder did not load
      * said so in their run directory (agentnote.h). */
     const char *const *dirs;

@@ -227,8 +227,9 @@ typedef struct tm_an_summary {
     uint64_t stall_at[5];
     /* the process summarized (UINT32_MAX: none) and, where steps.stalls
      * claims its stalls and it prepares its own batches (no DataLoader),
-     * the stalls' excess in that preparation as a fraction of its step
-     * time: taken out of the data wait as the collector's (0: none) */
+     * the stalls' excess in that preparation as a fraction of all the
+     * judged step time (pooled over the processes whose stalls are
+     * claimed): taken out of the data wait as the collector's (0: none) */
     uint32_t stall_src;
     double stall_wait_fraction;
 } tm_an_summary;
@@ -284,8 +285,18 @@ double *tm_runsum_gc_spans(const tm_runview *v, uint32_t s, size_t *n);
 /* Takes the share g of the data wait out of S's data_wait_fraction,
  * steady_wait_fraction, time_lost_s and speedup (runsum.c). */
 void tm_runsum_net_wait(tm_an_summary *S, double g);
-/* Periodic stalls of the steps into S's stall_* (runsum_stalls.c). */
-void tm_runsum_stalls(const tm_runview *v, tm_an_summary *S);
+/* Periodic stalls of the steps into S's stall_* (runsum_stalls.c); the
+ * rows of the processes whose stalls are no batch preparation are net of
+ * them. */
+void tm_runsum_stalls(const tm_runview *v, tm_an_summary *S, tm_an_rank *ranks, size_t nranks);
+/* Whether steps.stalls claims S's stalls (regular, enough of them,
+ * costing enough; rules_stalls.c): the report's summary line says them
+ * then. */
+bool tm_an_stalls_claimed(const tm_an_summary *S);
+/* Per step of the run (tm_run_steps' order, calloc'ed, the caller frees
+ * it; NULL: no memory): 1 where a new set of DataLoader workers started
+ * (a worker process's first fetch began in the step; runsum.c). */
+unsigned char *tm_runsum_startup_marks(const tm_runview *v);
 /* The checkpoint saves of the run into S's ckpt_* (runsum_ckpt.c). */
 void tm_runsum_checkpoints(const tm_runview *v, tm_an_summary *S);
 

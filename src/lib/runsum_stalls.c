@@ -9,16 +9,25 @@
  * training steps (warm-up left out; eval runs and blocking checkpoint
  * saves are no step time already):
  *
- *   - a stall is a step of at least TM_AN_STALL_FACTOR times the median
+ *   - a stall is a step of more than TM_AN_STALL_FACTOR times the median
  *     and TM_AN_STALL_MIN_S more;
  *   - its excess over the median is explained when a longer data wait
  *     than the median's, or the garbage collector's pauses inside it
- *     (runsum_gc.c), make half of it: the input verdicts and gc.pauses say
- *     those; the rest is the loop's own work at that step;
- *   - the steps from one unexplained stall to the next: their median, and
- *     whether they are regular (TM_AN_STALL_REGULAR within one step of it).
+ *     (runsum_gc.c), make half of it, or when a new set of DataLoader
+ *     workers started in it (iter() hands the Dataset to the workers
+ *     outside __next__: input.worker_startup's steps): the input verdicts
+ *     and gc.pauses say those; the rest is the loop's own work;
+ *   - the steps from one unexplained stall to the next: their median K,
+ *     and whether they are regular (TM_AN_STALL_REGULAR of them within
+ *     K/10 steps of it, exactly for K < 10: a loop's every-K work comes at
+ *     exact steps, random slow steps at K = 2 or 3 do not).
  *
- * The process whose unexplained excess is largest is summarized.
+ * A process qualifies when its stalls are regular and cost enough; the
+ * qualifying one with the largest excess is summarized (else the largest
+ * for the record).  Where qualifying processes prepare their own batches
+ * (no DataLoader), their stalls' excess in that preparation is no batch
+ * preparation: taken out of the run's data wait (pooled over the
+ * processes, as the wait is) and out of each one's row.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -28,13 +37,22 @@
 #include "runsum.h"
 #include "trainmon.h"
 
-/* The collector's pause time inside [a, b] (spans sorted, none nested) */
+/* The collector's pause time inside [a, b] (spans sorted by begin, none
+ * inside another, so sorted by end too: the first that ends after a is
+ * found by bisection) */
 static double gc_in(const double *sp, size_t n, double a, double b)
 {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (sp[2 * mid + 1] <= a)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
     double t = 0;
-    for (size_t i = 0; i < n && sp[2 * i] < b; i++)
-        if (sp[2 * i + 1] > a)
-            t += fmin(sp[2 * i + 1], b) - fmax(sp[2 * i], a);
+    for (size_t i = lo; i < n && sp[2 * i] < b; i++)
+        t += fmin(sp[2 * i + 1], b) - fmax(sp[2 * i], a);
     return t;
 }
 
@@ -46,53 +64,63 @@ struct proc {
     uint64_t at[5];
 };
 
-/* Source s's stalls into *P (P->steps 0: too few judged steps) */
-static void stalls_of(const tm_runview *v, uint32_t s, double *d, double *w, uint64_t *no,
-                      struct proc *P)
+/* Scratch of the size of the run's steps */
+struct scratch {
+    double *d, *w, *tmp, *nos;
+    size_t *ix;
+};
+
+/* The stalls of source s, whose steps are st[0..n) (marks: the steps a
+ * new worker set started in, or NULL) into *P (P->steps 0: too few) */
+static void stalls_of(const tm_runview *v, uint32_t s, const tm_run_step *st, size_t n,
+                      const unsigned char *marks, struct scratch *x, struct proc *P)
 {
-    const tm_run_step *st;
-    size_t nst = tm_run_steps(v->r, &st), k = 0;
     memset(P, 0, sizeof *P);
     P->every = P->median_s = P->step_s = NAN;
-    size_t nprep = 0;
-    for (size_t i = 0; i < nst; i++) {
+    size_t k = 0, nprep = 0;
+    for (size_t i = 0; i < n; i++) {
         double dd, ww;
-        if (st[i].source != s || !tm_step_times(&st[i].s, &dd, &ww) ||
-            st[i].s.step < TM_STEP_WARMUP)
+        if (!tm_step_times(&st[i].s, &dd, &ww) || st[i].s.step < TM_STEP_WARMUP)
             continue;
-        d[k] = dd;
-        w[k] = ww;
-        no[k++] = i; /* the step's index in st */
+        x->d[k] = dd;
+        x->w[k] = ww;
+        x->ix[k++] = i;
         P->total_s += dd;
         nprep += st[i].s.prep_ns >= 0 && st[i].s.batches == 0;
     }
     if (k < TM_AN_STALL_MIN_STEPS)
         return;
     P->steps = k;
-    double *tmp = malloc(k * sizeof *tmp);
-    if (!tmp)
-        return;
-    memcpy(tmp, d, k * sizeof *tmp);
-    double m = tm_runsum_median(tmp, k);
-    memcpy(tmp, w, k * sizeof *tmp);
-    double mw = tm_runsum_median(tmp, k);
+    memcpy(x->tmp, x->d, k * sizeof *x->tmp);
+    double m = tm_runsum_median(x->tmp, k);
+    memcpy(x->tmp, x->w, k * sizeof *x->tmp);
+    double mw = tm_runsum_median(x->tmp, k);
     P->step_s = m;
     double T = fmax(TM_AN_STALL_FACTOR * m, m + TM_AN_STALL_MIN_S);
-    size_t nsp = 0;
-    double *sp = tm_runsum_gc_spans(v, s, &nsp);
-    size_t ns = 0;
+    bool own_prep = 2 * nprep > k;
+    double *sp = NULL; /* the collector's pauses, read at the first stall */
+    size_t nsp = 0, ns = 0;
+    bool sp_read = false;
     for (size_t j = 0; j < k; j++) {
-        if (!(d[j] > T))
+        if (!(x->d[j] > T))
             continue;
-        const tm_inproc_step *x = &st[no[j]].s;
-        double ex = d[j] - m;
-        double gc = sp ? gc_in(sp, nsp, (double)x->start_ns, (double)x->end_ns) / 1e9 : 0;
+        const tm_inproc_step *y = &st[x->ix[j]].s;
+        if (marks && marks[x->ix[j]]) { /* a new worker set started in it */
+            P->explained++;
+            continue;
+        }
+        if (!sp_read) {
+            sp = tm_runsum_gc_spans(v, s, &nsp);
+            sp_read = true;
+        }
+        double ex = x->d[j] - m;
+        double gc = sp ? gc_in(sp, nsp, (double)y->start_ns, (double)y->end_ns) / 1e9 : 0;
         /* a longer wait explains it, but for a loop that prepares its own
          * batches (no DataLoader): its "wait" is its own code from the
          * optimizer step to the next forward, where a loop logs, samples
          * or evaluates every K steps (nanoGPT logs there) */
-        bool prep = x->prep_ns >= 0 && x->batches == 0 && 2 * nprep > k;
-        double wex = fmax(0, w[j] - mw);
+        bool prep = own_prep && y->prep_ns >= 0 && y->batches == 0;
+        double wex = fmax(0, x->w[j] - mw);
         double own = ex - (prep ? 0 : wex) - gc;
         if (own < 0.5 * ex) {
             P->explained++;
@@ -101,38 +129,37 @@ static void stalls_of(const tm_runview *v, uint32_t s, double *d, double *w, uin
         P->excess += own;
         if (prep)
             P->prep_excess += fmin(wex, own);
-        tmp[ns] = d[j];
-        /* reuse w[] for the stalls' step numbers (j only grows past them) */
-        w[ns++] = (double)x->step;
+        x->tmp[ns] = x->d[j];
+        x->nos[ns++] = (double)y->step;
     }
     free(sp);
     P->n = ns;
-    if (ns == 0) {
-        free(tmp);
+    if (ns == 0)
         return;
-    }
-    P->median_s = tm_runsum_median(tmp, ns);
+    P->median_s = tm_runsum_median(x->tmp, ns);
     for (size_t j = 0; j < ns && j < 5; j++)
-        P->at[P->nat++] = (uint64_t)w[j];
+        P->at[P->nat++] = (uint64_t)x->nos[j];
     size_t ng = 0;
     for (size_t j = 1; j < ns; j++)
-        tmp[ng++] = w[j] - w[j - 1];
-    if (ng > 0) {
-        double *g = malloc(ng * sizeof *g);
-        if (g) {
-            memcpy(g, tmp, ng * sizeof *g);
-            P->every = tm_runsum_median(g, ng);
-            size_t near = 0;
-            for (size_t j = 0; j < ng; j++)
-                near += fabs(tmp[j] - P->every) <= 1;
-            P->regular = P->every >= 2 && (double)near >= TM_AN_STALL_REGULAR * (double)ng;
-            free(g);
-        }
-    }
-    free(tmp);
+        x->tmp[ng++] = x->nos[j] - x->nos[j - 1];
+    if (ng == 0)
+        return;
+    memcpy(x->d, x->tmp, ng * sizeof *x->d); /* the median reorders its input */
+    P->every = tm_runsum_median(x->d, ng);
+    double tol = floor(P->every / 10);
+    size_t near = 0;
+    for (size_t j = 0; j < ng; j++)
+        near += fabs(x->tmp[j] - P->every) <= tol;
+    P->regular = P->every >= 2 && (double)near >= TM_AN_STALL_REGULAR * (double)ng;
 }
 
-void tm_runsum_stalls(const tm_runview *v, tm_an_summary *S)
+static bool qualifies(const struct proc *P, const tm_run_loop *l)
+{
+    double loop = l->train_s + l->eval_s;
+    return P->n >= TM_AN_STALL_MIN && P->regular && loop > 0 && P->excess / loop >= TM_AN_GC_SHARE;
+}
+
+void tm_runsum_stalls(const tm_runview *v, tm_an_summary *S, tm_an_rank *ranks, size_t nranks)
 {
     S->stall_steps = S->stall_n = S->stall_explained = S->stall_nat = 0;
     S->stall_excess_s = 0;
@@ -145,27 +172,50 @@ void tm_runsum_stalls(const tm_runview *v, tm_an_summary *S)
     size_t nst = tm_run_steps(v->r, &st);
     if (nst < TM_AN_STALL_MIN_STEPS || v->nsrc == 0)
         return;
-    double *d = malloc(nst * sizeof *d), *w = malloc(nst * sizeof *w);
-    uint64_t *no = malloc(nst * sizeof *no);
+    struct scratch x = {malloc(nst * sizeof(double)), malloc(nst * sizeof(double)),
+                        malloc(nst * sizeof(double)), malloc(nst * sizeof(double)),
+                        malloc(nst * sizeof(size_t))};
     tm_run_loop *L = tm_runsum_loops(v);
-    if (!d || !w || !no || !L)
+    unsigned char *marks = tm_runsum_startup_marks(v);
+    if (!x.d || !x.w || !x.tmp || !x.nos || !x.ix || !L)
         goto out;
     struct proc best = {0}, P;
     uint32_t bs = UINT32_MAX;
-    for (uint32_t s = 0; s < v->nsrc; s++) {
-        stalls_of(v, s, d, w, no, &P);
+    bool best_q = false;
+    double prep_excess = 0, total = 0;
+    for (size_t i = 0; i < nst;) { /* each source's steps are one range */
+        size_t j = i;
+        while (j < nst && st[j].source == st[i].source)
+            j++;
+        uint32_t s = st[i].source;
+        if (s >= v->nsrc) {
+            i = j;
+            continue;
+        }
+        stalls_of(v, s, st + i, j - i, marks ? marks + i : NULL, &x, &P);
+        total += P.total_s;
         if (P.explained > S->stall_explained) /* told when no process has others */
             S->stall_explained = P.explained;
-        if (P.n > 0 && (bs == UINT32_MAX || P.excess > best.excess)) {
+        bool q = qualifies(&P, &L[s]);
+        if (q && P.prep_excess > 0) {
+            prep_excess += P.prep_excess;
+            for (size_t r = 0; r < nranks; r++) /* its own row, its own fraction */
+                if (ranks[r].source == s && isfinite(ranks[r].data_wait_fraction))
+                    ranks[r].data_wait_fraction =
+                        fmax(0, ranks[r].data_wait_fraction - P.prep_excess / P.total_s);
+        }
+        if (P.n > 0 &&
+            (bs == UINT32_MAX || (q && !best_q) || (q == best_q && P.excess > best.excess))) {
             best = P;
             bs = s;
+            best_q = q;
         }
+        i = j;
     }
     if (bs == UINT32_MAX)
         goto out;
     S->stall_steps = best.steps;
     S->stall_n = best.n;
-    S->stall_explained = best.explained;
     S->stall_excess_s = best.excess;
     S->stall_step_s = best.step_s;
     S->stall_median_s = best.median_s;
@@ -177,18 +227,20 @@ void tm_runsum_stalls(const tm_runview *v, tm_an_summary *S)
     S->stall_nat = best.nat;
     memcpy(S->stall_at, best.at, sizeof S->stall_at);
     S->stall_src = bs;
-    /* the stalls steps.stalls claims are no batch preparation of a loop
-     * without a DataLoader: its data wait is read without them, as without
-     * the collector's pauses (tm_runsum_net_wait) */
-    if (best.prep_excess > 0 && best.total_s > 0 && S->stall_n >= TM_AN_STALL_MIN &&
-        S->stall_regular && S->stall_share >= TM_AN_GC_SHARE && S->data_wait_fraction > 0) {
-        double f = fmin(best.prep_excess / best.total_s, S->data_wait_fraction);
+    /* the claimed stalls are no batch preparation of a loop without a
+     * DataLoader: the run's data wait (pooled: its share of all the judged
+     * step time) is read without them, as without the collector's pauses */
+    if (prep_excess > 0 && total > 0 && S->data_wait_fraction > 0) {
+        double f = fmin(prep_excess / total, S->data_wait_fraction);
         S->stall_wait_fraction = f;
         tm_runsum_net_wait(S, f / S->data_wait_fraction);
     }
 out:
-    free(d);
-    free(w);
-    free(no);
+    free(x.d);
+    free(x.w);
+    free(x.tmp);
+    free(x.nos);
+    free(x.ix);
     free(L);
+    free(marks);
 }

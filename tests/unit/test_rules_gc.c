@@ -363,7 +363,9 @@ static void test_ranks_collecting_together_stall_once(void **st)
     tm_analysis *a = analyze(&run);
     assert_null(tm_analysis_find(a, "gc.pauses"));
     assert_int_equal(a->sum.gc_procs, 2);
-    assert_true(fabs(a->sum.gc_ranks_s - 0.4) < 1e-6);
+    /* each file's wall clock is anchored when it is opened: the two
+     * ranks' "same" moments differ by the microseconds between */
+    assert_true(fabs(a->sum.gc_ranks_s - 0.4) < 1e-4);
     done(&run, &a);
 }
 

@@ -68,7 +68,9 @@ static void test_a_step_in_ten_that_takes_five_times_as_long_is_a_stall(void **s
                                      "(median) instead of 100 ms, 26% of the loop's time"));
     assert_non_null(strstr(f->advice, "Steps 10, 20, 30, 40, ... took longer than the rest by "
                                       "26% of the loop"));
-    assert_non_null(strstr(f->advice, "schedule(wait=9, active=1)"));
+    /* prof.step() after each step: step 0 skipped, 1..9 waited, 10 active,
+     * and every 10 steps after */
+    assert_non_null(strstr(f->advice, "schedule(skip_first=1, wait=9, warmup=0, active=1)"));
     assert_null(strstr(f->advice, "no batch preparation")); /* a DataLoader loop */
     assert_non_null(tm_analysis_find(a, "input.ok"));
     done(&run, &a);
@@ -203,6 +205,125 @@ static void test_a_short_run_has_no_stalls(void **st)
     done(&run, &a);
 }
 
+/* Two processes without a DataLoader: rank 0 logs as above, rank 1
+ * prepares 2 ms a step and never stalls (99 judged steps of 0.1 s).  The
+ * run's wait is pooled: (3.798 + 0.198) / (13.5 + 9.9) = 17.1%, of which
+ * rank 0's stalls are 3.6 / 23.4 = 15.4%: 0.396 / 23.4 = 1.69% is left
+ * (input.ok); rank 0's row 0.198 / 13.5, rank 1's untouched 0.198 / 9.9. */
+static void test_the_run_and_each_row_are_net_of_their_own_stalls(void **st)
+{
+    (void)st;
+    double prep[100], even[100];
+    for (size_t i = 0; i < 100; i++) {
+        prep[i] = i % 10 == 0 && i > 0 ? 0.402 : 0.002;
+        even[i] = 0.1;
+    }
+    tm_rec *w = open_rec("rank0.tmr", "rank0", 0);
+    put_stalling(w, 100, prep);
+    tm_rec_close(&w);
+    for (size_t i = 0; i < 100; i++)
+        prep[i] = 0.002;
+    w = open_rec("rank1.tmr", "rank1", 1);
+    put_opt_steps_of(w, 100, even, prep);
+    tm_rec_close(&w);
+    tm_run *run = NULL;
+    tm_analysis *a = analyze(&run);
+    assert_non_null(tm_analysis_find(a, "steps.stalls"));
+    assert_null(tm_analysis_find(a, "input.main_prep"));
+    assert_non_null(tm_analysis_find(a, "input.ok"));
+    assert_true(fabs(a->sum.stall_wait_fraction - 3.6 / 23.4) < 1e-6);
+    assert_true(fabs(a->sum.data_wait_fraction - 0.396 / 23.4) < 1e-6);
+    assert_int_equal(a->nranks, 2);
+    for (size_t r = 0; r < 2; r++)
+        assert_true(fabs(a->ranks[r].data_wait_fraction -
+                         (a->ranks[r].rank == 0 ? 0.198 / 13.5 : 0.198 / 9.9)) < 1e-6);
+    done(&run, &a);
+}
+
+/* Rank 0 stalls every 10 steps (3.6 s); rank 1 stalls more (8 x 0.6 s =
+ * 4.8 s) but at scattered steps (3, 17, 22, 51, 60, 77, 90, 95): the
+ * regular ones are the finding's, not hidden behind the larger. */
+static void test_the_process_with_regular_stalls_is_the_one_told(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("rank0.tmr", "rank0", 0);
+    put_stalling(w, 100, no_prep);
+    tm_rec_close(&w);
+    double dur[100];
+    for (size_t i = 0; i < 100; i++)
+        dur[i] = i == 3 || i == 17 || i == 22 || i == 51 || i == 60 || i == 77 || i == 90 || i == 95
+                     ? 0.7
+                     : 0.1;
+    w = open_rec("rank1.tmr", "rank1", 1);
+    put_opt_steps_of(w, 100, dur, no_prep);
+    tm_rec_close(&w);
+    tm_run *run = NULL;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "steps.stalls");
+    assert_non_null(f);
+    assert_true(ev_num(f, "stalls") == 9 && ev_num(f, "every_steps") == 10);
+    done(&run, &a);
+}
+
+/* Slow steps at 2, 4, 7, 11, 13, 16, 20, ... (a third of them; gaps 2,
+ * 3, 4, 2, 3, 4, ...: median 3): within one step of 3 all of them, but a
+ * loop's every-K work comes at exact steps; under K = 10 only exact gaps
+ * count: a third, not regular. */
+static void test_slow_steps_in_pairs_are_no_every_k_work(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("pid42.tmr", "pid42", -1);
+    double dur[100];
+    for (size_t i = 0; i < 100; i++)
+        dur[i] = 0.1;
+    for (size_t i = 2, g = 0; i < 100; i += 2 + g++ % 3)
+        dur[i] = 0.35;
+    put_opt_steps_of(w, 100, dur, no_prep);
+    tm_rec_close(&w);
+    tm_run *run = NULL;
+    tm_analysis *a = analyze(&run);
+    assert_null(tm_analysis_find(a, "steps.stalls"));
+    assert_true(a->sum.stall_every == 3);
+    assert_false(a->sum.stall_regular);
+    done(&run, &a);
+}
+
+/* A DataLoader loop whose workers start again each epoch (no
+ * persistent_workers): iter() hands the Dataset to the new workers
+ * outside __next__, so the epoch's first step is slow in "compute".  A new
+ * worker process's first fetch began in steps 10, 20, ... 90: those steps
+ * are the start-up's (input.worker_startup), not the loop's own work. */
+static void test_steps_a_new_worker_set_started_in_are_not_stalls(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("rank0.tmr", "rank0", 0);
+    put_stalling(w, 100, no_prep);
+    tm_rec_close(&w);
+    uint8_t buf[64];
+    for (unsigned k = 1; k <= 9; k++) {
+        char file[64];
+        snprintf(file, sizeof file, "worker-r0-%u.tmr", 100 + k);
+        tm_rec *wk = open_rec(file, "worker0", 0);
+        double t = 1.0 * k + 0.4 * (k - 1) + 0.05; /* inside step 10k */
+        tm_inproc_worker b = {.worker_id = 0,
+                              .pid = 100 + k,
+                              .batch = 0,
+                              .start_ns = at(t),
+                              .end_ns = at(t + 0.01),
+                              .cpu_s = 0.01,
+                              .rss_bytes = 1e8};
+        int len = tm_inproc_encode_worker(&b, buf, sizeof buf);
+        assert_true(len > 0);
+        assert_int_equal(tm_rec_append(wk, TM_REC_WORKER, b.end_ns, buf, (uint32_t)len), 0);
+        tm_rec_close(&wk);
+    }
+    tm_run *run = NULL;
+    tm_analysis *a = analyze(&run);
+    assert_null(tm_analysis_find(a, "steps.stalls"));
+    assert_int_equal(a->sum.stall_explained, 9);
+    done(&run, &a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -217,6 +338,14 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stalls_in_the_data_wait_are_the_inputs, setup_stalls,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_short_run_has_no_stalls, setup_stalls, teardown),
+        cmocka_unit_test_setup_teardown(test_the_run_and_each_row_are_net_of_their_own_stalls,
+                                        setup_stalls, teardown),
+        cmocka_unit_test_setup_teardown(test_the_process_with_regular_stalls_is_the_one_told,
+                                        setup_stalls, teardown),
+        cmocka_unit_test_setup_teardown(test_slow_steps_in_pairs_are_no_every_k_work, setup_stalls,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_steps_a_new_worker_set_started_in_are_not_stalls,
+                                        setup_stalls, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
