@@ -2243,8 +2243,9 @@ static PyObject *py_save_exit(PyObject *self, PyObject *args)
  * the glue wraps, or any collection while automatic collection was off)
  * and whether it fell in a checkpoint save or the agent's own work at a
  * boundary (in_save: that time is in no step already).
- * At most GC_EVENTS_PER_S events a second; the rest are counted
- * (dropped).  Their time stays in the steps: it is the job's. */
+ * At most GC_EVENTS_PER_S events a second for full collections and as
+ * many for the others; the rest are counted (dropped).  Their time stays
+ * in the steps: it is the job's. */
 #define GC_EVENT_MIN_NS 1000000LL
 #define GC_EVENTS_PER_S 50
 static int64_t g_gc_t0;
