@@ -181,10 +181,11 @@ static FX_UNUSED void put_pause(tm_rec *w, double begin, double dur, int gen, un
 
 /* Optimizer steps one after another from time 0: dur[i] seconds each, of
  * which prep[i] the loop's own batch preparation (< 0: a loop with a
- * DataLoader, 1 ms of data wait and no preparation of its own), cpu of it
- * on a CPU (< 0: all of it).  Returns the end of the last. */
-static FX_UNUSED double put_opt_steps_cpu(tm_rec *w, size_t n, const double *dur,
-                                          const double *prep, double cpu)
+ * DataLoader and no preparation of its own, waiting wait[i] for its batch,
+ * or 1 ms when wait is NULL), cpu of it on a CPU (< 0: all of it).
+ * Returns the end of the last. */
+static FX_UNUSED double put_steps_waiting(tm_rec *w, size_t n, const double *dur,
+                                          const double *prep, const double *wait, double cpu)
 {
     uint8_t buf[128];
     double t = 0;
@@ -194,7 +195,9 @@ static FX_UNUSED double put_opt_steps_cpu(tm_rec *w, size_t n, const double *dur
         tm_inproc_step s = {.step = i,
                             .start_ns = at(t),
                             .end_ns = at(t + dur[i]),
-                            .data_wait_ns = own ? p : 1000000,
+                            .data_wait_ns = own    ? p
+                                            : wait ? (int64_t)llround(wait[i] * 1e9)
+                                                   : 1000000,
                             .boundary = TM_STEP_BY_OPTIMIZER,
                             .phase = TM_STEP_TRAIN,
                             .micro_batches = 1,
@@ -212,6 +215,12 @@ static FX_UNUSED double put_opt_steps_cpu(tm_rec *w, size_t n, const double *dur
         t += dur[i];
     }
     return t;
+}
+
+static FX_UNUSED double put_opt_steps_cpu(tm_rec *w, size_t n, const double *dur,
+                                          const double *prep, double cpu)
+{
+    return put_steps_waiting(w, n, dur, prep, NULL, cpu);
 }
 
 static FX_UNUSED double put_opt_steps_of(tm_rec *w, size_t n, const double *dur, const double *prep)

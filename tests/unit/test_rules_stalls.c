@@ -158,31 +158,13 @@ static void test_stalls_in_the_data_wait_are_the_inputs(void **st)
 {
     (void)st;
     tm_rec *w = open_rec("pid42.tmr", "pid42", -1);
-    uint8_t buf[128];
-    double t = 0;
+    double dur[100], wait[100];
     for (size_t i = 0; i < 100; i++) {
         bool slow = i % 10 == 0 && i > 0;
-        double d = slow ? 0.5 : 0.1;
-        tm_inproc_step s = {.step = i,
-                            .start_ns = at(t),
-                            .end_ns = at(t + d),
-                            .data_wait_ns = slow ? 401000000 : 1000000,
-                            .boundary = TM_STEP_BY_OPTIMIZER,
-                            .phase = TM_STEP_TRAIN,
-                            .micro_batches = 1,
-                            .batches = 1,
-                            .prep_ns = -1,
-                            .prep_cpu_ns = -1,
-                            .backward_ns = -1,
-                            .wait_cpu_ns = -1,
-                            .collective_ns = -1,
-                            .opt_start_ns = -1,
-                            .optimizer = -1};
-        int len = tm_inproc_encode_step(&s, buf, sizeof buf);
-        assert_true(len > 0);
-        assert_int_equal(tm_rec_append(w, TM_REC_STEP, s.end_ns, buf, (uint32_t)len), 0);
-        t += d;
+        dur[i] = slow ? 0.5 : 0.1;
+        wait[i] = slow ? 0.401 : 0.001;
     }
+    put_steps_waiting(w, 100, dur, no_prep, wait, -1);
     tm_rec_close(&w);
     tm_run *run = NULL;
     tm_analysis *a = analyze(&run);
