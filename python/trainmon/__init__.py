@@ -38,6 +38,9 @@ Hooks installed by attach() (docs/ARCHITECTURE.md):
     expected, torch.autograd.backward wrapped by a C Hook instead).
     __next__ is wrapped by a C Hook object: no Python frame of ours per
     call (the agent's cost per step: docs/BENCHMARKS.md).
+  - DataLoader.__iter__ (a C Hook): iter() of a loader without persistent
+    workers starts its worker processes, and the loop waits for that too;
+    the first __next__ on the iterator right after counts from iter().
   - the DataLoader iterators' __del__: a loop that breaks drops its
     iterator, which ends a loader-ended step there.
   - the first module forward after a step boundary, in loops without a
@@ -863,6 +866,17 @@ def _make_next(orig):
     h = _c.hook("next", orig)
     h.__wrapped__ = orig
     h.__name__ = "__next__"
+    h._trainmon = True
+    return h
+
+
+def _make_iter(orig):
+    """DataLoader.__iter__: a Hook (C) that notes the iterator it made and
+    when; the loop's first __next__ on it, right after, counts its wait from
+    the iter() call (starting worker processes is a wait for data)."""
+    h = _c.hook("iter", orig)
+    h.__wrapped__ = orig
+    h.__name__ = "__iter__"
     h._trainmon = True
     return h
 
@@ -1846,6 +1860,14 @@ def attach(run_dir=None, memory_history=None):
                 _state["patches"].append((cls, "__del__", orig))
         except Exception as e:
             _report_exc("DataLoader step timing", e)
+        try:
+            import torch.utils.data.dataloader as dl
+            loader = getattr(dl, "DataLoader", None)  # (a stand-in torch may have none)
+            orig = loader.__dict__.get("__iter__") if loader is not None else None
+            if orig is not None and not getattr(orig, "_trainmon", False):
+                _patch(loader, "__iter__", _make_iter(orig))
+        except Exception as e:
+            _report_exc("DataLoader iter() timing", e)
         try:
             import torch.utils.data._utils.fetch as fetch
             from torch.utils.data import get_worker_info

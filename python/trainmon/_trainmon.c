@@ -135,6 +135,16 @@ static int g_depth;
 static uint64_t g_steps; /* steps begun (the step model below) */
 static int64_t g_in_t;
 static uintptr_t g_in_iter; /* the iterator of the __next__ open (held_stop) */
+/* The DataLoader iterator made last (hook_iter): a loop's first __next__
+ * on it joins the time iter() took to its wait (next_enter). */
+static uintptr_t g_iter_it;
+static unsigned long g_iter_th;
+static int64_t g_iter_t0, g_iter_t1;
+/* ...when it comes this soon after iter() returned: `for x in loader`,
+ * `it = iter(loader); next(it)`, accelerate's and Lightning's fetchers
+ * (a few calls between); an iterator made earlier and used later (at set-up)
+ * is not the step's wait. */
+#define ITER_JOIN_NS 20000000LL
 /* The iterators whose batches a backward pass took, the latest first (a
  * step fed by up to this many loaders): an iterator that ends while none
  * of its batches ever trained is an eval loop's (held_stop). */
@@ -1439,9 +1449,21 @@ static long next_enter(PyObject *it)
     if (g_depth++ > 0)
         return 0;
     int64_t t = now_ns();
+    int joined = 0;
+    if (__builtin_expect(g_iter_it != 0, 0)) {
+        /* the first batch of an iterator made just before: the step waited
+         * for iter() too (new worker processes, the Dataset sent to each,
+         * persistent workers resumed), and this call counts from there */
+        joined = g_iter_it == (uintptr_t)it && g_iter_th == thread_ident() &&
+                 t - g_iter_t1 <= ITER_JOIN_NS && g_iter_t0 <= t;
+        if (joined)
+            t = g_iter_t0;
+        g_iter_it = 0;
+    }
     g_in_t = t;
     g_in_iter = (uintptr_t)it;
-    g_in_cpu = g_mp_iter && Py_TYPE(it) == g_mp_iter && cpu_sample_due(&g_recv_tick)
+    /* (the wait's CPU is not sampled on a joined call: iter() ran before) */
+    g_in_cpu = !joined && g_mp_iter && Py_TYPE(it) == g_mp_iter && cpu_sample_due(&g_recv_tick)
                    ? thread_cpu_ns()
                    : -1;
     settle_batch(t, 0, 1);
@@ -2471,12 +2493,13 @@ static PyObject *py_opt_post_hook(PyObject *self, PyObject *const *args, Py_ssiz
 }
 
 /* A Hook wraps torch's function orig: HOOK_BACKWARD torch.autograd.backward,
- * HOOK_NEXT _BaseDataLoaderIter.__next__, HOOK_OPTSTEP an optimizer class's
+ * HOOK_NEXT _BaseDataLoaderIter.__next__, HOOK_ITER DataLoader.__iter__,
+ * HOOK_OPTSTEP an optimizer class's
  * step (torch's profiling wrapper, which calls the global step hooks),
  * HOOK_FETCH a dataset fetcher's fetch (aux: torch's get_worker_info),
  * HOOK_AMPSTEP AMP's GradScaler.step; the methods bind to the instance as
  * a function does. */
-enum { HOOK_BACKWARD, HOOK_NEXT, HOOK_OPTSTEP, HOOK_FETCH, HOOK_AMPSTEP };
+enum { HOOK_BACKWARD, HOOK_NEXT, HOOK_OPTSTEP, HOOK_FETCH, HOOK_AMPSTEP, HOOK_ITER };
 
 typedef struct {
     PyObject_HEAD PyObject *orig;
@@ -2502,6 +2525,30 @@ static PyObject *hook_backward(PyObject *callable, PyObject *const *args, size_t
     Hook *h = (Hook *)callable;
     backward_enter();
     return backward_done(PyObject_Vectorcall(h->orig, args, nargsf, kwnames));
+}
+
+/* DataLoader.__iter__(loader): a new iterator (its worker processes
+ * started, the Dataset sent to each under spawn or forkserver), or with
+ * persistent_workers the loader's one, its workers told to start an epoch
+ * again.  That is a wait for data the loop's first fetch from it does not
+ * see (the first __next__ waits only for the first batch): iter() with 4
+ * forked workers took 20-100 ms here, as long as the first batch.  The
+ * iterator made and when are noted; next_enter joins them. */
+static PyObject *hook_iter(PyObject *callable, PyObject *const *args, size_t nargsf,
+                           PyObject *kwnames)
+{
+    Hook *h = (Hook *)callable;
+    if (PyVectorcall_NARGS(nargsf) != 1 || kwnames)
+        return PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
+    int64_t t0 = now_ns();
+    PyObject *r = PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
+    if (r) {
+        g_iter_t1 = now_ns();
+        g_iter_t0 = t0;
+        g_iter_th = thread_ident();
+        g_iter_it = (uintptr_t)r;
+    }
+    return r;
 }
 
 static PyObject *hook_next(PyObject *callable, PyObject *const *args, size_t nargsf,
@@ -2733,8 +2780,8 @@ static PyTypeObject HookType = {
     .tp_dealloc = (destructor)hook_dealloc,
 };
 
-/* hook(kind, orig[, aux]): a Hook ("backward", "next", "optstep", "ampstep"
- * or "fetch", whose aux is get_worker_info) around orig. */
+/* hook(kind, orig[, aux]): a Hook ("backward", "next", "iter", "optstep",
+ * "ampstep" or "fetch", whose aux is get_worker_info) around orig. */
 static PyObject *py_hook(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -2747,6 +2794,7 @@ static PyObject *py_hook(PyObject *self, PyObject *args)
             : strcmp(kind, "optstep") == 0 ? HOOK_OPTSTEP
             : strcmp(kind, "fetch") == 0   ? HOOK_FETCH
             : strcmp(kind, "ampstep") == 0 ? HOOK_AMPSTEP
+            : strcmp(kind, "iter") == 0    ? HOOK_ITER
                                            : -1;
     if (k < 0 || !PyCallable_Check(orig) || (k == HOOK_FETCH) != (aux != NULL)) {
         PyErr_Format(PyExc_ValueError, "trainmon: hook(%s, ...): no such hook", kind);
@@ -2765,6 +2813,7 @@ static PyObject *py_hook(PyObject *self, PyObject *args)
                     : k == HOOK_NEXT    ? hook_next
                     : k == HOOK_FETCH   ? hook_fetch
                     : k == HOOK_AMPSTEP ? hook_ampstep
+                    : k == HOOK_ITER    ? hook_iter
                                         : hook_optstep;
     PyObject_GC_Track(h);
     return (PyObject *)h;

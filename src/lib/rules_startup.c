@@ -6,7 +6,8 @@
  * A DataLoader without persistent_workers=True starts a new set of worker
  * processes at every iter() (each epoch, each eval pass) and stops it at
  * the end.  The loop's first fetch from the new iterator waits for the
- * whole start: the processes, the Dataset pickled to each under the spawn
+ * whole start (the agent counts the iter() call that forks or spawns them
+ * in that fetch's wait): the processes, the Dataset pickled to each under the spawn
  * and forkserver start methods (macOS's default, and Linux's from Python
  * 3.14) with torch and the main module imported again, worker_init_fn, and
  * the first batch.  That is one long wait per set, however fast the

@@ -735,11 +735,15 @@ static size_t step_ending_after(const tm_run_step *st, size_t b, size_t e, int64
 
 /* Marks in mark[] the training steps that waited for a set of DataLoader
  * workers to start: the step of the same rank on the same host whose span
- * holds a worker process's first fetch start (a new process starts
- * fetching at once; the loop's step that asked for the first batch is
- * waiting meanwhile).  Several workers of a set, and several loaders
- * restarted together, mark one step; workers started for an eval pass
- * fetch between training steps and mark none.  Returns the steps marked. */
+ * holds the first fetch start of the set's first worker (a new process
+ * starts fetching at once; the loop's step that asked for the first batch
+ * is waiting meanwhile).  A set is the worker processes of one iter():
+ * taken in the order of their first fetches, a worker id seen again begins
+ * the next set.  A worker of the set that starts late (4 workers on 2
+ * cores: scheduled after the step's batch came from the others) marks no
+ * step after it; several loaders restarted together mark one step; workers
+ * started for an eval pass fetch between training steps and mark none.
+ * Returns the steps marked. */
 static size_t mark_startups(const tm_run_step *st, size_t nst, const tm_run_worker *wk, size_t nwk,
                             const tm_runview *v, unsigned char *mark);
 
@@ -754,13 +758,27 @@ unsigned char *tm_runsum_startup_marks(const tm_runview *v)
     return mark;
 }
 
+/* A worker process (one source): its first fetch's start and its id. */
+struct wfirst {
+    int64_t first;
+    uint32_t source;
+    int32_t id, rank;
+};
+
+static int wfirst_cmp(const void *a, const void *b)
+{
+    const struct wfirst *x = a, *y = b;
+    return (x->first > y->first) - (x->first < y->first);
+}
+
 static size_t mark_startups(const tm_run_step *st, size_t nst, const tm_run_worker *wk, size_t nwk,
                             const tm_runview *v, unsigned char *mark)
 {
     size_t *sb = calloc(v->nsrc ? 2 * v->nsrc : 1, sizeof *sb);
-    size_t marked = 0;
-    if (!sb)
-        return 0;
+    struct wfirst *wf = calloc(nwk, sizeof *wf);
+    size_t marked = 0, nwf = 0;
+    if (!sb || !wf)
+        goto out;
     size_t *se = sb + v->nsrc;
     for (size_t i = 0; i < nst;) { /* each source's step range */
         size_t j = i;
@@ -772,26 +790,42 @@ static size_t mark_startups(const tm_run_step *st, size_t nst, const tm_run_work
         }
         i = j;
     }
-    for (size_t i = 0; i < nwk;) {
+    for (size_t i = 0; i < nwk;) { /* each worker process's first fetch */
         size_t j = i;
         int64_t first = INT64_MAX;
         for (; j < nwk && wk[j].source == wk[i].source; j++)
             if (wk[j].w.end_ns >= wk[j].w.start_ns && wk[j].w.start_ns < first)
                 first = wk[j].w.start_ns;
-        for (uint32_t s = 0; first != INT64_MAX && s < v->nsrc; s++) {
-            if (se[s] == sb[s] || !tm_rec_is_training(&v->src[s].header) ||
-                v->src[s].header.rank != wk[i].rank || wk[i].source >= v->nsrc ||
-                strcmp(v->src[s].header.host, v->src[wk[i].source].header.host) != 0)
+        if (first != INT64_MAX && wk[i].source < v->nsrc)
+            wf[nwf++] = (struct wfirst){first, wk[i].source, wk[i].w.worker_id, wk[i].rank};
+        i = j;
+    }
+    qsort(wf, nwf, sizeof *wf, wfirst_cmp);
+    for (uint32_t s = 0; s < v->nsrc; s++) {
+        if (se[s] == sb[s] || !tm_rec_is_training(&v->src[s].header))
+            continue;
+        uint64_t ids = 0; /* the worker ids of the set begun last, mod 64 */
+        for (size_t i = 0; i < nwf; i++) {
+            if (wf[i].rank != v->src[s].header.rank ||
+                strcmp(v->src[wf[i].source].header.host, v->src[s].header.host) != 0)
                 continue;
-            size_t k = step_ending_after(st, sb[s], se[s], first);
-            if (k < se[s] && st[k].s.start_ns <= first && !mark[k]) {
+            uint64_t bit = 1ull << ((uint32_t)wf[i].id & 63);
+            if (ids & bit)
+                ids = 0; /* an id again: the next set */
+            int starts = ids == 0;
+            ids |= bit;
+            if (!starts)
+                continue;
+            size_t k = step_ending_after(st, sb[s], se[s], wf[i].first);
+            if (k < se[s] && st[k].s.start_ns <= wf[i].first && !mark[k]) {
                 mark[k] = 1;
                 marked++;
             }
         }
-        i = j;
     }
+out:
     free(sb);
+    free(wf);
     return marked;
 }
 

@@ -42,7 +42,8 @@ if __name__ == "__main__":
         try:
             x, y = clock.fetch(lambda: next(it))
         except StopIteration:
-            it = iter(loader)
+            # a new epoch: iter() starts the workers again, a wait as well
+            it = clock.fetch(lambda: iter(loader))
             x, y = clock.fetch(lambda: next(it))
         loss = torch.nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()

@@ -11,7 +11,13 @@
                with dynamo's error_on_recompile set: a guard that the
                agent's hooks fail (the global forward pre-hook dict whose
                type it toggles each step) would make every step recompile,
-               and here kills the job, which fails the test.
+               and here kills the job, which fails the test;
+  fork         the default start method on Linux before Python 3.14: a
+               map-style dataset that holds JOB_HEAP_MB (default 1000) in
+               the main process, 4 workers without persistent_workers and
+               short epochs (10 batches): each iter() forks 4 workers of a
+               large process (page tables copied), 60 ms and more here,
+               longer than the workers take for a batch.
 The oracle: optimizer steps and the data-wait share timed inline."""
 import os
 import sys
@@ -34,6 +40,17 @@ class Items(Dataset):
     def __getitem__(self, i):
         busy(ITEM_S)
         return torch.full((16,), float(i)), torch.ones(1)
+
+
+class Held(Items):
+    """Items whose Dataset holds a large array in memory (a tokenized
+    corpus, decoded images), touched so that its pages are the process's."""
+
+    def __init__(self, mb):
+        self.heap = torch.ones(mb * 262144)
+
+    def __len__(self):
+        return 10 * BATCH
 
 
 class Stream(IterableDataset):
@@ -60,6 +77,10 @@ def main():
         loader = DataLoader(Stream(60 * BATCH), batch_size=BATCH, num_workers=2,
                             multiprocessing_context="spawn")
         epochs = 1
+    elif VARIANT == "fork":
+        loader = DataLoader(Held(int(os.environ.get("JOB_HEAP_MB", "1000"))), batch_size=BATCH,
+                            num_workers=4, multiprocessing_context="fork")
+        epochs = 6
     else:
         loader = DataLoader(Items(), batch_size=BATCH, num_workers=2,
                             multiprocessing_context="forkserver")
@@ -70,7 +91,9 @@ def main():
             run = torch.compile(model, backend="eager")
     clock = Clock()
     for _ in range(epochs):
-        it = iter(loader)
+        # iter() starts the epoch's workers (or resumes the persistent
+        # ones): the loop waits for it as for the batches
+        it = clock.fetch(lambda: iter(loader))
         while True:
             try:
                 x, y = clock.fetch(lambda: next(it))

@@ -19,15 +19,18 @@ class Slow(Dataset):
         time.sleep(%(item)f)
         return torch.full((4,), float(i))
 loader = DataLoader(Slow(), batch_size=%(batch)d, num_workers=%(nw)d)
-waits = []          # the test's own oracle: time spent in next()
-it = iter(loader)
+waits = []          # the test's own oracle: time spent in iter() and next()
+t0 = time.perf_counter()
+it = iter(loader)   # starts the workers: the first batch waits for that too
+pending = time.perf_counter() - t0
 while True:
     t0 = time.perf_counter()
     try:
         x = next(it)
     except StopIteration:
         break
-    waits.append(time.perf_counter() - t0)
+    waits.append(time.perf_counter() - t0 + pending)
+    pending = 0.0
     time.sleep(%(compute)f)
 print(json.dumps({"waits": waits}))
 """
@@ -67,3 +70,63 @@ def test_two_worker_loader_records_every_step_and_its_data_wait(tmp_path):
     for s in steps[:-1]:
         d = s[2]
         assert d["end_ns"] - d["start_ns"] >= d["data_wait_ns"] + COMPUTE_S * 1e9 * 0.9
+
+
+ITER_S = 0.15  # the IterableDataset's __iter__ (opening a shard) sleeps this long
+EPOCHS = r"""
+import json, os, time, torch, trainmon
+from torch.utils.data import DataLoader, IterableDataset
+trainmon.attach()
+GAP = float(os.environ["GAP"])   # seconds between iter() and the first next()
+class Shards(IterableDataset):
+    # a shard opened in __iter__ (not a generator): iter(loader) runs it
+    def __iter__(self):
+        time.sleep(%(iter_s)f)
+        return iter([torch.full((4,), float(i)) for i in range(6)])
+loader = DataLoader(Shards(), batch_size=2)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for epoch in range(3):
+    it = iter(loader)
+    time.sleep(GAP)
+    for x in it:
+        model(x).sum().backward()
+        opt.step()
+        opt.zero_grad()
+trainmon.detach()
+print(json.dumps({"steps": 9}))
+"""
+
+
+def epochs(tmp_path, gap):
+    out = last_json(run_script(EPOCHS % dict(iter_s=ITER_S), tmp_path, env={"GAP": str(gap)}).stdout)
+    steps = [s[2] for s in records(main_file(tmp_path), "step")]
+    assert len(steps) == out["steps"]
+    return steps
+
+
+def test_the_first_batch_of_an_epoch_waited_for_iter_too(tmp_path):
+    """iter(loader) runs the Dataset's __iter__ (and starts worker
+    processes, sends them the Dataset): the loop waits for that before its
+    first batch, and the agent counts it in that batch's wait."""
+    steps = epochs(tmp_path, 0.0)
+    firsts = [steps[0], steps[3], steps[6]]  # each epoch's first step
+    for s in firsts:
+        assert s["data_wait_ns"] / 1e9 >= ITER_S, s
+        assert s["data_wait_ns"] / 1e9 < ITER_S + 0.1, s
+    for s in steps[1:3] + steps[4:6] + steps[7:]:
+        assert s["data_wait_ns"] / 1e9 < 0.01, s
+    # the step holds its wait (optimizer steps end the steps: the second
+    # epoch's first step begins at the last step's end, before iter())
+    for s in firsts[1:]:
+        assert s["end_ns"] - s["start_ns"] >= s["data_wait_ns"], s
+
+
+def test_an_iterator_used_later_is_no_wait_of_its_first_batch(tmp_path):
+    """An iterator made 50 ms before its first next() (at set-up, or with
+    work between): iter()'s time is not joined to that batch's wait."""
+    steps = epochs(tmp_path, 0.05)
+    for s in steps:
+        assert s["data_wait_ns"] / 1e9 < 0.01, s
+    # ...and the time is still in the step: iter() and the gap as compute
+    assert steps[3]["end_ns"] - steps[3]["start_ns"] >= (ITER_S + 0.05) * 1e9

@@ -42,7 +42,17 @@ try:
     next(it)
 except StopIteration:
     out["stop"] = True
+# an error in iter(loader) (the Dataset's __iter__ opening a shard) as it is
+class NoShard(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        raise KeyError("shard 7 missing")
+try:
+    iter(torch.utils.data.DataLoader(NoShard()))
+except KeyError as e:
+    out["iter_error"] = "shard 7 missing" in str(e)
+out["iter_hooked"] = getattr(torch.utils.data.DataLoader.__dict__["__iter__"], "_trainmon", False)
 trainmon.detach()
+out["iter_restored"] = not hasattr(torch.utils.data.DataLoader.__dict__["__iter__"], "_trainmon")
 out["restored"] = type(nnm._global_forward_pre_hooks).__name__
 out["engine_restored"] = Variable._execution_engine is engine
 print(json.dumps(out))
@@ -57,6 +67,7 @@ def test_hooks_pass_results_and_errors_through_and_keep_the_jobs_forward_hooks(t
     assert out["engine"] == "Engine" and out["engine_is_torchs"], out
     assert out["backward_untouched"] and out["engine_restored"], out
     assert out["backward_error"] is True
+    assert out["iter_hooked"] and out["iter_error"] and out["iter_restored"], out
     assert out["user_hook_calls"] == 6 and out["hooks_left"] == 0  # two forwards a step
     assert out["batches"] == [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0]] and out["stop"] is True
     steps = [f for _, _, f in records(main_file(tmp_path), "step")]

@@ -1120,6 +1120,35 @@ static void test_worker_restarts_alone_making_the_loop_wait_are_startup(void **s
     done(&run, &a);
 }
 
+static void test_a_set_whose_worker_starts_a_step_late_is_one_set(void **st)
+{
+    (void)st;
+    /* as above, but each set's worker 1 is scheduled late (4 workers on 2
+     * cores): its first fetch 60 ms into the epoch, in the step after the
+     * one that waited (steps 1, 26, 51, 76).  Taken by the order of the
+     * first fetches, ids 0, 1 | 0, 1 | ...: still 4 sets, 3 after the
+     * first, and only the waiting steps are theirs (the old marking took
+     * worker 1's step too: 6 "sets", each of the 2 ms steps among them) */
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    put_loader_steps(r0, 100, 0.050, 0.002, 0.001, 25, 0.040);
+    tm_rec_close(&r0);
+    for (unsigned e = 0; e < 4; e++) {
+        put_rank_worker(0, 0, 400 + 2 * e, 12, 1.25 * e + 0.01, 0.004, 0.003, 0.040);
+        put_rank_worker(0, 1, 400 + 2 * e + 1, 12, 1.25 * e + 0.06, 0.004, 0.003, 0.040);
+    }
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "input.worker_startup");
+    assert_non_null(f);
+    assert_true(ev_num(f, "worker_restarts") == 6);
+    assert_true(ev_num(f, "worker_set_restarts") == 3);
+    /* the three 40 ms waits, as when the set started together */
+    assert_true(fabs(ev_num(f, "startup_wait_s") - 0.120) < 1e-6);
+    assert_true(fabs(ev_num(f, "startup_wait_per_set_s") - 0.040) < 1e-6);
+    assert_non_null(strstr(f->advice, "started 3 times after the first"));
+    done(&run, &a);
+}
+
 static void test_slow_worker_sets_are_startup_with_the_start_method(void **st)
 {
     (void)st;
@@ -2049,6 +2078,7 @@ int main(void)
         T(test_even_waits_with_restarts_are_not_startup),
         T(test_a_long_wait_without_a_worker_start_is_not_startup),
         T(test_worker_startup_on_two_ranks_counts_each_ranks_sets),
+        T(test_a_set_whose_worker_starts_a_step_late_is_one_set),
         T(test_workers_needed_counts_the_batches_of_a_step),
         T(test_cpu_busy_workers_that_keep_up_are_not_cpu_bound),
         T(test_busy_workers_are_not_handoff),
