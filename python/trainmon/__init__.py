@@ -1114,7 +1114,61 @@ _SAVERS = (
     ("pytorch_lightning.trainer.trainer", "Trainer", "save_checkpoint", 1, 1, "filepath"),
     ("transformers.trainer", "Trainer", "_save_checkpoint", 2, -1, None),
     ("safetensors.torch", None, "save_file", 3, 1, "filename"),
+    # torch.distributed.checkpoint (FSDP's and torchtitan's checkpoints): a
+    # directory of shards, one torch.save per tensor inside; its save and
+    # the older save_state_dict block the loop; async_save blocks it while
+    # it stages the state, and the write runs its save in a thread
+    ("torch.distributed.checkpoint.state_dict_saver", None, "save", 4, -1, "checkpoint_id"),
+    ("torch.distributed.checkpoint.state_dict_saver", None, "save_state_dict", 4, 1,
+     "storage_writer"),
+    ("torch.distributed.checkpoint.state_dict_saver", None, "async_save", 5, -1, "checkpoint_id"),
 )
+_DCP = (4, 5)  # the kinds of torch.distributed.checkpoint's savers
+
+
+def _dcp_dir(args, kwargs, pos, kw):
+    """The directory a torch.distributed.checkpoint save writes: its
+    checkpoint_id, else its storage writer's path (FileSystemWriter's);
+    None when neither is a local path (an fsspec URL, another writer)."""
+    f = kwargs.get("checkpoint_id")
+    if f is None:
+        w = args[pos] if 0 <= pos < len(args) else kwargs.get("storage_writer")
+        f = getattr(w, "path", None)
+    return f if isinstance(f, (str, os.PathLike)) else None
+
+
+_DIR_SCAN_MAX = 4096  # entries of a checkpoint directory looked at, at most
+
+
+def _dcp_bytes(d):
+    """The bytes this process wrote into a torch.distributed.checkpoint
+    directory d: its shards __R_N.distcp (R its rank: the plan's index, the
+    global rank) and the metadata it writes (.metadata on the coordinator,
+    rank 0; __R.metadata without coordination); -1 when unknown (no such
+    directory, more than _DIR_SCAN_MAX entries: every rank of a large job
+    writes into it, and this runs on the training thread).  Never follows
+    a symbolic link."""
+    try:
+        rank = 0
+        dist = sys.modules.get("torch.distributed")
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            rank = dist.get_rank()
+        mine, meta = "__%d_" % rank, "__%d.metadata" % rank
+        total = n = 0
+        with os.scandir(d) as it:
+            for e in it:
+                n += 1
+                if n > _DIR_SCAN_MAX:
+                    return -1
+                name = e.name
+                if not ((name.startswith(mine) and name.endswith(".distcp")) or name == meta or
+                        (rank == 0 and name == ".metadata")):
+                    continue
+                if e.is_file(follow_symlinks=False):
+                    total += e.stat(follow_symlinks=False).st_size
+        return total
+    except Exception:
+        return -1
 
 
 def _save_target(args, kwargs, pos, kw):
@@ -1166,20 +1220,28 @@ def _make_save(orig, kind=0, pos=1, kw="f"):
     main = threading.main_thread().ident
     top = 1 << 62
 
+    dcp = kind in _DCP
+
     @functools.wraps(orig)
     def save(*args, **kwargs):
         entered = ok = False
         nbytes, where = -1, (1 if kind else -1)  # a framework's saver writes files
         try:
             try:
-                f, pos0 = _save_target(args, kwargs, pos, kw)
+                if dcp:
+                    f, pos0 = _dcp_dir(args, kwargs, pos, kw), None
+                else:
+                    f, pos0 = _save_target(args, kwargs, pos, kw)
             except Exception:
                 f, pos0 = None, None
             enter(ident() == main)
             entered = True
             r = orig(*args, **kwargs)
             ok = True
-            if pos >= 0:
+            if dcp:  # (async_save's files are written later, by its thread's save)
+                if kind == 4 and f is not None:
+                    nbytes = _dcp_bytes(f)
+            elif pos >= 0:
                 nbytes, where = _saved(f, pos0)
             return r
         finally:
@@ -1198,10 +1260,29 @@ def _install_saver(mod, spec):
         return
     wrapped = _make_save(fn, kind, pos, kw)
     _patch(owner, fname, wrapped)
-    if mod.__name__ == "torch":  # torch.save is torch.serialization.save
-        ser = mod.__dict__.get("serialization")
-        if ser is not None and ser.__dict__.get(fname) is fn:
-            _patch(ser, fname, wrapped)
+    # the same function under another name: torch.save is
+    # torch.serialization.save; torch.distributed.checkpoint.save is its
+    # state_dict_saver's (where the package imported it before attach())
+    alias = (mod.__dict__.get("serialization") if mod.__name__ == "torch" else
+             sys.modules.get(mod.__name__.rpartition(".")[0]) if kind in _DCP else None)
+    if alias is not None and getattr(alias, "__dict__", {}).get(fname) is fn:
+        _patch(alias, fname, wrapped)
+
+
+def _unalias_savers():
+    """At detach: a package that imported a wrapped saver from its module
+    while attached (torch.distributed.checkpoint's `from .state_dict_saver
+    import save`, run after the finder wrapped it) gets torch's back."""
+    try:
+        for sv in _SAVERS:
+            if sv[3] not in _DCP:
+                continue
+            pkg = sys.modules.get(sv[0].rpartition(".")[0])
+            cur = getattr(pkg, "__dict__", {}).get(sv[2])
+            if getattr(cur, "_trainmon", False) and getattr(cur, "__wrapped__", None) is not None:
+                setattr(pkg, sv[2], cur.__wrapped__)
+    except Exception as e:
+        _report_exc("checkpoint timing", e)
 
 
 class _SaversOnImport:
@@ -1960,6 +2041,7 @@ def detach():
             else:
                 setattr(owner, name, orig)
         del _state["patches"][:]
+        _unalias_savers()
         try:
             import gc
             while _c.gc_callback in gc.callbacks:

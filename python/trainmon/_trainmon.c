@@ -2152,8 +2152,11 @@ static int boundary_work(long flags)
 }
 
 /* Checkpoint saves (the glue wraps torch.save, Lightning's
- * Trainer.save_checkpoint, the Hugging Face Trainer's _save_checkpoint and
- * safetensors' save_file; a save inside another is part of it): a save on the training
+ * Trainer.save_checkpoint, the Hugging Face Trainer's _save_checkpoint,
+ * safetensors' save_file and torch.distributed.checkpoint's save,
+ * save_state_dict and async_save; a save inside another is part of it,
+ * as the torch.save of each tensor inside a torch.distributed.checkpoint
+ * save is): a save on the training
  * thread blocks the loop, and its time is no step's: agent_time takes it
  * out of the steps open then, their preparation and a fetch in progress,
  * as an eval run's is (a save between optimizer.step() and the next
@@ -2182,7 +2185,12 @@ static PyObject *py_save_enter(PyObject *self, PyObject *arg)
 }
 
 /* The savers the glue wraps (its _SAVERS), by number: the event's "via" */
-static const char *const save_via[] = {"torch.save", "lightning", "transformers", "safetensors"};
+static const char *const save_via[] = {"torch.save",
+                                       "lightning",
+                                       "transformers",
+                                       "safetensors",
+                                       "torch.distributed.checkpoint",
+                                       "torch.distributed.checkpoint.async_save"};
 
 /* save_exit(nbytes, ok[, kind[, where]]): it returned (ok true) or
  * raised; nbytes -1 unknown; kind the saver's number in save_via; where 1

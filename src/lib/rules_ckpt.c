@@ -47,6 +47,7 @@ void tm_rule_checkpoint_blocking(struct an *an)
     tm_an_ev_num(&e, "processes_saving", (double)S->ckpt_procs);
     tm_an_ev_num(&e, "save_calls", (double)S->ckpt_calls);
     tm_an_ev_num(&e, "save_calls_to_memory", (double)S->ckpt_to_memory);
+    tm_an_ev_num(&e, "save_calls_async", (double)S->ckpt_async);
     tm_an_ev_num(&e, "saves_outside_loop", (double)S->ckpt_outside);
     tm_an_ev_num(&e, "background_save_calls", (double)S->ckpt_bg_saves);
     tm_an_ev_num(&e, "step_time_mean_s", step_s);
@@ -108,11 +109,23 @@ void tm_rule_checkpoint_blocking(struct an *an)
                   "(pickling%s), which a faster disk would not shorten.",
                   100 * S->ckpt_cpu_share, rate[0] ? ", at " : "", rate,
                   S->gpu ? ", copying GPU tensors to the host" : "");
-    tm_an_adv(adv, sizeof adv,
-              " Take the save off the training thread: torch.distributed.checkpoint.async_save "
-              "(torch 2.3 and later), or copy the state_dict to CPU tensors and torch.save that "
-              "in a background thread; Lightning has AsyncCheckpointIO; with the Hugging "
-              "Face Trainer, a larger save_steps.");
+    if (S->ckpt_async > 0 && S->ckpt_async == S->ckpt_calls)
+        tm_an_adv(adv, sizeof adv,
+                  " These are torch.distributed.checkpoint.async_save calls: the loop waits while "
+                  "each stages the state (a copy into host memory), and the write runs in a "
+                  "thread. Let the staging overlap training too: async_save(..., "
+                  "async_stager=DefaultStager(StagingOptions(use_pinned_memory=True, "
+                  "use_shared_memory=False, use_async_staging=True, use_non_blocking_copy=True))) "
+                  "where async_save takes an async_stager (DefaultStager is in "
+                  "torch.distributed.checkpoint.staging), or stage fewer bytes (the model's and "
+                  "optimizer's state only).");
+    else
+        tm_an_adv(
+            adv, sizeof adv,
+            " Take the save off the training thread: torch.distributed.checkpoint.async_save "
+            "(torch 2.3 and later), or copy the state_dict to CPU tensors and torch.save that "
+            "in a background thread; Lightning has AsyncCheckpointIO; with the Hugging "
+            "Face Trainer, a larger save_steps.");
     if (S->ckpt_bg_saves > 0)
         tm_an_adv(adv, sizeof adv, " %zu other save call%s already ran in a background thread.",
                   S->ckpt_bg_saves, S->ckpt_bg_saves == 1 ? "" : "s");

@@ -170,8 +170,11 @@ typedef struct tm_an_summary {
      * of save time and the share of it on a CPU (NAN unknown), the median
      * steps from one checkpoint to the next (NAN: fewer than 2), its loop
      * time (training steps, eval runs and those saves) and its mean
-     * training step (NAN: none). */
+     * training step (NAN: none); ckpt_async of its calls were
+     * torch.distributed.checkpoint.async_save's blocking part (staging the
+     * state; its write is a background save). */
     size_t ckpt_procs, ckpt_saves, ckpt_calls, ckpt_to_memory, ckpt_bg_saves, ckpt_outside;
+    size_t ckpt_async;
     double ckpt_s, ckpt_median_s, ckpt_bytes, ckpt_write_bps, ckpt_cpu_share;
     double ckpt_every_steps, ckpt_loop_s, ckpt_step_s, ckpt_bg_s;
     /* Python's garbage collector (gc.pause and gc.totals events of the

@@ -2,8 +2,9 @@
  * runsum_ckpt.c - the checkpoint saves of a run, for checkpoint.blocking
  * (docs/DIAGNOSIS.md).
  *
- * The agent wraps torch.save and writes one checkpoint.save event at the
- * end of each call: its wall time (dur_s), the thread's CPU time in it
+ * The agent wraps torch.save (and the frameworks' savers, and
+ * torch.distributed.checkpoint's: see _trainmon.c) and writes one
+ * checkpoint.save event at the end of each call: its wall time (dur_s), the thread's CPU time in it
  * (cpu_s), the bytes written (a path's size, a file object's position;
  * null unknown), the steps begun so far, and whether it blocked the loop
  * (blocking: the training thread) or ran beside it (a background thread).
@@ -65,7 +66,7 @@ static bool in_loop(const tm_run_loop *L, const tm_run_event *e)
 void tm_runsum_checkpoints(const tm_runview *v, tm_an_summary *S)
 {
     S->ckpt_procs = S->ckpt_saves = S->ckpt_bg_saves = S->ckpt_outside = 0;
-    S->ckpt_calls = S->ckpt_to_memory = 0;
+    S->ckpt_calls = S->ckpt_to_memory = S->ckpt_async = 0;
     S->ckpt_s = S->ckpt_bg_s = 0;
     S->ckpt_median_s = S->ckpt_bytes = S->ckpt_write_bps = S->ckpt_cpu_share = NAN;
     S->ckpt_every_steps = S->ckpt_loop_s = S->ckpt_step_s = NAN;
@@ -133,6 +134,8 @@ void tm_runsum_checkpoints(const tm_runview *v, tm_an_summary *S)
             continue;
         if (!end && strstr(ev[i].json, "\"to\":\"memory\""))
             S->ckpt_to_memory++;
+        if (!end && strstr(ev[i].json, "\"via\":\"torch.distributed.checkpoint.async_save\""))
+            S->ckpt_async++;
         if (ng && (end || isnan(n) || n != g_step)) { /* the checkpoint before ends */
             tmp[k++] = g_d;
             if (g_bknown)

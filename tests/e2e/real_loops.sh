@@ -61,7 +61,12 @@
 # of the model, the optimizer and 48 MB more every 4 steps on the training
 # thread: llm_memmap_ckpt) is no batch preparation (input.ok, as the same
 # loop without it) but checkpoint.blocking, with the job's own count of
-# checkpoints and their time (within 10%); a loop holding 150,000 Python
+# checkpoints, their time (within 10%) and bytes (within 1%), one save call
+# each; so is the same checkpoint by torch.distributed.checkpoint.save
+# (llm_memmap_dcp, torch 2.x: a directory of shards with a torch.save per
+# tensor inside, which the previous agent counted as 42 saves a checkpoint
+# with half its time, the rest read as steps.stalls and input.main_prep,
+# and "serialized into a buffer in memory"); a loop holding 150,000 Python
 # objects whose batch preparation memoizes 4,000 more a step
 # (llm_memmap_gc: full collections of the garbage collector inside the
 # preparation) has the job's own count and time of the pauses (its
@@ -96,7 +101,7 @@ import runcheck
 # the input finding each job must get (and the ones it must not)
 EXPECT = {"llm_memmap": ("input.main_prep", "cpu"), "manual_sgd": ("input.main_prep", "cpu"),
           "llm_memmap_fast": ("input.ok", None), "grad_accum": (None, None),
-          "llm_memmap_ckpt": ("input.ok", None),
+          "llm_memmap_ckpt": ("input.ok", None), "llm_memmap_dcp": ("input.ok", None),
           "llm_memmap_gc": ("input.ok", None), "llm_memmap_log": ("input.ok", None),
           "train_eval": (None, None), "break_early": (None, None),
           "idle_workers": ("input.handoff", None), "llm_memmap_eval": ("input.main_prep", "cpu"),
@@ -116,6 +121,7 @@ NEVER = {"llm_memmap": {"input.data_wait", "input.cpu_bound", "input.disk_bound"
          "manual_sgd": {"input.data_wait", "input.cpu_bound", "input.disk_bound"},
          "llm_memmap_fast": {"input.main_prep", "input.data_wait"},
          "llm_memmap_ckpt": {"input.main_prep", "input.data_wait"},
+         "llm_memmap_dcp": {"input.main_prep", "input.data_wait"},
          "llm_memmap_gc": {"input.main_prep", "input.data_wait"},
          "llm_memmap_log": {"input.main_prep", "input.data_wait", "gc.pauses"},
          "grad_accum": {"input.main_prep"}, "train_eval": {"input.main_prep"},
@@ -173,6 +179,10 @@ if oracle.get("saves"):  # checkpoints: the job's own count and time
             bad.append("%s checkpoints, the job saved %d" % (ev.get("checkpoints"), oracle["saves"]))
         if abs(ev.get("save_time_s", 0) - oracle["save_s"]) > 0.1 * oracle["save_s"] + 0.005:
             bad.append("save time %s s, the job timed %.4f s" % (ev.get("save_time_s"), oracle["save_s"]))
+        if abs((ev.get("save_bytes_median") or 0) - oracle["save_bytes"]) > 0.01 * oracle["save_bytes"]:
+            bad.append("checkpoint bytes %s, the job's files %d" % (ev.get("save_bytes_median"), oracle["save_bytes"]))
+        if ev.get("save_calls") != oracle["saves"]:  # one call each (DCP: no torch.save per tensor)
+            bad.append("%s save calls for the job's %d checkpoints" % (ev.get("save_calls"), oracle["saves"]))
 elif "checkpoint.blocking" in ids:
     bad.append("checkpoint.blocking in a job that saved nothing")
 if oracle.get("gc_pauses") is not None:  # the collector: the job's own gc.callbacks timer
@@ -243,10 +253,11 @@ half() { # name python
     # The sanitizer build: the report and dump of the binary under ASan on
     # one loop of each kind of boundary, not the whole matrix again.
     case ${BUILD:-} in *asan*) [ -n "$jobs" ] || jobs="grad_accum manual_sgd idle_workers" ;; esac
-    for job in ${jobs:-llm_memmap llm_memmap_fast llm_memmap_ckpt llm_memmap_gc llm_memmap_log grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver loader_fork thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next grad_accum_cycle amp_nan gan_dcgan gan_wgan accelerate_loop}; do
+    for job in ${jobs:-llm_memmap llm_memmap_fast llm_memmap_ckpt llm_memmap_dcp llm_memmap_gc llm_memmap_log grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver loader_fork thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next grad_accum_cycle amp_nan gan_dcgan gan_wgan accelerate_loop}; do
         local run=$scratch/$name-$job script=$job envs=()
         [ "$job" = llm_memmap_fast ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=2048); }
         [ "$job" = llm_memmap_ckpt ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=2048 JOB_SAVE_EVERY=4 JOB_SAVE_MB=48); }
+        [ "$job" = llm_memmap_dcp ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=2048 JOB_SAVE_EVERY=4 JOB_SAVE_MB=48 JOB_SAVE_DCP=1 PYTHONWARNINGS=ignore); }
         [ "$job" = llm_memmap_eval ] && { script=llm_memmap; envs=(JOB_EVAL_EVERY=10); }
         [ "$job" = llm_memmap_log ] && { script=llm_memmap; envs=(JOB_STEPS=60 JOB_PREP_S=0 JOB_HIDDEN=2048 JOB_LOG_EVERY=10 JOB_LOG_S=0.3); }
         [ "$job" = llm_memmap_gc ] && { script=llm_memmap; envs=(JOB_STEPS=80 JOB_PREP_S=0 JOB_HIDDEN=6144 JOB_PYHEAP=150000 JOB_KEEP=4000); }
@@ -255,6 +266,9 @@ half() { # name python
         [ "$job" = grad_accum_cycle ] && { script=grad_accum; envs=(JOB_CYCLE=1); }
         case $job in two_loaders_*) script=two_loaders; envs=(JOB_VARIANT=${job#two_loaders_}) ;; esac
         case $job in gan_*) script=gan; envs=(JOB_VARIANT=${job#gan_}) ;; esac
+        if [ "$job" = llm_memmap_dcp ] && ! "$PY" -c 'import torch.distributed.checkpoint' 2>/dev/null; then
+            echo "  $job: skipped: no torch.distributed.checkpoint in torch $tv"; continue
+        fi
         if [ "$job" = accelerate_loop ] && ! "$PY" -c 'import accelerate' 2>/dev/null; then
             echo "  $job: skipped: no accelerate for $PY (make deps installs it in the virtualenv)"; continue
         fi

@@ -8,7 +8,9 @@ model.eval()/model.train(); its time is no step time.  With
 JOB_SAVE_EVERY=N, a checkpoint every N steps as nanoGPT saves one
 (torch.save of the model, the optimizer and JOB_SAVE_MB more of state, on
 the training thread): the loop stops meanwhile, and that time is neither
-batch preparation nor compute.  With JOB_PYHEAP=N, the job holds N Python
+batch preparation nor compute; with JOB_SAVE_DCP=1 the checkpoint is
+torch.distributed.checkpoint.save's directory of shards (FSDP's and
+torchtitan's way; one torch.save per tensor inside it).  With JOB_PYHEAP=N, the job holds N Python
 objects (a corpus index as lists, as small scripts keep one) and its batch
 preparation memoizes JOB_KEEP more each step (a decode cache): Python's
 garbage collector then makes full collections inside the loop, each
@@ -38,6 +40,9 @@ EVAL_EVERY = int(os.environ.get("JOB_EVAL_EVERY", "0"))
 EVAL_ITERS = 4
 SAVE_EVERY = int(os.environ.get("JOB_SAVE_EVERY", "0"))
 # a larger model's state, saved with the checkpoint (MB of float32)
+SAVE_DCP = os.environ.get("JOB_SAVE_DCP") == "1"  # torch.distributed.checkpoint.save
+if SAVE_DCP:
+    import torch.distributed.checkpoint as dcp
 SAVE_PAD = torch.zeros(int(float(os.environ.get("JOB_SAVE_MB", "0")) * 262144))
 VOCAB, BLOCK, BATCH = 256, 32, 8
 LOG_EVERY = int(os.environ.get("JOB_LOG_EVERY", "0"))
@@ -110,6 +115,7 @@ def estimate_loss():
 
 ckpt = os.path.join(d, "ckpt.pt")
 saves = []
+sizes = []  # bytes of each checkpoint
 logs = []
 for it in range(STEPS):
     if EVAL_EVERY and it % EVAL_EVERY == 0 and it > 0:
@@ -135,16 +141,25 @@ for it in range(STEPS):
     if SAVE_EVERY and (it + 1) % SAVE_EVERY == 0 and it + 1 < STEPS:  # not after the last
         # nanoGPT's checkpoint, on the training thread: the loop stops
         t_save = time.perf_counter()
-        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
-                    "iter_num": it, "pad": SAVE_PAD}, ckpt)
+        state = {"model": model.state_dict(), "optimizer": opt.state_dict(),
+                 "iter_num": it, "pad": SAVE_PAD}
+        if SAVE_DCP:  # torchtitan's and FSDP users' way: a directory of shards
+            dcp.save(state, checkpoint_id=os.path.join(d, "step%d" % it))
+        else:
+            torch.save(state, ckpt)
         dt = time.perf_counter() - t_save
         clock.eval_s += dt  # no step time: the oracle's span leaves it out
         saves.append(dt)
+        if SAVE_DCP:  # the bytes it wrote: every file of the directory
+            cd = os.path.join(d, "step%d" % it)
+            sizes.append(sum(os.path.getsize(os.path.join(cd, n)) for n in os.listdir(cd)))
+        else:
+            sizes.append(os.path.getsize(ckpt))
 os.unlink(path)
-if saves:
-    os.unlink(ckpt)
-os.rmdir(d)
-extra = {"saves": len(saves), "save_s": sum(saves)} if saves else {}
+import shutil  # noqa: E402
+shutil.rmtree(d)
+extra = {"saves": len(saves), "save_s": sum(saves),
+         "save_bytes": sorted(sizes)[len(sizes) // 2]} if saves else {}
 if logs:
     extra.update(logs=len(logs), log_s=sum(logs))
 if PYHEAP:  # the pauses (full collections, or 1 ms or more) after the warm-up step

@@ -6,6 +6,8 @@ bytes and the step; a save in another thread is marked as not blocking; the
 job's own result and exceptions pass through unchanged."""
 import json
 
+import pytest
+
 from conftest import last_json, main_file, records, run_script
 
 SAVES = r"""
@@ -185,3 +187,98 @@ def test_a_save_inside_a_save_is_one_and_detach_restores_torch_save(tmp_path):
           if r["name"] == "checkpoint.save"]
     assert len(ev) == 1 and ev[0]["bytes"] == out["n"], (ev, out)
     assert out["restored"]
+
+
+DCP = r"""
+import json, os, sys, tempfile, time, torch, trainmon
+if os.environ.get("DCP_FIRST"):        # imported before attach(): wrapped at attach
+    import torch.distributed.checkpoint
+trainmon.attach()                      # else imported after: the finder wraps on import
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import state_dict_saver
+torch.manual_seed(0)
+model = torch.nn.Linear(256, 256)
+opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+d = tempfile.mkdtemp()
+saves, sizes, files = [], [], []
+for i in range(20):
+    model(torch.randn(8, 256)).square().mean().backward()
+    opt.step()
+    opt.zero_grad()
+    if (i + 1) % 5 == 0:
+        state = {"model": model.state_dict(), "optim": opt.state_dict(),
+                 "pad": torch.zeros(2_000_000)}
+        cid = os.path.join(d, "step%d" % i)
+        t = time.perf_counter()
+        if i + 1 == 10:                  # the older API: a FileSystemWriter
+            dcp.save_state_dict(state, dcp.FileSystemWriter(cid), no_dist=True)
+        else:
+            dcp.save(state, checkpoint_id=cid)
+        saves.append(time.perf_counter() - t)
+        names = sorted(os.listdir(cid))
+        files.append(names)
+        sizes.append(sum(os.path.getsize(os.path.join(cid, n)) for n in names))
+# async_save: staged on this thread, written by its save in a thread
+t = time.perf_counter()
+fut = dcp.async_save({"model": model.state_dict()}, checkpoint_id=os.path.join(d, "async"))
+async_s = time.perf_counter() - t
+fut.result()
+async_bytes = sum(os.path.getsize(os.path.join(d, "async", n)) for n in os.listdir(os.path.join(d, "async")))
+# the job's own error passes through as DCP's (no checkpoint_id, no writer)
+try:
+    dcp.save({"w": torch.ones(3)})
+    err = None
+except Exception as e:
+    err = [type(e).__name__, str(e)[:80]]
+out = {"saves": saves, "sizes": sizes, "files": files, "async_s": async_s,
+       "async_bytes": async_bytes, "err": err, "same": dcp.save is state_dict_saver.save,
+       "wrapped": getattr(dcp.save, "_trainmon", False), "name": dcp.save.__name__}
+trainmon.detach()
+out["restored"] = [not hasattr(f, "_trainmon") for f in
+                   (dcp.save, state_dict_saver.save, dcp.async_save, dcp.save_state_dict)]
+out["same_after"] = dcp.save is state_dict_saver.save
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("first", ["", "1"], ids=["imported_after", "imported_before"])
+def test_a_torch_distributed_checkpoint_save_is_one_save_with_its_shards_bytes(tmp_path, first):
+    """torch.distributed.checkpoint.save writes a directory of shards with
+    a torch.save per tensor inside: one checkpoint.save event per call
+    (not one per tensor), its time the call's, its bytes this process's
+    shards and metadata; async_save is a blocking event for its staging
+    and one background save (its thread's dcp.save) with the bytes."""
+    torch = pytest.importorskip("torch")
+    try:
+        import torch.distributed.checkpoint as dcp
+    except ImportError:
+        pytest.skip("torch %s has no torch.distributed.checkpoint" % torch.__version__)
+    if not hasattr(dcp, "async_save"):
+        pytest.skip("torch %s has no torch.distributed.checkpoint.async_save" % torch.__version__)
+    p = run_script(DCP, tmp_path, env={"PYTHONWARNINGS": "ignore", "DCP_FIRST": first})
+    out = last_json(p.stdout)
+    assert out["wrapped"] and out["same"] and out["name"] == "save", out
+    assert all(out["restored"]) and out["same_after"], out
+    f = main_file(tmp_path)
+    ev = [json.loads(r["json"]) for _, _, r in records(f, "event")
+          if r["name"] == "checkpoint.save"]
+    sync = [e for e in ev
+            if e["via"] == "torch.distributed.checkpoint" and e["blocking"] and e["ok"]]
+    assert len(sync) == 4, ev  # 4 calls, each one save (each wrote 6+ tensors)
+    for e, want_s, want_b, names in zip(sync, out["saves"], out["sizes"], out["files"]):
+        assert any(n.endswith(".distcp") for n in names) and ".metadata" in names, names
+        assert e["bytes"] == want_b, (e, want_b, names)
+        assert e["to"] == "file"
+        assert abs(e["dur_s"] - want_s) <= 0.1 * want_s + 0.002, (e, want_s)
+    assert [e["step"] for e in sync] == [5, 10, 15, 20]
+    staged = [e for e in ev if e["via"] == "torch.distributed.checkpoint.async_save"]
+    assert len(staged) == 1 and staged[0]["blocking"] and staged[0]["bytes"] is None, staged
+    assert staged[0]["dur_s"] <= out["async_s"] + 0.002
+    bg = [e for e in ev if not e["blocking"]]
+    assert len(bg) == 1 and bg[0]["via"] == "torch.distributed.checkpoint", bg
+    assert bg[0]["bytes"] == out["async_bytes"], (bg, out["async_bytes"])
+    # the failed call: its own error, one event that says not ok
+    assert out["err"] is not None
+    failed = [e for e in ev if not e["ok"]]
+    assert len(failed) == 1 and failed[0]["via"] == "torch.distributed.checkpoint", ev
+    assert len(ev) == 4 + 1 + 1 + 1, ev

@@ -38,6 +38,19 @@ static void put_save(tm_rec *w, double t, double dur, double cpu, double bytes, 
     assert_int_equal(tm_rec_event(w, at(t), "checkpoint.save", js), 0);
 }
 
+/* One checkpoint.save event with the saver (via) and where it wrote (to);
+ * bytes as the JSON says it ("null": unknown). */
+static void put_save_via(tm_rec *w, double t, double dur, double cpu, const char *bytes,
+                         unsigned step, bool blocking, const char *via, const char *to)
+{
+    char js[320];
+    snprintf(js, sizeof js,
+             "{\"dur_s\":%.6f,\"cpu_s\":%.6f,\"bytes\":%s,\"step\":%u,\"blocking\":%s,"
+             "\"ok\":true,\"via\":\"%s\",\"to\":\"%s\"}",
+             dur, cpu, bytes, step, blocking ? "true" : "false", via, to);
+    assert_int_equal(tm_rec_event(w, at(t), "checkpoint.save", js), 0);
+}
+
 /* n steps of 10/n s (1 ms of data wait each) from 0 to 10 s and a save
  * ending at 1, 2, ... 10 s (inside the loop: each begins before its last
  * step ends), numbered 10, 20, ... 100: dur s each, cpu of it on a CPU,
@@ -233,14 +246,8 @@ static void test_saves_to_memory_say_the_write_is_not_timed(void **st)
     (void)st;
     tm_rec *r = open_rec("rank0.tmr", "rank0", 0);
     put_steps(r, 100, 0, 0.1, 0.001);
-    for (unsigned k = 1; k <= 10; k++) {
-        char js[256];
-        snprintf(js, sizeof js,
-                 "{\"dur_s\":0.2,\"cpu_s\":0.05,\"bytes\":1000,\"step\":%u,\"blocking\":true,"
-                 "\"ok\":true,\"via\":\"torch.save\",\"to\":\"memory\"}",
-                 10 * k);
-        assert_int_equal(tm_rec_event(r, at(1.0 * k), "checkpoint.save", js), 0);
-    }
+    for (unsigned k = 1; k <= 10; k++)
+        put_save_via(r, 1.0 * k, 0.2, 0.05, "1000", 10 * k, true, "torch.save", "memory");
     tm_rec_close(&r);
     tm_run *run = NULL;
     tm_analysis *a = analyze(&run);
@@ -250,6 +257,58 @@ static void test_saves_to_memory_say_the_write_is_not_timed(void **st)
     assert_non_null(strstr(f->advice, "into a buffer in memory"));
     /* a CPU share of 25% would otherwise blame the storage */
     assert_null(strstr(f->advice, "write to a local disk"));
+    done(&run, &a);
+}
+
+/* torch.distributed.checkpoint.async_save: each call blocks while it
+ * stages the state (0.2 s of 12.0 s: 17%, as the first test) and its
+ * write is a background save of the thread (not the loop's).  The advice
+ * is not "use async_save" but its staging: async_stager, and the
+ * background writes are counted apart. */
+static void test_async_save_staging_is_told_as_staging(void **st)
+{
+    (void)st;
+    tm_rec *r = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(r, 100, 0, 0.1, 0.001);
+    for (unsigned k = 1; k <= 10; k++) {
+        put_save_via(r, 1.0 * k, 0.2, 0.18, "null", 10 * k, true,
+                     "torch.distributed.checkpoint.async_save", "file");
+        put_save_via(r, 1.0 * k + 0.5, 0.5, 0.3, "400000000", 10 * k, false,
+                     "torch.distributed.checkpoint", "file");
+    }
+    tm_rec_close(&r);
+    tm_run *run = NULL;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "checkpoint.blocking");
+    assert_non_null(f);
+    assert_true(fabs(ev_num(f, "save_share") - 2.0 / 12.0) < 1e-6);
+    assert_true(ev_num(f, "save_calls_async") == 10 && ev_num(f, "save_calls") == 10);
+    assert_true(ev_num(f, "background_save_calls") == 10);
+    assert_non_null(strstr(f->advice, "These are torch.distributed.checkpoint.async_save calls"));
+    assert_non_null(strstr(f->advice, "use_async_staging=True"));
+    assert_null(strstr(f->advice, "Take the save off the training thread"));
+    done(&run, &a);
+}
+
+/* Blocking torch.distributed.checkpoint saves with one async_save among
+ * them: the advice is still to take the saves off the thread. */
+static void test_some_async_saves_among_blocking_ones_keep_the_async_advice(void **st)
+{
+    (void)st;
+    tm_rec *r = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(r, 100, 0, 0.1, 0.001);
+    for (unsigned k = 1; k <= 10; k++)
+        put_save_via(r, 1.0 * k, 0.2, 0.18, "1000", 10 * k, true,
+                     k == 5 ? "torch.distributed.checkpoint.async_save"
+                            : "torch.distributed.checkpoint",
+                     "file");
+    tm_rec_close(&r);
+    tm_run *run = NULL;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "checkpoint.blocking");
+    assert_non_null(f);
+    assert_true(ev_num(f, "save_calls_async") == 1);
+    assert_non_null(strstr(f->advice, "Take the save off the training thread"));
     done(&run, &a);
 }
 
@@ -302,6 +361,10 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_saves_to_memory_say_the_write_is_not_timed, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_async_save_staging_is_told_as_staging, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(
+            test_some_async_saves_among_blocking_ones_keep_the_async_advice, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crafted_save_events_are_read_as_unknown, setup,
                                         teardown),
     };
