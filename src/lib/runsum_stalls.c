@@ -13,10 +13,14 @@
  *     and TM_AN_STALL_MIN_S more;
  *   - its excess over the median is explained when a longer data wait
  *     than the median's, or the garbage collector's pauses inside it
- *     (runsum_gc.c), make half of it, or when a new set of DataLoader
- *     workers started in it (iter() hands the Dataset to the workers
- *     outside __next__: input.worker_startup's steps): the input verdicts
- *     and gc.pauses say those; the rest is the loop's own work;
+ *     (runsum_gc.c), or, in a distributed job, another rank's blocking
+ *     checkpoint saves and collector pauses in its time (that rank stopped
+ *     and this one waited for it at the next collective: rank 0's
+ *     torch.save every K steps stalls every other rank every K steps;
+ *     checkpoint.blocking and gc.pauses say those), make half of it, or when a new set of
+ * DataLoader workers started in it (iter() hands the Dataset to the workers outside __next__:
+ * input.worker_startup's steps): the input verdicts and gc.pauses say those; the rest is the loop's
+ * own work;
  *   - the steps from one unexplained stall to the next: their median K,
  *     and whether they are regular (TM_AN_STALL_REGULAR of them within
  *     K/10 steps of it, exactly for K < 10: a loop's every-K work comes at
@@ -37,22 +41,146 @@
 #include "runsum.h"
 #include "trainmon.h"
 
-/* The collector's pause time inside [a, b] (spans sorted by begin, none
- * inside another, so sorted by end too: the first that ends after a is
- * found by bisection) */
-static double gc_in(const double *sp, size_t n, double a, double b)
+/* Per training process of a distributed job (header rank >= 0): where it
+ * stopped and held the other ranks at their next collective, its blocking
+ * checkpoint saves and its collector's pauses, {begin, end} pairs of wall
+ * clock, sorted and merged.  Built once for the run, at the first stall a
+ * process's own pauses do not explain. */
+struct held {
+    double *sp;
+    size_t n;
+};
+
+static int pair_cmp(const void *a, const void *b)
+{
+    const double *x = a, *y = b;
+    return (x[0] > y[0]) - (x[0] < y[0]);
+}
+
+/* Sorts n {begin, end} pairs and merges those that overlap; returns the
+ * pairs left. */
+static size_t merge_pairs(double *sp, size_t n)
+{
+    qsort(sp, n, 2 * sizeof *sp, pair_cmp);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (m && sp[2 * i] <= sp[2 * m - 1]) {
+            sp[2 * m - 1] = fmax(sp[2 * m - 1], sp[2 * i + 1]);
+            continue;
+        }
+        sp[2 * m] = sp[2 * i];
+        sp[2 * m + 1] = sp[2 * i + 1];
+        m++;
+    }
+    return m;
+}
+
+static bool is_rank(const tm_runview *v, uint32_t s)
+{
+    return s < v->nsrc && v->src[s].header.rank >= 0 && tm_rec_is_training(&v->src[s].header);
+}
+
+static struct held *held_build(const tm_runview *v)
+{
+    const tm_run_event *ev;
+    size_t nev = tm_run_events(v->r, &ev);
+    struct held *H = calloc(v->nsrc, sizeof *H);
+    size_t *cap = calloc(v->nsrc, sizeof *cap);
+    if (!H || !cap)
+        goto fail;
+    for (size_t i = 0; i < nev; i++) {
+        const tm_run_event *e = &ev[i];
+        if (!e->name || !e->json || !is_rank(v, e->source))
+            continue;
+        bool save =
+            strcmp(e->name, "checkpoint.save") == 0 && strstr(e->json, "\"blocking\":true") != NULL;
+        if (!save && strcmp(e->name, "gc.pause") != 0)
+            continue;
+        double d = tm_runsum_event_num(e->json, "dur_s");
+        if (!(d > 0) || !isfinite(d))
+            continue;
+        struct held *h = &H[e->source];
+        if (h->n == cap[e->source]) {
+            size_t c = cap[e->source] ? 2 * cap[e->source] : 16;
+            double *np = realloc(h->sp, 2 * c * sizeof *np);
+            if (!np)
+                goto fail;
+            h->sp = np;
+            cap[e->source] = c;
+        }
+        h->sp[2 * h->n] = (double)e->t_ns - d * 1e9; /* written at its end */
+        h->sp[2 * h->n + 1] = (double)e->t_ns;
+        h->n++;
+    }
+    for (size_t s = 0; s < v->nsrc; s++)
+        if (H[s].n)
+            H[s].n = merge_pairs(H[s].sp, H[s].n);
+    free(cap);
+    return H;
+fail:
+    if (H)
+        for (size_t s = 0; s < v->nsrc; s++)
+            free(H[s].sp);
+    free(H);
+    free(cap);
+    return NULL;
+}
+
+static void held_free(struct held *H, size_t nsrc)
+{
+    if (!H)
+        return;
+    for (size_t s = 0; s < nsrc; s++)
+        free(H[s].sp);
+    free(H);
+}
+
+/* Appends to *out (grown as needed) the parts inside [a, b] of the sorted,
+ * merged pairs sp[0..n); false when out of memory. */
+static bool clip_into(const double *sp, size_t n, double a, double b, double **out, size_t *no,
+                      size_t *cap)
 {
     size_t lo = 0, hi = n;
-    while (lo < hi) {
+    while (lo < hi) { /* the first that ends after a */
         size_t mid = lo + (hi - lo) / 2;
         if (sp[2 * mid + 1] <= a)
             lo = mid + 1;
         else
             hi = mid;
     }
-    double t = 0;
-    for (size_t i = lo; i < n && sp[2 * i] < b; i++)
-        t += fmin(sp[2 * i + 1], b) - fmax(sp[2 * i], a);
+    for (size_t i = lo; i < n && sp[2 * i] < b; i++) {
+        if (*no == *cap) {
+            size_t c = *cap ? 2 * *cap : 16;
+            double *np = realloc(*out, 2 * c * sizeof *np);
+            if (!np)
+                return false;
+            *out = np;
+            *cap = c;
+        }
+        (*out)[2 * *no] = fmax(sp[2 * i], a);
+        (*out)[2 * *no + 1] = fmin(sp[2 * i + 1], b);
+        (*no)++;
+    }
+    return true;
+}
+
+/* The time inside [a, b] that source s's own collector pauses (gc) or
+ * another rank's saves and pauses (H) hold, each instant once. */
+static double held_in(const tm_runview *v, uint32_t s, const double *gc, size_t ngc,
+                      const struct held *H, double a, double b)
+{
+    double *pc = NULL, t = 0;
+    size_t n = 0, cap = 0;
+    bool ok = clip_into(gc, ngc, a, b, &pc, &n, &cap);
+    for (uint32_t p = 0; ok && H && is_rank(v, s) && p < v->nsrc; p++)
+        if (p != s && H[p].n)
+            ok = clip_into(H[p].sp, H[p].n, a, b, &pc, &n, &cap);
+    if (ok && n) {
+        n = merge_pairs(pc, n);
+        for (size_t i = 0; i < n; i++)
+            t += pc[2 * i + 1] - pc[2 * i];
+    }
+    free(pc);
     return t;
 }
 
@@ -71,9 +199,11 @@ struct scratch {
 };
 
 /* The stalls of source s, whose steps are st[0..n) (marks: the steps a
- * new worker set started in, or NULL) into *P (P->steps 0: too few) */
+ * new worker set started in, or NULL; *H: the ranks' saves and pauses,
+ * built at the first stall) into *P (P->steps 0: too few) */
 static void stalls_of(const tm_runview *v, uint32_t s, const tm_run_step *st, size_t n,
-                      const unsigned char *marks, struct scratch *x, struct proc *P)
+                      const unsigned char *marks, struct held **H, bool *H_read, struct scratch *x,
+                      struct proc *P)
 {
     memset(P, 0, sizeof *P);
     P->every = P->median_s = P->step_s = NAN;
@@ -113,8 +243,13 @@ static void stalls_of(const tm_runview *v, uint32_t s, const tm_run_step *st, si
             sp = tm_runsum_gc_spans(v, s, &nsp);
             sp_read = true;
         }
+        if (!*H_read && is_rank(v, s)) {
+            *H = held_build(v);
+            *H_read = true;
+        }
         double ex = x->d[j] - m;
-        double gc = sp ? gc_in(sp, nsp, (double)y->start_ns, (double)y->end_ns) / 1e9 : 0;
+        double gc =
+            held_in(v, s, sp, sp ? nsp : 0, *H, (double)y->start_ns, (double)y->end_ns) / 1e9;
         /* a longer wait explains it, but for a loop that prepares its own
          * batches (no DataLoader): its "wait" is its own code from the
          * optimizer step to the next forward, where a loop logs, samples
@@ -177,6 +312,8 @@ void tm_runsum_stalls(const tm_runview *v, tm_an_summary *S, tm_an_rank *ranks, 
                         malloc(nst * sizeof(size_t))};
     tm_run_loop *L = tm_runsum_loops(v);
     unsigned char *marks = tm_runsum_startup_marks(v);
+    struct held *H = NULL; /* the ranks' saves and pauses, at the first stall */
+    bool H_read = false;
     if (!x.d || !x.w || !x.tmp || !x.nos || !x.ix || !L)
         goto out;
     struct proc best = {0}, P;
@@ -192,7 +329,7 @@ void tm_runsum_stalls(const tm_runview *v, tm_an_summary *S, tm_an_rank *ranks, 
             i = j;
             continue;
         }
-        stalls_of(v, s, st + i, j - i, marks ? marks + i : NULL, &x, &P);
+        stalls_of(v, s, st + i, j - i, marks ? marks + i : NULL, &H, &H_read, &x, &P);
         total += P.total_s;
         if (P.explained > S->stall_explained) /* told when no process has others */
             S->stall_explained = P.explained;
@@ -236,6 +373,7 @@ void tm_runsum_stalls(const tm_runview *v, tm_an_summary *S, tm_an_rank *ranks, 
         tm_runsum_net_wait(S, f / S->data_wait_fraction);
     }
 out:
+    held_free(H, v->nsrc);
     free(x.d);
     free(x.w);
     free(x.tmp);

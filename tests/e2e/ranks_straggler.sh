@@ -7,6 +7,12 @@
 #   - ranks.straggler names rank 1 with the right cause (data / compute);
 #   - no ranks.* finding names rank 0, the waiting rank;
 #   - with neither rank slowed (none), no ranks.* finding at all;
+#   - with rank 0 saving a checkpoint every 5 steps (save: torch.save on its
+#     training thread while rank 1 waits for it at the next all-reduce),
+#     no ranks.* finding and no steps.stalls (rank 1's every-5th step is
+#     rank 0's save: the previous report said "every 5 steps a step
+#     stalls ... no checkpoint save trainmon saw explains it"), but
+#     checkpoint.blocking with rank 0's own count and time of its saves;
 #   - each rank's steps equal the job's own count (+-1); one record file
 #     per rank and none for torchrun's agent; both rank pids in the
 #     sampled process tree (the launcher's children followed);
@@ -47,7 +53,20 @@ for r, o in oracle.items():
     if got is None or abs(got - o["steps"]) > 1:
         bad.append("rank %d: report steps %s, the job counted %d" % (r, got, o["steps"]))
 st = [f for f in F if f["id"] == "ranks.straggler"]
-if kind == "none":
+if kind == "save":
+    ck = [f for f in F if f["id"] == "checkpoint.blocking"]
+    o0 = oracle.get(0, {})
+    if not ck or not o0.get("saves"):
+        bad.append("no checkpoint.blocking (rank 0 saved %s times): %s" % (o0.get("saves"), [f["id"] for f in F]))
+    else:
+        ev = ck[0]["evidence"]
+        if ev.get("checkpoints") != o0["saves"]:
+            bad.append("%s checkpoints, rank 0 saved %d" % (ev.get("checkpoints"), o0["saves"]))
+        if abs(ev.get("save_time_s", 0) - o0["save_s"]) > 0.1 * o0["save_s"] + 0.005:
+            bad.append("save time %s s, rank 0 timed %.4f s" % (ev.get("save_time_s"), o0["save_s"]))
+    if any(f["id"] == "steps.stalls" for f in F):
+        bad.append("steps.stalls for rank 1's waits on rank 0's saves: %s" % [f["title"] for f in F if f["id"] == "steps.stalls"])
+if kind in ("none", "save"):
     if [f["id"] for f in F if f["id"].startswith("ranks.")]:
         bad.append("ranks alike, yet %s" % [(f["id"], f.get("rank")) for f in F if f["id"].startswith("ranks.")])
 elif len(st) != 1:
@@ -100,11 +119,13 @@ PYEOF
 }
 
 launch() { # launcher kind run
+    local slow=$2 save=0
+    [ "$2" = save ] && { slow=none; save=5; }
     if [ "$1" = torchrun ]; then
-        JOB_SLOW=$2 "$TRAINMON" run -o "$3" -i 0.2 -- "$PY" -m torch.distributed.run --standalone \
+        JOB_SLOW=$slow JOB_SAVE_EVERY=$save JOB_SAVE_MB=64 "$TRAINMON" run -o "$3" -i 0.2 -- "$PY" -m torch.distributed.run --standalone \
             --nproc_per_node 2 "$job" > "$3.out" 2>&1
     else
-        JOB_SLOW=$2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((29500 + RANDOM % 2000)) WORLD_SIZE=2 \
+        JOB_SLOW=$slow JOB_SAVE_EVERY=$save JOB_SAVE_MB=64 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((29500 + RANDOM % 2000)) WORLD_SIZE=2 \
             "$TRAINMON" run -o "$3" -i 0.2 -- \
             bash -c 'RANK=0 LOCAL_RANK=0 "$0" "$1" & RANK=1 LOCAL_RANK=1 "$0" "$1"; s=$?; wait $! || s=1; exit $s' \
             "$PY" "$job" > "$3.out" 2>&1
@@ -119,7 +140,7 @@ half() { # name python launcher
         echo "$name: skipped: $PY has no torch with torch.distributed"; return 0
     fi
     echo "$name: $PY (torch $tv, $launcher)"
-    for kind in data compute none; do
+    for kind in data compute none save; do
         local run=$scratch/$name-$kind rc try
         ran=$((ran + 1))
         for try in 1 2; do

@@ -23,6 +23,11 @@ STEPS = int(os.environ.get("JOB_STEPS", "40"))
 SLOW = os.environ.get("JOB_SLOW", "data")          # data | compute
 SLOW_RANK = int(os.environ.get("JOB_SLOW_RANK", "1"))
 EXTRA_S = float(os.environ.get("JOB_EXTRA_S", "0.03"))
+# JOB_SAVE_EVERY=N: rank 0 saves a checkpoint every N steps (the model and
+# JOB_SAVE_MB more of state, torch.save on its training thread) while the
+# other rank goes on to the next step and waits for it in the all-reduce
+SAVE_EVERY = int(os.environ.get("JOB_SAVE_EVERY", "0"))
+SAVE_PAD = torch.zeros(int(float(os.environ.get("JOB_SAVE_MB", "32")) * 262144))
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
@@ -55,6 +60,8 @@ class Net(torch.nn.Module):
 model = torch.nn.parallel.DistributedDataParallel(Net())
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 clock = Clock()
+saves = []
+ckpt = os.path.join(os.environ.get("TMPDIR", "/tmp"), "ddp-ckpt-%d.pt" % os.getpid())
 it = iter(DataLoader(Items(), batch_size=8, num_workers=0, sampler=DistributedSampler(Items())))
 for step in range(STEPS):
     x, y = clock.fetch(lambda: next(it))
@@ -65,10 +72,19 @@ for step in range(STEPS):
     logged = loss.detach().clone()
     dist.all_reduce(logged)  # the mean loss for logging, as loops do
     clock.step()
-clock.report(rank=rank, slow=slow)
+    if SAVE_EVERY and rank == 0 and (step + 1) % SAVE_EVERY == 0 and step + 1 < STEPS:
+        t_save = time.perf_counter()
+        torch.save({"model": model.module.state_dict(), "pad": SAVE_PAD}, ckpt)
+        dt = time.perf_counter() - t_save
+        clock.eval_s += dt  # no step time of this rank: the oracle's span leaves it out
+        saves.append(dt)
+extra = {"saves": len(saves), "save_s": sum(saves)} if saves else {}
+clock.report(rank=rank, slow=slow, **extra)
 # both ranks done before the group goes: under torch 2.13 a rank that
 # destroys its gloo group while the other still uses it aborted in 3 of 12
 # torchrun runs ("terminate called without an active exception", SIGABRT),
 # with or without trainmon; with the barrier, in none of 12
 dist.barrier()
 dist.destroy_process_group()
+if saves:
+    os.unlink(ckpt)

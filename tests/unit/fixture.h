@@ -217,6 +217,32 @@ static FX_UNUSED double put_steps_waiting(tm_rec *w, size_t n, const double *dur
     return t;
 }
 
+/* One optimizer step of a DataLoader loop, number i, from t for dur
+ * seconds, 1 ms of it waiting for its batch (steps with gaps between:
+ * what a save or an eval run took out of the loop) */
+static FX_UNUSED void put_loader_step_at(tm_rec *w, size_t i, double t, double dur)
+{
+    uint8_t buf[128];
+    tm_inproc_step s = {.step = i,
+                        .start_ns = at(t),
+                        .end_ns = at(t + dur),
+                        .data_wait_ns = 1000000,
+                        .boundary = TM_STEP_BY_OPTIMIZER,
+                        .phase = TM_STEP_TRAIN,
+                        .micro_batches = 1,
+                        .batches = 1,
+                        .prep_ns = -1,
+                        .prep_cpu_ns = -1,
+                        .backward_ns = -1,
+                        .wait_cpu_ns = -1,
+                        .collective_ns = -1,
+                        .opt_start_ns = at(t + dur) - 1000,
+                        .optimizer = 0};
+    int len = tm_inproc_encode_step(&s, buf, sizeof buf);
+    assert_true(len > 0);
+    assert_int_equal(tm_rec_append(w, TM_REC_STEP, s.end_ns, buf, (uint32_t)len), 0);
+}
+
 static FX_UNUSED double put_opt_steps_cpu(tm_rec *w, size_t n, const double *dur,
                                           const double *prep, double cpu)
 {

@@ -306,6 +306,68 @@ static void test_steps_a_new_worker_set_started_in_are_not_stalls(void **st)
     done(&run, &a);
 }
 
+/* A rank that saves a checkpoint after steps 9, 19, ... 89: its steps of
+ * 0.1 s (the saves are none of theirs: the step model left them out) with
+ * the save's 0.4 s between, and a blocking checkpoint.save event for each
+ * (save k from k + 0.4 (k - 1) s).  Step 10k begins when save k ends. */
+static void put_saving_rank(const char *file, const char *role, int rank)
+{
+    tm_rec *w = open_rec(file, role, rank);
+    double t = 0;
+    for (size_t i = 0; i < 100; i++) {
+        if (i % 10 == 0 && i > 0) {
+            char js[256];
+            snprintf(js, sizeof js,
+                     "{\"dur_s\":0.4,\"cpu_s\":0.3,\"bytes\":1000,\"step\":%zu,\"blocking\":true,"
+                     "\"ok\":true,\"via\":\"torch.save\",\"to\":\"file\"}",
+                     i);
+            assert_int_equal(tm_rec_event(w, at(t + 0.4), "checkpoint.save", js), 0);
+            t += 0.4;
+        }
+        put_loader_step_at(w, i, t, 0.1);
+        t += 0.1;
+    }
+    tm_rec_close(&w);
+}
+
+/* DDP: rank 0 saves every 10 steps (0.4 s) and rank 1 waits for it at the
+ * next all-reduce: rank 1's steps 10, 20, ... take 0.5 s, each holding one
+ * of rank 0's saves ([k + 0.4 (k - 1), + 0.4] inside [k + 0.4 (k - 1),
+ * + 0.5]): the excess is rank 0's save, checkpoint.blocking's, and no
+ * stall of rank 1's own work. */
+static void test_a_ranks_stalls_waiting_for_another_ranks_saves_are_the_saves(void **st)
+{
+    (void)st;
+    put_saving_rank("rank0.tmr", "rank0", 0);
+    tm_rec *w = open_rec("rank1.tmr", "rank1", 1);
+    put_stalling(w, 100, no_prep);
+    tm_rec_close(&w);
+    tm_run *run = NULL;
+    tm_analysis *a = analyze(&run);
+    assert_null(tm_analysis_find(a, "steps.stalls"));
+    assert_non_null(tm_analysis_find(a, "checkpoint.blocking"));
+    assert_int_equal(a->sum.stall_n, 0);
+    assert_int_equal(a->sum.stall_explained, 9);
+    done(&run, &a);
+}
+
+/* The same two processes, but no ranks of one job (two jobs under one
+ * `trainmon run`): the other's saves hold nobody, the stalls are claimed. */
+static void test_another_processs_saves_outside_a_distributed_job_explain_nothing(void **st)
+{
+    (void)st;
+    put_saving_rank("pid41.tmr", "pid41", -1);
+    tm_rec *w = open_rec("pid42.tmr", "pid42", -1);
+    put_stalling(w, 100, no_prep);
+    tm_rec_close(&w);
+    tm_run *run = NULL;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "steps.stalls");
+    assert_non_null(f);
+    assert_true(ev_num(f, "stalls") == 9);
+    done(&run, &a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -326,6 +388,12 @@ int main(void)
                                         setup_stalls, teardown),
         cmocka_unit_test_setup_teardown(test_slow_steps_in_pairs_are_no_every_k_work, setup_stalls,
                                         teardown),
+        cmocka_unit_test_setup_teardown(
+            test_a_ranks_stalls_waiting_for_another_ranks_saves_are_the_saves, setup_stalls,
+            teardown),
+        cmocka_unit_test_setup_teardown(
+            test_another_processs_saves_outside_a_distributed_job_explain_nothing, setup_stalls,
+            teardown),
         cmocka_unit_test_setup_teardown(test_steps_a_new_worker_set_started_in_are_not_stalls,
                                         setup_stalls, teardown),
     };
