@@ -887,15 +887,21 @@ _MISSING = object()  # an attribute a patch added (detach deletes it)
 def _make_del(orig):
     """__del__ of the DataLoader iterators: a loop that breaks drops its
     iterator, which ends the last loader-ended step (not lost at exit)."""
-    dropped = _c.loader_dropped
+    dropped, gone = _c.loader_dropped, _c.loader_gone
 
     def __del__(self):
         try:
             dropped(self)
         except Exception:
             pass
-        if orig is not _MISSING:
-            orig(self)
+        try:
+            if orig is not _MISSING:
+                orig(self)
+        finally:
+            try:
+                gone()  # its workers stopped: a new iter()'s join waits for that too
+            except Exception:
+                pass
     __del__._trainmon = True
     return __del__
 
@@ -1115,60 +1121,86 @@ _SAVERS = (
     ("transformers.trainer", "Trainer", "_save_checkpoint", 2, -1, None),
     ("safetensors.torch", None, "save_file", 3, 1, "filename"),
     # torch.distributed.checkpoint (FSDP's and torchtitan's checkpoints): a
-    # directory of shards, one torch.save per tensor inside; its save and
-    # the older save_state_dict block the loop; async_save blocks it while
-    # it stages the state, and the write runs its save in a thread
+    # directory of shards, one torch.save per tensor inside.  Its save (set-up
+    # included) and save_state_dict both call the module's _save_state_dict,
+    # looked up at each call (so a `from ... import save` made before
+    # attach() is seen too): it blocks the loop, or runs in async_save's
+    # thread; async_save blocks the loop while it stages the state
     ("torch.distributed.checkpoint.state_dict_saver", None, "save", 4, -1, "checkpoint_id"),
-    ("torch.distributed.checkpoint.state_dict_saver", None, "save_state_dict", 4, 1,
+    ("torch.distributed.checkpoint.state_dict_saver", None, "_save_state_dict", 4, 1,
      "storage_writer"),
     ("torch.distributed.checkpoint.state_dict_saver", None, "async_save", 5, -1, "checkpoint_id"),
 )
 _DCP = (4, 5)  # the kinds of torch.distributed.checkpoint's savers
+# _save_state_dict(state_dict, storage_writer, process_group, coordinator_rank, no_dist, ...)
+_DCP_ARGS = ("state_dict", "storage_writer", "process_group", "coordinator_rank", "no_dist")
 
 
-def _dcp_dir(args, kwargs, pos, kw):
-    """The directory a torch.distributed.checkpoint save writes: its
-    checkpoint_id, else its storage writer's path (FileSystemWriter's);
-    None when neither is a local path (an fsspec URL, another writer)."""
-    f = kwargs.get("checkpoint_id")
-    if f is None:
-        w = args[pos] if 0 <= pos < len(args) else kwargs.get("storage_writer")
-        f = getattr(w, "path", None)
-    return f if isinstance(f, (str, os.PathLike)) else None
+def _dcp_target(args, kwargs):
+    """(the directory a torch.distributed.checkpoint save or
+    _save_state_dict writes, this process's index in its plan, the
+    coordinator's index): the directory is its storage writer's path
+    (FileSystemWriter's), else its checkpoint_id (None when neither is a
+    local path: an fsspec URL, another writer); the index is the rank in
+    its process group, 0 without one (no_dist, or no group)."""
+    a = dict(zip(_DCP_ARGS, args))
+    a.update(kwargs)
+    f = getattr(a.get("storage_writer"), "path", None) or a.get("checkpoint_id")
+    me = 0
+    dist = sys.modules.get("torch.distributed")
+    if (not a.get("no_dist") and dist is not None and dist.is_available() and
+            dist.is_initialized()):
+        me = dist.get_rank(a.get("process_group"))
+    return (f if isinstance(f, (str, os.PathLike)) else None, me,
+            int(a.get("coordinator_rank") or 0))
 
 
 _DIR_SCAN_MAX = 4096  # entries of a checkpoint directory looked at, at most
 
 
-def _dcp_bytes(d):
+def _dcp_bytes(d, me, coord):
     """The bytes this process wrote into a torch.distributed.checkpoint
-    directory d: its shards __R_N.distcp (R its rank: the plan's index, the
-    global rank) and the metadata it writes (.metadata on the coordinator,
-    rank 0; __R.metadata without coordination); -1 when unknown (no such
-    directory, more than _DIR_SCAN_MAX entries: every rank of a large job
-    writes into it, and this runs on the training thread).  Never follows
-    a symbolic link."""
+    directory d: its shards __R_N.distcp (R = me, its index in the save's
+    plan: its rank in the process group) and the metadata it writes
+    (.metadata on the coordinator, __R.metadata without collectives); -1
+    when unknown: no shard of its own (another storage writer's names), no
+    such directory, more than _DIR_SCAN_MAX entries (every rank of a large
+    job writes into it, and this runs on the saving thread).  Never
+    follows a symbolic link."""
     try:
-        rank = 0
-        dist = sys.modules.get("torch.distributed")
-        if dist is not None and dist.is_available() and dist.is_initialized():
-            rank = dist.get_rank()
-        mine, meta = "__%d_" % rank, "__%d.metadata" % rank
-        total = n = 0
+        mine, meta = "__%d_" % me, "__%d.metadata" % me
+        total = n = shards = 0
         with os.scandir(d) as it:
             for e in it:
                 n += 1
                 if n > _DIR_SCAN_MAX:
                     return -1
                 name = e.name
-                if not ((name.startswith(mine) and name.endswith(".distcp")) or name == meta or
-                        (rank == 0 and name == ".metadata")):
+                shard = name.startswith(mine) and name.endswith(".distcp")
+                if not (shard or name == meta or (me == coord and name == ".metadata")):
                     continue
                 if e.is_file(follow_symlinks=False):
                     total += e.stat(follow_symlinks=False).st_size
-        return total
+                    shards += shard
+        return total if shards else -1
     except Exception:
         return -1
+
+
+def _dcp_item_codes():
+    """The code of the functions of torch.distributed.checkpoint that
+    torch.save a piece of its checkpoint (a tensor into its shard, another
+    object into bytes; () before it is imported): part of the DCP save, also
+    on the writer's own threads (FileSystemWriter(thread_count > 1)), where
+    no save of ours is open."""
+    fs = sys.modules.get("torch.distributed.checkpoint.filesystem")
+    if fs is None:
+        return ()
+    dp = sys.modules.get("torch.distributed.checkpoint.default_planner")
+    planner = getattr(dp, "DefaultSavePlanner", None)
+    return tuple(c for c in (
+        getattr(getattr(fs, "_write_item", None), "__code__", None),
+        getattr(getattr(planner, "transform_object", None), "__code__", None)) if c is not None)
 
 
 def _save_target(args, kwargs, pos, kw):
@@ -1221,27 +1253,37 @@ def _make_save(orig, kind=0, pos=1, kw="f"):
     top = 1 << 62
 
     dcp = kind in _DCP
+    getframe = sys._getframe
 
     @functools.wraps(orig)
     def save(*args, **kwargs):
+        if kind == 0:
+            items = _dcp_item_codes()
+            if items and getframe(1).f_code in items:
+                return orig(*args, **kwargs)  # a piece of a DCP save, maybe on its thread
         entered = ok = False
         nbytes, where = -1, (1 if kind else -1)  # a framework's saver writes files
         try:
             try:
-                if dcp:
-                    f, pos0 = _dcp_dir(args, kwargs, pos, kw), None
+                if kind == 4:
+                    f, me, coord = _dcp_target(args, kwargs)
+                    pos0 = None
+                elif dcp:
+                    f = pos0 = None
                 else:
                     f, pos0 = _save_target(args, kwargs, pos, kw)
             except Exception:
                 f, pos0 = None, None
-            enter(ident() == main)
+            outer = enter(ident() == main)
             entered = True
             r = orig(*args, **kwargs)
             ok = True
-            if dcp:  # (async_save's files are written later, by its thread's save)
-                if kind == 4 and f is not None:
-                    nbytes = _dcp_bytes(f)
-            elif pos >= 0:
+            if outer is False:  # inside another save: its bytes are the outer one's
+                pass
+            elif kind == 4:  # (async_save's files are written by its thread's save)
+                if f is not None:
+                    nbytes = _dcp_bytes(f, me, coord)
+            elif pos >= 0 and not dcp:
                 nbytes, where = _saved(f, pos0)
             return r
         finally:

@@ -135,16 +135,27 @@ static int g_depth;
 static uint64_t g_steps; /* steps begun (the step model below) */
 static int64_t g_in_t;
 static uintptr_t g_in_iter; /* the iterator of the __next__ open (held_stop) */
-/* The DataLoader iterator made last (hook_iter): a loop's first __next__
- * on it joins the time iter() took to its wait (next_enter). */
-static uintptr_t g_iter_it;
+/* The DataLoader iterators made last (hook_iter), in a run of iter() calls
+ * with no fetch between (zip(a, b) makes two): a loop's first __next__ on
+ * one of them counts its wait from the first call's start (g_iter_t0), and
+ * the run is over (next_enter).  g_iter_t1: the last call's end, or the
+ * end of an old iterator's shutdown after it (py_loader_gone). */
+#define ITER_RUN_MAX 4
+static uintptr_t g_iter_its[ITER_RUN_MAX];
+static int g_iter_n;
 static unsigned long g_iter_th;
 static int64_t g_iter_t0, g_iter_t1;
-/* ...when it comes this soon after iter() returned: `for x in loader`,
- * `it = iter(loader); next(it)`, accelerate's and Lightning's fetchers
- * (a few calls between); an iterator made earlier and used later (at set-up)
- * is not the step's wait. */
+/* ...when it comes this soon after: `for x in loader`, `it = iter(loader);
+ * next(it)`, accelerate's and Lightning's fetchers (a few calls between);
+ * an iterator made earlier and used later (at set-up) is not the step's
+ * wait. */
 #define ITER_JOIN_NS 20000000LL
+
+/* Whether the run of iter() calls on this thread is still open at t */
+static int iter_run_open(unsigned long th, int64_t t)
+{
+    return g_iter_n > 0 && g_iter_th == th && t - g_iter_t1 <= ITER_JOIN_NS;
+}
 /* The iterators whose batches a backward pass took, the latest first (a
  * step fed by up to this many loaders): an iterator that ends while none
  * of its batches ever trained is an eval loop's (held_stop). */
@@ -1450,15 +1461,16 @@ static long next_enter(PyObject *it)
         return 0;
     int64_t t = now_ns();
     int joined = 0;
-    if (__builtin_expect(g_iter_it != 0, 0)) {
+    if (__builtin_expect(g_iter_n > 0, 0)) {
         /* the first batch of an iterator made just before: the step waited
          * for iter() too (new worker processes, the Dataset sent to each,
          * persistent workers resumed), and this call counts from there */
-        joined = g_iter_it == (uintptr_t)it && g_iter_th == thread_ident() &&
-                 t - g_iter_t1 <= ITER_JOIN_NS && g_iter_t0 <= t;
+        if (iter_run_open(thread_ident(), t) && g_iter_t0 <= t)
+            for (int i = 0; i < g_iter_n && !joined; i++)
+                joined = g_iter_its[i] == (uintptr_t)it;
         if (joined)
             t = g_iter_t0;
-        g_iter_it = 0;
+        g_iter_n = 0;
     }
     g_in_t = t;
     g_in_iter = (uintptr_t)it;
@@ -1662,9 +1674,12 @@ static PyObject *py_train_mode(PyObject *self, PyObject *arg)
  * __del__).  A loop that `break`s drops its iterator right there: in a
  * loop ended by the loader (no backward pass seen), the step of the batch
  * that iterator returned last ends now instead of being lost at exit. */
+static int g_iter_hold; /* a run of iter() calls was open when a __del__ began */
+
 static PyObject *py_loader_dropped(PyObject *self, PyObject *it)
 {
     (void)self;
+    g_iter_hold = !g_shut && iter_run_open(thread_ident(), now_ns());
     if (g_shut || !g_thread || thread_ident() != g_thread || g_depth > 0)
         Py_RETURN_NONE;
     trained_forget((uintptr_t)it);
@@ -1679,10 +1694,30 @@ static PyObject *py_loader_dropped(PyObject *self, PyObject *it)
     }
     if (g_level != 0)
         Py_RETURN_NONE;
+    int64_t t = now_ns();
+    /* `it = iter(loader)` over a broken-off epoch: the new iterator was
+     * made before this one went, and the next step counts from its iter()
+     * (next_enter): this one ended there */
+    if (iter_run_open(g_thread, t) && g_iter_t0 >= g_b.exit && g_iter_t0 <= t)
+        t = g_iter_t0;
     held_flush(0);
-    settle_batch(now_ns(), 0, 0);
+    settle_batch(t, 0, 0);
     write_closed(0);
     g_pending_flags = 0; /* no callbacks from a finalizer */
+    Py_RETURN_NONE;
+}
+
+/* loader_gone(): a DataLoader iterator's __del__ finished (a
+ * multi-process one stops its workers there, 20-30 ms for 4 here).
+ * Dropped while a run of iter() calls was open (`it = iter(loader)` over a
+ * broken-off epoch), that is time the loop spends on its loader before the
+ * first batch: the run stays open from here. */
+static PyObject *py_loader_gone(PyObject *self, PyObject *noargs)
+{
+    (void)self, (void)noargs;
+    if (g_iter_hold && !g_shut && g_iter_n > 0 && g_iter_th == thread_ident())
+        g_iter_t1 = now_ns();
+    g_iter_hold = 0;
     Py_RETURN_NONE;
 }
 
@@ -1747,6 +1782,7 @@ static PyObject *py_reset_steps(PyObject *self, PyObject *noargs)
     g_fetch_off = 0;
     g_in_eval = 0;
     g_in_cpu = -1;
+    g_iter_n = 0;
     g_have_closed = 0;
     memset(&g_b, 0, sizeof g_b);
     memset(g_acc, 0, sizeof g_acc);
@@ -2171,17 +2207,18 @@ static _Thread_local int t_save_depth;
 static _Thread_local int64_t t_save_t0, t_save_cpu0;
 static _Thread_local int t_save_blocking;
 
-/* save_enter(is_main_thread): the outermost save on this thread began */
+/* save_enter(is_main_thread): a save began; True when it is the outermost
+ * on this thread (the one its save_exit records: only it needs its bytes) */
 static PyObject *py_save_enter(PyObject *self, PyObject *arg)
 {
     (void)self;
     if (t_save_depth++ > 0)
-        Py_RETURN_NONE;
+        Py_RETURN_FALSE;
     unsigned long th = thread_ident();
     t_save_blocking = g_thread ? th == g_thread : PyObject_IsTrue(arg) == 1;
     t_save_t0 = now_ns();
     t_save_cpu0 = thread_cpu_ns();
-    Py_RETURN_NONE;
+    Py_RETURN_TRUE;
 }
 
 /* The savers the glue wraps (its _SAVERS), by number: the event's "via" */
@@ -2551,10 +2588,15 @@ static PyObject *hook_iter(PyObject *callable, PyObject *const *args, size_t nar
     int64_t t0 = now_ns();
     PyObject *r = PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
     if (r) {
+        unsigned long th = thread_ident();
+        if (!iter_run_open(th, t0)) { /* a new run begins */
+            g_iter_n = 0;
+            g_iter_t0 = t0;
+            g_iter_th = th;
+        }
+        if (g_iter_n < ITER_RUN_MAX)
+            g_iter_its[g_iter_n++] = (uintptr_t)r;
         g_iter_t1 = now_ns();
-        g_iter_t0 = t0;
-        g_iter_th = thread_ident();
-        g_iter_it = (uintptr_t)r;
     }
     return r;
 }
@@ -3648,6 +3690,7 @@ static PyMethodDef methods[] = {
     {"opt_pre", py_opt_pre, METH_NOARGS, ""},
     {"opt_post", py_opt_post, METH_O, "the step's end when the lead optimizer steps"},
     {"loader_dropped", py_loader_dropped, METH_O, "a DataLoader iterator is deleted"},
+    {"loader_gone", py_loader_gone, METH_NOARGS, "a DataLoader iterator's __del__ ended"},
     {"backward_enter", py_backward_enter, METH_NOARGS, "torch.autograd.backward entered"},
     {"backward_exit", py_backward_exit, METH_NOARGS, "torch.autograd.backward returned"},
     {"opt_pre_hook", (PyCFunction)(void (*)(void))py_opt_pre_hook, METH_FASTCALL,

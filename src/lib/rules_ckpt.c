@@ -92,7 +92,10 @@ void tm_rule_checkpoint_blocking(struct an *an)
     if (isfinite(step_s) && step_s > 0)
         tm_an_adv(adv, sizeof adv, " (%.0f steps)", young / step_s);
     tm_an_adv(adv, sizeof adv, ".");
-    if (S->ckpt_to_memory > 0 && S->ckpt_to_memory == S->ckpt_calls)
+    bool all_async = S->ckpt_async > 0 && S->ckpt_async == S->ckpt_calls;
+    if (all_async) /* staging: a copy in memory, nothing written to storage */
+        ;
+    else if (S->ckpt_to_memory > 0 && S->ckpt_to_memory == S->ckpt_calls)
         tm_an_adv(adv, sizeof adv,
                   " The saves serialized into a buffer in memory; writing it to storage afterwards "
                   "is not in these times.");
@@ -109,16 +112,19 @@ void tm_rule_checkpoint_blocking(struct an *an)
                   "(pickling%s), which a faster disk would not shorten.",
                   100 * S->ckpt_cpu_share, rate[0] ? ", at " : "", rate,
                   S->gpu ? ", copying GPU tensors to the host" : "");
-    if (S->ckpt_async > 0 && S->ckpt_async == S->ckpt_calls)
+    if (all_async)
         tm_an_adv(adv, sizeof adv,
                   " These are torch.distributed.checkpoint.async_save calls: the loop waits while "
                   "each stages the state (a copy into host memory), and the write runs in a "
-                  "thread. Let the staging overlap training too: async_save(..., "
-                  "async_stager=DefaultStager(StagingOptions(use_pinned_memory=True, "
-                  "use_shared_memory=False, use_async_staging=True, use_non_blocking_copy=True))) "
-                  "where async_save takes an async_stager (DefaultStager is in "
-                  "torch.distributed.checkpoint.staging), or stage fewer bytes (the model's and "
-                  "optimizer's state only).");
+                  "thread or process. Let the staging overlap training too, where async_save "
+                  "takes an async_stager (DefaultStager and StagingOptions are in "
+                  "torch.distributed.checkpoint.staging): async_stager=DefaultStager("
+                  "StagingOptions(use_pinned_memory=%s, use_shared_memory=False, "
+                  "use_async_staging=True, use_non_blocking_copy=%s))%s; async_save then "
+                  "returns an AsyncSaveResponse (wait on its upload_completion, not .result()). "
+                  "Or stage fewer bytes (the model's and optimizer's state only).",
+                  S->gpu ? "True" : "False", S->gpu ? "True" : "False",
+                  S->gpu ? "" : " (a non-blocking copy needs a GPU)");
     else
         tm_an_adv(
             adv, sizeof adv,

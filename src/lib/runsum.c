@@ -735,15 +735,18 @@ static size_t step_ending_after(const tm_run_step *st, size_t b, size_t e, int64
 
 /* Marks in mark[] the training steps that waited for a set of DataLoader
  * workers to start: the step of the same rank on the same host whose span
- * holds the first fetch start of the set's first worker (a new process
- * starts fetching at once; the loop's step that asked for the first batch
- * is waiting meanwhile).  A set is the worker processes of one iter():
- * taken in the order of their first fetches, a worker id seen again begins
- * the next set.  A worker of the set that starts late (4 workers on 2
- * cores: scheduled after the step's batch came from the others) marks no
- * step after it; several loaders restarted together mark one step; workers
- * started for an eval pass fetch between training steps and mark none.
- * Returns the steps marked. */
+ * holds the earliest first fetch of the set's workers (a new process
+ * fetches at once; the loop's step that asked for the first batch is
+ * waiting meanwhile).  A set is the worker processes one iter() forked or
+ * spawned, in order of their ids: taken in the order of their pids (the
+ * order iter() made them, whatever the scheduler did after; where the pids
+ * wrapped around during the run, from the pid after the wrap), a worker id
+ * that does not rise begins the next set.  So a worker scheduled late (4
+ * workers on 2 cores), whose first fetch falls in a later step, marks no
+ * step of its own; an eval loader's set between two training sets is a
+ * set of its own, whose workers fetch between training steps and mark
+ * none; loaders restarted together mark one step.  Returns the steps
+ * marked. */
 static size_t mark_startups(const tm_run_step *st, size_t nst, const tm_run_worker *wk, size_t nwk,
                             const tm_runview *v, unsigned char *mark);
 
@@ -758,26 +761,39 @@ unsigned char *tm_runsum_startup_marks(const tm_runview *v)
     return mark;
 }
 
-/* A worker process (one source): its first fetch's start and its id. */
+/* A worker process (one source): its first fetch's start, pid and id. */
 struct wfirst {
     int64_t first;
-    uint32_t source;
+    uint32_t source, pid;
     int32_t id, rank;
 };
 
-static int wfirst_cmp(const void *a, const void *b)
+static int wfirst_by_pid(const void *a, const void *b)
 {
     const struct wfirst *x = a, *y = b;
+    if (x->pid != y->pid)
+        return (x->pid > y->pid) - (x->pid < y->pid);
     return (x->first > y->first) - (x->first < y->first);
+}
+
+/* Marks the step of source s (steps st[b..e)) that holds time t */
+static size_t mark_at(const tm_run_step *st, size_t b, size_t e, int64_t t, unsigned char *mark)
+{
+    size_t k = step_ending_after(st, b, e, t);
+    if (k < e && st[k].s.start_ns <= t && !mark[k]) {
+        mark[k] = 1;
+        return 1;
+    }
+    return 0;
 }
 
 static size_t mark_startups(const tm_run_step *st, size_t nst, const tm_run_worker *wk, size_t nwk,
                             const tm_runview *v, unsigned char *mark)
 {
     size_t *sb = calloc(v->nsrc ? 2 * v->nsrc : 1, sizeof *sb);
-    struct wfirst *wf = calloc(nwk, sizeof *wf);
+    struct wfirst *wf = calloc(nwk, sizeof *wf), *mine = calloc(nwk, sizeof *mine);
     size_t marked = 0, nwf = 0;
-    if (!sb || !wf)
+    if (!sb || !wf || !mine)
         goto out;
     size_t *se = sb + v->nsrc;
     for (size_t i = 0; i < nst;) { /* each source's step range */
@@ -797,35 +813,48 @@ static size_t mark_startups(const tm_run_step *st, size_t nst, const tm_run_work
             if (wk[j].w.end_ns >= wk[j].w.start_ns && wk[j].w.start_ns < first)
                 first = wk[j].w.start_ns;
         if (first != INT64_MAX && wk[i].source < v->nsrc)
-            wf[nwf++] = (struct wfirst){first, wk[i].source, wk[i].w.worker_id, wk[i].rank};
+            wf[nwf++] =
+                (struct wfirst){first, wk[i].source, wk[i].w.pid, wk[i].w.worker_id, wk[i].rank};
         i = j;
     }
-    qsort(wf, nwf, sizeof *wf, wfirst_cmp);
+    qsort(wf, nwf, sizeof *wf, wfirst_by_pid);
     for (uint32_t s = 0; s < v->nsrc; s++) {
         if (se[s] == sb[s] || !tm_rec_is_training(&v->src[s].header))
             continue;
-        uint64_t ids = 0; /* the worker ids of the set begun last, mod 64 */
-        for (size_t i = 0; i < nwf; i++) {
-            if (wf[i].rank != v->src[s].header.rank ||
-                strcmp(v->src[wf[i].source].header.host, v->src[s].header.host) != 0)
-                continue;
-            uint64_t bit = 1ull << ((uint32_t)wf[i].id & 63);
-            if (ids & bit)
-                ids = 0; /* an id again: the next set */
-            int starts = ids == 0;
-            ids |= bit;
-            if (!starts)
-                continue;
-            size_t k = step_ending_after(st, sb[s], se[s], wf[i].first);
-            if (k < se[s] && st[k].s.start_ns <= wf[i].first && !mark[k]) {
-                mark[k] = 1;
-                marked++;
-            }
+        size_t n = 0, r0 = 0; /* this rank's workers, by pid, from mine[r0] */
+        for (size_t i = 0; i < nwf; i++)
+            if (wf[i].rank == v->src[s].header.rank &&
+                strcmp(v->src[wf[i].source].header.host, v->src[s].header.host) == 0)
+                mine[n++] = wf[i];
+        if (n > 1 && mine[0].first > mine[n - 1].first) {
+            /* the lowest pid fetched after the highest: the pids wrapped
+             * around; the order begins after the largest step back in time */
+            int64_t back = 0;
+            for (size_t k = 1; k < n; k++)
+                if (mine[k - 1].first - mine[k].first > back) {
+                    back = mine[k - 1].first - mine[k].first;
+                    r0 = k;
+                }
         }
+        int64_t first = INT64_MAX; /* the set's earliest first fetch */
+        int32_t last_id = 0;
+        for (size_t k = 0; k < n; k++) {
+            const struct wfirst *w = &mine[(r0 + k) % n];
+            if (k > 0 && w->id <= last_id) { /* the next set */
+                marked += mark_at(st, sb[s], se[s], first, mark);
+                first = INT64_MAX;
+            }
+            if (w->first < first)
+                first = w->first;
+            last_id = w->id;
+        }
+        if (n)
+            marked += mark_at(st, sb[s], se[s], first, mark);
     }
 out:
     free(sb);
     free(wf);
+    free(mine);
     return marked;
 }
 

@@ -192,9 +192,11 @@ def test_a_save_inside_a_save_is_one_and_detach_restores_torch_save(tmp_path):
 DCP = r"""
 import json, os, sys, tempfile, time, torch, trainmon
 if os.environ.get("DCP_FIRST"):        # imported before attach(): wrapped at attach
-    import torch.distributed.checkpoint
+    from torch.distributed.checkpoint import save as early_save   # bound before attach()
 trainmon.attach()                      # else imported after: the finder wraps on import
 import torch.distributed.checkpoint as dcp
+if not os.environ.get("DCP_FIRST"):
+    early_save = dcp.save
 from torch.distributed.checkpoint import state_dict_saver
 torch.manual_seed(0)
 model = torch.nn.Linear(256, 256)
@@ -212,6 +214,8 @@ for i in range(20):
         t = time.perf_counter()
         if i + 1 == 10:                  # the older API: a FileSystemWriter
             dcp.save_state_dict(state, dcp.FileSystemWriter(cid), no_dist=True)
+        elif i + 1 == 15:                # a writer with threads of its own, by the early name
+            early_save(state, storage_writer=dcp.FileSystemWriter(cid, thread_count=3))
         else:
             dcp.save(state, checkpoint_id=cid)
         saves.append(time.perf_counter() - t)
@@ -231,12 +235,16 @@ try:
 except Exception as e:
     err = [type(e).__name__, str(e)[:80]]
 out = {"saves": saves, "sizes": sizes, "files": files, "async_s": async_s,
-       "async_bytes": async_bytes, "err": err, "same": dcp.save is state_dict_saver.save,
-       "wrapped": getattr(dcp.save, "_trainmon", False), "name": dcp.save.__name__}
+       "async_bytes": async_bytes, "err": err,
+       "same": dcp.async_save is state_dict_saver.async_save,
+       "wrapped": [getattr(f, "_trainmon", False) for f in
+                   (state_dict_saver._save_state_dict, dcp.async_save)],
+       "name": state_dict_saver._save_state_dict.__name__}
 trainmon.detach()
 out["restored"] = [not hasattr(f, "_trainmon") for f in
-                   (dcp.save, state_dict_saver.save, dcp.async_save, dcp.save_state_dict)]
-out["same_after"] = dcp.save is state_dict_saver.save
+                   (dcp.save, state_dict_saver._save_state_dict, dcp.async_save,
+                    state_dict_saver.async_save, dcp.save_state_dict)]
+out["same_after"] = dcp.async_save is state_dict_saver.async_save
 print(json.dumps(out))
 """
 
@@ -245,7 +253,8 @@ print(json.dumps(out))
 def test_a_torch_distributed_checkpoint_save_is_one_save_with_its_shards_bytes(tmp_path, first):
     """torch.distributed.checkpoint.save writes a directory of shards with
     a torch.save per tensor inside: one checkpoint.save event per call
-    (not one per tensor), its time the call's, its bytes this process's
+    (not one per tensor, also from the writer's own threads and by a name
+    bound before attach()), its time the call's, its bytes this process's
     shards and metadata; async_save is a blocking event for its staging
     and one background save (its thread's dcp.save) with the bytes."""
     torch = pytest.importorskip("torch")
@@ -257,7 +266,7 @@ def test_a_torch_distributed_checkpoint_save_is_one_save_with_its_shards_bytes(t
         pytest.skip("torch %s has no torch.distributed.checkpoint.async_save" % torch.__version__)
     p = run_script(DCP, tmp_path, env={"PYTHONWARNINGS": "ignore", "DCP_FIRST": first})
     out = last_json(p.stdout)
-    assert out["wrapped"] and out["same"] and out["name"] == "save", out
+    assert all(out["wrapped"]) and out["same"] and out["name"] == "_save_state_dict", out
     assert all(out["restored"]) and out["same_after"], out
     f = main_file(tmp_path)
     ev = [json.loads(r["json"]) for _, _, r in records(f, "event")
@@ -277,8 +286,44 @@ def test_a_torch_distributed_checkpoint_save_is_one_save_with_its_shards_bytes(t
     bg = [e for e in ev if not e["blocking"]]
     assert len(bg) == 1 and bg[0]["via"] == "torch.distributed.checkpoint", bg
     assert bg[0]["bytes"] == out["async_bytes"], (bg, out["async_bytes"])
-    # the failed call: its own error, one event that says not ok
-    assert out["err"] is not None
+    # the failed call (no writer): its own error, one event that says not ok
+    assert out["err"] is not None and out["err"][0] == "RuntimeError", out["err"]
     failed = [e for e in ev if not e["ok"]]
     assert len(failed) == 1 and failed[0]["via"] == "torch.distributed.checkpoint", ev
+    # and nothing else: no torch.save of a piece of one, on any thread
     assert len(ev) == 4 + 1 + 1 + 1, ev
+
+
+DCP_BYTES = r"""
+import json, os, sys, tempfile, trainmon
+d = tempfile.mkdtemp()
+def put(name, n):
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(b"x" * n)
+put("__0_0.distcp", 100); put("__0_1.distcp", 20); put("__1_0.distcp", 300)
+put(".metadata", 7); put("__1.metadata", 5); put("model.safetensors", 999)
+os.symlink("/etc/passwd", os.path.join(d, "__1_1.distcp"))   # never followed
+os.mkdir(os.path.join(d, "__1_2.distcp"))                      # no file
+out = {"r0": trainmon._dcp_bytes(d, 0, 0), "r1": trainmon._dcp_bytes(d, 1, 0),
+       "r1_coord": trainmon._dcp_bytes(d, 1, 1), "r2": trainmon._dcp_bytes(d, 2, 0),
+       "missing": trainmon._dcp_bytes(os.path.join(d, "no"), 0, 0)}
+class W:  # a FileSystemWriter's path
+    path = d
+out["target_no_dist"] = list(trainmon._dcp_target(({}, W(), None, 1, True), {}))[1:]
+out["target_id"] = trainmon._dcp_target(({},), {"checkpoint_id": d})[0] == d
+print(json.dumps(out))
+"""
+
+
+def test_a_dcp_saves_bytes_are_its_own_shards_and_metadata(tmp_path):
+    """This process's files of a torch.distributed.checkpoint directory: its
+    shards __R_N.distcp (R its index in the save's plan) and the metadata
+    it writes (.metadata on the coordinator, __R.metadata); a link or a
+    directory by a shard's name is not read; no shard of its own (another
+    writer's names) or no directory: unknown (-1); no_dist: index 0."""
+    out = last_json(run_script(DCP_BYTES, tmp_path).stdout)
+    assert out["r0"] == 100 + 20 + 7, out
+    assert out["r1"] == 300 + 5, out           # .metadata is the coordinator's (0)
+    assert out["r1_coord"] == 300 + 5 + 7, out
+    assert out["r2"] == -1 and out["missing"] == -1, out
+    assert out["target_no_dist"] == [0, 1] and out["target_id"], out

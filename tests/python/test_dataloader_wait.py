@@ -130,3 +130,92 @@ def test_an_iterator_used_later_is_no_wait_of_its_first_batch(tmp_path):
         assert s["data_wait_ns"] / 1e9 < 0.01, s
     # ...and the time is still in the step: iter() and the gap as compute
     assert steps[3]["end_ns"] - steps[3]["start_ns"] >= (ITER_S + 0.05) * 1e9
+
+
+SHAPES = r"""
+import json, os, time, torch, trainmon
+from torch.utils.data import DataLoader, IterableDataset
+import torch.utils.data.dataloader as dlm
+SHAPE = os.environ["SHAPE"]
+if SHAPE == "slow_del":  # an old iterator whose __del__ (stopping workers) takes 60 ms
+    orig_del = dlm._MultiProcessingDataLoaderIter.__del__
+    def slow_del(self):
+        time.sleep(0.06)
+        orig_del(self)
+    dlm._MultiProcessingDataLoaderIter.__del__ = slow_del
+trainmon.attach()
+class Shards(IterableDataset):
+    def __iter__(self):
+        time.sleep(%(iter_s)f)
+        return iter([torch.full((4,), float(i)) for i in range(6)])
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+if SHAPE == "zip":  # a step fed by two loaders: both iter() calls before the first batch
+    la, lb = DataLoader(Shards(), batch_size=2), DataLoader(Shards(), batch_size=2)
+    for epoch in range(3):
+        for xa, xb in zip(la, lb):
+            (model(xa).sum() + model(xb).sum()).backward()
+            opt.step()
+            opt.zero_grad()
+elif SHAPE == "break":  # no backward: steps end at the next batch; epochs broken off
+    loader = DataLoader(Shards(), batch_size=2)
+    it = None
+    for epoch in range(3):
+        it = iter(loader)        # the old iterator goes after the new one is made
+        for k in range(2):
+            x = next(it)
+            time.sleep(0.01)
+else:  # slow_del: one worker over a plain list, epochs broken off after 2 batches
+    loader = DataLoader([torch.ones(4)] * 40, batch_size=2, num_workers=1)
+    it = None
+    for epoch in range(3):
+        it = iter(loader)
+        for k in range(2):
+            model(next(it)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+trainmon.detach()
+print(json.dumps({"done": True}))
+"""
+
+
+def shape(tmp_path, name):
+    run_script(SHAPES % dict(iter_s=ITER_S), tmp_path, env={"SHAPE": name})
+    return [s[2] for s in records(main_file(tmp_path), "step")]
+
+
+def test_zip_of_two_loaders_waits_for_both_iters_once(tmp_path):
+    """zip(a, b) calls iter(a) and iter(b) before the first batch: the
+    step's wait counts from iter(a), both calls once."""
+    steps = shape(tmp_path, "zip")
+    assert len(steps) == 9, steps
+    for s in (steps[0], steps[3], steps[6]):
+        assert 2 * ITER_S <= s["data_wait_ns"] / 1e9 < 2 * ITER_S + 0.1, s
+    for s in steps[1:3] + steps[4:6] + steps[7:]:
+        assert s["data_wait_ns"] / 1e9 < 0.01, s
+
+
+def test_a_broken_off_epochs_step_ends_where_the_next_iter_began(tmp_path):
+    """A loop without a backward pass breaks off its epoch with `it =
+    iter(loader)`: the old iterator goes after the new one was made.  Its
+    last step ends at that iter() (not after it: the two steps would
+    overlap, iter() counted in both), and the new epoch's first waits for
+    it."""
+    steps = shape(tmp_path, "break")
+    assert len(steps) == 6, steps
+    for a, b in zip(steps, steps[1:]):
+        assert a["end_ns"] <= b["start_ns"] + 1000, (a, b)
+    for k in (2, 4):
+        assert steps[k]["data_wait_ns"] / 1e9 >= ITER_S, steps[k]
+        assert (steps[k - 1]["end_ns"] - steps[k - 1]["start_ns"]) / 1e9 < ITER_S, steps[k - 1]
+
+
+def test_an_old_iterators_shutdown_after_iter_is_part_of_the_wait(tmp_path):
+    """`it = iter(loader)` over a broken-off epoch of a loader with workers:
+    the old iterator stops its workers in __del__ after the new iter()
+    (60 ms here, 20-30 ms for 4 real ones), and the first batch still
+    counts from iter(), that time included."""
+    steps = shape(tmp_path, "slow_del")
+    assert len(steps) == 6, steps
+    for k in (2, 4):
+        assert steps[k]["data_wait_ns"] / 1e9 >= 0.06, steps[k]

@@ -1149,6 +1149,58 @@ static void test_a_set_whose_worker_starts_a_step_late_is_one_set(void **st)
     done(&run, &a);
 }
 
+/* Two loaders restarted together each epoch (A: pids 400 + 4e and 401 +
+ * 4e, B: 402 + 4e and 403 + 4e, ids 0 and 1 each), B's worker 1 scheduled
+ * late, in the step after the waiting one.  By pid (the order iter() made
+ * them) the sets are A's and B's, both first fetching in step 25e: one
+ * step marked an epoch, 3 after the first (ordered by first fetch, A0 B0
+ * A1 | B1 made a "set" of B1 alone in the next step: 7 sets). */
+static void test_loaders_restarted_together_with_a_late_worker_mark_one_step(void **st)
+{
+    (void)st;
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    put_loader_steps(r0, 100, 0.050, 0.002, 0.001, 25, 0.040);
+    tm_rec_close(&r0);
+    for (unsigned e = 0; e < 4; e++) {
+        put_rank_worker(0, 0, 400 + 4 * e, 12, 1.25 * e + 0.010, 0.004, 0.003, 0.040);
+        put_rank_worker(0, 1, 401 + 4 * e, 12, 1.25 * e + 0.020, 0.004, 0.003, 0.040);
+        put_rank_worker(0, 0, 402 + 4 * e, 12, 1.25 * e + 0.015, 0.004, 0.003, 0.040);
+        put_rank_worker(0, 1, 403 + 4 * e, 12, 1.25 * e + 0.060, 0.004, 0.003, 0.040);
+    }
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "input.worker_startup");
+    assert_non_null(f);
+    assert_true(ev_num(f, "worker_set_restarts") == 3);
+    assert_true(fabs(ev_num(f, "startup_wait_per_set_s") - 0.040) < 1e-6);
+    done(&run, &a);
+}
+
+/* Pids that wrap around inside a set (32765/32766, 32767/300, 301/302,
+ * 303/304), each set's worker 1 late: taken from the pid after the wrap
+ * (in plain pid order 300 (id 1) would be a set alone, in step 26, and
+ * 32767 (id 0) another, in step 25), still 4 sets, 3 after the first,
+ * 40 ms each. */
+static void test_worker_pids_that_wrap_around_keep_their_sets(void **st)
+{
+    (void)st;
+    static const unsigned pid0[4] = {32765, 32767, 301, 303};
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    put_loader_steps(r0, 100, 0.050, 0.002, 0.001, 25, 0.040);
+    tm_rec_close(&r0);
+    for (unsigned e = 0; e < 4; e++) {
+        put_rank_worker(0, 0, pid0[e], 12, 1.25 * e + 0.01, 0.004, 0.003, 0.040);
+        put_rank_worker(0, 1, e == 1 ? 300 : pid0[e] + 1, 12, 1.25 * e + 0.06, 0.004, 0.003, 0.040);
+    }
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "input.worker_startup");
+    assert_non_null(f);
+    assert_true(ev_num(f, "worker_set_restarts") == 3);
+    assert_true(fabs(ev_num(f, "startup_wait_per_set_s") - 0.040) < 1e-6);
+    done(&run, &a);
+}
+
 static void test_slow_worker_sets_are_startup_with_the_start_method(void **st)
 {
     (void)st;
@@ -2079,6 +2131,8 @@ int main(void)
         T(test_a_long_wait_without_a_worker_start_is_not_startup),
         T(test_worker_startup_on_two_ranks_counts_each_ranks_sets),
         T(test_a_set_whose_worker_starts_a_step_late_is_one_set),
+        T(test_loaders_restarted_together_with_a_late_worker_mark_one_step),
+        T(test_worker_pids_that_wrap_around_keep_their_sets),
         T(test_workers_needed_counts_the_batches_of_a_step),
         T(test_cpu_busy_workers_that_keep_up_are_not_cpu_bound),
         T(test_busy_workers_are_not_handoff),
