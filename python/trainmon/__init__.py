@@ -1187,6 +1187,49 @@ def _dcp_bytes(d, me, coord):
         return -1
 
 
+def _tree_bytes(d, depth=3):
+    """The bytes of the regular files under directory d, depth levels down
+    at most (a Hugging Face checkpoint folder: the model, optimizer,
+    scheduler, RNG and trainer state files; an FSDP model's folder in it);
+    -1 when unknown: no such directory, or more than _DIR_SCAN_MAX entries
+    in all (this runs on the saving thread).  Never follows a symbolic
+    link."""
+    total = n = 0
+    todo = [(d, 0)]
+    try:
+        while todo:
+            path, level = todo.pop()
+            with os.scandir(path) as it:
+                for e in it:
+                    n += 1
+                    if n > _DIR_SCAN_MAX:
+                        return -1
+                    if e.is_file(follow_symlinks=False):
+                        total += e.stat(follow_symlinks=False).st_size
+                    elif level + 1 < depth and e.is_dir(follow_symlinks=False):
+                        todo.append((e.path, level + 1))
+        return total
+    except Exception:
+        return -1
+
+
+def _hf_checkpoint_bytes(args, kwargs):
+    """The bytes of the checkpoint folder the Hugging Face Trainer's
+    _save_checkpoint(model, trial) just wrote (its output_dir's
+    checkpoint-<global step>, as it names it); -1 on a process that does
+    not save the model (should_save false: another rank's) or when the
+    Trainer is not as expected."""
+    try:
+        tr = args[0]
+        if not tr.args.should_save:
+            return -1
+        trial = args[2] if len(args) > 2 else kwargs.get("trial")
+        d = os.path.join(tr._get_output_dir(trial=trial), "checkpoint-%d" % tr.state.global_step)
+        return _tree_bytes(d)
+    except Exception:
+        return -1
+
+
 def _dcp_item_codes():
     """The code of the functions of torch.distributed.checkpoint that
     torch.save a piece of its checkpoint (a tensor into its shard, another
@@ -1283,6 +1326,8 @@ def _make_save(orig, kind=0, pos=1, kw="f"):
             elif kind == 4:  # (async_save's files are written by its thread's save)
                 if f is not None:
                     nbytes = _dcp_bytes(f, me, coord)
+            elif kind == 2:
+                nbytes = _hf_checkpoint_bytes(args, kwargs)
             elif pos >= 0 and not dcp:
                 nbytes, where = _saved(f, pos0)
             return r

@@ -39,7 +39,8 @@
 #     framework saved (its own count), made by its saver
 #     (Trainer.save_checkpoint, Trainer._save_checkpoint: via lightning /
 #     transformers, blocking), and the summary's the same: all but the one
-#     at the last step in the loop (checkpoints), that one after it.
+#     at the last step in the loop (checkpoints), that one after it; the
+#     Trainer's checkpoint bytes are its folder's, as the job lists it.
 set -u
 case ${BUILD:-} in *asan*) echo "skipped: under the sanitizer build (the Python side and the framework jobs are the plain build's; the binary's parsers run under ASan in the other tests)"; exit 77 ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
@@ -110,6 +111,10 @@ if oracle.get("checkpoints"):
                                                  for e in saves):
         bad.append("save events %s, the framework saved %d with %s"
                    % (json.dumps(saves)[:300], oracle["checkpoints"], via))
+    # the bytes of each checkpoint folder, as the job lists its files
+    elif oracle.get("save_bytes") and [e.get("bytes") for e in saves] != oracle["save_bytes"]:
+        bad.append("checkpoint bytes %s, the job's folders %s"
+                   % ([e.get("bytes") for e in saves], oracle["save_bytes"]))
 elif S.get("checkpoints"):
     bad.append("%s checkpoints in a job that saved none" % S.get("checkpoints"))
 print("  %-15s job steps %-3d micro %-3d evals %-3d share %.3f | report steps %s micro %d evals %d"

@@ -50,6 +50,7 @@ class Oracle:
         self.evals = []         # (start, end) of each eval run
         self._eval_t0 = None
         self.saves = 0          # checkpoints the framework saved (JOB_CKPT_EVERY)
+        self.save_bytes = []    # bytes of each, where the job can list its files
 
     def timed(self, fn, *args):
         """Runs one piece of data work (a __getitem__, a collate) and counts
@@ -89,5 +90,7 @@ class Oracle:
                "wait_s": round(self.wait, 4), "span_s": round(span, 4)}
         if self.saves:
             out["checkpoints"] = self.saves
+        if self.save_bytes:
+            out["save_bytes"] = self.save_bytes
         out.update(extra)
         print(json.dumps(out), flush=True)

@@ -63,8 +63,11 @@ class Count(TrainerCallback):
     def on_step_end(self, args, state, control, **kw):
         oracle.step_done(state.global_step)
 
-    def on_save(self, args, state, control, **kw):
+    def on_save(self, args, state, control, **kw):  # after the folder is written
         oracle.saves += 1
+        d = os.path.join(args.output_dir, "checkpoint-%d" % state.global_step)
+        oracle.save_bytes.append(sum(os.path.getsize(os.path.join(r, f))
+                                     for r, _, fs in os.walk(d) for f in fs))
 
     def on_prediction_step(self, args, state, control, **kw):
         oracle.eval_batches += 1

@@ -311,11 +311,22 @@ class W:  # a FileSystemWriter's path
     path = d
 out["target_no_dist"] = list(trainmon._dcp_target(({}, W(), None, 1, True), {}))[1:]
 out["target_id"] = trainmon._dcp_target(({},), {"checkpoint_id": d})[0] == d
+# a Hugging Face checkpoint folder: files, a subfolder (FSDP's model), a link
+h = tempfile.mkdtemp()
+os.makedirs(os.path.join(h, "pytorch_model_fsdp_0", "deeper", "deepest"))
+for name, n in (("model.safetensors", 1000), ("optimizer.pt", 300),
+                ("pytorch_model_fsdp_0/__0_0.distcp", 50),
+                ("pytorch_model_fsdp_0/deeper/x", 4), ("pytorch_model_fsdp_0/deeper/deepest/y", 9)):
+    with open(os.path.join(h, name), "wb") as f:
+        f.write(b"x" * n)
+os.symlink("/etc", os.path.join(h, "etc"))
+out["tree"] = trainmon._tree_bytes(h)
+out["tree_missing"] = trainmon._tree_bytes(os.path.join(h, "no"))
 print(json.dumps(out))
 """
 
 
-def test_a_dcp_saves_bytes_are_its_own_shards_and_metadata(tmp_path):
+def test_a_checkpoints_bytes_are_its_own_files(tmp_path):
     """This process's files of a torch.distributed.checkpoint directory: its
     shards __R_N.distcp (R its index in the save's plan) and the metadata
     it writes (.metadata on the coordinator, __R.metadata); a link or a
@@ -327,3 +338,5 @@ def test_a_dcp_saves_bytes_are_its_own_shards_and_metadata(tmp_path):
     assert out["r1_coord"] == 300 + 5 + 7, out
     assert out["r2"] == -1 and out["missing"] == -1, out
     assert out["target_no_dist"] == [0, 1] and out["target_id"], out
+    # the Trainer's folder: 3 levels (the deepest file left out), no link
+    assert out["tree"] == 1000 + 300 + 50 + 4 and out["tree_missing"] == -1, out
