@@ -1255,13 +1255,7 @@ int tm_runsum_build(tm_runview *v, tm_an_summary *S, tm_an_rank **ranks, size_t 
     summarize_machine(v, S, *ranks, *nranks);
     summarize_agent(v, S);
     tm_runsum_checkpoints(v, S);
-    tm_runsum_gc(v, S);
-    /* the summarized process's own row, net of the pauses as the run's */
-    for (size_t i = 0; S->gc_wait_fraction > 0 && i < *nranks; i++) {
-        tm_an_rank *R = &(*ranks)[i];
-        if (R->source == S->gc_src && isfinite(R->data_wait_fraction))
-            R->data_wait_fraction *= 1 - fmin(S->gc_prep_share, 1);
-    }
+    tm_runsum_gc(v, S, *ranks, *nranks); /* each row net of its own pauses, as the run's */
     tm_runsum_stalls(v, S, *ranks, *nranks);
     /* The Python processes in which the in-process recorder did not load
      * said so in their run directory (agentnote.h). */

@@ -280,8 +280,9 @@ typedef struct tm_run_loop {
 /* Each source's loop, indexed by source (calloc'ed, the caller frees it;
  * NULL: no memory). */
 tm_run_loop *tm_runsum_loops(const tm_runview *v);
-/* Python's garbage collector's pauses into S's gc_* (runsum_gc.c). */
-void tm_runsum_gc(const tm_runview *v, tm_an_summary *S);
+/* Python's garbage collector's pauses into S's gc_* (runsum_gc.c); the run's data wait
+ * and each rank row net of the pauses in their own batch preparation. */
+void tm_runsum_gc(const tm_runview *v, tm_an_summary *S, tm_an_rank *ranks, size_t nranks);
 /* The loop pauses of source s as {begin, end} pairs in ns, sorted, none
  * inside another (malloc'ed, *n pairs; NULL: none or no memory). */
 double *tm_runsum_gc_spans(const tm_runview *v, uint32_t s, size_t *n);

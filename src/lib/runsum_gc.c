@@ -190,23 +190,103 @@ out:
     free(other);
 }
 
+/* Each source's pauses in its loop, bucketed once: the pauses of source s
+ * are p[off[s] .. off[s + 1]), sorted (cnt: the counts pauses_of would
+ * give, as tm_runsum_gc counted them).  NULL when out of memory. */
+static struct pause *pauses_by_source(const tm_runview *v, const tm_run_loop *L, const size_t *cnt,
+                                      size_t **off_out)
+{
+    size_t *off = calloc(v->nsrc + 1, sizeof *off), *fill = calloc(v->nsrc, sizeof *fill);
+    struct pause *p = NULL;
+    if (!off || !fill)
+        goto fail;
+    for (size_t s = 0; s < v->nsrc; s++)
+        off[s + 1] = off[s] + cnt[s];
+    p = malloc((off[v->nsrc] ? off[v->nsrc] : 1) * sizeof *p);
+    if (!p)
+        goto fail;
+    const tm_run_event *ev;
+    size_t nev = tm_run_events(v->r, &ev);
+    for (size_t i = 0; i < nev; i++) {
+        double d;
+        uint32_t s = ev[i].source;
+        if (s >= v->nsrc || !is_pause(&ev[i]) || isnan(d = pause_ns(&ev[i])))
+            continue;
+        double b = (double)ev[i].t_ns - d;
+        if (in_loop(&L[s], b) && fill[s] < cnt[s])
+            p[off[s] + fill[s]++] = (struct pause){b, (double)ev[i].t_ns};
+    }
+    for (size_t s = 0; s < v->nsrc; s++)
+        qsort(p + off[s], fill[s], sizeof *p, by_begin);
+    free(fill);
+    *off_out = off;
+    return p;
+fail:
+    free(off);
+    free(fill);
+    free(p);
+    return NULL;
+}
+
 /* A loop whose steps wait mostly on its own batch preparation: the data
  * wait without the pauses inside that preparation (they would stay if it
- * were prefetched).  The share is the summarized process's; the other
- * processes' preparation is taken to hold as much of the collector. */
-static void net_of_pauses(tm_an_summary *S)
+ * were prefetched).  Pooled as the run's wait is: each process's pause
+ * time inside its judged steps' preparation over all processes' judged
+ * step time (a process without pauses keeps all of its wait); each rank's
+ * row net of its own. */
+static void net_of_pauses(const tm_runview *v, const tm_run_loop *L, const size_t *cnt,
+                          tm_an_summary *S, tm_an_rank *ranks, size_t nranks)
 {
-    double g = S->gc_prep_share;
-    if (!(g > 0) || !(S->prep_steps > 0 && 2 * S->prep_steps > S->steps_total) ||
-        !isfinite(S->data_wait_fraction))
+    if (!(S->prep_steps > 0 && 2 * S->prep_steps > S->steps_total) || !(S->data_wait_fraction > 0))
         return;
-    g = fmin(g, 1);
-    S->gc_wait_fraction = S->data_wait_fraction * g;
-    tm_runsum_net_wait(S, g);
+    size_t *off = NULL;
+    struct pause *p = pauses_by_source(v, L, cnt, &off);
+    if (!p)
+        return;
+    const tm_run_step *st;
+    size_t nst = tm_run_steps(v->r, &st);
+    double all_step = 0, all_gc = 0, all_prep = 0;
+    for (size_t i = 0; i < nst;) { /* each source's steps are one range */
+        size_t j = i;
+        while (j < nst && st[j].source == st[i].source)
+            j++;
+        uint32_t s = st[i].source;
+        double step = 0, gc = 0, prep = 0;
+        const struct pause *q = s < v->nsrc ? p + off[s] : NULL;
+        size_t nq = s < v->nsrc ? off[s + 1] - off[s] : 0;
+        for (size_t k = i; k < j; k++) {
+            const tm_inproc_step *x = &st[k].s;
+            double d;
+            if (!tm_step_times(x, &d, NULL) || x->step < TM_STEP_WARMUP)
+                continue;
+            step += d;
+            if (x->prep_ns < 0)
+                continue;
+            double a = (double)x->start_ns, pe = a + (double)x->prep_ns;
+            prep += (double)x->prep_ns / 1e9;
+            for (size_t m = first_after(q, nq, a); m < nq && q[m].b < pe; m++)
+                gc += (fmin(q[m].e, pe) - fmax(q[m].b, a)) / 1e9;
+        }
+        all_step += step;
+        all_gc += gc;
+        all_prep += prep;
+        for (size_t r = 0; gc > 0 && step > 0 && r < nranks; r++)
+            if (ranks[r].source == s && isfinite(ranks[r].data_wait_fraction))
+                ranks[r].data_wait_fraction = fmax(0, ranks[r].data_wait_fraction - gc / step);
+        i = j;
+    }
+    free(p);
+    free(off);
+    if (!(all_gc > 0) || !(all_step > 0))
+        return;
+    double f = fmin(all_gc / all_step, S->data_wait_fraction);
+    S->gc_wait_fraction = f;
+    tm_runsum_net_wait(S, f / S->data_wait_fraction);
     /* a collection is on a CPU all of its time: the preparation's own CPU
      * share is what is left of it (a preparation that sleeps and collects
      * is waiting, not CPU-bound) */
-    if (isfinite(S->prep_cpu_share))
+    double g = all_prep > 0 ? fmin(all_gc / all_prep, 1) : 0;
+    if (g > 0 && isfinite(S->prep_cpu_share))
         S->prep_cpu_share = g < 1 ? fmax(0, (S->prep_cpu_share - g) / (1 - g)) : NAN;
 }
 
@@ -230,7 +310,7 @@ static double all_pauses_s(const tm_runview *v, const tm_run_loop *L)
     return u / 1e9;
 }
 
-void tm_runsum_gc(const tm_runview *v, tm_an_summary *S)
+void tm_runsum_gc(const tm_runview *v, tm_an_summary *S, tm_an_rank *ranks, size_t nranks)
 {
     S->gc_wait_fraction = 0;
     S->gc_src = UINT32_MAX;
@@ -321,7 +401,7 @@ void tm_runsum_gc(const tm_runview *v, tm_an_summary *S)
         double dr = tm_runsum_event_num(ev[i].json, "dropped");
         S->gc_dropped = isfinite(dr) && dr < 1e15 ? (size_t)dr : 0;
     }
-    net_of_pauses(S);
+    net_of_pauses(v, L, cnt, S, ranks, nranks);
 out:
     free(L);
     free(sum);

@@ -215,6 +215,45 @@ static void test_pauses_in_the_loops_own_preparation_are_no_slow_preparation(voi
     done(&run, &a);
 }
 
+/* Two processes of the loop above (ranks 0 and 1), only rank 0
+ * collecting: rank 1's 50 ms every 5th step is its own preparation.  The
+ * run's wait, pooled, is net of rank 0's pauses alone: judged steps 2 x
+ * 5.35 s, wait 2 x 0.548 s less 0.45 s = 0.646 s: 6.04%, input.main_prep
+ * (netting the pooled wait by rank 0's share, 82%, had said 1.8%,
+ * input.ok, and hidden rank 1's 10.2%); each row net of its own. */
+static void test_the_runs_wait_is_net_of_each_processs_own_pauses(void **st)
+{
+    (void)st;
+    double dur[50], prep[50];
+    for (size_t i = 0; i < 50; i++) {
+        dur[i] = i % 5 ? 0.1 : 0.15;
+        prep[i] = i % 5 ? 0.002 : 0.052;
+    }
+    for (int r = 0; r < 2; r++) {
+        char file[32], role[16];
+        snprintf(file, sizeof file, "rank%d.tmr", r);
+        snprintf(role, sizeof role, "rank%d", r);
+        tm_rec *w = open_rec(file, role, r);
+        put_opt_steps_of(w, 50, dur, prep);
+        double t = 0;
+        for (unsigned i = 0; r == 0 && i < 50; t += dur[i], i++)
+            if (i % 5 == 0)
+                put_pause(w, t + 0.001, 0.05, 2, i, true);
+        tm_rec_close(&w);
+    }
+    tm_run *run = NULL;
+    tm_analysis *a = analyze(&run);
+    assert_true(fabs(a->sum.gc_wait_fraction - 0.45 / 10.7) < 1e-6);
+    assert_true(fabs(a->sum.data_wait_fraction - 0.646 / 10.7) < 1e-6);
+    assert_non_null(tm_analysis_find(a, "input.main_prep"));
+    assert_null(tm_analysis_find(a, "input.ok"));
+    assert_int_equal(a->nranks, 2);
+    for (size_t r = 0; r < 2; r++)
+        assert_true(fabs(a->ranks[r].data_wait_fraction -
+                         (a->ranks[r].rank == 0 ? 0.098 / 5.35 : 0.548 / 5.35)) < 1e-6);
+    done(&run, &a);
+}
+
 /* The same loop without the pauses: its 20 ms of preparation on a CPU all
  * of the time is CPU-bound preparation, told as such (the advice of the
  * "cpu" cause, not the mixed one). */
@@ -427,6 +466,8 @@ int main(void)
             test_young_collections_in_every_step_are_high_and_told_the_threshold, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_pauses_in_the_loops_own_preparation_are_no_slow_preparation, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_the_runs_wait_is_net_of_each_processs_own_pauses,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_cpu_bound_preparation_is_told_it_is_cpu_bound, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_ranks_pausing_at_different_steps_are_summed, setup,
