@@ -1195,10 +1195,10 @@ def _tree_bytes(d, depth=3):
     in all (this runs on the saving thread).  Never follows a symbolic
     link."""
     total = n = 0
-    todo = [(d, 0)]
+    dirs = [(d, 0)]  # (folder, its depth) still to read
     try:
-        while todo:
-            path, level = todo.pop()
+        while dirs:
+            path, level = dirs.pop()
             with os.scandir(path) as it:
                 for e in it:
                     n += 1
@@ -1207,7 +1207,7 @@ def _tree_bytes(d, depth=3):
                     if e.is_file(follow_symlinks=False):
                         total += e.stat(follow_symlinks=False).st_size
                     elif level + 1 < depth and e.is_dir(follow_symlinks=False):
-                        todo.append((e.path, level + 1))
+                        dirs.append((e.path, level + 1))
         return total
     except Exception:
         return -1

@@ -2190,7 +2190,8 @@ static int boundary_work(long flags)
 /* Checkpoint saves (the glue wraps torch.save, Lightning's
  * Trainer.save_checkpoint, the Hugging Face Trainer's _save_checkpoint,
  * safetensors' save_file and torch.distributed.checkpoint's save,
- * save_state_dict and async_save; a save inside another is part of it,
+ * _save_state_dict (behind save and save_state_dict) and async_save; a
+ * save inside another is part of it,
  * as the torch.save of each tensor inside a torch.distributed.checkpoint
  * save is): a save on the training
  * thread blocks the loop, and its time is no step's: agent_time takes it
