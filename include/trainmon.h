@@ -1192,6 +1192,10 @@ typedef struct tm_run_source {
     uint64_t records;          /* records read */
     size_t ndamage;            /* damaged places skipped */
     bool torn_tail;            /* a torn last record was ignored */
+    /* > 0: an inference loop (the process never trained): its DataLoader
+     * batches, recorded as eval, were read as this many loader-ended
+     * training steps (docs/DIAGNOSIS.md "Inference loops") */
+    uint64_t inference;
 } tm_run_source;
 
 /* One series of one source.  t_ns and v hold n points; series sampled

@@ -1501,6 +1501,7 @@ def _install_optimizer(torch):
     def __init__(self, *args, **kwargs):
         orig_init(self, *args, **kwargs)
         try:
+            _c.opt_made()  # a process that makes an optimizer trains (not inference)
             _wrap_optimizer_class(type(self))
         except Exception as e:
             _report_exc("optimizer step timing", e)
@@ -1515,6 +1516,7 @@ def _install_optimizer(torch):
         seen.add(cls)
         queue.extend(cls.__subclasses__())
         if getattr(cls.__dict__.get("step"), "hooked", False):
+            _c.opt_made()  # one made before attach() at least
             _wrap_optimizer_class(cls)
 
 

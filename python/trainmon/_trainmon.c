@@ -820,6 +820,10 @@ static int g_cdepth, g_coll_seen;
  * inproc.boundaries event at exit): batches fetched on the training
  * thread, backward passes, lead-optimizer steps, a forward seen. */
 static uint64_t g_n_batches, g_n_bwd, g_n_opt;
+/* optimizers constructed (Optimizer.__init__'s wrapper calls opt_made()):
+ * a process that made one trains, even if it never stepped (the report's
+ * inference test, docs/DIAGNOSIS.md "Inference") */
+static uint64_t g_n_optmade;
 /* optimizer steps of any optimizer (opt_post's calls), and the lead's
  * steps that AMP's GradScaler skipped (hook_ampstep) */
 static uint64_t g_opt_calls, g_n_skipped;
@@ -1041,7 +1045,8 @@ static void emit_train(tm_inproc_step *s)
         g_pending_flags |= check_thresholds(s->end_ns);
 }
 
-static void emit_eval(int64_t start, int64_t end, int64_t wait, uint32_t flags, int32_t batches)
+static void emit_eval(int64_t start, int64_t end, int64_t wait, uint32_t flags, int32_t batches,
+                      int64_t wait_cpu)
 {
     tm_inproc_step s = {.step = g_written,
                         .start_ns = start,
@@ -1055,7 +1060,7 @@ static void emit_eval(int64_t start, int64_t end, int64_t wait, uint32_t flags, 
                         .prep_ns = -1,
                         .prep_cpu_ns = -1,
                         .backward_ns = -1,
-                        .wait_cpu_ns = -1,
+                        .wait_cpu_ns = wait_cpu,
                         .collective_ns = -1};
     char buf[128];
     rec_put(TM_REC_STEP, end, buf, tm_inproc_encode_step(&s, buf, sizeof buf));
@@ -1201,7 +1206,7 @@ static int g_no_hold0; /* a data-only loop: no batch held before a backward pass
 static void held_write(const held *h)
 {
     if (g_level >= TM_STEP_BY_BACKWARD) {
-        emit_eval(h->entry, h->end, h->exit - h->entry, 0, 1);
+        emit_eval(h->entry, h->end, h->exit - h->entry, 0, 1, h->cpu);
         return;
     }
     tm_inproc_step s = {.start_ns = h->entry,
@@ -1352,8 +1357,11 @@ static void settle_batch(int64_t t, uint32_t flags, int may_hold)
     if (!g_b.grad || (g_level >= TM_STEP_BY_BACKWARD && !g_b.bwd)) {
         if (g_nheld) /* its iterator's held batches: an eval run too */
             held_flush_iter(g_b.iter);
-        g_closed = (tm_inproc_step){
-            .start_ns = g_b.entry, .end_ns = t, .data_wait_ns = wait, .phase = TM_STEP_EVAL};
+        g_closed = (tm_inproc_step){.start_ns = g_b.entry,
+                                    .end_ns = t,
+                                    .data_wait_ns = wait,
+                                    .phase = TM_STEP_EVAL,
+                                    .wait_cpu_ns = g_b.cpu};
     } else if (g_level == 0) {
         g_closed = (tm_inproc_step){.start_ns = g_b.entry,
                                     .end_ns = t,
@@ -1381,7 +1389,8 @@ static void write_closed(uint32_t flags)
     g_have_closed = 0;
     g_closed.flags |= flags;
     if (g_closed.phase == TM_STEP_EVAL)
-        emit_eval(g_closed.start_ns, g_closed.end_ns, g_closed.data_wait_ns, g_closed.flags, 1);
+        emit_eval(g_closed.start_ns, g_closed.end_ns, g_closed.data_wait_ns, g_closed.flags, 1,
+                  g_closed.wait_cpu_ns);
     else
         emit_train(&g_closed);
 }
@@ -1661,7 +1670,7 @@ static PyObject *py_train_mode(PyObject *self, PyObject *arg)
     if (g_level < TM_STEP_BY_BACKWARD)
         Py_RETURN_NONE; /* before training, or a loader-ended loop: its eval batches tell */
     if (ran && g_n_batches == g_eval_nb) /* without the saves in it: no eval time */
-        emit_eval(g_eval_t0 + g_eval_skip < t ? g_eval_t0 + g_eval_skip : t, t, 0, 0, 0);
+        emit_eval(g_eval_t0 + g_eval_skip < t ? g_eval_t0 + g_eval_skip : t, t, 0, 0, 0, -1);
     /* the hook again for the next step's preparation (timed only from a
      * start the span moved to t: a step with work before it keeps its) */
     fwd_disarm();
@@ -1749,14 +1758,15 @@ static PyObject *py_shutdown(PyObject *self, PyObject *noargs)
      * a report with no steps can say why (docs/DIAGNOSIS.md,
      * steps.unsegmented); one that did nothing (torchrun's agent) writes
      * nothing, and gets no file. */
-    if (g_fwd_t || g_n_batches || g_n_bwd || g_n_opt || g_n_fetch) {
-        char js[256];
+    if (g_fwd_t || g_n_batches || g_n_bwd || g_n_opt || g_n_fetch || g_n_optmade) {
+        char js[320];
         snprintf(js, sizeof js,
                  "{\"loader_batches\":%llu,\"backward_passes\":%llu,\"optimizer_steps\":%llu,"
-                 "\"forward_seen\":%s,\"steps\":%llu,\"fetches\":%llu}",
+                 "\"forward_seen\":%s,\"steps\":%llu,\"fetches\":%llu,\"optimizers_made\":%llu}",
                  (unsigned long long)g_n_batches, (unsigned long long)g_n_bwd,
                  (unsigned long long)g_n_opt, g_fwd_t ? "true" : "false",
-                 (unsigned long long)g_written, (unsigned long long)g_n_fetch);
+                 (unsigned long long)g_written, (unsigned long long)g_n_fetch,
+                 (unsigned long long)g_n_optmade);
         lazy_open();
         if (g_rec)
             tm_rec_event(g_rec, 0, "inproc.boundaries", js);
@@ -1775,7 +1785,7 @@ static PyObject *py_reset_steps(PyObject *self, PyObject *noargs)
     g_depth = g_bdepth = g_cdepth = 0;
     g_bwd_t0 = g_coll_t0 = 0;
     g_coll_seen = 0;
-    g_n_batches = g_n_bwd = g_n_opt = g_n_fetch = 0;
+    g_n_batches = g_n_bwd = g_n_opt = g_n_fetch = g_n_optmade = 0;
     g_opt_calls = g_n_skipped = g_opt_seen = 0;
     g_anatomy_again = 0;
     g_ampdepth = 0;
@@ -3304,6 +3314,14 @@ static PyObject *py_oom_summary(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* opt_made(): an optimizer was constructed (its __init__'s wrapper). */
+static PyObject *py_opt_made(PyObject *self, PyObject *noargs)
+{
+    (void)self, (void)noargs;
+    g_n_optmade++;
+    Py_RETURN_NONE;
+}
+
 /* lead_optimizer(): the number of the optimizer whose steps end steps (-1:
  * none yet), for the glue's anatomy. */
 static PyObject *py_lead_optimizer(PyObject *self, PyObject *noargs)
@@ -3713,6 +3731,7 @@ static PyMethodDef methods[] = {
      "anatomy(device, optimizer, params, grads, optim_state, activations, unknown, allocated, "
      "reserved, free, total, batch_size, reason, kind)"},
     {"oom_summary", py_oom_summary, METH_VARARGS, "oom_summary(seq, device, status, pool, ...)"},
+    {"opt_made", py_opt_made, METH_NOARGS, "an optimizer was constructed"},
     {"lead_optimizer", py_lead_optimizer, METH_NOARGS, "the lead optimizer's number, -1 if none"},
     {"anatomy_again", py_anatomy_again, METH_NOARGS,
      "the memory anatomy due again at the next boundary"},

@@ -71,6 +71,17 @@ bool tm_rpt_pid_name(void *run, long pid, char *buf, size_t cap)
     return tm_rpt_pid_rank(run, pid, NULL, buf, cap);
 }
 
+const char *tm_rpt_inference_line(const struct tm_an_summary *S)
+{
+    if (!S->infer_procs)
+        return NULL;
+    return S->infer_procs >= S->step_procs
+               ? "an inference loop: no backward pass, no optimizer; each DataLoader batch is a "
+                 "step"
+               : "some processes only infer (no backward pass, no optimizer): their DataLoader "
+                 "batches are their steps";
+}
+
 void tm_rpt_iso_time(char *buf, size_t cap, int64_t ns)
 {
     time_t s = (time_t)(ns / 1000000000);
@@ -323,6 +334,7 @@ static void write_summary_json(tm_text *t, const tm_run *r, const tm_analysis *a
     j_kn(t, "compute_time_median_s", S->compute_median_s, true);
     j_kn(t, "data_wait_fraction", S->data_wait_fraction, true);
     j_kn(t, "eval_steps", (double)S->eval_steps, true);
+    j_kn(t, "inference_processes", (double)S->infer_procs, true);
     j_kn(t, "checkpoints", (double)S->ckpt_saves, true);
     j_kn(t, "checkpoint_time_s", S->ckpt_saves ? S->ckpt_s : NAN, true);
     j_kn(t, "checkpoint_share",
@@ -590,6 +602,8 @@ static void write_text(tm_text *t, const tm_run *r, const tm_analysis *a)
         tm_text_printf(t,
                        "  steps              %zu per process (the most), %zu over %zu processes\n",
                        S->steps, S->steps_total, a->nranks);
+    if (tm_rpt_inference_line(S))
+        tm_text_printf(t, "  inference          %s\n", tm_rpt_inference_line(S));
     if (a->nranks > 1 && dropped)
         tm_text_printf(t,
                        "  ring               %" PRIu64 " steps in all, the oldest %" PRIu64

@@ -11,6 +11,8 @@
 
 #include "trainmon.h"
 
+struct tm_an_summary;
+
 /* ns since the epoch as "2026-01-02T03:04:05.678Z", or "n/a" for ns <= 0. */
 void tm_rpt_iso_time(char *buf, size_t cap, int64_t ns);
 
@@ -21,6 +23,10 @@ const char *tm_rpt_meta_str_array(const char *meta, const char *key, size_t *len
 
 /* v with prec decimals and a suffix, or "n/a". */
 void tm_rpt_fmt_num(char *buf, size_t cap, double v, int prec, const char *suffix);
+
+/* The summary's word on inference loops (inference.c): what the steps of
+ * a run some of whose processes never trained are; NULL when none. */
+const char *tm_rpt_inference_line(const struct tm_an_summary *S);
 
 /* The headline that opens the text report and the HTML page: the most
  * severe finding (tm_analyze sorts them), what it costs when its evidence

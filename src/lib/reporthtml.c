@@ -755,6 +755,8 @@ static void write_summary(tm_text *t, const tm_run *r, const tm_analysis *a)
         snprintf(line, sizeof line, "%zu per process (the most), %zu over %zu processes", S->steps,
                  S->steps_total, a->nranks);
     kv_row(t, "steps", line);
+    if (tm_rpt_inference_line(S))
+        kv_row(t, "inference", tm_rpt_inference_line(S));
     /* A ring's kept steps are not the run's: say what it dropped, as the
      * text and JSON reports do. */
     tm_ringinfo ri;

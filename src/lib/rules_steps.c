@@ -91,13 +91,27 @@ void tm_rule_steps_unsegmented(struct an *an)
              S->agent_procs, S->agent_procs == 1 ? "" : "es", tv,
              S->seen_forward ? "module forward passes" : "no module forward pass",
              S->seen_optimizer, S->seen_backward, S->seen_batches);
+    if (!isnan(S->seen_optmade))
+        tm_an_ev_num(&e, "optimizers_made", S->seen_optmade);
+    if (S->eval_steps)
+        tm_an_ev_num(&e, "eval_batches", (double)S->eval_steps);
+    const char *why;
+    if (S->eval_steps && S->seen_optmade > 0)
+        /* a training job that evaluated (a sanity check, a baseline) and
+         * stopped before its first step: no inference loop (inference.c) */
+        why = "The job made an optimizer and evaluated (its batches are eval batches), but "
+              "stopped before its first training step: see its output for why; system metrics "
+              "above are still valid.";
+    else if (S->seen_forward)
+        why = "This loop runs forward passes only (inference over tensors it slices itself): "
+              "iterate a DataLoader, even with num_workers=0, to have each batch a step with its "
+              "data wait.";
+    else
+        why = "The job never ran a module: if it trains, it did not get to it (see its output); "
+              "system metrics above are still valid.";
     snprintf(adv, sizeof adv,
              "A step is an optimizer step, else a backward pass, else a DataLoader batch (the "
              "step model, docs/DIAGNOSIS.md). %s",
-             S->seen_forward ? "This loop runs forward passes only (inference over tensors it "
-                               "slices itself): iterate a DataLoader, even with num_workers=0, "
-                               "to have each batch a step with its data wait."
-                             : "The job never ran a module: if it trains, it did not get to it "
-                               "(see its output); system metrics above are still valid.");
+             why);
     tm_an_add(an, TM_SEV_LOW, TM_CONF_HIGH, -1, &e, title, adv);
 }

@@ -280,6 +280,7 @@ static void summarize_agent(const tm_runview *v, tm_an_summary *S)
 {
     const tm_run_event *ev;
     size_t n = tm_run_events(v->r, &ev);
+    S->seen_optmade = NAN;
     for (size_t i = 0; i < n; i++) {
         const char *js = ev[i].json ? ev[i].json : "";
         if (!strcmp(ev[i].name, "inproc.start")) {
@@ -310,6 +311,8 @@ static void summarize_agent(const tm_runview *v, tm_an_summary *S)
                 S->seen_optimizer += x;
             if (!isnan(x = tm_runsum_event_num(js, "fetches")))
                 S->seen_fetches += x;
+            if (!isnan(x = tm_runsum_event_num(js, "optimizers_made")))
+                S->seen_optmade = (isnan(S->seen_optmade) ? 0 : S->seen_optmade) + x;
             if (strstr(js, "\"forward_seen\":true"))
                 S->seen_forward = true;
         } else if (!strcmp(ev[i].name, "inproc.measure_off")) {
@@ -920,8 +923,8 @@ static bool source_has_oom(const tm_run_oom *om, size_t nom, uint32_t s)
 }
 
 /* One entry per training process that has steps, captures or an OOM. */
-static void summarize_ranks(tm_runview *v, tm_an_rank *ranks, size_t *nranks, struct scratch *x,
-                            tm_steptally *all, int64_t *w0, int64_t *w1)
+static void summarize_ranks(tm_runview *v, tm_an_summary *S, tm_an_rank *ranks, size_t *nranks,
+                            struct scratch *x, tm_steptally *all, int64_t *w0, int64_t *w1)
 {
     const tm_run_step *st;
     const tm_run_capture *cp;
@@ -939,6 +942,7 @@ static void summarize_ranks(tm_runview *v, tm_an_rank *ranks, size_t *nranks, st
             continue;
         tm_an_rank *R = &ranks[(*nranks)++];
         R->source = s;
+        S->infer_procs += v->src[s].inference > 0;
         R->rank = v->src[s].header.rank;
         R->host = v->src[s].header.host;
         if (R->rank >= 0)
@@ -1239,7 +1243,7 @@ int tm_runsum_build(tm_runview *v, tm_an_summary *S, tm_an_rank **ranks, size_t 
     memset(S, 0, sizeof *S);
     tm_steptally all;
     int64_t w0 = 0, w1 = 0;
-    summarize_ranks(v, *ranks, nranks, &x, &all, &w0, &w1);
+    summarize_ranks(v, S, *ranks, nranks, &x, &all, &w0, &w1);
     summarize_run(v, S, *ranks, *nranks, &x, &all);
     /* The window: the span of the complete steps, else the whole run. */
     if (w1 > w0) {

@@ -73,6 +73,9 @@ typedef struct tm_an_summary {
      * share of it the training thread spent on a CPU (NAN: not measured);
      * judged steps fed by a background thread (TM_STEP_FED_BY_THREAD) */
     size_t eval_steps, prep_steps, fed_steps;
+    /* processes read as inference loops (inference.c: they never trained,
+     * their DataLoader batches are their steps) */
+    size_t infer_procs;
     /* steps whose optimizer step AMP's GradScaler skipped (all of them), the
      * skipped steps in a row at the end of the run (of the process that
      * ended last) and the longest run of them, the last skipped step (0:
@@ -134,9 +137,10 @@ typedef struct tm_an_summary {
     double batches_per_step;
     /* the agent's own account (inproc.start / inproc.boundaries events):
      * processes it ran in, what step boundaries they saw in all, whether
-     * any ran a module forward, and the torch version of the first */
+     * any ran a module forward, and the torch version of the first;
+     * optimizers made (NAN: no agent said) */
     size_t agent_procs, agent_told;
-    double seen_batches, seen_backward, seen_optimizer, seen_fetches;
+    double seen_batches, seen_backward, seen_optimizer, seen_fetches, seen_optmade;
     bool seen_forward;
     size_t worker_batches; /* TM_REC_WORKER records: batches fetched in workers */
     /* measures the agent could not install (inproc.measure_off events):

@@ -34,6 +34,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "infer.h"
 #include "inproc_schema.h"
 #include "rec.h"
 #include "util.h"
@@ -975,6 +976,8 @@ int tm_run_load(tm_run **out, const char *const *dirs, size_t n)
     for_parts(r->parts, r->nparts, part_load);
     if (run_merge(r) < 0)
         goto nomem;
+    tm_infer_run(r->sources, r->nsources, r->v[V_STEP].p, r->nv[V_STEP], r->v[V_EVENT].p,
+                 r->nv[V_EVENT]);
     if (r->nsources == 0) {
         /* Name the first directory, and why when its files were refused. */
         const char *why = "no trainmon record files";

@@ -40,7 +40,14 @@
 #     (Trainer.save_checkpoint, Trainer._save_checkpoint: via lightning /
 #     transformers, blocking), and the summary's the same: all but the one
 #     at the last step in the loop (checkpoints), that one after it; the
-#     Trainer's checkpoint bytes are its folder's, as the job lists it.
+#     Trainer's checkpoint bytes are its folder's, as the job lists it;
+#   - a job that only evaluates (lightning_validate: trainer.validate();
+#     hf_trainer_evaluate: Trainer.evaluate(); FRAMEWORK_JOBS may name
+#     lightning_predict and hf_trainer_predict too) is an inference loop:
+#     its batches are its steps, the job's count and wait share, the
+#     report's inference_processes 1 and no eval_steps (the previous report
+#     of trainer.validate(): "no steps to judge ... iterate a DataLoader");
+#     no training job is read as one.
 set -u
 case ${BUILD:-} in *asan*) echo "skipped: under the sanitizer build (the Python side and the framework jobs are the plain build's; the binary's parsers run under ASan in the other tests)"; exit 77 ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
@@ -71,17 +78,33 @@ S = rep["summary"]
 bad = []
 if not S.get("steps") or abs(S["steps"] - oracle["steps"]) > 1:
     bad.append("steps %s, the job counted %s" % (S.get("steps"), oracle["steps"]))
+infer = bool(oracle.get("inference"))
+if infer != bool(S.get("inference_processes")):
+    bad.append("inference_processes %s for a job that %s" % (
+        S.get("inference_processes"), "only infers" if infer else "trains"))
 bounds = sorted({o.get("boundary") for o in train})
-if bounds != ["optimizer"]:
-    bad.append("training steps ended by %s, not by the optimizer alone" % bounds)
 mb = sum(o.get("micro_batches", 0) for o in train)
-if abs(mb - oracle["micro_batches"]) > oracle["accum"]:
+if infer:
+    # validate(), predict(), evaluate() alone: the batches are the steps
+    # (recorded as eval under no_grad, or as loader steps where the batch
+    # is fetched with grad enabled), none of them training
+    if bounds not in ([], ["loader"]) or abs(len(train) + len(evals) - oracle["steps"]) > 1:
+        bad.append("%d loader steps %s and %d eval records, the job ran %d batches"
+                   % (len(train), bounds, len(evals), oracle["steps"]))
+    if S.get("eval_steps"):
+        bad.append("eval_steps %s in a job that only evaluates" % S.get("eval_steps"))
+    evals, mb = [], oracle["micro_batches"]
+elif bounds != ["optimizer"]:
+    bad.append("training steps ended by %s, not by the optimizer alone" % bounds)
+if not infer and abs(mb - oracle["micro_batches"]) > oracle["accum"]:
     bad.append("%d micro-batches recorded, the job trained on %d" % (mb, oracle["micro_batches"]))
 # eval_steps counts complete eval batches: Lightning's last validation run
 # (after the last step) fetches no batch after its last one, which is
 # still open at exit and not counted
 n_ev = oracle["eval_batches"]
-if len(evals) != n_ev or S.get("eval_steps") not in (n_ev, n_ev - 1):
+if infer:
+    pass
+elif len(evals) != n_ev or S.get("eval_steps") not in (n_ev, n_ev - 1):
     bad.append("%d eval records (eval_steps %s), the job ran %d eval batches"
                % (len(evals), S.get("eval_steps"), oracle["eval_batches"]))
 share, dwf = oracle["data_wait_share"], S.get("data_wait_fraction")
@@ -128,7 +151,7 @@ PYEOF
 }
 
 echo "frameworks: $PY (torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null))"
-for job in ${FRAMEWORK_JOBS:-lightning lightning_accum lightning_ckpt hf_trainer hf_trainer_accum hf_trainer_free hf_trainer_ckpt}; do
+for job in ${FRAMEWORK_JOBS:-lightning lightning_accum lightning_ckpt lightning_validate hf_trainer hf_trainer_accum hf_trainer_free hf_trainer_ckpt hf_trainer_evaluate}; do
     case $job in
     lightning*) script=lightning_loop mod=lightning ;;
     hf_trainer*) script=hf_trainer mod=transformers ;;
@@ -142,6 +165,7 @@ for job in ${FRAMEWORK_JOBS:-lightning lightning_accum lightning_ckpt hf_trainer
     *_accum) envs+=(JOB_ACCUM=4) ;;
     *_free) envs+=(JOB_ITEM_S=0) ;;
     *_ckpt) envs+=(JOB_CKPT_EVERY=10) ;;
+    *_validate | *_predict | *_evaluate) envs+=(JOB_MODE=${job##*_}) ;;
     esac
     run=$scratch/$job
     ran=$((ran + 1))

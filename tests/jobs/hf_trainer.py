@@ -7,7 +7,11 @@ Trainer's state.global_step.  Data wait: the dataset's __getitem__ and the
 data collator, timed inline (fw_oracle.py says what that includes).  No
 network (HF_HUB_OFFLINE), no files but a temporary directory.
 JOB_CKPT_EVERY=N: save_strategy="steps", a checkpoint every N steps
-(each counted by on_save)."""
+(each counted by on_save).  JOB_MODE=evaluate or predict: no training,
+`trainer.evaluate()` or `trainer.predict()` over JOB_STEPS batches (the
+Trainer fetches them with grad enabled and runs each under no_grad): each
+batch is a step of an inference loop, counted by on_prediction_step, its
+data timed as in training."""
 import os
 import sys
 import tempfile
@@ -32,6 +36,7 @@ ACCUM = int(os.environ.get("JOB_ACCUM", "1"))
 STEPS = int(os.environ.get("JOB_STEPS", str(40 // ACCUM)))
 ITEM_S = float(os.environ.get("JOB_ITEM_S", "0.0015"))  # per sample: 8 a batch
 CKPT_EVERY = int(os.environ.get("JOB_CKPT_EVERY", "0"))  # save_steps: a checkpoint every N steps
+MODE = os.environ.get("JOB_MODE", "train")
 EVAL_EVERY, EVAL_BATCHES, BATCH, SEQ = max(STEPS // 4, 1), 4, 8, 32
 oracle = Oracle()
 
@@ -70,11 +75,16 @@ class Count(TrainerCallback):
                                      for r, _, fs in os.walk(d) for f in fs))
 
     def on_prediction_step(self, args, state, control, **kw):
-        oracle.eval_batches += 1
+        if MODE == "train":
+            oracle.eval_batches += 1
+        else:  # evaluate() or predict() alone: the batches are the steps
+            oracle.step_done(oracle.steps + 1)
 
 
 class Timed(Trainer):
     def evaluate(self, *a, **kw):
+        if MODE != "train":
+            return super().evaluate(*a, **kw)
         oracle.eval_start()
         try:
             return super().evaluate(*a, **kw)
@@ -95,5 +105,8 @@ with tempfile.TemporaryDirectory() as tmp:
     trainer = Timed(model=model, args=args, data_collator=collate,
                     train_dataset=Tokens(STEPS * ACCUM * BATCH, True),
                     eval_dataset=Tokens(EVAL_BATCHES * BATCH, False), callbacks=[Count()])
-    trainer.train()
-oracle.report(accum=ACCUM)
+    if MODE == "train":
+        trainer.train()
+    else:
+        getattr(trainer, MODE)(Tokens(STEPS * BATCH, True))
+oracle.report(accum=ACCUM, **({} if MODE == "train" else {"inference": True}))

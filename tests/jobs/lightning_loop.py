@@ -5,7 +5,11 @@ switches on gradient accumulation (accumulate_grad_batches): 4 training
 batches per optimizer step.  JOB_CKPT_EVERY=N: a ModelCheckpoint every N
 optimizer steps (each counted by on_save_checkpoint).  Steps: trainer.global_step.  Data wait: each
 next() of the training DataLoader's iterator, timed inline by a DataLoader
-subclass (fw_oracle.py).  No network, no files but a temporary directory."""
+subclass (fw_oracle.py).  No network, no files but a temporary directory.
+JOB_MODE=validate or predict: no training, `trainer.validate()` or
+`trainer.predict()` of the model over JOB_STEPS batches (evaluating a
+checkpoint, scoring a dataset): each batch is a step of an inference loop,
+counted by the batch-end callback, its next() timed as above."""
 import os
 import sys
 import tempfile
@@ -23,6 +27,7 @@ import lightning as L  # noqa: E402
 ACCUM = int(os.environ.get("JOB_ACCUM", "1"))
 STEPS = int(os.environ.get("JOB_STEPS", str(40 // ACCUM)))
 ITEM_S = float(os.environ.get("JOB_ITEM_S", "0.0004"))  # per sample: 8 a batch
+MODE = os.environ.get("JOB_MODE", "fit")
 CKPT_EVERY = int(os.environ.get("JOB_CKPT_EVERY", "0"))  # ModelCheckpoint every N steps
 VAL_EVERY, VAL_BATCHES, BATCH = max(STEPS // 4, 1), 4, 8
 oracle = Oracle()
@@ -74,6 +79,11 @@ class Net(L.LightningModule):
         busy(0.004)
         return torch.nn.functional.mse_loss(self.net(x), y)
 
+    def predict_step(self, batch, i):
+        x, y = batch
+        busy(0.004)
+        return self.net(x)
+
     def configure_optimizers(self):
         return torch.optim.AdamW(self.parameters(), lr=1e-3)
 
@@ -83,7 +93,7 @@ class Count(L.Callback):
         oracle.step_done(trainer.global_step)
 
     def on_validation_start(self, trainer, module):
-        if not trainer.sanity_checking:
+        if not trainer.sanity_checking and MODE == "fit":
             oracle.eval_start()
 
     def on_validation_end(self, trainer, module):
@@ -93,9 +103,22 @@ class Count(L.Callback):
         oracle.saves += 1
 
     def on_validation_batch_end(self, trainer, module, outputs, batch, i, dl=0):
-        oracle.eval_batches += 1
+        if MODE == "fit":
+            oracle.eval_batches += 1
+        else:  # validate(): the batches are the steps
+            oracle.step_done(i + 1)
+
+    def on_predict_batch_end(self, trainer, module, outputs, batch, i, dl=0):
+        oracle.step_done(i + 1)
 
 
+if MODE != "fit":
+    trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=[Count()])
+    data = TimedLoader(Samples(STEPS * BATCH), batch_size=BATCH, num_workers=0)
+    getattr(trainer, MODE)(Net(), dataloaders=data)
+    oracle.report(accum=1, inference=True)
+    sys.exit(0)
 n_train = STEPS * ACCUM * BATCH
 train = TimedLoader(Samples(n_train), batch_size=BATCH, shuffle=True, num_workers=0)
 val = DataLoader(Samples(VAL_BATCHES * BATCH), batch_size=BATCH, num_workers=0)

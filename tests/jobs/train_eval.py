@@ -1,6 +1,9 @@
 """(3) Training with an eval loop every N steps: model.eval() and
 torch.no_grad() over a validation DataLoader, then model.train().  Steps:
-optimizer steps; the eval batches are no training steps."""
+optimizer steps; the eval batches are no training steps.  JOB_EVAL_FIRST=1
+evaluates before the first step too (a baseline, as Lightning's sanity
+check does): a training job still, not an inference loop that trains
+later."""
 import os
 import sys
 import time
@@ -19,6 +22,23 @@ val = TensorDataset(torch.randn(EVAL_BATCHES * 16, 32), torch.randn(EVAL_BATCHES
 model = torch.nn.Sequential(torch.nn.Linear(32, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
 opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 clock = Clock()
+
+
+def evaluate():
+    t_eval = time.perf_counter()
+    model.eval()
+    with torch.no_grad():
+        for vx, vy in DataLoader(val, batch_size=16):
+            torch.nn.functional.mse_loss(model(vx), vy)
+            busy(0.01)  # slow eval: it must not show in the step times
+            clock.eval_batches += 1
+    model.train()
+    if clock.t_first is not None:
+        clock.eval_s += time.perf_counter() - t_eval  # eval time is no step time
+
+
+if os.environ.get("JOB_EVAL_FIRST") == "1":
+    evaluate()
 it = iter(DataLoader(train, batch_size=16, shuffle=True))
 for step in range(STEPS):
     x, y = clock.fetch(lambda: next(it))
@@ -29,13 +49,5 @@ for step in range(STEPS):
     opt.step()
     clock.step()
     if (step + 1) % EVAL_EVERY == 0 and step + 1 < STEPS:  # (none after the last step)
-        t_eval = time.perf_counter()
-        model.eval()
-        with torch.no_grad():
-            for vx, vy in DataLoader(val, batch_size=16):
-                torch.nn.functional.mse_loss(model(vx), vy)
-                busy(0.01)  # slow eval: it must not show in the step times
-                clock.eval_batches += 1
-        model.train()
-        clock.eval_s += time.perf_counter() - t_eval  # eval time is no step time
+        evaluate()
 clock.report()

@@ -595,3 +595,48 @@ def test_a_step_amps_grad_scaler_skipped_is_one_step_flagged_skipped(tmp_path):
     assert len(records(main_file(tmp_path), "optimizer_step")) == 24 - len(out["skipped"])
     if out["enabled"]:
         assert out["skipped"] == [3, 4, 10], out
+
+
+# An inference job (docs/DIAGNOSIS.md "Inference loops"): the report reads a
+# process that never trained as one whose batches are its steps, and needs
+# two things of the agent: the boundaries event counts the optimizers the
+# process made (one made before attach() too: a job that makes one trains,
+# even if it dies before stepping it), and an eval batch of a multi-process
+# loader carries the CPU time the loop spent receiving it, as a training
+# batch does (input.handoff reads it, on a sample of the fetches).
+INFER_LOADER = r"""
+import json, os, torch, trainmon
+from torch.utils.data import DataLoader, TensorDataset
+made = os.environ.get("MAKE_OPT")
+if made == "before":
+    torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1)
+trainmon.attach()
+if made == "after":
+    torch.optim.Adam(torch.nn.Linear(2, 1).parameters())
+    torch.optim.Adam(torch.nn.Linear(2, 1).parameters())
+model = torch.nn.Linear(8, 2).eval()
+n = 0
+with torch.no_grad():
+    for x, in DataLoader(TensorDataset(torch.randn(96, 8)), batch_size=8, num_workers=1):
+        model(x); n += 1
+print(json.dumps({"batches": n}))
+"""
+
+
+def test_an_inference_loop_tells_the_optimizers_it_made_and_its_receive_cpu(tmp_path):
+    import json
+    for made, want in ((None, 0), ("before", 1), ("after", 2)):
+        d = tmp_path / str(made)
+        d.mkdir()
+        out = last_json(run_script(INFER_LOADER, d, env={"MAKE_OPT": made or ""}).stdout)
+        f = main_file(d)
+        ev = [json.loads(r["json"]) for _, _, r in records(f, "event")
+              if r["name"] == "inproc.boundaries"]
+        assert len(ev) == 1 and ev[0]["optimizers_made"] == want, (made, ev)
+        assert ev[0]["backward_passes"] == 0 and ev[0]["optimizer_steps"] == 0, ev
+        steps = [r for _, _, r in records(f, "step")]
+        assert len(steps) == out["batches"] == 12, steps
+        assert all(r["phase"] == 2 and r["batches"] == 1 for r in steps), steps
+        # read on a sample of the fetches (as a training batch's): some, -1 the rest
+        cpu = [r["wait_cpu_ns"] for r in steps]
+        assert any(c > 0 for c in cpu) and all(c > 0 or c == -1 for c in cpu), cpu
