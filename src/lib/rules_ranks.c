@@ -197,6 +197,9 @@ void tm_rule_ranks_imbalance(struct an *an)
             ok++;
     if (n < 2)
         return;
+    /* every rank an inference loop (inference.c): no gradient sync */
+    const tm_an_summary *S = &an->a->sum;
+    bool infer = S->infer_procs > 0 && S->infer_procs >= S->step_procs;
     /* A straggler is ranks.straggler's: the times of a waiting rank are
      * not its own, so only memory is judged here then. */
     bool straggler = false;
@@ -270,6 +273,11 @@ void tm_rule_ranks_imbalance(struct an *an)
                   m[k].mem ? "One rank holds more memory: uneven batches (variable lengths), "
                              "rank-0-only work (logging, evaluation, checkpoints) or a model "
                              "part placed on one device."
+                  : infer  ? "The ranks of an inference job do not wait for each other at each "
+                             "batch, but the job is done (and a final gather waits) when the "
+                             "slowest rank is: check that rank's host (disk, CPU, thermal "
+                             "throttling) and its data shard (sample sizes), or hand out the "
+                             "work in smaller pieces."
                            : "All ranks wait for the slowest at every gradient sync: check "
                              "that rank's host (disk, CPU, thermal throttling), its data "
                              "shard (sample sizes) and rank-0-only work in the loop.");

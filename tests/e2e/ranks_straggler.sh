@@ -13,6 +13,12 @@
 #     rank 0's save: the previous report said "every 5 steps a step
 #     stalls ... no checkpoint save trainmon saw explains it"), but
 #     checkpoint.blocking with rank 0's own count and time of its saves;
+#   - with each rank scoring its shard under torch.inference_mode() and
+#     rank 1's data slowed (infer: distributed batch inference, no DDP, no
+#     backward pass), both ranks are inference loops with their batches as
+#     steps (before: no steps, "iterate a DataLoader"), no ranks.straggler
+#     (the ranks never sync), and ranks.imbalance names rank 1 with advice
+#     for an inference job, not a gradient sync's;
 #   - each rank's steps equal the job's own count (+-1); one record file
 #     per rank and none for torchrun's agent; both rank pids in the
 #     sampled process tree (the launcher's children followed);
@@ -66,7 +72,16 @@ if kind == "save":
             bad.append("save time %s s, rank 0 timed %.4f s" % (ev.get("save_time_s"), o0["save_s"]))
     if any(f["id"] == "steps.stalls" for f in F):
         bad.append("steps.stalls for rank 1's waits on rank 0's saves: %s" % [f["title"] for f in F if f["id"] == "steps.stalls"])
-if kind in ("none", "save"):
+if kind == "infer":
+    if rep["summary"].get("inference_processes") != 2:
+        bad.append("inference_processes %s, both ranks only infer" % rep["summary"].get("inference_processes"))
+    im = [f for f in F if f["id"] == "ranks.imbalance" and f.get("rank") == 1]
+    if st or not im:
+        bad.append("ranks findings %s: no straggler (no sync), rank 1's imbalance expected"
+                   % [(f["id"], f.get("rank")) for f in F if f["id"].startswith("ranks.")])
+    elif any("gradient sync" in f["advice"] or "inference job" not in f["advice"] for f in im):
+        bad.append("rank 1's imbalance advice is not an inference job's: %s" % im[0]["advice"])
+elif kind in ("none", "save"):
     if [f["id"] for f in F if f["id"].startswith("ranks.")]:
         bad.append("ranks alike, yet %s" % [(f["id"], f.get("rank")) for f in F if f["id"].startswith("ranks.")])
 elif len(st) != 1:
@@ -106,9 +121,11 @@ for line in subprocess.run([tm, "export", run, "--format", "jsonl"], capture_out
 if len(pids) != 2 or not pids <= seen:
     bad.append("rank pids %s not all in the process tree's series %s" % (sorted(pids), sorted(seen)))
 r0 = ranks.get("0", {})
-if not (r0.get("backward_time_median_s") or 0) > 0:
+if kind == "infer":
+    pass  # no backward pass, no collective in the loop
+elif not (r0.get("backward_time_median_s") or 0) > 0:
     bad.append("rank 0 has no backward time per step")
-if r0.get("collective_time_median_s") is None:
+if kind != "infer" and r0.get("collective_time_median_s") is None:
     bad.append("rank 0 has no collective time per step")
 print("  %-8s straggler %s | per-rank sync wait %s" % (kind, [(f.get("rank"), f["evidence"].get("cause")) for f in st],
       st[0]["evidence"].get("per_rank_sync_wait_s") if st else None))
@@ -119,13 +136,14 @@ PYEOF
 }
 
 launch() { # launcher kind run
-    local slow=$2 save=0
+    local slow=$2 save=0 infer=0
     [ "$2" = save ] && { slow=none; save=5; }
+    [ "$2" = infer ] && { slow=data; infer=1; }
     if [ "$1" = torchrun ]; then
-        JOB_SLOW=$slow JOB_SAVE_EVERY=$save JOB_SAVE_MB=64 "$TRAINMON" run -o "$3" -i 0.2 -- "$PY" -m torch.distributed.run --standalone \
+        JOB_INFER=$infer JOB_SLOW=$slow JOB_SAVE_EVERY=$save JOB_SAVE_MB=64 "$TRAINMON" run -o "$3" -i 0.2 -- "$PY" -m torch.distributed.run --standalone \
             --nproc_per_node 2 "$job" > "$3.out" 2>&1
     else
-        JOB_SLOW=$slow JOB_SAVE_EVERY=$save JOB_SAVE_MB=64 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((29500 + RANDOM % 2000)) WORLD_SIZE=2 \
+        JOB_INFER=$infer JOB_SLOW=$slow JOB_SAVE_EVERY=$save JOB_SAVE_MB=64 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((29500 + RANDOM % 2000)) WORLD_SIZE=2 \
             "$TRAINMON" run -o "$3" -i 0.2 -- \
             bash -c 'RANK=0 LOCAL_RANK=0 "$0" "$1" & RANK=1 LOCAL_RANK=1 "$0" "$1"; s=$?; wait $! || s=1; exit $s' \
             "$PY" "$job" > "$3.out" 2>&1
@@ -140,7 +158,7 @@ half() { # name python launcher
         echo "$name: skipped: $PY has no torch with torch.distributed"; return 0
     fi
     echo "$name: $PY (torch $tv, $launcher)"
-    for kind in data compute none save; do
+    for kind in ${STRAGGLER_KINDS:-data compute none save infer}; do
         local run=$scratch/$name-$kind rc try
         ran=$((ran + 1))
         for try in 1 2; do

@@ -6,7 +6,11 @@ waits for it in DDP's gradient all-reduce, inside its
 backward pass, and at a dist.all_reduce of the loss the loop calls each
 step (as logging code does).  Run by torchrun or with RANK, WORLD_SIZE,
 MASTER_ADDR and MASTER_PORT set.  Each rank prints its own oracle line
-with its rank, its step count and its data-wait share."""
+with its rank, its step count and its data-wait share.  JOB_INFER=1: no
+training, each rank scores its shard under torch.inference_mode() with the
+model in eval mode and no DDP wrapper (distributed batch inference: the
+ranks never wait for each other until the barrier at the end); its
+batches are its steps."""
 import os
 import sys
 import time
@@ -28,6 +32,7 @@ EXTRA_S = float(os.environ.get("JOB_EXTRA_S", "0.03"))
 # other rank goes on to the next step and waits for it in the all-reduce
 SAVE_EVERY = int(os.environ.get("JOB_SAVE_EVERY", "0"))
 SAVE_PAD = torch.zeros(int(float(os.environ.get("JOB_SAVE_MB", "32")) * 262144))
+INFER = os.environ.get("JOB_INFER") == "1"
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
@@ -57,6 +62,23 @@ class Net(torch.nn.Module):
         return self.b(torch.relu(self.a(x)))
 
 
+if INFER:
+    model = Net().eval()
+    clock = Clock()
+    it = iter(DataLoader(Items(), batch_size=8, num_workers=0,
+                         sampler=DistributedSampler(Items(), shuffle=False)))
+    with torch.inference_mode():
+        while True:
+            try:
+                x, _ = clock.fetch(lambda: next(it))
+            except StopIteration:
+                break
+            model(x)
+            clock.step()
+    clock.report(rank=rank, slow=slow, inference=True)
+    dist.barrier()
+    dist.destroy_process_group()
+    sys.exit(0)
 model = torch.nn.parallel.DistributedDataParallel(Net())
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 clock = Clock()
