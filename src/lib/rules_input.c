@@ -59,7 +59,11 @@ void tm_an_input_cost(struct ev *e, const tm_an_summary *S, char *buf, size_t ca
  * given (an applied remedy is not proposed again). */
 static const char *in_waiter(const tm_an_summary *S)
 {
-    return S->gpu ? "the GPU" : "the training loop";
+    if (S->gpu)
+        return "the GPU";
+    /* every process an inference loop (inference.c): nothing trains */
+    return S->infer_procs && S->infer_procs >= S->step_procs ? "the inference loop"
+                                                             : "the training loop";
 }
 
 static const char *in_record_d(const tm_an_summary *S, const char *suggest)
