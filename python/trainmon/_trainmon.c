@@ -787,7 +787,43 @@ typedef struct acc {
     int64_t wcpu;   /* training-thread CPU in multi-process loader waits */
     int32_t wcpu_n; /* batches with wcpu measured */
     uint64_t off0;  /* g_off_batches when the step began */
+    /* no DataLoader, with gradient accumulation: the preparation of the
+     * micro-batches after the first (from a backward pass's end to the
+     * next forward), their count, and the CPU time of those read */
+    int64_t prep_more, prep_more_cpu;
+    int32_t prep_more_n, prep_more_cpu_n;
 } acc;
+
+/* nanoGPT's loop fetches the next batch between a micro-batch's forward
+ * and its backward pass (`logits, loss = model(X, Y); X, Y = get_batch();
+ * loss.backward()`), so no preparation precedes any forward: the first-
+ * forward spans above read it as compute (a job waiting 21% of its time
+ * read 0.2%, input.ok).  The model's forward end is seen by a forward hook
+ * of ours on the module the first forward of a step called (registered
+ * once, by the glue: gap_bind), and the time from it to the backward
+ * pass's start is preparation when the loop made at most GAP_NODES_MAX
+ * autograd nodes in it (torch's sequence counter, torch >= 2.0): the loss
+ * came out of the model and was at most divided for accumulation and
+ * scaled by a GradScaler; a loss computed there in more operations is the
+ * model's compute, as before. */
+#define GAP_NODES_MAX 2
+static PyObject *g_seqnr;   /* torch._C._autograd._get_sequence_nr, or NULL */
+static PyObject *g_gap_reg; /* the glue's register(module): our hook on it */
+static int g_gap_tried;     /* register was called (once a process) */
+static int64_t g_fe_t;      /* the hooked module's last forward end (0: none pending) */
+static int64_t g_fe_cpu;    /* the thread's CPU then (-1: not read) */
+static long long g_fe_seq;  /* the sequence counter then */
+static int64_t g_tb_t;      /* Tensor.backward entered after it (0: not seen) */
+/* The optimizer's and the model's zero_grad() on the training thread, all
+ * their time so far: the loop calls it between a step and the next forward
+ * (nanoGPT after optimizer.step(), the tutorials before the forward),
+ * 0.2 ms a call on torch 2.13's CPU even with set_to_none, and it is the
+ * optimizer's work, not the batch's: taken out of the preparation spans
+ * (its CPU time with it: it runs on the CPU) */
+static int64_t g_hk_ns;
+static int64_t g_arm_hk, g_marm_hk, g_fwd_hk, g_fe_hk;
+static int64_t g_gap_total; /* spans counted (nanoGPT's), for the boundaries event */
+static uint64_t g_gap_n;
 
 static int g_level;   /* strongest boundary seen: 0 or a TM_STEP_BY_* */
 static int g_decided; /* the boundary whose steps are written (0: loader/undecided) */
@@ -859,6 +895,13 @@ static PyObject *g_fwd_fn;    /* the hook */
 static PyObject *g_grad_on;   /* torch.is_grad_enabled */
 static int g_fwd_armed;
 static int64_t g_fwd_t, g_arm_t, g_arm_cpu, g_fwd_cpu;
+/* armed at a backward pass's end inside an optimizer step (the next
+ * micro-batch's preparation), not at a step's start: armed then at
+ * g_marm_t (CPU g_marm_cpu), while g_arm_t and g_arm_cpu keep the step
+ * start's arm for close_acc */
+static int g_arm_micro;
+static int64_t g_marm_t, g_marm_cpu;
+static int g_in_eval; /* in a module.eval() ... train() span (py_train_mode) */
 
 static int64_t thread_cpu_ns(void)
 {
@@ -947,8 +990,10 @@ static void fwd_arm(int64_t t)
         return;
     }
     g_fwd_armed = 1;
+    g_arm_micro = 0;
     fwd_flag_type(1);
     g_arm_t = t;
+    g_arm_hk = g_hk_ns;
     /* the step this span prepares: the next written (after any held
      * until the step model decides) */
     g_arm_cpu = tm_prep_cpu_due(g_written + (uint64_t)g_npend) ? thread_cpu_ns() : -1;
@@ -964,22 +1009,67 @@ static void fwd_disarm(void)
         PyErr_Clear(); /* taken out by someone else */
 }
 
-/* The first forward on the training thread after the boundary. */
-static void first_forward(void)
+static void gap_try_register(PyObject *module);
+
+/* The first forward on the training thread after the boundary (or, armed
+ * at a backward pass's end inside an optimizer step, the next
+ * micro-batch's: its preparation is added to the step's).  module: the
+ * module called, where known (NULL: the truth test's caller). */
+static void first_forward(PyObject *module)
 {
     if (!g_fwd_armed || !on_thread()) /* the first forward may come first of all */
         return;
-    g_fwd_t = now_ns();
-    g_fwd_cpu = g_arm_cpu >= 0 ? thread_cpu_ns() : -1;
+    if (!g_gap_tried && g_gap_reg && !g_arm_micro && g_level >= TM_STEP_BY_BACKWARD &&
+        !g_acc[g_level].batches && !g_off_batches && !g_in_eval)
+        gap_try_register(module); /* a training loop without a DataLoader */
+    int64_t t = now_ns(), cpu = (g_arm_micro ? g_marm_cpu : g_arm_cpu) >= 0 ? thread_cpu_ns() : -1;
+    if (g_arm_micro) {
+        acc *a = &g_acc[TM_STEP_BY_OPTIMIZER];
+        if (t >= g_marm_t) {
+            int64_t hk = g_hk_ns - g_marm_hk, span = t - g_marm_t - hk;
+            a->prep_more += span > 0 ? span : 0;
+            a->prep_more_n++;
+            if (cpu >= 0 && g_marm_cpu >= 0 && cpu >= g_marm_cpu) {
+                int64_t c = cpu - g_marm_cpu - hk;
+                a->prep_more_cpu += c > 0 ? c : 0;
+                a->prep_more_cpu_n++;
+            }
+        }
+    } else {
+        g_fwd_t = t;
+        g_fwd_cpu = cpu;
+        g_fwd_hk = g_hk_ns;
+    }
     fwd_disarm();
+}
+
+/* Armed at a backward pass's end inside an optimizer step of a loop that
+ * fetched no DataLoader batch in it: the next micro-batch's preparation
+ * (gradient accumulation: nanochat's and build-nanogpt's loops prepare
+ * each micro-batch before its forward; without this only the first was
+ * timed, a quarter of the wait of 4 micro-batches). */
+static void fwd_arm_micro(int64_t t)
+{
+    int64_t at = g_arm_t, acpu = g_arm_cpu, ahk = g_arm_hk;
+    fwd_arm(t);
+    if (!g_fwd_armed)
+        return;
+    g_arm_micro = 1;
+    g_marm_t = g_arm_t;
+    g_marm_cpu = g_arm_cpu;
+    g_marm_hk = g_arm_hk;
+    g_arm_t = at;
+    g_arm_cpu = acpu;
+    g_arm_hk = ahk;
 }
 
 /* The forward pre-hook: (module, input) -> None.  Notes the first forward
  * on the training thread after the boundary and takes itself out. */
 static PyObject *py_fwd_pre(PyObject *self, PyObject *args)
 {
-    (void)self, (void)args;
-    first_forward();
+    (void)self;
+    first_forward(PyTuple_Check(args) && PyTuple_GET_SIZE(args) >= 1 ? PyTuple_GET_ITEM(args, 0)
+                                                                     : NULL);
     Py_RETURN_NONE;
 }
 
@@ -988,7 +1078,7 @@ static PyObject *py_fwd_pre(PyObject *self, PyObject *args)
 static int armed_bool(PyObject *d)
 {
     if (g_fwd_armed && g_fwd_flag)
-        first_forward();
+        first_forward(NULL);
     return PyDict_GET_SIZE(d) != 0;
 }
 
@@ -1025,6 +1115,106 @@ static int grad_enabled(void)
     int on = r != Py_False;
     Py_DECREF(r);
     return on;
+}
+
+/* torch's autograd sequence counter now (nodes made on this thread so
+ * far), -1 unknown */
+static long long seq_now(void)
+{
+    if (!g_seqnr)
+        return -1;
+    PyObject *r = PyObject_CallNoArgs(g_seqnr);
+    if (!r) {
+        swallow(R_INTERNAL, "torch._C._autograd._get_sequence_nr()");
+        Py_CLEAR(g_seqnr); /* never again */
+        return -1;
+    }
+    long long v = PyLong_AsLongLong(r);
+    Py_DECREF(r);
+    if (v == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return -1;
+    }
+    return v;
+}
+
+/* The module whose forward began the step, to be hooked: module, or the
+ * `self` of the frame that made the truth test (torch's _call_impl).  The
+ * glue registers our forward hook on it (or declines: a module compiled in
+ * place), once a process; nothing of it is kept here. */
+static void gap_try_register(PyObject *module)
+{
+    g_gap_tried = 1;
+    PyObject *m = NULL;
+    if (module) {
+        Py_INCREF(module);
+        m = module;
+    } else {
+        PyFrameObject *f = PyEval_GetFrame(); /* borrowed */
+        PyObject *loc = f ? PyObject_GetAttrString((PyObject *)f, "f_locals") : NULL;
+        m = loc ? PyMapping_GetItemString(loc, "self") : NULL;
+        Py_XDECREF(loc);
+    }
+    PyObject *r = m ? PyObject_CallOneArg(g_gap_reg, m) : NULL;
+    Py_XDECREF(m);
+    Py_XDECREF(r);
+    if (!r)
+        PyErr_Clear(); /* no hook: the gap is not timed (the glue says why) */
+}
+
+/* fwd_post(module, input, output): the hooked module's forward returned.
+ * In a training step without a DataLoader batch, with grad enabled (not
+ * an eval forward): its end, the sequence counter, and on the steps whose
+ * preparation CPU is read, the thread's CPU. */
+static PyObject *py_fwd_post(PyObject *self, PyObject *args)
+{
+    (void)self, (void)args;
+    if (!g_seqnr || !g_thread || !on_thread() || g_in_eval || g_level < TM_STEP_BY_BACKWARD ||
+        g_acc[g_level].batches || g_off_batches || g_bdepth > 0)
+        Py_RETURN_NONE;
+    if (!grad_enabled())
+        Py_RETURN_NONE;
+    long long q = seq_now();
+    if (q < 0)
+        Py_RETURN_NONE;
+    g_fe_seq = q;
+    g_fe_cpu = tm_prep_cpu_due(g_written + (uint64_t)g_npend) ? thread_cpu_ns() : -1;
+    g_fe_hk = g_hk_ns;
+    g_fe_t = now_ns();
+    Py_RETURN_NONE;
+}
+
+/* At a backward pass's start: the span since the hooked module's forward
+ * ended is preparation when the loop made at most GAP_NODES_MAX autograd
+ * nodes in it (nanoGPT's get_batch; see GAP_NODES_MAX). */
+static void gap_close(int64_t t)
+{
+    int64_t fe = g_fe_t, tb = g_tb_t;
+    g_fe_t = g_tb_t = 0;
+    if (tb >= fe && tb <= t) /* the loop's call, not torch's way to the engine */
+        t = tb;
+    if (!fe || t < fe)
+        return;
+    long long q = seq_now();
+    if (q < g_fe_seq || q - g_fe_seq > GAP_NODES_MAX)
+        return;
+    int64_t cpu = g_fe_cpu >= 0 ? thread_cpu_ns() : -1;
+    int64_t hk = g_hk_ns - g_fe_hk, span = t - fe - hk, c = cpu - g_fe_cpu - hk;
+    if (span < 0)
+        span = 0;
+    for (int L = TM_STEP_BY_BACKWARD; L <= TM_STEP_BY_OPTIMIZER; L++) {
+        acc *a = &g_acc[L];
+        if (!a->start || a->start > fe || a->batches)
+            continue;
+        a->prep_more += span;
+        a->prep_more_n++;
+        if (cpu >= 0 && cpu >= g_fe_cpu) {
+            a->prep_more_cpu += c > 0 ? c : 0;
+            a->prep_more_cpu_n++;
+        }
+    }
+    g_gap_total += span;
+    g_gap_n++;
 }
 
 static int g_pending_flags; /* threshold callbacks due, for the hook that returns next */
@@ -1119,12 +1309,22 @@ static void close_acc(int level, int64_t t, uint32_t flags, int64_t opt_t0, long
                         .collective_ns = g_coll_seen ? a->coll : -1,
                         .opt_start_ns = opt_t0 > 0 ? opt_t0 : -1,
                         .optimizer = opt_t0 > 0 ? (int32_t)opt_no : -1};
-    if (!a->batches && g_fwd_t >= start && g_fwd_t <= t && g_arm_t <= start && !g_fwd_armed) {
+    if (!a->batches && g_fwd_t >= start && g_fwd_t <= t && g_arm_t <= start &&
+        (!g_fwd_armed || g_arm_micro)) {
         /* no DataLoader: the loop prepares its batches, and that is its
          * data wait (the first step's start is its first forward) */
-        s.prep_ns = s.data_wait_ns = g_fwd_t - start;
+        /* less the zero_grad() calls in it (g_hk_ns) */
+        int64_t hk = g_fwd_hk > g_arm_hk ? g_fwd_hk - g_arm_hk : 0;
+        s.prep_ns = s.data_wait_ns = g_fwd_t - start > hk ? g_fwd_t - start - hk : 0;
         if (g_arm_t == start && g_arm_cpu >= 0 && g_fwd_cpu >= g_arm_cpu)
-            s.prep_cpu_ns = g_fwd_cpu - g_arm_cpu;
+            s.prep_cpu_ns = g_fwd_cpu - g_arm_cpu > hk ? g_fwd_cpu - g_arm_cpu - hk : 0;
+        if (a->prep_more_n) { /* the other micro-batches' preparation, and the spans
+                               * between a forward and its backward (gap_close) */
+            s.prep_ns = s.data_wait_ns = s.prep_ns + a->prep_more;
+            if (s.prep_cpu_ns >= 0)
+                s.prep_cpu_ns =
+                    a->prep_more_cpu_n == a->prep_more_n ? s.prep_cpu_ns + a->prep_more_cpu : -1;
+        }
     }
     int own = a->batches;
     if (!own && g_off_batches) {
@@ -1137,6 +1337,8 @@ static void close_acc(int level, int64_t t, uint32_t flags, int64_t opt_t0, long
     }
     *a = (acc){.start = t, .off0 = g_off_batches};
     deliver(level, &s);
+    if (g_arm_micro) /* a micro-batch span that met no forward: none */
+        fwd_disarm();
     if (level == g_level && !own && !(flags & TM_STEP_ENDED_AT_EXIT))
         fwd_arm(t);
 }
@@ -1573,6 +1775,9 @@ static void backward_enter(void)
     }
     g_bwd_t0 = t;
     g_steps = g_written + 1;
+    if (g_arm_micro) /* a second backward pass without a forward: no preparation */
+        fwd_disarm();
+    gap_close(t);
 }
 
 static PyObject *py_backward_enter(PyObject *self, PyObject *noargs)
@@ -1594,6 +1799,9 @@ static long backward_exit(void)
     g_bwd_t0 = 0;
     if (g_decided <= TM_STEP_BY_BACKWARD)
         close_acc(TM_STEP_BY_BACKWARD, t, 0, 0, 0);
+    else if (g_level == TM_STEP_BY_OPTIMIZER && !g_acc[TM_STEP_BY_OPTIMIZER].batches &&
+             !g_off_batches && !g_in_eval)
+        fwd_arm_micro(t); /* the next micro-batch's preparation, if one comes */
     return take_flags();
 }
 
@@ -1636,7 +1844,6 @@ static PyObject *py_coll_exit(PyObject *self, PyObject *noargs)
  * yet starts where it ended (emit_eval), and the first-forward hook is
  * armed again there to time the next step's batch preparation. */
 static int g_shut; /* shutdown ran: nothing more is closed */
-static int g_in_eval;
 static int64_t g_eval_t0;
 static int64_t g_eval_skip; /* the agent's and saves' time inside the span (agent_time) */
 static uint64_t g_eval_nb;  /* g_n_batches at the span's start */
@@ -1786,6 +1993,7 @@ static PyObject *py_reset_steps(PyObject *self, PyObject *noargs)
     g_bwd_t0 = g_coll_t0 = 0;
     g_coll_seen = 0;
     g_n_batches = g_n_bwd = g_n_opt = g_n_fetch = g_n_optmade = 0;
+    g_fe_t = g_tb_t = 0;
     g_opt_calls = g_n_skipped = g_opt_seen = 0;
     g_anatomy_again = 0;
     g_ampdepth = 0;
@@ -2152,9 +2360,10 @@ static void agent_time(int64_t t0, int64_t d, int64_t cpu)
     for (int L = TM_STEP_BY_BACKWARD; L <= TM_STEP_BY_OPTIMIZER; L++) {
         if (!g_acc[L].start || g_acc[L].start > t0)
             continue;
-        if (!g_fwd_armed && g_fwd_t && g_acc[L].start <= g_fwd_t && g_fwd_t <= t0)
+        int fwd_done = !g_fwd_armed || g_arm_micro; /* the step's first forward ran */
+        if (fwd_done && g_fwd_t && g_acc[L].start <= g_fwd_t && g_fwd_t <= t0)
             fwd_in = 1;
-        if (!g_fwd_armed && g_arm_t == g_acc[L].start)
+        if (fwd_done && g_arm_t == g_acc[L].start)
             arm_at = 1;
         g_acc[L].start += d;
     }
@@ -2162,10 +2371,15 @@ static void agent_time(int64_t t0, int64_t d, int64_t cpu)
         g_fwd_t += d;
     if (arm_at)
         g_arm_t += d;
-    if (g_fwd_armed && g_arm_t <= t0) {
+    if (g_fwd_armed && !g_arm_micro && g_arm_t <= t0) {
         g_arm_t += d;
         if (g_arm_cpu >= 0 && cpu > 0)
             g_arm_cpu += cpu;
+    }
+    if (g_fwd_armed && g_arm_micro && g_marm_t <= t0) {
+        g_marm_t += d;
+        if (g_marm_cpu >= 0 && cpu > 0)
+            g_marm_cpu += cpu;
     }
     if (g_depth > 0 && g_in_t && g_in_t <= t0) /* taken at a fetch's entry */
         g_in_t += d;
@@ -2179,7 +2393,8 @@ static int boundary_work(long flags)
         return 0;
     int own = !(flags & 0xFFFF); /* no threshold callback due: all of it the agent's */
     int64_t t0 = own ? now_ns() : 0;
-    int64_t c0 = own && g_fwd_armed && g_arm_cpu >= 0 ? thread_cpu_ns() : -1;
+    int64_t c0 =
+        own && g_fwd_armed && (g_arm_micro ? g_marm_cpu : g_arm_cpu) >= 0 ? thread_cpu_ns() : -1;
     PyObject *f = PyLong_FromLong(flags);
     g_agent_busy += own;
     PyObject *r = f ? PyObject_CallOneArg(g_boundary, f) : NULL;
@@ -2553,9 +2768,21 @@ static PyObject *py_opt_post_hook(PyObject *self, PyObject *const *args, Py_ssiz
  * HOOK_OPTSTEP an optimizer class's
  * step (torch's profiling wrapper, which calls the global step hooks),
  * HOOK_FETCH a dataset fetcher's fetch (aux: torch's get_worker_info),
- * HOOK_AMPSTEP AMP's GradScaler.step; the methods bind to the instance as
- * a function does. */
-enum { HOOK_BACKWARD, HOOK_NEXT, HOOK_OPTSTEP, HOOK_FETCH, HOOK_AMPSTEP, HOOK_ITER };
+ * HOOK_AMPSTEP AMP's GradScaler.step, HOOK_TBWD torch.Tensor.backward (put
+ * on only in a loop whose forward end is hooked: gap_close), HOOK_ZGRAD
+ * Optimizer.zero_grad and Module.zero_grad (put on only in a training loop
+ * without a DataLoader: g_hk_ns); the methods
+ * bind to the instance as a function does. */
+enum {
+    HOOK_BACKWARD,
+    HOOK_NEXT,
+    HOOK_OPTSTEP,
+    HOOK_FETCH,
+    HOOK_AMPSTEP,
+    HOOK_ITER,
+    HOOK_TBWD,
+    HOOK_ZGRAD
+};
 
 typedef struct {
     PyObject_HEAD PyObject *orig;
@@ -2581,6 +2808,33 @@ static PyObject *hook_backward(PyObject *callable, PyObject *const *args, size_t
     Hook *h = (Hook *)callable;
     backward_enter();
     return backward_done(PyObject_Vectorcall(h->orig, args, nargsf, kwnames));
+}
+
+/* Tensor.backward(loss, ...): where the loop asks for the backward pass,
+ * before torch's own Python work on the way to the engine (its arguments'
+ * checks, the gradient of ones it makes: 30-60 us on a CPU, which the span
+ * from the forward's end would otherwise count as the loop's). */
+static PyObject *hook_tbwd(PyObject *callable, PyObject *const *args, size_t nargsf,
+                           PyObject *kwnames)
+{
+    Hook *h = (Hook *)callable;
+    if (g_fe_t && g_thread && !g_bdepth && thread_ident() == g_thread)
+        g_tb_t = now_ns();
+    return PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
+}
+
+/* zero_grad(...) of an optimizer or a module: its time on the training
+ * thread (g_hk_ns), which the preparation spans leave out. */
+static PyObject *hook_zgrad(PyObject *callable, PyObject *const *args, size_t nargsf,
+                            PyObject *kwnames)
+{
+    Hook *h = (Hook *)callable;
+    if (!g_thread || thread_ident() != g_thread)
+        return PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
+    int64_t t0 = now_ns();
+    PyObject *r = PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
+    g_hk_ns += now_ns() - t0;
+    return r;
 }
 
 /* DataLoader.__iter__(loader): a new iterator (its worker processes
@@ -2850,13 +3104,15 @@ static PyObject *py_hook(PyObject *self, PyObject *args)
     PyObject *orig, *aux = NULL;
     if (!PyArg_ParseTuple(args, "sO|O", &kind, &orig, &aux))
         return NULL;
-    int k = strcmp(kind, "backward") == 0  ? HOOK_BACKWARD
-            : strcmp(kind, "next") == 0    ? HOOK_NEXT
-            : strcmp(kind, "optstep") == 0 ? HOOK_OPTSTEP
-            : strcmp(kind, "fetch") == 0   ? HOOK_FETCH
-            : strcmp(kind, "ampstep") == 0 ? HOOK_AMPSTEP
-            : strcmp(kind, "iter") == 0    ? HOOK_ITER
-                                           : -1;
+    int k = strcmp(kind, "backward") == 0    ? HOOK_BACKWARD
+            : strcmp(kind, "next") == 0      ? HOOK_NEXT
+            : strcmp(kind, "optstep") == 0   ? HOOK_OPTSTEP
+            : strcmp(kind, "fetch") == 0     ? HOOK_FETCH
+            : strcmp(kind, "ampstep") == 0   ? HOOK_AMPSTEP
+            : strcmp(kind, "iter") == 0      ? HOOK_ITER
+            : strcmp(kind, "tbackward") == 0 ? HOOK_TBWD
+            : strcmp(kind, "zero_grad") == 0 ? HOOK_ZGRAD
+                                             : -1;
     if (k < 0 || !PyCallable_Check(orig) || (k == HOOK_FETCH) != (aux != NULL)) {
         PyErr_Format(PyExc_ValueError, "trainmon: hook(%s, ...): no such hook", kind);
         return NULL;
@@ -2875,6 +3131,8 @@ static PyObject *py_hook(PyObject *self, PyObject *args)
                     : k == HOOK_FETCH   ? hook_fetch
                     : k == HOOK_AMPSTEP ? hook_ampstep
                     : k == HOOK_ITER    ? hook_iter
+                    : k == HOOK_TBWD    ? hook_tbwd
+                    : k == HOOK_ZGRAD   ? hook_zgrad
                                         : hook_optstep;
     PyObject_GC_Track(h);
     return (PyObject *)h;
@@ -3314,6 +3572,32 @@ static PyObject *py_oom_summary(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* gap_bind(sequence_nr, register): torch's autograd sequence counter
+ * (torch._C._autograd._get_sequence_nr; None on torch 1.x: no span after
+ * the forward) and the glue's register(module), called once in a training
+ * loop without a DataLoader: it wraps zero_grad (HOOK_ZGRAD) and, with a
+ * counter, puts fwd_post on the module as a forward hook; None, None: off. */
+static PyObject *py_gap_bind(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *sq, *reg;
+    if (!PyArg_ParseTuple(args, "OO", &sq, &reg))
+        return NULL;
+    Py_CLEAR(g_seqnr);
+    Py_CLEAR(g_gap_reg);
+    g_gap_tried = 0;
+    g_fe_t = g_tb_t = 0;
+    if (sq != Py_None && PyCallable_Check(sq)) {
+        Py_INCREF(sq);
+        g_seqnr = sq;
+    }
+    if (reg != Py_None && PyCallable_Check(reg)) {
+        Py_INCREF(reg);
+        g_gap_reg = reg;
+    }
+    Py_RETURN_NONE;
+}
+
 /* opt_made(): an optimizer was constructed (its __init__'s wrapper). */
 static PyObject *py_opt_made(PyObject *self, PyObject *noargs)
 {
@@ -3732,6 +4016,10 @@ static PyMethodDef methods[] = {
      "reserved, free, total, batch_size, reason, kind)"},
     {"oom_summary", py_oom_summary, METH_VARARGS, "oom_summary(seq, device, status, pool, ...)"},
     {"opt_made", py_opt_made, METH_NOARGS, "an optimizer was constructed"},
+    {"gap_bind", py_gap_bind, METH_VARARGS,
+     "gap_bind(sequence_nr, register): time the span between a forward and its backward"},
+    {"fwd_post", py_fwd_post, METH_VARARGS,
+     "fwd_post(module, input, output): a forward hook, the model's forward returned"},
     {"lead_optimizer", py_lead_optimizer, METH_NOARGS, "the lead optimizer's number, -1 if none"},
     {"anatomy_again", py_anatomy_again, METH_NOARGS,
      "the memory anatomy due again at the next boundary"},

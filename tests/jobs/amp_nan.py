@@ -37,10 +37,12 @@ for step in range(STEPS):
         group["lr"] = 1e30 if step == SPIKE else 0.01
     if scaler is None:
         loss.backward()
+        busy(0.002)  # the rest of a real model's compute (beside it the loop's own us are few)
         opt.step()
     else:
         scale = scaler.get_scale()
         scaler.scale(loss).backward()
+        busy(0.002)
         scaler.step(opt)
         scaler.update()
         if scaler.get_scale() < scale:

@@ -48,6 +48,8 @@ VOCAB, BLOCK, BATCH = 256, 32, 8
 LOG_EVERY = int(os.environ.get("JOB_LOG_EVERY", "0"))
 LOG_S = float(os.environ.get("JOB_LOG_S", "0.3"))
 PYHEAP = int(os.environ.get("JOB_PYHEAP", "0"))
+NANOGPT_ORDER = os.environ.get("JOB_ORDER") == "nanogpt"
+ACCUM = int(os.environ.get("JOB_ACCUM", "1"))  # micro-batches per optimizer step
 KEEP = int(os.environ.get("JOB_KEEP", "0"))
 index = [[i, i + 1] for i in range(PYHEAP)]  # the long-lived heap
 cache = {}
@@ -90,10 +92,13 @@ class TinyLM(torch.nn.Module):
                                        torch.nn.Linear(HIDDEN, 64))
         self.head = torch.nn.Linear(64, VOCAB)
 
-    def forward(self, idx):
+    def forward(self, idx, targets=None):  # nanoGPT's: the loss inside the model
         h = self.emb(idx)
         h = h + self.mlp(h)
-        return self.head(h)
+        logits = self.head(h)
+        if targets is None:
+            return logits, None
+        return logits, torch.nn.functional.cross_entropy(logits.view(-1, VOCAB), targets.view(-1))
 
 
 model = TinyLM()
@@ -107,7 +112,7 @@ def estimate_loss():
     losses = torch.zeros(EVAL_ITERS)
     for k in range(EVAL_ITERS):
         x, y = get_batch()
-        losses[k] = torch.nn.functional.cross_entropy(model(x).view(-1, VOCAB), y.view(-1))
+        losses[k] = model(x, y)[1]
         busy(0.01)  # a slow eval: it must not show in the step times
     model.train()
     return losses.mean()
@@ -124,14 +129,25 @@ for it in range(STEPS):
         clock.eval_s += time.perf_counter() - t_eval
         clock.eval_batches += 1  # one eval span (no DataLoader: one record)
     n_pauses = len(pauses)
-    x, y = clock.fetch(get_batch)
-    if PYHEAP and clock.t_first is not None:  # the collector's part of the wait (its pauses)
-        clock.wait -= sum(dt for b, dt, g in pauses[n_pauses:] if g == 2 or dt >= 0.001)
-    logits = model(x)
-    loss = torch.nn.functional.cross_entropy(logits.view(-1, VOCAB), y.view(-1))
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
+    for micro in range(ACCUM):
+        if NANOGPT_ORDER:
+            # nanoGPT's order: the next batch is fetched between this
+            # micro-batch's forward and its backward (on a GPU it overlaps
+            # the forward's kernels), the first one before the loop
+            if it == 0 and micro == 0:
+                x, y = get_batch()
+            logits, loss = model(x, y)
+            loss = loss / ACCUM
+            x, y = clock.fetch(get_batch)
+        else:
+            x, y = clock.fetch(get_batch)
+            if PYHEAP and clock.t_first is not None:  # the collector's part of the wait
+                clock.wait -= sum(dt for b, dt, g in pauses[n_pauses:] if g == 2 or dt >= 0.001)
+            logits, loss = model(x, y)
+            loss = loss / ACCUM
+        loss.backward()
     opt.step()
+    opt.zero_grad(set_to_none=True)
     clock.step()
     if LOG_EVERY and (it + 1) % LOG_EVERY == 0 and it + 1 < STEPS:  # not after the last
         t_log = time.perf_counter()

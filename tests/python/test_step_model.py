@@ -87,6 +87,131 @@ def test_manual_sgd_steps_end_at_backward_and_time_their_batch_preparation(tmp_p
     assert shares[len(shares) // 2] >= 0.5, shares
 
 
+# Gradient accumulation without a DataLoader (build-nanogpt's and nanochat's
+# loops): each of the 4 micro-batches is prepared before its forward (a
+# sleep of 3 ms, I/O-like, then 1 ms of CPU work), and the step's
+# preparation is all four, not the first alone.  A second backward pass
+# with no forward between (two losses of one forward) adds nothing.
+ACCUM_PREP = r"""
+import json, time, torch, trainmon
+trainmon.attach()
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+def busy(s):
+    e = time.perf_counter() + s
+    while time.perf_counter() < e: pass
+for step in range(40):
+    for micro in range(4):
+        time.sleep(0.003); busy(0.001)          # the micro-batch's preparation
+        x = torch.randn(16, 8)
+        out = model(x)
+        if micro == 3:
+            out.sum().backward(retain_graph=True)
+            (out ** 2).sum().backward()          # no forward between: nothing to add
+        else:
+            out.sum().backward()
+    opt.step(); opt.zero_grad()
+print(json.dumps({"steps": 40}))
+"""
+
+
+def test_accumulated_micro_batches_without_a_loader_each_have_their_preparation(tmp_path):
+    run_script(ACCUM_PREP, tmp_path)
+    steps = [f for _, _, f in records(main_file(tmp_path), "step")]
+    assert len(steps) == 40 and all(f["boundary"] == 3 and f["micro_batches"] == 5
+                                    for f in steps), [(f["boundary"], f["micro_batches"]) for f in steps]
+    later = steps[1:]
+    # four preparations of 4 ms each: 16 ms (the loop's own code between
+    # them adds a little; a busy machine more, never less)
+    assert all(16e6 <= f["prep_ns"] < 40e6 and f["data_wait_ns"] == f["prep_ns"] for f in later), \
+        [f["prep_ns"] for f in later]
+    # the CPU clock read on the sampled steps over all four spans: 4 x 1 ms
+    # of CPU work in 16 ms (the sleeps are off the CPU), never the first
+    # span's alone (1 ms)
+    # (steps 1, 17, 33 are the read ones; step 1 of an optimizer loop
+    # carries none: the memory anatomy's work at the first step)
+    measured = [f for f in later if f["prep_cpu_ns"] >= 0]
+    assert [f["step"] for f in measured if f["step"] > 1] == [17, 33], \
+        [f["prep_cpu_ns"] for f in later]
+    assert all(3.5e6 <= f["prep_cpu_ns"] <= f["prep_ns"] for f in measured), measured
+
+
+# nanoGPT's order (torch >= 2.0, whose autograd sequence counter tells the
+# loop's own work from a loss computed after the forward): the next batch
+# is made between a micro-batch's forward and its backward pass (6 ms: 5 of
+# sleep, 1 of CPU), the loss returned by the model and divided for
+# accumulation (one autograd node).  GAP=loss: the same span, but the loop
+# computes a loss of 12 operations there: the model's compute, not
+# preparation.  The hook on the model never goes with it (torch.save of the
+# whole model, pickle, an EMA's deepcopy); detach() puts
+# torch.Tensor.backward back.
+NANOGPT = r"""
+import json, os, time, torch, trainmon
+trainmon.attach()
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = torch.nn.Linear(8, 1)
+    def forward(self, x):
+        out = self.l(x)
+        return out, out.pow(2).mean()
+model = Net()
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+def busy(s):
+    e = time.perf_counter() + s
+    while time.perf_counter() < e: pass
+orig = torch.Tensor.backward
+x = torch.randn(16, 8)
+for step in range(40):
+    for micro in range(2):
+        out, loss = model(x)
+        if os.environ["GAP"] == "loss":
+            for _ in range(12):
+                out = out * 1.0001
+            loss = out.pow(2).mean()
+        loss = loss / 2
+        time.sleep(0.005); busy(0.001)          # x, y = get_batch()
+        x = torch.randn(16, 8)
+        loss.backward()
+    opt.step(); opt.zero_grad(set_to_none=True)
+hooked = torch.Tensor.backward is not orig
+import copy, io, pickle
+buf = io.BytesIO()
+torch.save(model, buf)                       # the whole model, as old tutorials save it
+clean = b"trainmon" not in pickle.dumps(model) and b"trainmon" not in buf.getvalue()
+ema = copy.deepcopy(model)                   # an EMA copy: without trainmon's hook
+clean = clean and not len(ema._forward_hooks) and len(model._forward_hooks) == 1
+trainmon.detach()
+print(json.dumps({"steps": 40, "hooked": hooked, "restored": torch.Tensor.backward is orig,
+                  "clean": clean, "unhooked": not len(model._forward_hooks)}))
+"""
+
+
+def test_nanogpts_batch_made_between_forward_and_backward_is_preparation(tmp_path):
+    import pytest
+    import torch
+    if not hasattr(getattr(torch._C, "_autograd", None), "_get_sequence_nr"):
+        pytest.skip("torch %s has no autograd sequence counter (torch >= 2.0)" % torch.__version__)
+    for gap in ("batch", "loss"):
+        d = tmp_path / gap
+        d.mkdir()
+        out = last_json(run_script(NANOGPT, d, env={"GAP": gap}).stdout)
+        # its forward hook never goes with the model: torch.save, pickle and
+        # deepcopy see none; detach() takes it and Tensor.backward's Hook off
+        assert out["hooked"] and out["restored"] and out["clean"] and out["unhooked"], out
+        steps = [f for _, _, f in records(main_file(d), "step")][1:]
+        assert len(steps) == 39 and all(f["micro_batches"] == 2 for f in steps), steps[:2]
+        prep = sorted(f["prep_ns"] for f in steps)
+        med = prep[len(prep) // 2]
+        if gap == "batch":  # two spans of 6 ms: 12 ms (and the loop's few us)
+            assert 12e6 <= med < 20e6, prep
+            # CPU read on the sampled steps over the spans: 2 x 1 ms of 12
+            cpu = [f["prep_cpu_ns"] for f in steps if f["prep_cpu_ns"] >= 0]
+            assert cpu and all(1.5e6 <= c < 8e6 for c in cpu), cpu
+        else:  # a loss computed there: compute, not preparation
+            assert med < 2e6, prep
+
+
 def test_a_process_that_records_nothing_leaves_no_file(tmp_path):
     # The torchrun agent and helper scripts import torch with TRAINMON_ATTACH=1.
     run_script("import torch, trainmon; trainmon.attach(); print('{}')", tmp_path,

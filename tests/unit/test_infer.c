@@ -117,7 +117,8 @@ static void test_a_process_that_only_infers_has_its_batches_as_steps(void **st)
     assert_null(tm_analysis_find(a, "steps.unsegmented"));
     const tm_finding *f = tm_analysis_find(a, "input.data_wait");
     assert_non_null(f);
-    assert_non_null(strstr(f->advice, "keeps the inference loop waiting")); /* no GPU, no training */
+    assert_non_null(
+        strstr(f->advice, "keeps the inference loop waiting")); /* no GPU, no training */
     done(&run, &a);
 }
 
