@@ -1483,6 +1483,19 @@ class _HookDict(collections.OrderedDict):
                 ([(k, v) for k, v in self.items() if v is not _c.fwd_post],))
 
 
+def _hook_method(owner, name, kind):
+    """owner.name (a class's own function) wrapped by a Hook of kind, once
+    (detach restores it)."""
+    orig = owner.__dict__.get(name) if owner is not None else None
+    if orig is None or not callable(orig) or getattr(orig, "_trainmon", False):
+        return
+    hk = _c.hook(kind, orig)
+    hk.__wrapped__ = orig
+    hk.__name__ = name
+    hk._trainmon = True
+    _patch(owner, name, hk)
+
+
 def _gap_register(module):
     """In a training loop without a DataLoader (once a process, at the first
     forward of a step): zero_grad() of optimizers and modules timed (the
@@ -1499,13 +1512,7 @@ def _gap_register(module):
         # left out of the preparation spans (torch 1.x too)
         for owner in (getattr(sys.modules.get("torch.optim.optimizer"), "Optimizer", None),
                       getattr(sys.modules.get("torch.nn.modules.module"), "Module", None)):
-            zg = owner.__dict__.get("zero_grad") if owner is not None else None
-            if zg is not None and callable(zg) and not getattr(zg, "_trainmon", False):
-                hk = _c.hook("zero_grad", zg)
-                hk.__wrapped__ = zg
-                hk.__name__ = "zero_grad"
-                hk._trainmon = True
-                _patch(owner, "zero_grad", hk)
+            _hook_method(owner, "zero_grad", "zero_grad")
     except Exception as e:
         _report_exc("batch preparation timing (zero_grad)", e)
     try:
@@ -1522,14 +1529,7 @@ def _gap_register(module):
         _state["gap_hooks"].append((weakref.ref(module), h))
         # the span ends where the loop calls loss.backward(), not after
         # torch's own work on the way to the engine
-        T = getattr(sys.modules.get("torch"), "Tensor", None)
-        orig = T.__dict__.get("backward") if T is not None else None
-        if orig is not None and callable(orig) and not getattr(orig, "_trainmon", False):
-            hk = _c.hook("tbackward", orig)
-            hk.__wrapped__ = orig
-            hk.__name__ = "backward"
-            hk._trainmon = True
-            _patch(T, "backward", hk)
+        _hook_method(getattr(sys.modules.get("torch"), "Tensor", None), "backward", "tbackward")
     except Exception as e:
         _report_exc("batch preparation timing (between forward and backward)", e)
 
