@@ -56,7 +56,6 @@ Hooks installed by attach() (docs/ARCHITECTURE.md):
     ends the job (any torch).
 """
 import atexit
-import collections
 import json
 import math
 import os
@@ -130,7 +129,6 @@ _state = {
     "attached": False,
     "patches": [],      # (owner, name, original) to undo
     "hook_handles": [],
-    "gap_hooks": [],  # (weakref to the module, handle): _gap_register
     "memory_history": None,
     "oom_observer": False,
     "ooms": 0,
@@ -1472,17 +1470,6 @@ def _install_collectives(torch):
             _patch(dist, name, _make_collective(fn))
 
 
-class _HookDict(collections.OrderedDict):
-    """A module's _forward_hooks with the extension's forward hook in it
-    (_gap_register): pickled and copied as a plain OrderedDict without it,
-    so that torch.save(model), pickle and copy.deepcopy (an EMA copy) of the
-    job's model never carry a reference to trainmon."""
-
-    def __reduce__(self):
-        return (collections.OrderedDict,
-                ([(k, v) for k, v in self.items() if v is not _c.fwd_post],))
-
-
 def _hook_method(owner, name, kind):
     """owner.name (a class's own function) wrapped by a Hook of kind, once
     (detach restores it)."""
@@ -1496,57 +1483,17 @@ def _hook_method(owner, name, kind):
     _patch(owner, name, hk)
 
 
-def _gap_register(module):
-    """In a training loop without a DataLoader (once a process, at the first
-    forward of a step): zero_grad() of optimizers and modules timed (the
-    preparation spans leave it out), and on torch >= 2.0 the extension's
-    forward hook on the module whose forward began the step: its end starts
-    the span to the backward pass, where nanoGPT makes its next batch, which
-    Tensor.backward's Hook ends (put on then: other loops never pay it).
-    Only on a module without forward hooks of its own (its hook dict is
-    replaced by a _HookDict, which a handle of the job's would not follow),
-    and not on one compiled in place (module.compile(): its hooks run
-    inside the compiled call, where a C function would break the graph)."""
+def _zgrad_install():
+    """Called once by the extension at the end of the first step of a
+    training loop without a DataLoader: zero_grad() of optimizers and
+    modules timed, so that the preparation spans leave it out (it is the
+    optimizer's work, not the batch's); other loops never pay the Hook."""
     try:
-        # zero_grad() is the optimizer's work, not the batch's: timed, and
-        # left out of the preparation spans (torch 1.x too)
         for owner in (getattr(sys.modules.get("torch.optim.optimizer"), "Optimizer", None),
                       getattr(sys.modules.get("torch.nn.modules.module"), "Module", None)):
             _hook_method(owner, "zero_grad", "zero_grad")
     except Exception as e:
         _report_exc("batch preparation timing (zero_grad)", e)
-    try:
-        nn = sys.modules.get("torch.nn")
-        if nn is None or not isinstance(module, nn.Module) or not _state.get("gap_seq"):
-            return
-        if getattr(module, "_compiled_call_impl", None) is not None:
-            return
-        hooks = module.__dict__.get("_forward_hooks")
-        if type(hooks) is not collections.OrderedDict or hooks:
-            return
-        module._forward_hooks = _HookDict()
-        h = module.register_forward_hook(_c.fwd_post)
-        _state["gap_hooks"].append((weakref.ref(module), h))
-        # the span ends where the loop calls loss.backward(), not after
-        # torch's own work on the way to the engine
-        _hook_method(getattr(sys.modules.get("torch"), "Tensor", None), "backward", "tbackward")
-    except Exception as e:
-        _report_exc("batch preparation timing (between forward and backward)", e)
-
-
-def _gap_unregister():
-    """detach(): the forward hook off, the module's hook dict a plain one
-    again where nothing else was put in it."""
-    for ref, h in _state["gap_hooks"]:
-        try:
-            h.remove()
-            m = ref()
-            d = m.__dict__.get("_forward_hooks") if m is not None else None
-            if type(d) is _HookDict and not d:
-                m._forward_hooks = collections.OrderedDict()
-        except Exception:
-            pass
-    del _state["gap_hooks"][:]
 
 
 def _wrap_optimizer_class(cls):
@@ -2160,14 +2107,10 @@ def attach(run_dir=None, memory_history=None):
         except Exception as e:
             _report_exc("batch preparation timing", e)
         try:
-            # nanoGPT's order: the next batch made between forward and
-            # backward; needs torch's autograd sequence counter (torch >= 2.0)
-            sq = getattr(getattr(getattr(torch, "_C", None), "_autograd", None),
-                         "_get_sequence_nr", None)
-            _state["gap_seq"] = sq is not None
-            _c.gap_bind(sq, _gap_register)
+            dis = getattr(getattr(torch, "compiler", None), "disable", None)
+            _c.zgrad_bind(dis(_zgrad_install) if dis is not None else _zgrad_install)
         except Exception as e:
-            _report_exc("batch preparation timing (between forward and backward)", e)
+            _report_exc("batch preparation timing (zero_grad)", e)
         try:
             _install_collectives(torch)
         except Exception as e:
@@ -2239,7 +2182,6 @@ def detach():
         for h in _state["hook_handles"]:
             h.remove()
         del _state["hook_handles"][:]
-        _gap_unregister()
         if sys.excepthook is _excepthook:
             sys.excepthook = _orig_excepthook or sys.__excepthook__
         _state["attached"] = False

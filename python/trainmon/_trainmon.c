@@ -794,26 +794,11 @@ typedef struct acc {
     int32_t prep_more_n, prep_more_cpu_n;
 } acc;
 
-/* nanoGPT's loop fetches the next batch between a micro-batch's forward
- * and its backward pass (`logits, loss = model(X, Y); X, Y = get_batch();
- * loss.backward()`), so no preparation precedes any forward: the first-
- * forward spans above read it as compute (a job waiting 21% of its time
- * read 0.2%, input.ok).  The model's forward end is seen by a forward hook
- * of ours on the module the first forward of a step called (registered
- * once, by the glue: gap_bind), and the time from it to the backward
- * pass's start is preparation when the loop made at most GAP_NODES_MAX
- * autograd nodes in it (torch's sequence counter, torch >= 2.0): the loss
- * came out of the model and was at most divided for accumulation and
- * scaled by a GradScaler; a loss computed there in more operations is the
- * model's compute, as before. */
-#define GAP_NODES_MAX 2
-static PyObject *g_seqnr;   /* torch._C._autograd._get_sequence_nr, or NULL */
-static PyObject *g_gap_reg; /* the glue's register(module): our hook on it */
-static int g_gap_tried;     /* register was called (once a process) */
-static int64_t g_fe_t;      /* the hooked module's last forward end (0: none pending) */
-static int64_t g_fe_cpu;    /* the thread's CPU then (-1: not read) */
-static long long g_fe_seq;  /* the sequence counter then */
-static int64_t g_tb_t;      /* Tensor.backward entered after it (0: not seen) */
+/* zero_grad() in a training loop without a DataLoader: the glue's
+ * installer of the zero_grad Hooks (HOOK_ZGRAD), called once a process at
+ * the end of its first step without a DataLoader batch (close_acc). */
+static PyObject *g_zg_reg;
+static int g_zg_tried;
 /* The optimizer's and the model's zero_grad() on the training thread, all
  * their time so far: the loop calls it between a step and the next forward
  * (nanoGPT after optimizer.step(), the tutorials before the forward),
@@ -821,9 +806,10 @@ static int64_t g_tb_t;      /* Tensor.backward entered after it (0: not seen) */
  * optimizer's work, not the batch's: taken out of the preparation spans
  * (its CPU time with it: it runs on the CPU) */
 static int64_t g_hk_ns;
-static int64_t g_arm_hk, g_marm_hk, g_fwd_hk, g_fe_hk;
-static int64_t g_gap_total; /* spans counted (nanoGPT's), for the boundaries event */
-static uint64_t g_gap_n;
+static int64_t g_arm_hk, g_marm_hk, g_fwd_hk;
+/* optimizer steps begun (any optimizer): a micro-batch span that one began
+ * in (a GAN's second optimizer, LBFGS's closure) is no preparation */
+static uint64_t g_opt_began, g_marm_opt;
 
 static int g_level;   /* strongest boundary seen: 0 or a TM_STEP_BY_* */
 static int g_decided; /* the boundary whose steps are written (0: loader/undecided) */
@@ -1009,23 +995,17 @@ static void fwd_disarm(void)
         PyErr_Clear(); /* taken out by someone else */
 }
 
-static void gap_try_register(PyObject *module);
-
 /* The first forward on the training thread after the boundary (or, armed
  * at a backward pass's end inside an optimizer step, the next
- * micro-batch's: its preparation is added to the step's).  module: the
- * module called, where known (NULL: the truth test's caller). */
-static void first_forward(PyObject *module)
+ * micro-batch's: its preparation is added to the step's). */
+static void first_forward(void)
 {
     if (!g_fwd_armed || !on_thread()) /* the first forward may come first of all */
         return;
-    if (!g_gap_tried && g_gap_reg && !g_arm_micro && g_level >= TM_STEP_BY_BACKWARD &&
-        !g_acc[g_level].batches && !g_off_batches && !g_in_eval)
-        gap_try_register(module); /* a training loop without a DataLoader */
     int64_t t = now_ns(), cpu = (g_arm_micro ? g_marm_cpu : g_arm_cpu) >= 0 ? thread_cpu_ns() : -1;
     if (g_arm_micro) {
         acc *a = &g_acc[TM_STEP_BY_OPTIMIZER];
-        if (t >= g_marm_t) {
+        if (t >= g_marm_t && g_opt_began == g_marm_opt) {
             int64_t hk = g_hk_ns - g_marm_hk, span = t - g_marm_t - hk;
             a->prep_more += span > 0 ? span : 0;
             a->prep_more_n++;
@@ -1058,6 +1038,7 @@ static void fwd_arm_micro(int64_t t)
     g_marm_t = g_arm_t;
     g_marm_cpu = g_arm_cpu;
     g_marm_hk = g_arm_hk;
+    g_marm_opt = g_opt_began;
     g_arm_t = at;
     g_arm_cpu = acpu;
     g_arm_hk = ahk;
@@ -1067,9 +1048,8 @@ static void fwd_arm_micro(int64_t t)
  * on the training thread after the boundary and takes itself out. */
 static PyObject *py_fwd_pre(PyObject *self, PyObject *args)
 {
-    (void)self;
-    first_forward(PyTuple_Check(args) && PyTuple_GET_SIZE(args) >= 1 ? PyTuple_GET_ITEM(args, 0)
-                                                                     : NULL);
+    (void)self, (void)args;
+    first_forward();
     Py_RETURN_NONE;
 }
 
@@ -1078,7 +1058,7 @@ static PyObject *py_fwd_pre(PyObject *self, PyObject *args)
 static int armed_bool(PyObject *d)
 {
     if (g_fwd_armed && g_fwd_flag)
-        first_forward(NULL);
+        first_forward();
     return PyDict_GET_SIZE(d) != 0;
 }
 
@@ -1115,106 +1095,6 @@ static int grad_enabled(void)
     int on = r != Py_False;
     Py_DECREF(r);
     return on;
-}
-
-/* torch's autograd sequence counter now (nodes made on this thread so
- * far), -1 unknown */
-static long long seq_now(void)
-{
-    if (!g_seqnr)
-        return -1;
-    PyObject *r = PyObject_CallNoArgs(g_seqnr);
-    if (!r) {
-        swallow(R_INTERNAL, "torch._C._autograd._get_sequence_nr()");
-        Py_CLEAR(g_seqnr); /* never again */
-        return -1;
-    }
-    long long v = PyLong_AsLongLong(r);
-    Py_DECREF(r);
-    if (v == -1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return -1;
-    }
-    return v;
-}
-
-/* The module whose forward began the step, to be hooked: module, or the
- * `self` of the frame that made the truth test (torch's _call_impl).  The
- * glue registers our forward hook on it (or declines: a module compiled in
- * place), once a process; nothing of it is kept here. */
-static void gap_try_register(PyObject *module)
-{
-    g_gap_tried = 1;
-    PyObject *m = NULL;
-    if (module) {
-        Py_INCREF(module);
-        m = module;
-    } else {
-        PyFrameObject *f = PyEval_GetFrame(); /* borrowed */
-        PyObject *loc = f ? PyObject_GetAttrString((PyObject *)f, "f_locals") : NULL;
-        m = loc ? PyMapping_GetItemString(loc, "self") : NULL;
-        Py_XDECREF(loc);
-    }
-    PyObject *r = m ? PyObject_CallOneArg(g_gap_reg, m) : NULL;
-    Py_XDECREF(m);
-    Py_XDECREF(r);
-    if (!r)
-        PyErr_Clear(); /* no hook: the gap is not timed (the glue says why) */
-}
-
-/* fwd_post(module, input, output): the hooked module's forward returned.
- * In a training step without a DataLoader batch, with grad enabled (not
- * an eval forward): its end, the sequence counter, and on the steps whose
- * preparation CPU is read, the thread's CPU. */
-static PyObject *py_fwd_post(PyObject *self, PyObject *args)
-{
-    (void)self, (void)args;
-    if (!g_seqnr || !g_thread || !on_thread() || g_in_eval || g_level < TM_STEP_BY_BACKWARD ||
-        g_acc[g_level].batches || g_off_batches || g_bdepth > 0)
-        Py_RETURN_NONE;
-    if (!grad_enabled())
-        Py_RETURN_NONE;
-    long long q = seq_now();
-    if (q < 0)
-        Py_RETURN_NONE;
-    g_fe_seq = q;
-    g_fe_cpu = tm_prep_cpu_due(g_written + (uint64_t)g_npend) ? thread_cpu_ns() : -1;
-    g_fe_hk = g_hk_ns;
-    g_fe_t = now_ns();
-    Py_RETURN_NONE;
-}
-
-/* At a backward pass's start: the span since the hooked module's forward
- * ended is preparation when the loop made at most GAP_NODES_MAX autograd
- * nodes in it (nanoGPT's get_batch; see GAP_NODES_MAX). */
-static void gap_close(int64_t t)
-{
-    int64_t fe = g_fe_t, tb = g_tb_t;
-    g_fe_t = g_tb_t = 0;
-    if (tb >= fe && tb <= t) /* the loop's call, not torch's way to the engine */
-        t = tb;
-    if (!fe || t < fe)
-        return;
-    long long q = seq_now();
-    if (q < g_fe_seq || q - g_fe_seq > GAP_NODES_MAX)
-        return;
-    int64_t cpu = g_fe_cpu >= 0 ? thread_cpu_ns() : -1;
-    int64_t hk = g_hk_ns - g_fe_hk, span = t - fe - hk, c = cpu - g_fe_cpu - hk;
-    if (span < 0)
-        span = 0;
-    for (int L = TM_STEP_BY_BACKWARD; L <= TM_STEP_BY_OPTIMIZER; L++) {
-        acc *a = &g_acc[L];
-        if (!a->start || a->start > fe || a->batches)
-            continue;
-        a->prep_more += span;
-        a->prep_more_n++;
-        if (cpu >= 0 && cpu >= g_fe_cpu) {
-            a->prep_more_cpu += c > 0 ? c : 0;
-            a->prep_more_cpu_n++;
-        }
-    }
-    g_gap_total += span;
-    g_gap_n++;
 }
 
 static int g_pending_flags; /* threshold callbacks due, for the hook that returns next */
@@ -1318,8 +1198,7 @@ static void close_acc(int level, int64_t t, uint32_t flags, int64_t opt_t0, long
         s.prep_ns = s.data_wait_ns = g_fwd_t - start > hk ? g_fwd_t - start - hk : 0;
         if (g_arm_t == start && g_arm_cpu >= 0 && g_fwd_cpu >= g_arm_cpu)
             s.prep_cpu_ns = g_fwd_cpu - g_arm_cpu > hk ? g_fwd_cpu - g_arm_cpu - hk : 0;
-        if (a->prep_more_n) { /* the other micro-batches' preparation, and the spans
-                               * between a forward and its backward (gap_close) */
+        if (a->prep_more_n) { /* the other micro-batches' preparation */
             s.prep_ns = s.data_wait_ns = s.prep_ns + a->prep_more;
             if (s.prep_cpu_ns >= 0)
                 s.prep_cpu_ns =
@@ -1339,8 +1218,19 @@ static void close_acc(int level, int64_t t, uint32_t flags, int64_t opt_t0, long
     deliver(level, &s);
     if (g_arm_micro) /* a micro-batch span that met no forward: none */
         fwd_disarm();
-    if (level == g_level && !own && !(flags & TM_STEP_ENDED_AT_EXIT))
+    if (level == g_level && !own && !(flags & TM_STEP_ENDED_AT_EXIT)) {
+        if (!g_zg_tried && g_zg_reg && level >= TM_STEP_BY_BACKWARD && !g_off_batches) {
+            /* a training loop without a DataLoader: its zero_grad() timed
+             * from now on (g_hk_ns), before the next step's span begins */
+            g_zg_tried = 1;
+            PyObject *r = PyObject_CallNoArgs(g_zg_reg);
+            if (r)
+                Py_DECREF(r);
+            else
+                swallow(R_INTERNAL, "zero_grad timing");
+        }
         fwd_arm(t);
+    }
 }
 
 /* The batch fetched last becomes part of the training steps (a backward
@@ -1777,7 +1667,6 @@ static void backward_enter(void)
     g_steps = g_written + 1;
     if (g_arm_micro) /* a second backward pass without a forward: no preparation */
         fwd_disarm();
-    gap_close(t);
 }
 
 static PyObject *py_backward_enter(PyObject *self, PyObject *noargs)
@@ -1800,8 +1689,9 @@ static long backward_exit(void)
     if (g_decided <= TM_STEP_BY_BACKWARD)
         close_acc(TM_STEP_BY_BACKWARD, t, 0, 0, 0);
     else if (g_level == TM_STEP_BY_OPTIMIZER && !g_acc[TM_STEP_BY_OPTIMIZER].batches &&
-             !g_off_batches && !g_in_eval)
-        fwd_arm_micro(t); /* the next micro-batch's preparation, if one comes */
+             !g_off_batches && !g_in_eval && !g_opt_t0)
+        fwd_arm_micro(t); /* the next micro-batch's preparation, if one comes (not
+                           * inside an optimizer step: LBFGS's closure) */
     return take_flags();
 }
 
@@ -1993,7 +1883,6 @@ static PyObject *py_reset_steps(PyObject *self, PyObject *noargs)
     g_bwd_t0 = g_coll_t0 = 0;
     g_coll_seen = 0;
     g_n_batches = g_n_bwd = g_n_opt = g_n_fetch = g_n_optmade = 0;
-    g_fe_t = g_tb_t = 0;
     g_opt_calls = g_n_skipped = g_opt_seen = 0;
     g_anatomy_again = 0;
     g_ampdepth = 0;
@@ -2225,6 +2114,7 @@ static PyObject *py_opt_pre(PyObject *self, PyObject *noargs)
 {
     (void)self, (void)noargs;
     g_opt_t0 = now_ns();
+    g_opt_began++;
     Py_RETURN_NONE;
 }
 
@@ -2768,21 +2658,11 @@ static PyObject *py_opt_post_hook(PyObject *self, PyObject *const *args, Py_ssiz
  * HOOK_OPTSTEP an optimizer class's
  * step (torch's profiling wrapper, which calls the global step hooks),
  * HOOK_FETCH a dataset fetcher's fetch (aux: torch's get_worker_info),
- * HOOK_AMPSTEP AMP's GradScaler.step, HOOK_TBWD torch.Tensor.backward (put
- * on only in a loop whose forward end is hooked: gap_close), HOOK_ZGRAD
+ * HOOK_AMPSTEP AMP's GradScaler.step, HOOK_ZGRAD
  * Optimizer.zero_grad and Module.zero_grad (put on only in a training loop
  * without a DataLoader: g_hk_ns); the methods
  * bind to the instance as a function does. */
-enum {
-    HOOK_BACKWARD,
-    HOOK_NEXT,
-    HOOK_OPTSTEP,
-    HOOK_FETCH,
-    HOOK_AMPSTEP,
-    HOOK_ITER,
-    HOOK_TBWD,
-    HOOK_ZGRAD
-};
+enum { HOOK_BACKWARD, HOOK_NEXT, HOOK_OPTSTEP, HOOK_FETCH, HOOK_AMPSTEP, HOOK_ITER, HOOK_ZGRAD };
 
 typedef struct {
     PyObject_HEAD PyObject *orig;
@@ -2808,19 +2688,6 @@ static PyObject *hook_backward(PyObject *callable, PyObject *const *args, size_t
     Hook *h = (Hook *)callable;
     backward_enter();
     return backward_done(PyObject_Vectorcall(h->orig, args, nargsf, kwnames));
-}
-
-/* Tensor.backward(loss, ...): where the loop asks for the backward pass,
- * before torch's own Python work on the way to the engine (its arguments'
- * checks, the gradient of ones it makes: 30-60 us on a CPU, which the span
- * from the forward's end would otherwise count as the loop's). */
-static PyObject *hook_tbwd(PyObject *callable, PyObject *const *args, size_t nargsf,
-                           PyObject *kwnames)
-{
-    Hook *h = (Hook *)callable;
-    if (g_fe_t && g_thread && !g_bdepth && thread_ident() == g_thread)
-        g_tb_t = now_ns();
-    return PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
 }
 
 /* zero_grad(...) of an optimizer or a module: its time on the training
@@ -2906,6 +2773,7 @@ static PyObject *hook_optstep(PyObject *callable, PyObject *const *args, size_t 
         return PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
     g_optdepth = 1;
     g_opt_t0 = now_ns();
+    g_opt_began++;
     PyObject *out = PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
     g_optdepth = 0;
     PyObject *et = NULL, *ev = NULL, *tb = NULL;
@@ -3110,7 +2978,6 @@ static PyObject *py_hook(PyObject *self, PyObject *args)
             : strcmp(kind, "fetch") == 0     ? HOOK_FETCH
             : strcmp(kind, "ampstep") == 0   ? HOOK_AMPSTEP
             : strcmp(kind, "iter") == 0      ? HOOK_ITER
-            : strcmp(kind, "tbackward") == 0 ? HOOK_TBWD
             : strcmp(kind, "zero_grad") == 0 ? HOOK_ZGRAD
                                              : -1;
     if (k < 0 || !PyCallable_Check(orig) || (k == HOOK_FETCH) != (aux != NULL)) {
@@ -3131,7 +2998,6 @@ static PyObject *py_hook(PyObject *self, PyObject *args)
                     : k == HOOK_FETCH   ? hook_fetch
                     : k == HOOK_AMPSTEP ? hook_ampstep
                     : k == HOOK_ITER    ? hook_iter
-                    : k == HOOK_TBWD    ? hook_tbwd
                     : k == HOOK_ZGRAD   ? hook_zgrad
                                         : hook_optstep;
     PyObject_GC_Track(h);
@@ -3572,28 +3438,17 @@ static PyObject *py_oom_summary(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* gap_bind(sequence_nr, register): torch's autograd sequence counter
- * (torch._C._autograd._get_sequence_nr; None on torch 1.x: no span after
- * the forward) and the glue's register(module), called once in a training
- * loop without a DataLoader: it wraps zero_grad (HOOK_ZGRAD) and, with a
- * counter, puts fwd_post on the module as a forward hook; None, None: off. */
-static PyObject *py_gap_bind(PyObject *self, PyObject *args)
+/* zgrad_bind(install): the glue's installer of the zero_grad Hooks
+ * (called once, with no arguments, in a training loop without a
+ * DataLoader); None: off. */
+static PyObject *py_zgrad_bind(PyObject *self, PyObject *reg)
 {
     (void)self;
-    PyObject *sq, *reg;
-    if (!PyArg_ParseTuple(args, "OO", &sq, &reg))
-        return NULL;
-    Py_CLEAR(g_seqnr);
-    Py_CLEAR(g_gap_reg);
-    g_gap_tried = 0;
-    g_fe_t = g_tb_t = 0;
-    if (sq != Py_None && PyCallable_Check(sq)) {
-        Py_INCREF(sq);
-        g_seqnr = sq;
-    }
+    Py_CLEAR(g_zg_reg);
+    g_zg_tried = 0;
     if (reg != Py_None && PyCallable_Check(reg)) {
         Py_INCREF(reg);
-        g_gap_reg = reg;
+        g_zg_reg = reg;
     }
     Py_RETURN_NONE;
 }
@@ -4016,10 +3871,8 @@ static PyMethodDef methods[] = {
      "reserved, free, total, batch_size, reason, kind)"},
     {"oom_summary", py_oom_summary, METH_VARARGS, "oom_summary(seq, device, status, pool, ...)"},
     {"opt_made", py_opt_made, METH_NOARGS, "an optimizer was constructed"},
-    {"gap_bind", py_gap_bind, METH_VARARGS,
-     "gap_bind(sequence_nr, register): time the span between a forward and its backward"},
-    {"fwd_post", py_fwd_post, METH_VARARGS,
-     "fwd_post(module, input, output): a forward hook, the model's forward returned"},
+    {"zgrad_bind", py_zgrad_bind, METH_O,
+     "zgrad_bind(install): zero_grad timed in training loops without a DataLoader"},
     {"lead_optimizer", py_lead_optimizer, METH_NOARGS, "the lead optimizer's number, -1 if none"},
     {"anatomy_again", py_anatomy_again, METH_NOARGS,
      "the memory anatomy due again at the next boundary"},

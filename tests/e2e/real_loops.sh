@@ -88,11 +88,9 @@
 # The memmap loop with gradient accumulation over 4 micro-batches, each
 # prepared before its forward (llm_memmap_accum: build-nanogpt's and
 # nanochat's order; the previous agent timed the first micro-batch's only:
-# 5% for the job's 21%), and in nanoGPT's own order, the next batch made
-# between a micro-batch's forward and its backward (llm_memmap_nanogpt,
-# torch 2.x: the span is timed with torch's autograd sequence counter; the
-# previous agent read 0.2%, input.ok, for the job's 21%), both have the
-# job's own wait share and input.main_prep.
+# 5% for the job's 21%) has the job's own wait share and input.main_prep;
+# zero_grad() after the optimizer step (as nanoGPT calls it) is no part of
+# the preparation.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -133,8 +131,7 @@ EXPECT = {"llm_memmap": ("input.main_prep", "cpu"), "manual_sgd": ("input.main_p
           # CPU vote depends on the machine's load, the wait does not
           "infer_scoring": (("input.data_wait", "input.cpu_bound"), None),
           "infer_main": ("input.data_wait", None),
-          "llm_memmap_accum": ("input.main_prep", "cpu"),
-          "llm_memmap_nanogpt": ("input.main_prep", "cpu")}
+          "llm_memmap_accum": ("input.main_prep", "cpu")}
 # evidence the expected finding must carry
 EVIDENCE = {"thread_prefetch": "thread_fed_steps", "loader_forkserver": "startup_wait_per_set_s",
             "loader_fork": "startup_wait_per_set_s"}
@@ -160,8 +157,7 @@ NEVER = {"llm_memmap": {"input.data_wait", "input.cpu_bound", "input.disk_bound"
          "accelerate_loop": {"input.main_prep"}, "train_eval_first": {"input.main_prep"},
          "infer_scoring": {"steps.unsegmented", "input.main_prep", "input.ok"},
          "infer_main": {"steps.unsegmented", "input.main_prep", "input.ok"},
-         "llm_memmap_accum": {"input.data_wait", "input.cpu_bound", "input.disk_bound", "input.ok"},
-         "llm_memmap_nanogpt": {"input.data_wait", "input.cpu_bound", "input.disk_bound", "input.ok"}}
+         "llm_memmap_accum": {"input.data_wait", "input.cpu_bound", "input.disk_bound", "input.ok"}}
 oracle, rep, train, evals = runcheck.load(run)
 S = rep["summary"]
 bad = []
@@ -291,7 +287,7 @@ half() { # name python
     # The sanitizer build: the report and dump of the binary under ASan on
     # one loop of each kind of boundary, not the whole matrix again.
     case ${BUILD:-} in *asan*) [ -n "$jobs" ] || jobs="grad_accum manual_sgd idle_workers" ;; esac
-    for job in ${jobs:-llm_memmap llm_memmap_fast llm_memmap_ckpt llm_memmap_dcp llm_memmap_gc llm_memmap_log grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver loader_fork thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next grad_accum_cycle amp_nan gan_dcgan gan_wgan accelerate_loop train_eval_first infer_scoring infer_main llm_memmap_accum llm_memmap_nanogpt}; do
+    for job in ${jobs:-llm_memmap llm_memmap_fast llm_memmap_ckpt llm_memmap_dcp llm_memmap_gc llm_memmap_log grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver loader_fork thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next grad_accum_cycle amp_nan gan_dcgan gan_wgan accelerate_loop train_eval_first infer_scoring infer_main llm_memmap_accum}; do
         local run=$scratch/$name-$job script=$job envs=()
         [ "$job" = llm_memmap_fast ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=4096); }
         [ "$job" = llm_memmap_ckpt ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=4096 JOB_SAVE_EVERY=4 JOB_SAVE_MB=48); }
@@ -299,7 +295,6 @@ half() { # name python
         [ "$job" = llm_memmap_eval ] && { script=llm_memmap; envs=(JOB_EVAL_EVERY=10); }
         [ "$job" = llm_memmap_log ] && { script=llm_memmap; envs=(JOB_STEPS=60 JOB_PREP_S=0 JOB_HIDDEN=2048 JOB_LOG_EVERY=10 JOB_LOG_S=0.3); }
         [ "$job" = llm_memmap_accum ] && { script=llm_memmap; envs=(JOB_ACCUM=4); }
-        [ "$job" = llm_memmap_nanogpt ] && { script=llm_memmap; envs=(JOB_ACCUM=4 JOB_ORDER=nanogpt); }
         [ "$job" = llm_memmap_gc ] && { script=llm_memmap; envs=(JOB_STEPS=80 JOB_PREP_S=0 JOB_HIDDEN=6144 JOB_PYHEAP=150000 JOB_KEEP=4000); }
         case $job in loader_*) script=loader_variants; envs=(JOB_VARIANT=${job#loader_}) ;; esac
         [ "$job" = thread_prefetch_fast ] && { script=thread_prefetch; envs=(JOB_ITEM_S=0.0001); }
@@ -311,9 +306,6 @@ half() { # name python
         [ "$job" = infer_main ] && { script=infer; envs=(JOB_WORKERS=0 JOB_GRAD=no_grad); }
         if [ "$job" = llm_memmap_dcp ] && ! "$PY" -c 'import torch.distributed.checkpoint' 2>/dev/null; then
             echo "  $job: skipped: no torch.distributed.checkpoint in torch $tv"; continue
-        fi
-        if [ "$job" = llm_memmap_nanogpt ] && ! "$PY" -c 'import torch; torch._C._autograd._get_sequence_nr' 2>/dev/null; then
-            echo "  $job: skipped: torch $tv has no autograd sequence counter (the span between forward and backward is timed on torch >= 2.0)"; continue
         fi
         if [ "$job" = accelerate_loop ] && ! "$PY" -c 'import accelerate' 2>/dev/null; then
             echo "  $job: skipped: no accelerate for $PY (make deps installs it in the virtualenv)"; continue

@@ -20,7 +20,10 @@ is in the steps, and the data-wait share it prints is without them.  With
 JOB_LOG_EVERY=N, every N steps the loop logs after optimizer.step() as
 nanoGPT does, to a tracker whose upload takes JOB_LOG_S (a synchronous
 HTTP post, slept here): the next step stalls before its forward, and that
-is no batch preparation."""
+is no batch preparation.  With JOB_ACCUM=N, gradient accumulation over N
+micro-batches, each prepared before its forward (build-nanogpt's order).
+The model returns its loss as nanoGPT's does, and zero_grad() follows
+optimizer.step() as there."""
 import gc
 import os
 import sys
@@ -48,7 +51,6 @@ VOCAB, BLOCK, BATCH = 256, 32, 8
 LOG_EVERY = int(os.environ.get("JOB_LOG_EVERY", "0"))
 LOG_S = float(os.environ.get("JOB_LOG_S", "0.3"))
 PYHEAP = int(os.environ.get("JOB_PYHEAP", "0"))
-NANOGPT_ORDER = os.environ.get("JOB_ORDER") == "nanogpt"
 ACCUM = int(os.environ.get("JOB_ACCUM", "1"))  # micro-batches per optimizer step
 KEEP = int(os.environ.get("JOB_KEEP", "0"))
 index = [[i, i + 1] for i in range(PYHEAP)]  # the long-lived heap
@@ -130,21 +132,11 @@ for it in range(STEPS):
         clock.eval_batches += 1  # one eval span (no DataLoader: one record)
     n_pauses = len(pauses)
     for micro in range(ACCUM):
-        if NANOGPT_ORDER:
-            # nanoGPT's order: the next batch is fetched between this
-            # micro-batch's forward and its backward (on a GPU it overlaps
-            # the forward's kernels), the first one before the loop
-            if it == 0 and micro == 0:
-                x, y = get_batch()
-            logits, loss = model(x, y)
-            loss = loss / ACCUM
-            x, y = clock.fetch(get_batch)
-        else:
-            x, y = clock.fetch(get_batch)
-            if PYHEAP and clock.t_first is not None:  # the collector's part of the wait
-                clock.wait -= sum(dt for b, dt, g in pauses[n_pauses:] if g == 2 or dt >= 0.001)
-            logits, loss = model(x, y)
-            loss = loss / ACCUM
+        x, y = clock.fetch(get_batch)
+        if PYHEAP and clock.t_first is not None:  # the collector's part of the wait
+            clock.wait -= sum(dt for b, dt, g in pauses[n_pauses:] if g == 2 or dt >= 0.001)
+        logits, loss = model(x, y)
+        loss = loss / ACCUM
         loss.backward()
     opt.step()
     opt.zero_grad(set_to_none=True)

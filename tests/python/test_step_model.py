@@ -136,80 +136,77 @@ def test_accumulated_micro_batches_without_a_loader_each_have_their_preparation(
     assert all(3.5e6 <= f["prep_cpu_ns"] <= f["prep_ns"] for f in measured), measured
 
 
-# nanoGPT's order (torch >= 2.0, whose autograd sequence counter tells the
-# loop's own work from a loss computed after the forward): the next batch
-# is made between a micro-batch's forward and its backward pass (6 ms: 5 of
-# sleep, 1 of CPU), the loss returned by the model and divided for
-# accumulation (one autograd node).  GAP=loss: the same span, but the loop
-# computes a loss of 12 operations there: the model's compute, not
-# preparation.  The hook on the model never goes with it (torch.save of the
-# whole model, pickle, an EMA's deepcopy); detach() puts
-# torch.Tensor.backward back.
-NANOGPT = r"""
-import json, os, time, torch, trainmon
+# An optimizer step that is not the step's end is no preparation: a GAN's
+# second optimizer stepping between its backward pass and the next
+# iteration's forward (a 4 ms step of optG, the lead being optD), and
+# LBFGS's closure, whose forward and backward run inside optimizer.step()
+# (the optimizer's own work between two closure calls).  And zero_grad()
+# after optimizer.step(), before the next forward (nanoGPT's place for it),
+# made slow here (4 ms, as 0.2 ms on torch 2.13's CPU is too small to
+# tell): the optimizer's work, left out of the preparation.
+OPT_BETWEEN = r"""
+import json, os, time, torch
+if os.environ["KIND"] == "zgrad":
+    zg = torch.optim.Optimizer.zero_grad
+    def slow_zero_grad(self, *a, **k):
+        time.sleep(0.004)
+        return zg(self, *a, **k)
+    torch.optim.Optimizer.zero_grad = slow_zero_grad
+import trainmon
 trainmon.attach()
-class Net(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.l = torch.nn.Linear(8, 1)
-    def forward(self, x):
-        out = self.l(x)
-        return out, out.pow(2).mean()
-model = Net()
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
-def busy(s):
-    e = time.perf_counter() + s
-    while time.perf_counter() < e: pass
-orig = torch.Tensor.backward
-x = torch.randn(16, 8)
-for step in range(40):
-    for micro in range(2):
-        out, loss = model(x)
-        if os.environ["GAP"] == "loss":
-            for _ in range(12):
-                out = out * 1.0001
-            loss = out.pow(2).mean()
-        loss = loss / 2
-        time.sleep(0.005); busy(0.001)          # x, y = get_batch()
-        x = torch.randn(16, 8)
+torch.manual_seed(0)
+if os.environ["KIND"] == "zgrad":
+    m = torch.nn.Linear(8, 1)
+    opt = torch.optim.SGD(m.parameters(), lr=0.01)
+    for i in range(30):
+        x, y = torch.randn(16, 8), torch.randn(16, 1)
+        torch.nn.functional.mse_loss(m(x), y).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+elif os.environ["KIND"] == "gan":
+    G, D = torch.nn.Linear(8, 4), torch.nn.Linear(4, 1)
+    optD = torch.optim.SGD(D.parameters(), lr=0.01)
+    optG = torch.optim.SGD(G.parameters(), lr=0.01)
+    step_g = optG.step
+    def slow_step(*a, **k):
+        time.sleep(0.004)                      # the generator's update: not the batch
+        return step_g(*a, **k)
+    optG.step = slow_step
+    for i in range(30):
+        real, z = torch.randn(16, 4), torch.randn(16, 8)
+        fake = G(z)
+        d = D(real).mean() - D(fake.detach()).mean()
+        optD.zero_grad(); d.backward(); optD.step()
+        g = -D(fake).mean()
+        optG.zero_grad(); g.backward(); optG.step()
+else:
+    m = torch.nn.Linear(8, 1)
+    x, y = torch.randn(64, 8), torch.randn(64, 1)
+    opt = torch.optim.LBFGS(m.parameters(), max_iter=5)
+    def closure():
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(m(x), y)
         loss.backward()
-    opt.step(); opt.zero_grad(set_to_none=True)
-hooked = torch.Tensor.backward is not orig
-import copy, io, pickle
-buf = io.BytesIO()
-torch.save(model, buf)                       # the whole model, as old tutorials save it
-clean = b"trainmon" not in pickle.dumps(model) and b"trainmon" not in buf.getvalue()
-ema = copy.deepcopy(model)                   # an EMA copy: without trainmon's hook
-clean = clean and not len(ema._forward_hooks) and len(model._forward_hooks) == 1
-trainmon.detach()
-print(json.dumps({"steps": 40, "hooked": hooked, "restored": torch.Tensor.backward is orig,
-                  "clean": clean, "unhooked": not len(model._forward_hooks)}))
+        time.sleep(0.002)                      # the optimizer's work between closure calls
+        return loss
+    for i in range(20):
+        opt.step(closure)
+print(json.dumps({"ok": True}))
 """
 
 
-def test_nanogpts_batch_made_between_forward_and_backward_is_preparation(tmp_path):
-    import pytest
-    import torch
-    if not hasattr(getattr(torch._C, "_autograd", None), "_get_sequence_nr"):
-        pytest.skip("torch %s has no autograd sequence counter (torch >= 2.0)" % torch.__version__)
-    for gap in ("batch", "loss"):
-        d = tmp_path / gap
+def test_optimizer_work_between_backward_and_forward_is_no_preparation(tmp_path):
+    for kind in ("gan", "lbfgs", "zgrad"):
+        d = tmp_path / kind
         d.mkdir()
-        out = last_json(run_script(NANOGPT, d, env={"GAP": gap}).stdout)
-        # its forward hook never goes with the model: torch.save, pickle and
-        # deepcopy see none; detach() takes it and Tensor.backward's Hook off
-        assert out["hooked"] and out["restored"] and out["clean"] and out["unhooked"], out
-        steps = [f for _, _, f in records(main_file(d), "step")][1:]
-        assert len(steps) == 39 and all(f["micro_batches"] == 2 for f in steps), steps[:2]
-        prep = sorted(f["prep_ns"] for f in steps)
-        med = prep[len(prep) // 2]
-        if gap == "batch":  # two spans of 6 ms: 12 ms (and the loop's few us)
-            assert 12e6 <= med < 20e6, prep
-            # CPU read on the sampled steps over the spans: 2 x 1 ms of 12
-            cpu = [f["prep_cpu_ns"] for f in steps if f["prep_cpu_ns"] >= 0]
-            assert cpu and all(1.5e6 <= c < 8e6 for c in cpu), cpu
-        else:  # a loss computed there: compute, not preparation
-            assert med < 2e6, prep
+        run_script(OPT_BETWEEN, d, env={"KIND": kind})
+        steps = [f for _, _, f in records(main_file(d), "step") if f["phase"] == 1][1:]
+        assert len(steps) >= 15, (kind, len(steps))
+        prep = sorted(f["prep_ns"] for f in steps if f["prep_ns"] >= 0)
+        # the batch is two randn calls (the GAN, zero_grad) or none (LBFGS):
+        # well under a millisecond, never the 4 ms update, the closure's
+        # sleeps or the 4 ms zero_grad
+        assert prep and prep[len(prep) // 2] < 1e6, (kind, prep)
 
 
 def test_a_process_that_records_nothing_leaves_no_file(tmp_path):
