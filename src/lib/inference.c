@@ -26,15 +26,19 @@
  *   - its inproc.boundaries event, written when it stopped, counted no
  *     backward pass, no optimizer step and no optimizer made: a job that
  *     made an optimizer trains, even one that died before its first step.
- *     A process that did not stop normally wrote no event and is judged by
- *     its records alone.
+ *     A process that did not stop normally wrote no event and is not
+ *     claimed (a training job killed in its warm-up eval looks the same),
+ *   - and no process of the run trained: a trainer's separate scoring
+ *     process (or a helper that took one batch) stays eval, out of the
+ *     training verdict.
  *
  * Its eval records of batches then become loader-ended training steps,
- * all its batch steps numbered in order, and everything downstream (the step accounting, the
- * rules, the exports) reads them as such; the source's `inference` says
- * how many, for the report to say what its steps are.
+ * numbered in order where the agent numbered none, and everything downstream (the step accounting,
+ * the rules, the exports) reads them as such; the source's `inference` says how many, for the
+ * report to say what its steps are.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "infer.h"
@@ -49,34 +53,44 @@ static bool is_batch(const tm_inproc_step *s)
            (s->phase == TM_STEP_TRAIN && s->boundary == TM_STEP_BY_LOADER);
 }
 
+/* Whether a training process's records or its boundaries event say it
+ * trained: a step ended by a backward pass or an optimizer step, or
+ * backward passes, optimizer steps or optimizers made in the event. */
+static bool trains(const tm_run_step *st, size_t n, const char *boundaries)
+{
+    for (size_t i = 0; i < n; i++)
+        if (st[i].s.phase != TM_STEP_EVAL &&
+            (st[i].s.phase != TM_STEP_TRAIN || st[i].s.boundary != TM_STEP_BY_LOADER))
+            return true;
+    static const char *const keys[] = {"backward_passes", "optimizer_steps", "optimizers_made"};
+    for (size_t k = 0; boundaries && k < sizeof keys / sizeof *keys; k++) {
+        double v = tm_runsum_event_num(boundaries, keys[k]);
+        if (!isnan(v) && v > 0)
+            return true;
+    }
+    return false;
+}
+
 bool tm_infer_is_inference(const tm_run_step *st, size_t n, const char *boundaries)
 {
-    size_t batches = 0;
-    for (size_t i = 0; i < n; i++) {
-        const tm_inproc_step *s = &st[i].s;
-        /* a step ended by a backward pass or an optimizer step trains;
-         * phase 0 is a file before the step model, where every record
-         * was a training step */
-        if (s->phase != TM_STEP_EVAL &&
-            (s->phase != TM_STEP_TRAIN || s->boundary != TM_STEP_BY_LOADER))
-            return false;
-        batches += is_batch(s);
-    }
-    if (!batches)
+    /* no event: the process was killed (a preempted training job killed in
+     * its warm-up eval looks the same): not claimed */
+    if (!boundaries || trains(st, n, boundaries))
         return false;
-    if (!boundaries)
-        return true;
-    static const char *const trains[] = {"backward_passes", "optimizer_steps", "optimizers_made"};
-    for (size_t k = 0; k < sizeof trains / sizeof *trains; k++) {
-        double v = tm_runsum_event_num(boundaries, trains[k]);
-        if (!isnan(v) && v > 0) /* absent (an older agent): not known to train */
-            return false;
-    }
-    return true;
+    for (size_t i = 0; i < n; i++)
+        if (is_batch(&st[i].s))
+            return true;
+    return false;
 }
 
 size_t tm_infer_convert(tm_run_step *st, size_t n)
 {
+    /* a process with loader-ended steps keeps their numbers (a ring file's
+     * highest says how many it dropped); eval records alone, all numbered
+     * 0 by the agent, are numbered in order */
+    bool numbered = false;
+    for (size_t i = 0; i < n && !numbered; i++)
+        numbered = st[i].s.phase == TM_STEP_TRAIN;
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         tm_inproc_step *s = &st[i].s;
@@ -84,7 +98,9 @@ size_t tm_infer_convert(tm_run_step *st, size_t n)
             continue;
         s->phase = TM_STEP_TRAIN;
         s->boundary = TM_STEP_BY_LOADER;
-        s->step = k++;
+        if (!numbered)
+            s->step = k;
+        k++;
         s->micro_batches = 0;
     }
     return k;
@@ -93,20 +109,34 @@ size_t tm_infer_convert(tm_run_step *st, size_t n)
 void tm_infer_run(tm_run_source *src, size_t nsrc, tm_run_step *steps, size_t nsteps,
                   const tm_run_event *ev, size_t nev)
 {
-    size_t b = 0;
-    while (b < nsteps) {
+    /* each source's last boundaries event, in one pass */
+    const char **bnd = calloc(nsrc ? nsrc : 1, sizeof *bnd);
+    if (!bnd)
+        return; /* out of memory: the records as written */
+    for (size_t i = 0; i < nev; i++)
+        if (ev[i].source < nsrc && ev[i].name && !strcmp(ev[i].name, "inproc.boundaries"))
+            bnd[ev[i].source] = ev[i].json ? ev[i].json : "";
+    /* A run in which any process trained is a training run: a process of
+     * it that only scored (a separate evaluation script, a helper that
+     * took one batch) stays eval, out of the training verdict. */
+    for (size_t b = 0, e; b < nsteps; b = e) {
         uint32_t s = steps[b].source;
-        size_t e = b;
-        while (e < nsteps && steps[e].source == s)
+        for (e = b; e < nsteps && steps[e].source == s;)
             e++;
-        if (s < nsrc && tm_rec_is_training(&src[s].header)) {
-            const char *bnd = NULL; /* the last one the process wrote */
-            for (size_t i = 0; i < nev; i++)
-                if (ev[i].source == s && ev[i].name && !strcmp(ev[i].name, "inproc.boundaries"))
-                    bnd = ev[i].json ? ev[i].json : "";
-            if (tm_infer_is_inference(steps + b, e - b, bnd))
-                src[s].inference = tm_infer_convert(steps + b, e - b);
-        }
-        b = e;
+        if (s < nsrc && tm_rec_is_training(&src[s].header) && trains(steps + b, e - b, bnd[s]))
+            goto out;
     }
+    for (size_t s = 0; s < nsrc; s++) /* trained without a step record */
+        if (tm_rec_is_training(&src[s].header) && bnd[s] && trains(NULL, 0, bnd[s]))
+            goto out;
+    for (size_t b = 0, e; b < nsteps; b = e) {
+        uint32_t s = steps[b].source;
+        for (e = b; e < nsteps && steps[e].source == s;)
+            e++;
+        if (s < nsrc && tm_rec_is_training(&src[s].header) &&
+            tm_infer_is_inference(steps + b, e - b, bnd[s]))
+            src[s].inference = tm_infer_convert(steps + b, e - b);
+    }
+out:
+    free(bnd);
 }

@@ -942,7 +942,6 @@ static void summarize_ranks(tm_runview *v, tm_an_summary *S, tm_an_rank *ranks, 
             continue;
         tm_an_rank *R = &ranks[(*nranks)++];
         R->source = s;
-        S->infer_procs += v->src[s].inference > 0;
         R->rank = v->src[s].header.rank;
         R->host = v->src[s].header.host;
         if (R->rank >= 0)
@@ -951,6 +950,7 @@ static void summarize_ranks(tm_runview *v, tm_an_summary *S, tm_an_rank *ranks, 
             snprintf(R->label, sizeof R->label, "%s", v->src[s].header.role);
         tm_steptally t;
         rank_steps(R, st + sb, i - sb, x, &t, w0, w1);
+        S->infer_procs += v->src[s].inference > 0 && R->steps > 0;
         tm_steptally_merge(all, &t);
         rank_memory(R, cp + cb, j - cb, om, nom);
         workers_of(wk, nwk, false, R->rank, x, &R->workers, &R->worker_batch_median_s,

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -139,19 +140,48 @@ static void test_a_process_that_trained_or_made_an_optimizer_keeps_eval_apart(vo
              {"pid202.tmr", 0, 1, 0, 0},
              {"pid203.tmr", 0, 0, 1, 0},
              {"pid204.tmr", 0, 0, -1, 40}};
-    for (size_t i = 0; i < 4; i++) {
+    for (size_t i = 0; i < 4; i++) { /* each its own run */
+        char path[600];
+        if (i) {
+            snprintf(path, sizeof path, "%s/%s", dir, c[i - 1].file);
+            assert_int_equal(unlink(path), 0);
+        }
         tm_rec *w = open_rec(c[i].file, c[i].file, (int)i);
         put_eval_batches(w, 40, 1.0, 0.050, 0.030, 1);
         put_boundaries(w, 3.1, c[i].bwd, c[i].opt, c[i].made);
         tm_rec_close(&w);
+        tm_run *run = NULL;
+        tm_analysis *a = analyze(&run);
+        assert_int_equal(source_named(run, c[i].file)->inference, c[i].want);
+        assert_int_equal(a->sum.infer_procs, c[i].want ? 1 : 0);
+        assert_int_equal(a->sum.eval_steps, c[i].want ? 0 : 40);
+        done(&run, &a);
     }
+}
+
+static void test_a_scoring_process_beside_a_trainer_stays_eval(void **st)
+{
+    (void)st;
+    /* a trainer (40 optimizer steps) that runs a separate scoring script
+     * (60 batches under no_grad, its event with no training): a training
+     * run, whose verdict the scorer's wait must not enter */
+    tm_rec *w = open_rec("pid601.tmr", "pid601", -1);
+    for (size_t i = 0; i < 40; i++)
+        put_loader_step_at(w, i, 1.0 + 0.1 * (double)i, 0.1);
+    put_boundaries(w, 6.0, 40, 40, 1);
+    tm_rec_close(&w);
+    w = open_rec("pid602.tmr", "pid602", -1);
+    put_eval_batches(w, 60, 6.0, 0.050, 0.045, 1);
+    put_boundaries(w, 9.1, 0, 0, 0);
+    tm_rec_close(&w);
     tm_run *run = NULL;
     tm_analysis *a = analyze(&run);
-    for (size_t i = 0; i < 4; i++)
-        assert_int_equal(source_named(run, c[i].file)->inference, c[i].want);
-    const tm_an_summary *S = &a->sum;
-    assert_int_equal(S->infer_procs, 1);
-    assert_int_equal(S->eval_steps, 120); /* the three that train: 3 x 40 */
+    assert_int_equal(source_named(run, "pid602.tmr")->inference, 0);
+    assert_int_equal(a->sum.infer_procs, 0);
+    assert_int_equal(a->sum.steps_total, 40);
+    assert_int_equal(a->sum.eval_steps, 60);
+    /* the trainer's 1 ms of wait in 100 ms steps, not the scorer's 90% */
+    assert_true(a->sum.data_wait_fraction < 0.02);
     done(&run, &a);
 }
 
@@ -160,7 +190,8 @@ static void test_a_training_step_or_a_killed_process_decides_by_its_records(void
     (void)st;
     /* eval first, then one training step: a training job (no event: it
      * was killed); and a process killed while it scored batches (no event,
-     * no training record): inference */
+     * no training record): not claimed (a training job killed in its
+     * warm-up eval, preempted by SIGTERM, looks the same) */
     tm_rec *w = open_rec("pid301.tmr", "pid301", -1);
     put_eval_batches(w, 10, 1.0, 0.050, 0.030, 1);
     put_loader_step_at(w, 0, 2.0, 0.1);
@@ -173,7 +204,7 @@ static void test_a_training_step_or_a_killed_process_decides_by_its_records(void
     tm_run *run = NULL;
     tm_analysis *a = analyze(&run);
     assert_int_equal(source_named(run, "pid301.tmr")->inference, 0);
-    assert_int_equal(source_named(run, "pid302.tmr")->inference, 10);
+    assert_int_equal(source_named(run, "pid302.tmr")->inference, 0);
     assert_int_equal(source_named(run, "worker-r0-303.tmr")->inference, 0);
     done(&run, &a);
 }
@@ -205,42 +236,25 @@ static void test_loader_steps_of_a_loop_that_never_trained_are_inference_too(voi
     /* the HF Trainer's evaluate(): 20 batches fetched with grad enabled,
      * no backward pass (the step model's loader steps, numbered 0..19),
      * then 4 held batches written as eval at the iterator's end: 24
-     * batch steps, renumbered in order; the same loop in a process that
-     * made an optimizer is a training job's (its loader steps stay, its
-     * eval stays eval) */
+     * batch steps, the loader steps keeping their numbers (a ring file's
+     * highest says what it dropped) */
     tm_rec *w = open_rec("pid401.tmr", "pid401", -1);
     put_loader_steps(w, 20, 1.0, 0.050, 0.010);
     put_eval_batches(w, 4, 2.0, 0.050, 0.010, 1);
     put_boundaries(w, 2.5, 0, 0, 0);
     tm_rec_close(&w);
-    w = open_rec("pid402.tmr", "pid402", -1);
-    put_loader_steps(w, 20, 1.0, 0.050, 0.010);
-    put_eval_batches(w, 4, 2.0, 0.050, 0.010, 1);
-    put_boundaries(w, 2.5, 0, 0, 1);
-    tm_rec_close(&w);
     tm_run *run = NULL;
     tm_analysis *a = analyze(&run);
     assert_int_equal(source_named(run, "pid401.tmr")->inference, 24);
-    assert_int_equal(source_named(run, "pid402.tmr")->inference, 0);
     const tm_run_step *s;
     size_t n = tm_run_steps(run, &s);
-    size_t train = 0, evals = 0;
-    uint64_t next = 0;
+    assert_int_equal(n, 24);
     for (size_t i = 0; i < n; i++) {
-        train += s[i].s.phase == TM_STEP_TRAIN;
-        evals += s[i].s.phase == TM_STEP_EVAL;
+        assert_int_equal(s[i].s.phase, TM_STEP_TRAIN);
+        assert_int_equal(s[i].s.step, i < 20 ? i : 0); /* as written */
     }
-    assert_int_equal(train, 24 + 20);
-    assert_int_equal(evals, 4); /* pid402's */
-    /* pid401's steps numbered 0..23 in the order written */
-    const tm_run_source *src;
-    tm_run_sources(run, &src);
-    uint32_t me = (uint32_t)(source_named(run, "pid401.tmr") - src);
-    for (size_t i = 0; i < n; i++)
-        if (s[i].source == me)
-            assert_int_equal(s[i].s.step, next++);
-    assert_int_equal(next, 24);
     assert_int_equal(a->sum.infer_procs, 1);
+    assert_int_equal(a->sum.steps_total, 24);
     done(&run, &a);
 }
 
@@ -250,21 +264,21 @@ static void test_the_decision_alone(void **st)
     tm_run_step s[3] = {{.s = {.phase = TM_STEP_EVAL, .batches = 1}},
                         {.s = {.phase = TM_STEP_EVAL, .batches = 0}},
                         {.s = {.phase = TM_STEP_EVAL, .batches = 1}}};
-    assert_true(tm_infer_is_inference(s, 3, NULL));
-    assert_true(tm_infer_is_inference(s, 3, "")); /* an event without numbers */
+    assert_false(tm_infer_is_inference(s, 3, NULL)); /* no event: killed, not claimed */
+    assert_true(tm_infer_is_inference(s, 3, ""));    /* an event without numbers */
     assert_true(tm_infer_is_inference(s, 3, "{\"backward_passes\":0}"));
     assert_false(tm_infer_is_inference(s, 3, "{\"optimizers_made\":2}"));
-    assert_false(tm_infer_is_inference(s + 1, 1, NULL)); /* no batch: no step */
-    assert_false(tm_infer_is_inference(s, 0, NULL));
+    assert_false(tm_infer_is_inference(s + 1, 1, "")); /* no batch: no step */
+    assert_false(tm_infer_is_inference(s, 0, ""));
     s[1].s.phase = 0; /* a file before the step model: every record a step */
-    assert_false(tm_infer_is_inference(s, 3, NULL));
+    assert_false(tm_infer_is_inference(s, 3, ""));
     s[1].s.phase = TM_STEP_TRAIN; /* a step ended by a backward pass: training */
     s[1].s.boundary = TM_STEP_BY_BACKWARD;
-    assert_false(tm_infer_is_inference(s, 3, NULL));
+    assert_false(tm_infer_is_inference(s, 3, ""));
     s[1].s.boundary = TM_STEP_BY_OPTIMIZER;
-    assert_false(tm_infer_is_inference(s, 3, NULL));
+    assert_false(tm_infer_is_inference(s, 3, ""));
     s[1].s.boundary = TM_STEP_BY_LOADER; /* a loader step: a batch */
-    assert_true(tm_infer_is_inference(s, 3, NULL));
+    assert_true(tm_infer_is_inference(s, 3, ""));
     s[1].s.phase = TM_STEP_EVAL;
     assert_int_equal(tm_infer_convert(s, 3), 2);
     assert_true(s[0].s.step == 0 && s[2].s.step == 1 && s[1].s.phase == TM_STEP_EVAL);
@@ -277,6 +291,8 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_a_process_that_trained_or_made_an_optimizer_keeps_eval_apart, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_scoring_process_beside_a_trainer_stays_eval, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(
             test_a_training_step_or_a_killed_process_decides_by_its_records, setup, teardown),
         cmocka_unit_test_setup_teardown(
