@@ -1474,26 +1474,62 @@ def _hook_method(owner, name, kind):
     """owner.name (a class's own function) wrapped by a Hook of kind, once
     (detach restores it)."""
     orig = owner.__dict__.get(name) if owner is not None else None
+    _put_hook(owner, name, kind, orig, orig)
+
+
+def _hook_inherited(owner, name, kind):
+    """owner.name where owner inherits it from a C base type (torch.Tensor's
+    item from torch._C.TensorBase): a Hook of kind put on owner itself, so
+    that every instance of owner and of its subclasses calls it; detach
+    deletes it again."""
+    if owner is not None and name not in owner.__dict__:
+        _put_hook(owner, name, kind, getattr(owner, name, None), _MISSING)
+
+
+def _put_hook(owner, name, kind, orig, saved):
+    """A Hook of kind around orig put at owner.name, saved restored by
+    detach; none around a Hook or what is not callable."""
     if orig is None or not callable(orig) or getattr(orig, "_trainmon", False):
         return
     hk = _c.hook(kind, orig)
     hk.__wrapped__ = orig
     hk.__name__ = name
     hk._trainmon = True
-    _patch(owner, name, hk)
+    setattr(owner, name, hk)
+    _state["patches"].append((owner, name, saved))
+
+
+# The loop's waits for the device, left out of its batch preparation spans
+# (the extension's g_hk_ns): the modules' synchronize(), the streams' and
+# events', and the Tensor methods that copy a value to the host.
+_SYNC_MODULES = ("torch.cuda", "torch.accelerator", "torch.xpu", "torch.mps")
+_SYNC_CLASSES = (("torch.cuda.streams", "Stream"), ("torch.cuda.streams", "Event"))
+_SYNC_TENSOR = ("item", "tolist")
 
 
 def _zgrad_install():
     """Called once by the extension at the end of the first step of a
     training loop without a DataLoader: zero_grad() of optimizers and
     modules timed, so that the preparation spans leave it out (it is the
-    optimizer's work, not the batch's); other loops never pay the Hook."""
+    optimizer's work, not the batch's), and the waits for the device
+    (torch.cuda.synchronize(), loss.item(): the GPU finishing the step the
+    host ran ahead of, which is compute); other loops never pay the Hook."""
     try:
         for owner in (getattr(sys.modules.get("torch.optim.optimizer"), "Optimizer", None),
                       getattr(sys.modules.get("torch.nn.modules.module"), "Module", None)):
             _hook_method(owner, "zero_grad", "zero_grad")
     except Exception as e:
         _report_exc("batch preparation timing (zero_grad)", e)
+    try:
+        for mod in _SYNC_MODULES:
+            _hook_method(sys.modules.get(mod), "synchronize", "sync")
+        for mod, cls in _SYNC_CLASSES:
+            _hook_method(getattr(sys.modules.get(mod), cls, None), "synchronize", "sync")
+        tensor = getattr(sys.modules.get("torch"), "Tensor", None)
+        for name in _SYNC_TENSOR:
+            _hook_inherited(tensor, name, "sync")
+    except Exception as e:
+        _report_exc("batch preparation timing (device synchronizations)", e)
 
 
 def _wrap_optimizer_class(cls):

@@ -804,7 +804,14 @@ static int g_zg_tried;
  * (nanoGPT after optimizer.step(), the tutorials before the forward),
  * 0.2 ms a call on torch 2.13's CPU even with set_to_none, and it is the
  * optimizer's work, not the batch's: taken out of the preparation spans
- * (its CPU time with it: it runs on the CPU) */
+ * (its CPU time with it: it runs on the CPU).  With it the loop's waits
+ * for the device: torch.cuda.synchronize() (build-nanogpt calls it after
+ * every optimizer step, to time the step), a stream's or an event's
+ * synchronize, and .item() and .tolist() (the loss logged), which return
+ * only once the GPU has run every kernel queued before them: the step's
+ * forward, backward and optimizer kernels, that the host ran ahead of.
+ * That wait is compute, not the next batch's preparation (CUDA's default
+ * sync spins on a CPU: its wall time is its CPU time, as zero_grad's). */
 static int64_t g_hk_ns;
 static int64_t g_arm_hk, g_marm_hk, g_fwd_hk;
 /* optimizer steps begun (any optimizer): a micro-batch span that one began
@@ -2659,8 +2666,9 @@ static PyObject *py_opt_post_hook(PyObject *self, PyObject *const *args, Py_ssiz
  * step (torch's profiling wrapper, which calls the global step hooks),
  * HOOK_FETCH a dataset fetcher's fetch (aux: torch's get_worker_info),
  * HOOK_AMPSTEP AMP's GradScaler.step, HOOK_ZGRAD
- * Optimizer.zero_grad and Module.zero_grad (put on only in a training loop
- * without a DataLoader: g_hk_ns); the methods
+ * Optimizer.zero_grad and Module.zero_grad, and the device synchronizations
+ * (kind "sync": torch.cuda.synchronize, Tensor.item, ...; put on only in a
+ * training loop without a DataLoader: g_hk_ns); the methods
  * bind to the instance as a function does. */
 enum { HOOK_BACKWARD, HOOK_NEXT, HOOK_OPTSTEP, HOOK_FETCH, HOOK_AMPSTEP, HOOK_ITER, HOOK_ZGRAD };
 
@@ -2690,16 +2698,22 @@ static PyObject *hook_backward(PyObject *callable, PyObject *const *args, size_t
     return backward_done(PyObject_Vectorcall(h->orig, args, nargsf, kwnames));
 }
 
-/* zero_grad(...) of an optimizer or a module: its time on the training
- * thread (g_hk_ns), which the preparation spans leave out. */
+/* zero_grad(...) of an optimizer or a module, or a wait for the device
+ * (HOOK_ZGRAD, kinds "zero_grad" and "sync"): its time on the training
+ * thread (g_hk_ns), which the preparation spans leave out.  The outermost
+ * such call only (a zero_grad of the job's that calls .item() is counted
+ * once). */
+static int g_hk_depth;
 static PyObject *hook_zgrad(PyObject *callable, PyObject *const *args, size_t nargsf,
                             PyObject *kwnames)
 {
     Hook *h = (Hook *)callable;
-    if (!g_thread || thread_ident() != g_thread)
+    if (!g_thread || thread_ident() != g_thread || g_hk_depth)
         return PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
     int64_t t0 = now_ns();
+    g_hk_depth = 1;
     PyObject *r = PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
+    g_hk_depth = 0;
     g_hk_ns += now_ns() - t0;
     return r;
 }
@@ -2964,7 +2978,8 @@ static PyTypeObject HookType = {
 };
 
 /* hook(kind, orig[, aux]): a Hook ("backward", "next", "iter", "optstep",
- * "ampstep" or "fetch", whose aux is get_worker_info) around orig. */
+ * "ampstep", "zero_grad", "sync" or "fetch", whose aux is get_worker_info)
+ * around orig. */
 static PyObject *py_hook(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -2979,6 +2994,7 @@ static PyObject *py_hook(PyObject *self, PyObject *args)
             : strcmp(kind, "ampstep") == 0   ? HOOK_AMPSTEP
             : strcmp(kind, "iter") == 0      ? HOOK_ITER
             : strcmp(kind, "zero_grad") == 0 ? HOOK_ZGRAD
+            : strcmp(kind, "sync") == 0      ? HOOK_ZGRAD
                                              : -1;
     if (k < 0 || !PyCallable_Check(orig) || (k == HOOK_FETCH) != (aux != NULL)) {
         PyErr_Format(PyExc_ValueError, "trainmon: hook(%s, ...): no such hook", kind);
