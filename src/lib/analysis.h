@@ -235,6 +235,16 @@
 #define TM_AN_GPU_SWING_MIN_SAMPLES 10
 #define TM_AN_GPU_SWING_MIN_CHANGES 4
 #define TM_AN_GPU_SWING_PERIOD_RATIO 2.0
+/* input.overlapped: NVML's utilization (the share of its sample period in
+ * which a kernel ran, as above) of a GPU that idled while the loop waited
+ * a share w of the time is at most 1 - w.  Read at least 20 points above
+ * that, and at least 85% busy (well above the swing's busy line), over at
+ * least 10 samples: the GPU did not wait; the host waited on work queued
+ * before (it runs ahead of the GPU).  The margin covers NVML counting a
+ * sample period busy for any kernel in it. */
+#define TM_AN_OVERLAP_GPU_BUSY 0.85
+#define TM_AN_OVERLAP_MARGIN 0.20
+#define TM_AN_OVERLAP_MIN_SAMPLES 10
 /* gpu_mem.near_capacity: the profiler's "peak > 90% of device memory". */
 #define TM_AN_MEM_NEAR 0.90
 /* gpu_mem.growth: a steady rise of the per-step floor of allocated. */

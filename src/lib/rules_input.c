@@ -71,7 +71,17 @@ static const char *in_record_d(const tm_an_summary *S, const char *suggest)
     return S->data_paths ? "" : suggest;
 }
 
-enum input_kind { IN_NONE, IN_OK, IN_DISK, IN_CPU, IN_WAIT, IN_PREP, IN_HANDOFF, IN_STARTUP };
+enum input_kind {
+    IN_NONE,
+    IN_OK,
+    IN_DISK,
+    IN_CPU,
+    IN_WAIT,
+    IN_PREP,
+    IN_HANDOFF,
+    IN_STARTUP,
+    IN_OVERLAP
+};
 
 /* The votes of the system signals and the verdict they give. */
 struct votes {
@@ -109,6 +119,13 @@ static struct votes verdict_of(const tm_an_summary *S, size_t nranks)
         return w;
     if (S->data_wait_fraction < TM_AN_DATA_WAIT_FRACTION) {
         w.kind = IN_OK;
+        return w;
+    }
+    /* The GPU was busy while the loop waited: the host ran ahead of it
+     * and waited on work queued before (rules_overlap.c says it); no
+     * input verdict, whatever the wait was for. */
+    if (tm_an_input_is_overlapped(S, nranks)) {
+        w.kind = IN_OVERLAP;
         return w;
     }
     /* No DataLoader (the step model): most judged steps waited on the
@@ -205,6 +222,8 @@ const char *tm_an_input_steady_verdict(const struct an *an)
         return "input.main_prep";
     case IN_HANDOFF:
         return "input.handoff";
+    case IN_OVERLAP:
+        return "input.overlapped";
     default:
         return NULL;
     }

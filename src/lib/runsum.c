@@ -1261,6 +1261,7 @@ int tm_runsum_build(tm_runview *v, tm_an_summary *S, tm_an_rank **ranks, size_t 
     tm_runsum_checkpoints(v, S);
     tm_runsum_gc(v, S, *ranks, *nranks); /* each row net of its own pauses, as the run's */
     tm_runsum_stalls(v, S, *ranks, *nranks);
+    tm_runsum_overlap(v, S, *ranks, *nranks);
     /* The Python processes in which the in-process recorder did not load
      * said so in their run directory (agentnote.h). */
     const char *const *dirs;

@@ -239,6 +239,13 @@ typedef struct tm_an_summary {
      * claimed): taken out of the data wait as the collector's (0: none) */
     uint32_t stall_src;
     double stall_wait_fraction;
+    /* The job's GPUs (rules_overlap.c tm_runsum_overlap): the mean
+     * utilization over the window of the GPUs the training process held
+     * memory on (job_gpus_by_pid), else of every GPU recorded; how many
+     * GPUs and samples per GPU.  NAN / 0: no GPU series. */
+    double job_gpu_util;
+    size_t job_gpus, job_gpu_samples;
+    bool job_gpus_by_pid;
 } tm_an_summary;
 
 /* The run as the summary and the rules read it: its arrays, the analysis
@@ -297,6 +304,9 @@ void tm_runsum_net_wait(tm_an_summary *S, double g);
  * rows of the processes whose stalls are no batch preparation are net of
  * them. */
 void tm_runsum_stalls(const tm_runview *v, tm_an_summary *S, tm_an_rank *ranks, size_t nranks);
+/* The job's GPU utilization into S's job_gpu_* (rules_overlap.c). */
+void tm_runsum_overlap(const tm_runview *v, tm_an_summary *S, const tm_an_rank *ranks,
+                       size_t nranks);
 /* Whether steps.stalls claims S's stalls (regular, enough of them,
  * costing enough; rules_stalls.c): the report's summary line says them
  * then. */

@@ -30,7 +30,7 @@
 # the machine cannot run the check (no nvidia-smi, no CUDA torch).
 # Environment: ALLOC_GIB (default 8), PYTHON (a python3 with CUDA torch),
 # BUILD (default build), PARTS (the parts to run, default all: watch inproc
-# swing leak amp batch; a device call is limited to 10 minutes).
+# swing hostwait leak amp batch; a device call is limited to 10 minutes).
 set -u
 
 compare() { # JSONL SMI PID ALLOC_BYTES
@@ -266,8 +266,8 @@ fi
 CMP_PYTHON=$py
 
 # PARTS picks the parts to run (all by default), so that a device with
-# less time left runs them over several calls: watch inproc swing leak amp batch
-all_parts="watch inproc swing leak amp batch"
+# less time left runs them over several calls: watch inproc swing hostwait leak amp batch
+all_parts="watch inproc swing hostwait leak amp batch"
 parts=${PARTS:-$all_parts}
 [ -n "${parts// /}" ] || { echo "check: PARTS names no part (the parts: $all_parts)" >&2; exit 2; }
 for p in $parts; do
@@ -281,7 +281,8 @@ want() {
     echo "check: $1: not in PARTS, skipped"
     return 1
 }
-watch_rc=skipped py_rc=skipped swing_rc=skipped leak_rc=skipped amp_rc=skipped batch_rc=skipped
+watch_rc=skipped py_rc=skipped swing_rc=skipped hostwait_rc=skipped leak_rc=skipped amp_rc=skipped
+batch_rc=skipped
 
 echo "check: building"
 if ! make -j"$(nproc)" >/tmp/trainmon-gpu-build.log 2>&1; then
@@ -565,6 +566,64 @@ PY
 [ $? -eq 0 ] && [ $swing_rc -eq 0 ] || { tail -n 20 "$work/swing.out"; swing_rc=1; }
 fi
 
+# --- the host's waits for the GPU are not batch preparation: a loop
+# without a DataLoader in build-nanogpt's shape (48 Linear(4096) layers,
+# batches of 512 copied from a CPU pool, ~60 ms of GPU work a step, the
+# batch ~2 ms), under `trainmon run -i 0.25`.  "sync": it calls
+# torch.cuda.synchronize() and loss.item() after each optimizer step,
+# which the agent leaves out of the span before the next forward: no
+# input.main_prep, and the report's wait share within 5 points of the
+# job's own inline timing of its batch.  "copy": no sync, so the next
+# batch's blocking .to(device) waits for the GPU's queue (most of the
+# step, on the host), while the GPU stays busy: input.overlapped.
+if want hostwait; then
+cat >"$work/hostwait.py" <<'PY'
+import json, os, sys, time, torch
+dev = torch.device("cuda:0")
+torch.backends.cuda.matmul.allow_tf32 = False
+model = torch.nn.Sequential(*[torch.nn.Linear(4096, 4096) for _ in range(48)]).to(dev)
+opt = torch.optim.SGD(model.parameters(), lr=1e-6)
+pool = torch.randn(4, 512, 4096)
+sync = sys.argv[1] == "sync"
+prep = total = 0.0
+for i in range(80):
+    t0 = time.perf_counter()
+    x = pool[i % 4].to(dev)
+    t1 = time.perf_counter()
+    loss = model(x).float().pow(2).mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    if sync:
+        torch.cuda.synchronize()
+        lossf = loss.item()
+    if i >= 10:
+        prep += t1 - t0
+        total += time.perf_counter() - t0
+print(json.dumps({"mode": sys.argv[1], "prep_share": prep / total}))
+PY
+hostwait_rc=0
+for mode in sync copy; do
+run_job "hostwait_$mode" 120 -i 0.25 -- "$work/hostwait.py" "$mode" || hostwait_rc=1
+"$py" - "$work/hostwait_$mode.json" "$work/hostwait_$mode.out" "$mode" <<'PY' || { tail -n 20 "$work/hostwait_$mode.out"; hostwait_rc=1; }
+import json, sys
+r = json.load(open(sys.argv[1]))
+job = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")][-1]
+ids = [f["id"] for f in r.get("findings", [])]
+s = r.get("summary", {})
+print("check: host waits (%s): job's batch share %.3f, report's wait %.3f, GPU util %s, input: %s"
+      % (sys.argv[3], job["prep_share"], s.get("data_wait_fraction") or -1,
+         s.get("gpu_utilization_mean"), [i for i in ids if i.startswith("input.")]))
+if sys.argv[3] == "sync":
+    ok = "input.main_prep" not in ids and abs(s["data_wait_fraction"] - job["prep_share"]) <= 0.05
+else:
+    ok = "input.overlapped" in ids and "input.main_prep" not in ids
+print("check: host waits (%s):" % sys.argv[3], "ok" if ok else "MISMATCH")
+sys.exit(0 if ok else 1)
+PY
+done
+fi
+
 # --- a leak on a real GPU: a loop that keeps a 4 MiB CUDA tensor every
 # step (a list of "losses for logging" that are never freed) under
 # `trainmon run`: gpu_mem.growth with bytes_per_step within 10% of 4 MiB
@@ -741,8 +800,8 @@ kill "$ballast_pid" 2>/dev/null && wait "$ballast_pid" 2>/dev/null
 ballast_pid=""
 fi
 
-echo "check: watch $watch_rc, in-process $py_rc, swing $swing_rc, leak $leak_rc, amp $amp_rc, batch $batch_rc (0: all match)"
-for r in $watch_rc $py_rc $swing_rc $leak_rc $amp_rc $batch_rc; do
+echo "check: watch $watch_rc, in-process $py_rc, swing $swing_rc, host waits $hostwait_rc, leak $leak_rc, amp $amp_rc, batch $batch_rc (0: all match)"
+for r in $watch_rc $py_rc $swing_rc $hostwait_rc $leak_rc $amp_rc $batch_rc; do
     case $r in 0 | skipped) ;; *) exit 1 ;; esac
 done
 exit 0

@@ -1,0 +1,141 @@
+/*
+ * rules_overlap.c - input.overlapped: the loop waited, but its GPU did not
+ * (docs/DIAGNOSIS.md, "input.overlapped").
+ *
+ * The step model times the loop on the host: the data wait is how long the
+ * training thread spent in the DataLoader's __next__, or, without a
+ * DataLoader, between a step's end and the next forward.  CUDA calls
+ * return before the GPU has run them, so the host runs ahead of the GPU
+ * and waits at the next call that blocks: for a batch, or in that span at
+ * a blocking copy (.to(device) from pageable memory synchronizes its
+ * stream), float(loss) or print(loss), while the GPU still works through
+ * the forward, backward and optimizer kernels queued before.  Such a wait
+ * costs the GPU nothing, and host time alone cannot tell it from a GPU
+ * starved of data.  The GPU's own utilization can: if the GPU had idled
+ * for the wait, it was busy at most 1 - wait of the time; NVML read it
+ * busy well above that.  The input verdict of rules_input.c asks
+ * tm_an_input_is_overlapped() first, so that such a run is not told to
+ * fix an input that kept up (a build-nanogpt-style loop on a GPU read
+ * 85% batch preparation: its torch.cuda.synchronize() after each step,
+ * now left out by the agent, and the blocking copies that are not).
+ *
+ * The GPU: the mean utilization, over the analysis window, of the GPUs on
+ * which the training process held memory (gpu.process_memory_bytes{pid}
+ * of its pid); where no such series names it (NVML's pids are the host's,
+ * a container's process has another), of every GPU recorded, which on a
+ * machine with idle GPUs beside the job's reads low and keeps the
+ * verdict.  One training process only: in a multi-process job NCCL's
+ * kernels spin on the GPU while its rank waits for the others, and read
+ * as busy.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "rules.h"
+#include "series.h"
+
+/* Whether the series' gpu label is one of the GPUs the job's pids held
+ * memory on (pids: the training processes', n of them). */
+static bool gpu_of_job(const tm_runview *v, const char *labels, const int32_t *pids, size_t n)
+{
+    char gpu[16], g[16], pid[16];
+    if (!tm_labels_get(labels, "gpu", gpu, sizeof gpu))
+        return false;
+    for (size_t i = 0; i < v->nser; i++) {
+        const tm_run_series *s = &v->ser[i];
+        if (strcmp(s->name, TM_SER_GPU_PROCESS_MEMORY_BYTES) != 0 ||
+            !tm_labels_get(s->labels, "gpu", g, sizeof g) || strcmp(g, gpu) != 0 ||
+            !tm_labels_get(s->labels, "pid", pid, sizeof pid))
+            continue;
+        for (size_t k = 0; k < n; k++) {
+            char want[16];
+            snprintf(want, sizeof want, "%d", (int)pids[k]);
+            if (!strcmp(pid, want))
+                return true;
+        }
+    }
+    return false;
+}
+
+void tm_runsum_overlap(const tm_runview *v, tm_an_summary *S, const tm_an_rank *ranks,
+                       size_t nranks)
+{
+    S->job_gpu_util = NAN;
+    S->job_gpu_samples = 0;
+    S->job_gpus = 0;
+    S->job_gpus_by_pid = false;
+    int32_t pids[8];
+    size_t np = 0;
+    for (size_t i = 0; i < nranks && np < TM_ARRAY_LEN(pids); i++)
+        if (ranks[i].source < v->nsrc && v->src[ranks[i].source].header.pid > 0)
+            pids[np++] = v->src[ranks[i].source].header.pid;
+    /* two passes: the job's GPUs, else every GPU */
+    for (int pass = np ? 0 : 1; pass < 2 && !S->job_gpus; pass++) {
+        double sum = 0;
+        size_t n = 0, k = 0;
+        for (size_t i = 0; i < v->nser; i++) {
+            const tm_run_series *s = &v->ser[i];
+            if (strcmp(s->name, TM_SER_GPU_UTILIZATION) != 0 ||
+                (pass == 0 && !gpu_of_job(v, s->labels, pids, np)))
+                continue;
+            size_t c = 0;
+            double m = tm_runsum_ser_mean(v, s, &c);
+            if (isnan(m) || !c)
+                continue;
+            sum += m;
+            n += c;
+            k++;
+        }
+        if (k) {
+            S->job_gpu_util = sum / (double)k;
+            S->job_gpu_samples = n / k;
+            S->job_gpus = k;
+            S->job_gpus_by_pid = pass == 0;
+        }
+    }
+}
+
+bool tm_an_input_is_overlapped(const tm_an_summary *S, size_t nranks)
+{
+    double u = S->job_gpu_util, w = S->data_wait_fraction;
+    return nranks <= 1 && S->step_procs <= 1 && w >= TM_AN_DATA_WAIT_FRACTION &&
+           S->job_gpu_samples >= TM_AN_OVERLAP_MIN_SAMPLES && u >= TM_AN_OVERLAP_GPU_BUSY &&
+           u >= 1 - w + TM_AN_OVERLAP_MARGIN;
+}
+
+void tm_rule_input_overlapped(struct an *an)
+{
+    const tm_an_summary *S = &an->a->sum;
+    if (!tm_an_input_is_overlapped(S, an->a->nranks))
+        return;
+    bool prep = S->prep_steps > 0 && 2 * S->prep_steps > S->steps_total;
+    struct ev e;
+    tm_an_ev_open(&e);
+    tm_an_ev_input_head(&e, S);
+    tm_an_ev_num(&e, "gpu_utilization_mean", S->job_gpu_util);
+    tm_an_ev_num(&e, "gpu_busy_if_starved", 1 - S->data_wait_fraction);
+    tm_an_ev_num(&e, "gpu_busy_margin", TM_AN_OVERLAP_MARGIN);
+    tm_an_ev_num(&e, "gpus", (double)S->job_gpus);
+    tm_an_ev_str(&e, "gpus_of", S->job_gpus_by_pid ? "the training process" : "all recorded");
+    tm_an_ev_num(&e, "gpu_samples", (double)S->job_gpu_samples);
+    tm_an_ev_num(&e, "prep_steps", (double)S->prep_steps);
+    char title[512], adv[2048];
+    snprintf(title, sizeof title,
+             "input overlapped with the GPU: %s %.0f%% of the step time%s, but the GPU was busy "
+             "%.0f%% of the time, so it did not wait for the data",
+             prep ? "the loop spent" : "the loop waited for data", 100 * S->data_wait_fraction,
+             prep ? " preparing its batches (no DataLoader)" : "", 100 * S->job_gpu_util);
+    snprintf(adv, sizeof adv,
+             "CUDA calls return before the GPU runs them, so the host runs ahead and waits at "
+             "the next call that blocks%s, while the GPU still works through the kernels queued "
+             "before. Had the GPU idled for that wait it could have been busy at most %.0f%% of "
+             "the time; it was busy %.0f%%. Nothing to do for the input pipeline: the GPU's "
+             "own work is the limit (torch.profiler shows its kernels).",
+             prep ? ": in the span before the forward, a blocking copy (.to(device) without "
+                    "pin_memory and non_blocking=True synchronizes the stream), float(loss) or "
+                    "print(loss)"
+                  : ", here the DataLoader's",
+             100 * (1 - S->data_wait_fraction), 100 * S->job_gpu_util);
+    tm_an_add(an, TM_SEV_LOW, TM_CONF_MEDIUM, -1, &e, title, adv);
+}

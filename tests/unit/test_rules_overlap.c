@@ -1,0 +1,201 @@
+/*
+ * test_rules_overlap.c - input.overlapped (src/lib/rules_overlap.c): a
+ * loop that waited on the host while its GPU stayed busy (the host ran
+ * ahead and waited on queued work) is not told to fix its input; the GPU
+ * is the one the training process held memory on, else every GPU
+ * recorded; one training process only.  Every number below is worked
+ * out by hand in its comment.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "analysis.h"
+#include "trainmon.h"
+
+#define FX_NAME "test_rules_overlap"
+#include "fixture.h"
+
+#define NSTEPS 40
+
+/* A training process of NSTEPS optimizer steps of 0.1 s from 0 (4 s),
+ * each spending share of it preparing its batch itself (no DataLoader)
+ * or, with loader, waiting for a DataLoader batch; file and rank as
+ * given. */
+static void put_loop(const char *file, const char *role, int rank, double share, bool loader)
+{
+    double dur[NSTEPS], prep[NSTEPS], wait[NSTEPS];
+    for (size_t i = 0; i < NSTEPS; i++) {
+        dur[i] = 0.1;
+        prep[i] = loader ? -1 : 0.1 * share;
+        wait[i] = 0.1 * share;
+    }
+    tm_rec *w = open_rec(file, role, rank);
+    put_steps_waiting(w, NSTEPS, dur, prep, wait, -1);
+    tm_rec_close(&w);
+}
+
+/* The system record: gpu.utilization of GPU 0 (util0) and, if util1 >= 0,
+ * of GPU 1, every 0.1 s from 0 to 4 s (n samples, at most 41); with
+ * by_pid the training process (this one: the header's pid is the
+ * writer's) holds memory on GPU 0, another process on GPU 1. */
+static void put_gpus(size_t n, double util0, double util1, bool by_pid)
+{
+    char lab[64];
+    tm_rec *s = open_rec("system.tmr", "system", -1);
+    for (size_t i = 0; i < n; i++) {
+        double t = 0.1 * (double)i;
+        put_value(s, t, "gpu.utilization", "gpu=0,uuid=GPU-0", util0);
+        if (util1 >= 0)
+            put_value(s, t, "gpu.utilization", "gpu=1,uuid=GPU-1", util1);
+        if (by_pid) {
+            snprintf(lab, sizeof lab, "gpu=0,pid=%d", (int)getpid());
+            put_value(s, t, "gpu.process_memory_bytes", lab, 2e9);
+            put_value(s, t, "gpu.process_memory_bytes", "gpu=1,pid=1", 2e9);
+        }
+    }
+    tm_rec_close(&s);
+}
+
+/* build-nanogpt on a GPU: 85% of each step between the optimizer step
+ * and the next forward (a blocking copy waiting for the GPU), and the GPU
+ * 98% busy.  Had the GPU idled for the 85% it could have been busy at
+ * most 15%; 0.98 >= 0.15 + 0.20 and >= 0.85: overlapped, and no
+ * input.main_prep. */
+static void test_a_prep_span_while_the_gpu_is_busy_is_overlapped(void **st)
+{
+    (void)st;
+    put_loop("pid42.tmr", "pid42", -1, 0.85, false);
+    put_gpus(41, 0.98, -1, true);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "input.overlapped");
+    assert_non_null(f);
+    assert_string_equal(tm_severity_name(f->severity), "low");
+    assert_true(fabs(ev_num(f, "data_wait_fraction") - 0.85) < 1e-6);
+    assert_true(fabs(ev_num(f, "gpu_utilization_mean") - 0.98) < 1e-9);
+    assert_true(fabs(ev_num(f, "gpu_busy_if_starved") - 0.15) < 1e-6);
+    /* the samples in the analysis window, the steps' span (0 to 4 s, the
+     * ends to a nanosecond): 41, give or take the two at the ends */
+    assert_true(ev_num(f, "gpus") == 1);
+    assert_true(ev_num(f, "gpu_samples") >= 39 && ev_num(f, "gpu_samples") <= 41);
+    assert_non_null(strstr(f->title, "preparing its batches"));
+    assert_non_null(strstr(f->advice, "blocking copy"));
+    assert_null(tm_analysis_find(a, "input.main_prep"));
+    assert_null(tm_analysis_find(a, "input.ok"));
+    done(&run, &a);
+}
+
+/* The same loop with its GPU 20% busy: under 0.15 + 0.20 = 0.35, the GPU
+ * idled through the preparation: input.main_prep as before. */
+static void test_a_prep_span_while_the_gpu_idles_is_the_preparation(void **st)
+{
+    (void)st;
+    put_loop("pid42.tmr", "pid42", -1, 0.85, false);
+    put_gpus(41, 0.20, -1, true);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    assert_null(tm_analysis_find(a, "input.overlapped"));
+    assert_non_null(tm_analysis_find(a, "input.main_prep"));
+    done(&run, &a);
+}
+
+/* A DataLoader loop waiting 30% of each step: the GPU busy 95% >= 0.70 +
+ * 0.20 = 0.90: overlapped ("waited for data"); busy 88% (>= 0.85 but
+ * under 0.90): input.data_wait as before. */
+static void test_the_margin_over_what_a_starved_gpu_could_do_decides(void **st)
+{
+    (void)st;
+    put_loop("pid42.tmr", "pid42", -1, 0.30, true);
+    put_gpus(41, 0.95, -1, true);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "input.overlapped");
+    assert_non_null(f);
+    assert_non_null(strstr(f->title, "waited for data 30%"));
+    assert_null(tm_analysis_find(a, "input.data_wait"));
+    done(&run, &a);
+    teardown(st);
+    setup(st);
+    put_loop("pid42.tmr", "pid42", -1, 0.30, true);
+    put_gpus(41, 0.88, -1, true);
+    a = analyze(&run);
+    assert_null(tm_analysis_find(a, "input.overlapped"));
+    assert_non_null(tm_analysis_find(a, "input.data_wait"));
+    done(&run, &a);
+}
+
+/* Two GPUs, the job on GPU 0 (98%), GPU 1 idle: with the processes'
+ * memory the job's GPU alone counts (98%: overlapped, 1 GPU, "the
+ * training process"); without it the mean of both, (0.98 + 0) / 2 =
+ * 0.49 < 0.85, keeps the preparation verdict. */
+static void test_the_gpu_is_the_one_the_training_process_held_memory_on(void **st)
+{
+    (void)st;
+    put_loop("pid42.tmr", "pid42", -1, 0.85, false);
+    put_gpus(41, 0.98, 0.0, true);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "input.overlapped");
+    assert_non_null(f);
+    assert_true(ev_num(f, "gpus") == 1);
+    assert_true(fabs(ev_num(f, "gpu_utilization_mean") - 0.98) < 1e-9);
+    assert_non_null(strstr(f->evidence, "\"gpus_of\":\"the training process\""));
+    done(&run, &a);
+    teardown(st);
+    setup(st);
+    put_loop("pid42.tmr", "pid42", -1, 0.85, false);
+    put_gpus(41, 0.98, 0.0, false);
+    a = analyze(&run);
+    assert_null(tm_analysis_find(a, "input.overlapped"));
+    assert_non_null(tm_analysis_find(a, "input.main_prep"));
+    done(&run, &a);
+}
+
+/* Not said: two training processes (a rank's GPU spins in NCCL's kernels
+ * while it waits for the other), and under 10 GPU samples (5 here). */
+static void test_ranks_and_few_samples_keep_the_input_verdict(void **st)
+{
+    (void)st;
+    put_loop("rank0.tmr", "rank0", 0, 0.85, false);
+    put_loop("rank1.tmr", "rank1", 1, 0.85, false);
+    put_gpus(41, 0.98, -1, false);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    assert_null(tm_analysis_find(a, "input.overlapped"));
+    assert_non_null(tm_analysis_find(a, "input.main_prep"));
+    done(&run, &a);
+    teardown(st);
+    setup(st);
+    put_loop("pid42.tmr", "pid42", -1, 0.85, false);
+    put_gpus(5, 0.98, -1, true);
+    a = analyze(&run);
+    assert_null(tm_analysis_find(a, "input.overlapped"));
+    assert_non_null(tm_analysis_find(a, "input.main_prep"));
+    done(&run, &a);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_a_prep_span_while_the_gpu_is_busy_is_overlapped, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_a_prep_span_while_the_gpu_idles_is_the_preparation,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_the_margin_over_what_a_starved_gpu_could_do_decides,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_the_gpu_is_the_one_the_training_process_held_memory_on,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ranks_and_few_samples_keep_the_input_verdict, setup,
+                                        teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
