@@ -1014,7 +1014,7 @@ def _make_optstep(step):
     h = _c.hook("optstep", step)
     functools.update_wrapper(h, step)
     h._trainmon = True
-    return h
+    return _c.method(h)  # bound as torch.compile expects (the extension's py_method)
 
 
 def _install_amp(torch):
@@ -1031,7 +1031,7 @@ def _install_amp(torch):
             h = _c.hook("ampstep", step)
             functools.update_wrapper(h, step)
             h._trainmon = True
-            _patch(cls, "step", h)
+            _patch(cls, "step", _c.method(h))
 
 
 def _forward_hooks(nnm):
@@ -1483,19 +1483,25 @@ def _hook_inherited(owner, name, kind):
     that every instance of owner and of its subclasses calls it; detach
     deletes it again."""
     if owner is not None and name not in owner.__dict__:
-        _put_hook(owner, name, kind, getattr(owner, name, None), _MISSING)
+        # the Hook itself, not an instancemethod: dynamo calls a Tensor's
+        # methods by name (the instance kept), and a Hook binds without the
+        # bound method an instancemethod makes (+96 instructions an .item()
+        # call, against +466)
+        _put_hook(owner, name, kind, getattr(owner, name, None), _MISSING, False)
 
 
-def _put_hook(owner, name, kind, orig, saved):
+def _put_hook(owner, name, kind, orig, saved, bind=True):
     """A Hook of kind around orig put at owner.name, saved restored by
-    detach; none around a Hook or what is not callable."""
+    detach; none around a Hook or what is not callable.  On a class (bind),
+    an instancemethod around it, the binding torch.compile knows (the
+    extension's py_method)."""
     if orig is None or not callable(orig) or getattr(orig, "_trainmon", False):
         return
     hk = _c.hook(kind, orig)
     hk.__wrapped__ = orig
     hk.__name__ = name
     hk._trainmon = True
-    setattr(owner, name, hk)
+    setattr(owner, name, _c.method(hk) if bind and isinstance(owner, type) else hk)
     _state["patches"].append((owner, name, saved))
 
 

@@ -3020,6 +3020,27 @@ static PyObject *py_hook(PyObject *self, PyObject *args)
     return (PyObject *)h;
 }
 
+/* method(hook): hook as a class attribute, an instancemethod around it.
+ * A Hook binds to the instance by itself (hook_get), but torch.compile's
+ * dynamo does not run a C type's __get__: it takes such a class attribute
+ * for a plain value and, when it hands the call back to the interpreter,
+ * calls it without the instance (a compiled function calling
+ * opt.zero_grad(), opt.step() or scaler.step(opt) raised "missing 1
+ * required positional argument").  An instancemethod is a binding dynamo
+ * knows: it calls the attribute as the interpreter would (the instance
+ * first), so the Hook runs and torch's method, called from it, is
+ * compiled as its own frame.  Its cost: a bound method made per call
+ * (~50 instructions). */
+static PyObject *py_method(PyObject *self, PyObject *hook)
+{
+    (void)self;
+    if (!PyCallable_Check(hook)) {
+        PyErr_SetString(PyExc_TypeError, "trainmon: method(hook): not callable");
+        return NULL;
+    }
+    return PyInstanceMethod_New(hook);
+}
+
 /* ------------------------------------------------- the autograd engine
  *
  * Backward passes are timed where torch hands them to its C++ engine, not
@@ -3873,6 +3894,7 @@ static PyMethodDef methods[] = {
      "torch's global optimizer step post-hook: the step's end"},
     {"hook", py_hook, METH_VARARGS,
      "hook(kind, orig[, aux]): torch's backward, __next__, optimizer step or fetch, timed"},
+    {"method", py_method, METH_O, "method(hook): hook as a class attribute torch.compile binds"},
     {"engine_hook", py_engine_hook, METH_O,
      "engine_hook(engine): torch's autograd engine, its backward passes timed"},
     {"bind_hooks", py_bind_hooks, METH_VARARGS, "bind_hooks(boundary, opt_no)"},
