@@ -1063,13 +1063,29 @@ _COLLECTIVES = ("all_reduce", "barrier", "all_gather", "broadcast", "reduce_scat
                 "monitored_barrier")
 
 
+def _compiling_test():
+    """torch.compiler.is_compiling (torch >= 2.1; a function that says no
+    before).  A Python wrapper of the agent's that calls the extension (a
+    collective, Module.train, Optimizer.__init__, a synchronize) calls the
+    function it wraps straight away while dynamo traces it: dynamo cannot
+    trace the extension's C functions and broke the graph there, an error
+    under fullgraph=True (a compiled function calling dist.all_reduce raised
+    "Attempted to call function marked as skipped" under trainmon, and ran
+    without it), and it constant-folds this test to true, so the traced
+    code is torch's own.  (_torchdynamo_inline on a method tripped dynamo's
+    guards.)  Inside compiled code the agent does not time these calls."""
+    f = getattr(getattr(sys.modules.get("torch"), "compiler", None), "is_compiling", None)
+    return f if callable(f) else (lambda: False)
+
+
 def _make_collective(orig):
     import functools
     enter, leave = _c.coll_enter, _c.coll_exit
+    compiling = _compiling_test()
 
     @functools.wraps(orig)
     def collective(*args, **kwargs):
-        if kwargs.get("async_op"):  # its wait is in Work.wait(), not here
+        if kwargs.get("async_op") or compiling():  # async: its wait is in Work.wait()
             return orig(*args, **kwargs)
         enter()
         try:
@@ -1087,10 +1103,11 @@ def _make_train(orig):
     import functools
     mode_changed = _c.train_mode
     depth = [0]
+    compiling = _compiling_test()
 
     @functools.wraps(orig)
     def train(self, *args, **kwargs):  # (mode=True): any signature passes
-        if depth[0]:
+        if depth[0] or compiling():
             return orig(self, *args, **kwargs)
         depth[0] = 1
         try:
@@ -1472,45 +1489,49 @@ def _install_collectives(torch):
 
 def _hook_method(owner, name, kind):
     """owner.name (a class's own function) wrapped by a Hook of kind, once
-    (detach restores it)."""
+    (detach restores it): on a class, an instancemethod around it, the
+    binding torch.compile knows (the extension's py_method)."""
     orig = owner.__dict__.get(name) if owner is not None else None
-    _put_hook(owner, name, kind, orig, orig)
-
-
-def _hook_inherited(owner, name, kind):
-    """owner.name where owner inherits it from a C base type (torch.Tensor's
-    item from torch._C.TensorBase): a Hook of kind put on owner itself, so
-    that every instance of owner and of its subclasses calls it; detach
-    deletes it again."""
-    if owner is not None and name not in owner.__dict__:
-        # the Hook itself, not an instancemethod: dynamo calls a Tensor's
-        # methods by name (the instance kept), and a Hook binds without the
-        # bound method an instancemethod makes (+96 instructions an .item()
-        # call, against +466)
-        _put_hook(owner, name, kind, getattr(owner, name, None), _MISSING, False)
-
-
-def _put_hook(owner, name, kind, orig, saved, bind=True):
-    """A Hook of kind around orig put at owner.name, saved restored by
-    detach; none around a Hook or what is not callable.  On a class (bind),
-    an instancemethod around it, the binding torch.compile knows (the
-    extension's py_method)."""
     if orig is None or not callable(orig) or getattr(orig, "_trainmon", False):
         return
     hk = _c.hook(kind, orig)
     hk.__wrapped__ = orig
     hk.__name__ = name
     hk._trainmon = True
-    setattr(owner, name, _c.method(hk) if bind and isinstance(owner, type) else hk)
-    _state["patches"].append((owner, name, saved))
+    _patch(owner, name, _c.method(hk) if isinstance(owner, type) else hk)
+
+
+def _hook_sync(owner, name):
+    """owner.name, a synchronize of a module or a class, in a Python
+    function that calls a Hook of kind "sync" (a Hook in a module's dict is
+    a value dynamo cannot trace: a compiled function calling
+    torch.cuda.synchronize(), traced without trainmon, broke there), and
+    torch's own while dynamo traces it (_compiling_test).  A Python frame a
+    call: a wait for the device is microseconds at least."""
+    orig = owner.__dict__.get(name) if owner is not None else None
+    if orig is None or not callable(orig) or getattr(orig, "_trainmon", False):
+        return
+    import functools
+    hk = _c.hook("sync", orig)
+    compiling = _compiling_test()
+
+    @functools.wraps(orig)
+    def synchronize(*args, **kwargs):
+        if compiling():
+            return orig(*args, **kwargs)
+        return hk(*args, **kwargs)
+    synchronize._trainmon = True
+    _patch(owner, name, synchronize)
 
 
 # The loop's waits for the device, left out of its batch preparation spans
-# (the extension's g_hk_ns): the modules' synchronize(), the streams' and
-# events', and the Tensor methods that copy a value to the host.
+# (the extension's g_hk_ns): the modules' synchronize() and the streams'
+# and events'.  Not Tensor.item or .tolist: a Hook on torch.Tensor is what
+# a __torch_function__ subclass's table keyed by torch.Tensor.item no
+# longer finds, optimizers call .item() hundreds of times a step (Adam's
+# step counters), and CPU work in .tolist() is batch preparation.
 _SYNC_MODULES = ("torch.cuda", "torch.accelerator", "torch.xpu", "torch.mps")
 _SYNC_CLASSES = (("torch.cuda.streams", "Stream"), ("torch.cuda.streams", "Event"))
-_SYNC_TENSOR = ("item", "tolist")
 
 
 def _zgrad_install():
@@ -1518,8 +1539,8 @@ def _zgrad_install():
     training loop without a DataLoader: zero_grad() of optimizers and
     modules timed, so that the preparation spans leave it out (it is the
     optimizer's work, not the batch's), and the waits for the device
-    (torch.cuda.synchronize(), loss.item(): the GPU finishing the step the
-    host ran ahead of, which is compute); other loops never pay the Hook."""
+    (torch.cuda.synchronize(): the GPU finishing the step the host ran
+    ahead of, which is compute); other loops never pay the Hook."""
     try:
         for owner in (getattr(sys.modules.get("torch.optim.optimizer"), "Optimizer", None),
                       getattr(sys.modules.get("torch.nn.modules.module"), "Module", None)):
@@ -1528,12 +1549,9 @@ def _zgrad_install():
         _report_exc("batch preparation timing (zero_grad)", e)
     try:
         for mod in _SYNC_MODULES:
-            _hook_method(sys.modules.get(mod), "synchronize", "sync")
+            _hook_sync(sys.modules.get(mod), "synchronize")
         for mod, cls in _SYNC_CLASSES:
-            _hook_method(getattr(sys.modules.get(mod), cls, None), "synchronize", "sync")
-        tensor = getattr(sys.modules.get("torch"), "Tensor", None)
-        for name in _SYNC_TENSOR:
-            _hook_inherited(tensor, name, "sync")
+            _hook_sync(getattr(sys.modules.get(mod), cls, None), "synchronize")
     except Exception as e:
         _report_exc("batch preparation timing (device synchronizations)", e)
 
@@ -1566,8 +1584,12 @@ def _install_optimizer(torch):
             return
         raise RuntimeError("torch.optim.Optimizer has no __init__ to time steps from")
 
+    compiling = _compiling_test()
+
     def __init__(self, *args, **kwargs):
         orig_init(self, *args, **kwargs)
+        if compiling():
+            return
         try:
             _c.opt_made()  # a process that makes an optimizer trains (not inference)
             _wrap_optimizer_class(type(self))

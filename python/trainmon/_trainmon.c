@@ -814,6 +814,12 @@ static int g_zg_tried;
  * sync spins on a CPU: its wall time is its CPU time, as zero_grad's). */
 static int64_t g_hk_ns;
 static int64_t g_arm_hk, g_marm_hk, g_fwd_hk;
+/* and their thread CPU time, read only in a span whose CPU is sampled: a
+ * blocking wait (cudaDeviceScheduleBlockingSync, MPS) takes none, and its
+ * wall time taken off the span's CPU time read CPU-bound batch work as
+ * waiting */
+static int64_t g_hk_cpu_ns;
+static int64_t g_arm_hkc, g_marm_hkc, g_fwd_hkc;
 /* optimizer steps begun (any optimizer): a micro-batch span that one began
  * in (a GAN's second optimizer, LBFGS's closure) is no preparation */
 static uint64_t g_opt_began, g_marm_opt;
@@ -987,6 +993,7 @@ static void fwd_arm(int64_t t)
     fwd_flag_type(1);
     g_arm_t = t;
     g_arm_hk = g_hk_ns;
+    g_arm_hkc = g_hk_cpu_ns;
     /* the step this span prepares: the next written (after any held
      * until the step model decides) */
     g_arm_cpu = tm_prep_cpu_due(g_written + (uint64_t)g_npend) ? thread_cpu_ns() : -1;
@@ -1017,7 +1024,7 @@ static void first_forward(void)
             a->prep_more += span > 0 ? span : 0;
             a->prep_more_n++;
             if (cpu >= 0 && g_marm_cpu >= 0 && cpu >= g_marm_cpu) {
-                int64_t c = cpu - g_marm_cpu - hk;
+                int64_t c = cpu - g_marm_cpu - (g_hk_cpu_ns - g_marm_hkc);
                 a->prep_more_cpu += c > 0 ? c : 0;
                 a->prep_more_cpu_n++;
             }
@@ -1026,6 +1033,7 @@ static void first_forward(void)
         g_fwd_t = t;
         g_fwd_cpu = cpu;
         g_fwd_hk = g_hk_ns;
+        g_fwd_hkc = g_hk_cpu_ns;
     }
     fwd_disarm();
 }
@@ -1037,7 +1045,7 @@ static void first_forward(void)
  * timed, a quarter of the wait of 4 micro-batches). */
 static void fwd_arm_micro(int64_t t)
 {
-    int64_t at = g_arm_t, acpu = g_arm_cpu, ahk = g_arm_hk;
+    int64_t at = g_arm_t, acpu = g_arm_cpu, ahk = g_arm_hk, ahkc = g_arm_hkc;
     fwd_arm(t);
     if (!g_fwd_armed)
         return;
@@ -1045,10 +1053,12 @@ static void fwd_arm_micro(int64_t t)
     g_marm_t = g_arm_t;
     g_marm_cpu = g_arm_cpu;
     g_marm_hk = g_arm_hk;
+    g_marm_hkc = g_arm_hkc;
     g_marm_opt = g_opt_began;
     g_arm_t = at;
     g_arm_cpu = acpu;
     g_arm_hk = ahk;
+    g_arm_hkc = ahkc;
 }
 
 /* The forward pre-hook: (module, input) -> None.  Notes the first forward
@@ -1200,11 +1210,13 @@ static void close_acc(int level, int64_t t, uint32_t flags, int64_t opt_t0, long
         (!g_fwd_armed || g_arm_micro)) {
         /* no DataLoader: the loop prepares its batches, and that is its
          * data wait (the first step's start is its first forward) */
-        /* less the zero_grad() calls in it (g_hk_ns) */
+        /* less the zero_grad() calls and the device waits in it (g_hk_ns,
+         * their CPU time g_hk_cpu_ns) */
         int64_t hk = g_fwd_hk > g_arm_hk ? g_fwd_hk - g_arm_hk : 0;
+        int64_t hkc = g_fwd_hkc > g_arm_hkc ? g_fwd_hkc - g_arm_hkc : 0;
         s.prep_ns = s.data_wait_ns = g_fwd_t - start > hk ? g_fwd_t - start - hk : 0;
         if (g_arm_t == start && g_arm_cpu >= 0 && g_fwd_cpu >= g_arm_cpu)
-            s.prep_cpu_ns = g_fwd_cpu - g_arm_cpu > hk ? g_fwd_cpu - g_arm_cpu - hk : 0;
+            s.prep_cpu_ns = g_fwd_cpu - g_arm_cpu > hkc ? g_fwd_cpu - g_arm_cpu - hkc : 0;
         if (a->prep_more_n) { /* the other micro-batches' preparation */
             s.prep_ns = s.data_wait_ns = s.prep_ns + a->prep_more;
             if (s.prep_cpu_ns >= 0)
@@ -2708,13 +2720,21 @@ static PyObject *hook_zgrad(PyObject *callable, PyObject *const *args, size_t na
                             PyObject *kwnames)
 {
     Hook *h = (Hook *)callable;
-    if (!g_thread || thread_ident() != g_thread || g_hk_depth)
+    /* only a call inside a preparation span counts (the spans take
+     * differences of g_hk_ns): one between a forward and the step's end
+     * (Adam's, an eval's) passes straight through */
+    if (!g_fwd_armed || !g_thread || thread_ident() != g_thread || g_hk_depth)
         return PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
     int64_t t0 = now_ns();
+    int64_t c0 = (g_arm_micro ? g_marm_cpu : g_arm_cpu) >= 0 ? thread_cpu_ns() : -1;
     g_hk_depth = 1;
     PyObject *r = PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
     g_hk_depth = 0;
     g_hk_ns += now_ns() - t0;
+    if (c0 >= 0) {
+        int64_t c1 = thread_cpu_ns();
+        g_hk_cpu_ns += c1 > c0 ? c1 - c0 : 0;
+    }
     return r;
 }
 

@@ -29,24 +29,27 @@
  * as busy.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "rules.h"
 #include "series.h"
 
-/* Whether the series' gpu label is one of the GPUs the job's pids held
- * memory on (pids: the training processes', n of them). */
-static bool gpu_of_job(const tm_runview *v, const char *labels, const int32_t *pids, size_t n)
+/* Whether series s (a gpu.utilization) is of a GPU on which one of the
+ * pids held memory: a gpu.process_memory_bytes series of the same source
+ * (the host's system record) with its gpu and one of the pids. */
+static bool gpu_of_pids(const tm_runview *v, const tm_run_series *s, const int32_t *pids, size_t n)
 {
     char gpu[16], g[16], pid[16];
-    if (!tm_labels_get(labels, "gpu", gpu, sizeof gpu))
+    if (!tm_labels_get(s->labels, "gpu", gpu, sizeof gpu))
         return false;
     for (size_t i = 0; i < v->nser; i++) {
-        const tm_run_series *s = &v->ser[i];
-        if (strcmp(s->name, TM_SER_GPU_PROCESS_MEMORY_BYTES) != 0 ||
-            !tm_labels_get(s->labels, "gpu", g, sizeof g) || strcmp(g, gpu) != 0 ||
-            !tm_labels_get(s->labels, "pid", pid, sizeof pid))
+        const tm_run_series *m = &v->ser[i];
+        if (m->source != s->source || strcmp(m->name, TM_SER_GPU_PROCESS_MEMORY_BYTES) != 0 ||
+            !tm_labels_get(m->labels, "gpu", g, sizeof g) || strcmp(g, gpu) != 0 ||
+            !tm_labels_get(m->labels, "pid", pid, sizeof pid))
             continue;
         for (size_t k = 0; k < n; k++) {
             char want[16];
@@ -58,6 +61,48 @@ static bool gpu_of_job(const tm_runview *v, const char *labels, const int32_t *p
     return false;
 }
 
+/* Whether any gpu.process_memory_bytes series names one of the pids. */
+static bool pids_on_a_gpu(const tm_runview *v, const int32_t *pids, size_t n)
+{
+    char pid[16], want[16];
+    for (size_t i = 0; i < v->nser; i++) {
+        const tm_run_series *m = &v->ser[i];
+        if (strcmp(m->name, TM_SER_GPU_PROCESS_MEMORY_BYTES) != 0 ||
+            !tm_labels_get(m->labels, "pid", pid, sizeof pid))
+            continue;
+        for (size_t k = 0; k < n; k++) {
+            snprintf(want, sizeof want, "%d", (int)pids[k]);
+            if (!strcmp(pid, want))
+                return true;
+        }
+    }
+    return false;
+}
+
+struct span {
+    int64_t lo, hi;
+};
+
+static int cmp_span(const void *a, const void *b)
+{
+    int64_t x = ((const struct span *)a)->lo, y = ((const struct span *)b)->lo;
+    return x < y ? -1 : x > y;
+}
+
+/* Whether t lies in one of the sorted, disjoint spans sp[0..n). */
+static bool in_spans(const struct span *sp, size_t n, int64_t t)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) { /* the first span that starts after t */
+        size_t mid = lo + (hi - lo) / 2;
+        if (sp[mid].lo <= t)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo > 0 && t <= sp[lo - 1].hi;
+}
+
 void tm_runsum_overlap(const tm_runview *v, tm_an_summary *S, const tm_an_rank *ranks,
                        size_t nranks)
 {
@@ -65,34 +110,65 @@ void tm_runsum_overlap(const tm_runview *v, tm_an_summary *S, const tm_an_rank *
     S->job_gpu_samples = 0;
     S->job_gpus = 0;
     S->job_gpus_by_pid = false;
-    int32_t pids[8];
-    size_t np = 0;
-    for (size_t i = 0; i < nranks && np < TM_ARRAY_LEN(pids); i++)
-        if (ranks[i].source < v->nsrc && v->src[ranks[i].source].header.pid > 0)
-            pids[np++] = v->src[ranks[i].source].header.pid;
-    /* two passes: the job's GPUs, else every GPU */
-    for (int pass = np ? 0 : 1; pass < 2 && !S->job_gpus; pass++) {
-        double sum = 0;
-        size_t n = 0, k = 0;
-        for (size_t i = 0; i < v->nser; i++) {
-            const tm_run_series *s = &v->ser[i];
-            if (strcmp(s->name, TM_SER_GPU_UTILIZATION) != 0 ||
-                (pass == 0 && !gpu_of_job(v, s->labels, pids, np)))
-                continue;
-            size_t c = 0;
-            double m = tm_runsum_ser_mean(v, s, &c);
-            if (isnan(m) || !c)
-                continue;
-            sum += m;
-            n += c;
-            k++;
-        }
-        if (k) {
-            S->job_gpu_util = sum / (double)k;
-            S->job_gpu_samples = n / k;
-            S->job_gpus = k;
-            S->job_gpus_by_pid = pass == 0;
-        }
+    if (nranks != 1 || ranks[0].source >= v->nsrc)
+        return; /* one training process only (tm_an_input_is_overlapped) */
+    const tm_an_rank *R = &ranks[0];
+    int32_t pid = v->src[R->source].header.pid;
+    /* Which GPUs: those the process held memory on; where NVML names it
+     * on none (a container's pid), every GPU, but only for a process that
+     * used a GPU at all (device memory in its captures): a CPU job beside
+     * another's busy GPU is not overlapped.  The process on a GPU without
+     * a utilization series (MIG): unknown. */
+    bool by_pid = pid > 0 && pids_on_a_gpu(v, &pid, 1);
+    if (!by_pid && !(R->peak_reserved > 0 || R->total_device > 0))
+        return;
+    /* The samples inside its training steps: not those of an eval run or
+     * a rollout between them, whose GPU work is not the steps'. */
+    const tm_run_step *st;
+    size_t nst = tm_run_steps(v->r, &st), n = 0;
+    struct span *sp = malloc((nst ? nst : 1) * sizeof *sp);
+    if (!sp)
+        return;
+    for (size_t i = 0; i < nst; i++)
+        if (st[i].source == R->source && st[i].s.phase == TM_STEP_TRAIN &&
+            st[i].s.end_ns > st[i].s.start_ns && st[i].s.end_ns >= v->w0 &&
+            st[i].s.start_ns <= v->w1)
+            sp[n++] = (struct span){st[i].s.start_ns, st[i].s.end_ns};
+    qsort(sp, n, sizeof *sp, cmp_span);
+    size_t m = 0; /* merged: disjoint */
+    for (size_t i = 0; i < n; i++) {
+        if (m && sp[i].lo <= sp[m - 1].hi) {
+            if (sp[i].hi > sp[m - 1].hi)
+                sp[m - 1].hi = sp[i].hi;
+        } else
+            sp[m++] = sp[i];
+    }
+    double sum = 0;
+    size_t k = 0, least = SIZE_MAX;
+    for (size_t i = 0; i < v->nser; i++) {
+        const tm_run_series *s = &v->ser[i];
+        if (strcmp(s->name, TM_SER_GPU_UTILIZATION) != 0 || (by_pid && !gpu_of_pids(v, s, &pid, 1)))
+            continue;
+        double su = 0;
+        size_t c = 0;
+        for (size_t j = 0; j < s->n; j++)
+            if (isfinite(s->v[j]) && in_spans(sp, m, s->t_ns[j])) {
+                su += s->v[j];
+                c++;
+            }
+        if (!c)
+            continue;
+        sum += su / (double)c;
+        k++;
+        if (c < least)
+            least = c;
+    }
+    free(sp);
+    if (k) {
+        S->job_gpu_util = sum / (double)k;
+        S->job_gpu_samples = least;
+        S->job_gpus = k;
+        S->job_gpus_by_pid = by_pid;
     }
 }
 

@@ -2,10 +2,14 @@
 # input.overlapped on a real job under `trainmon run`, through the real
 # dlopen path of the fake NVML (tests/fakes/fake_nvml.c): a torch loop
 # without a DataLoader spends ~80% of each step between its optimizer
-# step and the next forward.  With its (fake) GPU 97% busy all along, that
-# span cannot have starved the GPU (it could have been busy at most ~20%):
-# input.overlapped, and no input.main_prep.  With the GPU 10% busy it is
-# the batch preparation it looks like: input.main_prep.  The real check is
+# step and the next forward.  The fake GPU lists the job as a compute
+# process holding 1 GiB (its pid read from the file the job writes as it
+# starts: d0.pid_file), so the GPU is the job's.  With it 97% busy all
+# along, that span cannot have starved the GPU (it could have been busy at
+# most ~20%): input.overlapped, and no input.main_prep.  With the GPU 10%
+# busy it is the batch preparation it looks like: input.main_prep, as it
+# is when the busy GPU is another process's (the job not among its
+# processes, and no device memory of its own).  The real check is
 # tests/gpu/check.sh on a lent GPU.
 set -u
 case ${BUILD:-} in *asan*) echo "skipped: under the sanitizer build (a scenario of the plain build; the fake-NVML collector is under ASan in watch_gpu_fake and test_gpu)"; exit 77 ;; esac
@@ -17,7 +21,8 @@ fake="$TM_ROOT/$BUILD/tests/fakes/fake_nvml.so"
 scratch=$(mktemp -d /var/tmp/trainmon-overlap.XXXXXX)
 trap 'rm -rf "$scratch"' EXIT
 cat > "$scratch/job.py" <<'PY'
-import time, torch
+import os, sys, time, torch
+open(sys.argv[1], "w").write(str(os.getpid()))
 def busy(s):
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < s:
@@ -34,7 +39,8 @@ print("steps", 60)
 PY
 export TRAINMON_NVML_LIB=$fake
 gpu="d0.name=NVIDIA H200;d0.uuid=GPU-overlap;d0.mem=150323855360,1073741824,149250113536,0"
-FAKE_NVML="$gpu;d0.util=97,40" scen_run "$scratch/busy" -i 0.1 -- "$PY" "$scratch/job.py"
+FAKE_NVML="$gpu;d0.util=97,40;d0.pid_file=$scratch/busy.pid" scen_run "$scratch/busy" -i 0.1 -- \
+    "$PY" "$scratch/job.py" "$scratch/busy.pid"
 scen_show "$scratch/busy"
 scen_expect "$scratch/busy" input.overlapped
 scen_expect_not "$scratch/busy" input.main_prep
@@ -48,10 +54,17 @@ print(f["title"]); print(f["advice"])
 assert f["severity"] == "low", f["severity"]
 assert 0.6 <= ev["data_wait_fraction"] <= 0.95, ev
 assert abs(ev["gpu_utilization_mean"] - 0.97) < 0.01 and ev["gpus"] == 1, ev
+assert ev["gpus_of"] == "the training process", ev
 assert ev["gpu_samples"] >= 10, ev
 assert "preparing its batches" in f["title"], f["title"]
 PY
-FAKE_NVML="$gpu;d0.util=10,40" scen_run "$scratch/idle" -i 0.1 -- "$PY" "$scratch/job.py"
+FAKE_NVML="$gpu;d0.util=10,40;d0.pid_file=$scratch/idle.pid" scen_run "$scratch/idle" -i 0.1 -- \
+    "$PY" "$scratch/job.py" "$scratch/idle.pid"
 scen_expect "$scratch/idle" input.main_prep
 scen_expect_not "$scratch/idle" input.overlapped
-echo "PASS: a loop's wait while its GPU is busy -> input.overlapped; while it idles -> input.main_prep"
+# the same job beside another process's busy GPU (pid 1 on it)
+FAKE_NVML="$gpu;d0.util=97,40;d0.procs=1:1073741824" scen_run "$scratch/other" -i 0.1 -- \
+    "$PY" "$scratch/job.py" "$scratch/other.pid"
+scen_expect "$scratch/other" input.main_prep
+scen_expect_not "$scratch/other" input.overlapped
+echo "PASS: a loop's wait while its GPU is busy -> input.overlapped; while it idles, or beside another's busy GPU -> input.main_prep"

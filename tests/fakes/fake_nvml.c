@@ -19,6 +19,10 @@
  *                               turn (at most 16; a GPU that swings)
  *   d0.pcie_kbps=RX,TX          d0.sm_mhz=MHZ   d0.throttle=0x44
  *   d0.procs=PID:USED,PID:na    compute processes ("na": ULLONG_MAX)
+ *   d0.pid_file=PATH            a compute process (1 GiB) whose pid is read
+ *                               from PATH at each process query, once the
+ *                               file holds one (a job that writes its own
+ *                               pid there after it starts)
  *   d0.procs_grow=K             only K, 2K, 3K... processes are visible on
  *                               successive calls (processes starting while
  *                               the caller sizes its buffer)
@@ -94,6 +98,7 @@ struct fake_dev {
     unsigned util_seq[16], nseq, iseq;
     unsigned long long throttle;
     unsigned nprocs, procs_grow, visible;
+    char pid_file[256];
     unsigned pids[MAX_PROCS];
     unsigned long long proc_used[MAX_PROCS];
     unsigned nputil;
@@ -234,6 +239,8 @@ static void set_item(const char *key, const char *val)
             if (p == e)
                 break;
         }
+    } else if (strcmp(key, "pid_file") == 0) {
+        snprintf(d->pid_file, sizeof d->pid_file, "%s", val);
     } else if (strcmp(key, "procs_grow") == 0) {
         d->procs_grow = (unsigned)strtoul(val, NULL, 0);
     } else if (strcmp(key, "putil") == 0) {
@@ -553,6 +560,20 @@ static nvmlReturn_t get_procs(const char *fn, struct fake_dev *d, unsigned *coun
     FAKE_ENTER(fn, d, E_PROCS);
     if (!count)
         return NV_INVALID_ARGUMENT;
+    if (d->pid_file[0] && d->nprocs == 0) {
+        FILE *f = fopen(d->pid_file, "r");
+        unsigned pid = 0;
+        if (f) {
+            if (fscanf(f, "%u", &pid) != 1)
+                pid = 0;
+            fclose(f);
+        }
+        if (pid) {
+            d->pids[0] = pid;
+            d->proc_used[0] = 1ULL << 30;
+            d->nprocs = 1;
+        }
+    }
     unsigned n = d->nprocs;
     if (d->procs_grow) {
         d->visible += d->procs_grow;

@@ -570,8 +570,9 @@ fi
 # without a DataLoader in build-nanogpt's shape (48 Linear(4096) layers,
 # batches of 512 copied from a CPU pool, ~60 ms of GPU work a step, the
 # batch ~2 ms), under `trainmon run -i 0.25`.  "sync": it calls
-# torch.cuda.synchronize() and loss.item() after each optimizer step,
-# which the agent leaves out of the span before the next forward: no
+# torch.cuda.synchronize() after each optimizer step, which the agent
+# leaves out of the span before the next forward (the loss.item() after
+# it finds the queue empty): no
 # input.main_prep, and the report's wait share within 5 points of the
 # job's own inline timing of its batch.  "copy": no sync, so the next
 # batch's blocking .to(device) waits for the GPU's queue (most of the

@@ -29,8 +29,11 @@
 /* A training process of NSTEPS optimizer steps of 0.1 s from 0 (4 s),
  * each spending share of it preparing its batch itself (no DataLoader)
  * or, with loader, waiting for a DataLoader batch; file and rank as
- * given. */
-static void put_loop(const char *file, const char *role, int rank, double share, bool loader)
+ * given; with reserved > 0 a capture of that much CUDA memory. */
+static void put_capture(tm_rec *w, double reserved);
+
+static void put_loop_of(const char *file, const char *role, int rank, double share, bool loader,
+                        double reserved)
 {
     double dur[NSTEPS], prep[NSTEPS], wait[NSTEPS];
     for (size_t i = 0; i < NSTEPS; i++) {
@@ -40,7 +43,40 @@ static void put_loop(const char *file, const char *role, int rank, double share,
     }
     tm_rec *w = open_rec(file, role, rank);
     put_steps_waiting(w, NSTEPS, dur, prep, wait, -1);
+    if (reserved > 0)
+        put_capture(w, reserved);
     tm_rec_close(&w);
+}
+
+static void put_loop(const char *file, const char *role, int rank, double share, bool loader)
+{
+    put_loop_of(file, role, rank, share, loader, 0);
+}
+
+/* A memory capture of the training process: reserved bytes of a CUDA
+ * device (the process used a GPU). */
+static void put_capture(tm_rec *w, double reserved)
+{
+    tm_inproc_capture c = {.source = 1,
+                           .device = 0,
+                           .step = 1,
+                           .allocated = reserved / 2,
+                           .reserved = reserved,
+                           .peak_allocated = NAN,
+                           .active = NAN,
+                           .inactive_split = NAN,
+                           .requested = NAN,
+                           .free_device = NAN,
+                           .total_device = 80 * GiB,
+                           .num_alloc_retries = NAN,
+                           .num_ooms = NAN,
+                           .host_rss = 1e9,
+                           .tag = "step",
+                           .tag_len = 4};
+    uint8_t buf[512];
+    int len = tm_inproc_encode_capture(&c, buf, sizeof buf);
+    assert_true(len > 0);
+    assert_int_equal(tm_rec_append(w, TM_REC_CAPTURE, at(0.05), buf, (uint32_t)len), 0);
 }
 
 /* The system record: gpu.utilization of GPU 0 (util0) and, if util1 >= 0,
@@ -63,6 +99,16 @@ static void put_gpus(size_t n, double util0, double util1, bool by_pid)
         }
     }
     tm_rec_close(&s);
+}
+
+/* The run directory analysed: no input.overlapped, input.main_prep. */
+static void expect_the_preparation_verdict(void)
+{
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    assert_null(tm_analysis_find(a, "input.overlapped"));
+    assert_non_null(tm_analysis_find(a, "input.main_prep"));
+    done(&run, &a);
 }
 
 /* build-nanogpt on a GPU: 85% of each step between the optimizer step
@@ -101,11 +147,7 @@ static void test_a_prep_span_while_the_gpu_idles_is_the_preparation(void **st)
     (void)st;
     put_loop("pid42.tmr", "pid42", -1, 0.85, false);
     put_gpus(41, 0.20, -1, true);
-    tm_run *run;
-    tm_analysis *a = analyze(&run);
-    assert_null(tm_analysis_find(a, "input.overlapped"));
-    assert_non_null(tm_analysis_find(a, "input.main_prep"));
-    done(&run, &a);
+    expect_the_preparation_verdict();
 }
 
 /* A DataLoader loop waiting 30% of each step: the GPU busy 95% >= 0.70 +
@@ -135,8 +177,9 @@ static void test_the_margin_over_what_a_starved_gpu_could_do_decides(void **st)
 
 /* Two GPUs, the job on GPU 0 (98%), GPU 1 idle: with the processes'
  * memory the job's GPU alone counts (98%: overlapped, 1 GPU, "the
- * training process"); without it the mean of both, (0.98 + 0) / 2 =
- * 0.49 < 0.85, keeps the preparation verdict. */
+ * training process"); without it, and with no device memory of its own
+ * (a CPU job beside another's GPU), the GPUs are not the job's: the
+ * preparation verdict. */
 static void test_the_gpu_is_the_one_the_training_process_held_memory_on(void **st)
 {
     (void)st;
@@ -154,10 +197,7 @@ static void test_the_gpu_is_the_one_the_training_process_held_memory_on(void **s
     setup(st);
     put_loop("pid42.tmr", "pid42", -1, 0.85, false);
     put_gpus(41, 0.98, 0.0, false);
-    a = analyze(&run);
-    assert_null(tm_analysis_find(a, "input.overlapped"));
-    assert_non_null(tm_analysis_find(a, "input.main_prep"));
-    done(&run, &a);
+    expect_the_preparation_verdict();
 }
 
 /* Not said: two training processes (a rank's GPU spins in NCCL's kernels
@@ -177,10 +217,92 @@ static void test_ranks_and_few_samples_keep_the_input_verdict(void **st)
     setup(st);
     put_loop("pid42.tmr", "pid42", -1, 0.85, false);
     put_gpus(5, 0.98, -1, true);
-    a = analyze(&run);
-    assert_null(tm_analysis_find(a, "input.overlapped"));
-    assert_non_null(tm_analysis_find(a, "input.main_prep"));
+    expect_the_preparation_verdict();
+}
+
+/* NVML does not name the process (a container's pid), but its captures
+ * hold CUDA memory: every GPU recorded, one at 98% (overlapped), or two
+ * at 98% and 0% (mean 0.49 < 0.85: the preparation verdict). */
+static void test_a_gpu_job_nvml_does_not_name_reads_every_gpu(void **st)
+{
+    (void)st;
+    put_loop_of("pid42.tmr", "pid42", -1, 0.85, false, 4 * GiB);
+    put_gpus(41, 0.98, -1, false);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "input.overlapped");
+    assert_non_null(f);
+    assert_non_null(strstr(f->evidence, "\"gpus_of\":\"all recorded\""));
     done(&run, &a);
+    teardown(st);
+    setup(st);
+    put_loop_of("pid42.tmr", "pid42", -1, 0.85, false, 4 * GiB);
+    put_gpus(41, 0.98, 0.0, false);
+    expect_the_preparation_verdict();
+}
+
+/* NVML names the process on GPU 0, which has no utilization series (MIG:
+ * not supported), while GPU 1 (another's) is 98% busy: the job's GPU is
+ * unknown, not GPU 1; the preparation verdict. */
+static void test_the_jobs_gpu_without_utilization_is_unknown(void **st)
+{
+    (void)st;
+    put_loop("pid42.tmr", "pid42", -1, 0.85, false);
+    char lab[64];
+    snprintf(lab, sizeof lab, "gpu=0,pid=%d", (int)getpid());
+    tm_rec *s = open_rec("system.tmr", "system", -1);
+    for (size_t i = 0; i < 41; i++) {
+        put_value(s, 0.1 * (double)i, "gpu.process_memory_bytes", lab, 2e9);
+        put_value(s, 0.1 * (double)i, "gpu.utilization", "gpu=1,uuid=GPU-1", 0.98);
+    }
+    tm_rec_close(&s);
+    expect_the_preparation_verdict();
+}
+
+/* Only the samples inside training steps count: 20 steps of 0.1 s, each
+ * 30% preparation, 0.1 s apart (an eval run between: no step), the GPU
+ * 88% busy in the steps and 100% between.  Over the whole span the mean
+ * is (0.88 + 1) / 2 = 0.94 >= 0.70 + 0.20: overlapped; over the steps
+ * 0.88 < 0.90: not, and the preparation verdict stays. */
+static void test_only_samples_inside_the_steps_count(void **st)
+{
+    (void)st;
+    uint8_t buf[128];
+    tm_rec *w = open_rec("pid42.tmr", "pid42", -1);
+    for (size_t i = 0; i < 20; i++) {
+        double t = 0.2 * (double)i; /* a step at [t, t+0.1), none at [t+0.1, t+0.2) */
+        int64_t p = 30000000;       /* 30 ms of 100 */
+        tm_inproc_step s = {.step = i,
+                            .start_ns = at(t),
+                            .end_ns = at(t + 0.1),
+                            .data_wait_ns = p,
+                            .boundary = TM_STEP_BY_OPTIMIZER,
+                            .phase = TM_STEP_TRAIN,
+                            .micro_batches = 1,
+                            .batches = 0,
+                            .prep_ns = p,
+                            .prep_cpu_ns = p,
+                            .backward_ns = -1,
+                            .wait_cpu_ns = -1,
+                            .collective_ns = -1,
+                            .opt_start_ns = at(t + 0.1) - 1000,
+                            .optimizer = 0};
+        int len = tm_inproc_encode_step(&s, buf, sizeof buf);
+        assert_true(len > 0);
+        assert_int_equal(tm_rec_append(w, TM_REC_STEP, s.end_ns, buf, (uint32_t)len), 0);
+    }
+    tm_rec_close(&w);
+    char lab[64];
+    snprintf(lab, sizeof lab, "gpu=0,pid=%d", (int)getpid());
+    tm_rec *s = open_rec("system.tmr", "system", -1);
+    for (size_t i = 0; i < 80; i++) { /* every 0.05 s: two in each step, two between */
+        double t = 0.025 + 0.05 * (double)i;
+        bool in_step = fmod(t, 0.2) < 0.1;
+        put_value(s, t, "gpu.utilization", "gpu=0,uuid=GPU-0", in_step ? 0.88 : 1.0);
+        put_value(s, t, "gpu.process_memory_bytes", lab, 2e9);
+    }
+    tm_rec_close(&s);
+    expect_the_preparation_verdict();
 }
 
 int main(void)
@@ -196,6 +318,11 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_ranks_and_few_samples_keep_the_input_verdict, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_a_gpu_job_nvml_does_not_name_reads_every_gpu, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_the_jobs_gpu_without_utilization_is_unknown, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_only_samples_inside_the_steps_count, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
