@@ -1064,8 +1064,10 @@ _COLLECTIVES = ("all_reduce", "barrier", "all_gather", "broadcast", "reduce_scat
 
 
 def _compiling_test():
-    """torch.compiler.is_compiling (torch >= 2.1; a function that says no
-    before).  A Python wrapper of the agent's that calls the extension (a
+    """torch.compiler.is_compiling (torch >= 2.3), else, on 2.0-2.2,
+    torch._dynamo.external_utils.is_compiling where dynamo is loaded when
+    the wrapper is made (not tried on those versions), else a function
+    that says no.  A Python wrapper of the agent's that calls the extension (a
     collective, Module.train, Optimizer.__init__, a synchronize) calls the
     function it wraps straight away while dynamo traces it: dynamo cannot
     trace the extension's C functions and broke the graph there, an error
@@ -1075,6 +1077,8 @@ def _compiling_test():
     code is torch's own.  (_torchdynamo_inline on a method tripped dynamo's
     guards.)  Inside compiled code the agent does not time these calls."""
     f = getattr(getattr(sys.modules.get("torch"), "compiler", None), "is_compiling", None)
+    if not callable(f):
+        f = getattr(sys.modules.get("torch._dynamo.external_utils"), "is_compiling", None)
     return f if callable(f) else (lambda: False)
 
 
@@ -1488,9 +1492,11 @@ def _install_collectives(torch):
 
 
 def _hook_method(owner, name, kind):
-    """owner.name (a class's own function) wrapped by a Hook of kind, once
-    (detach restores it): on a class, an instancemethod around it, the
-    binding torch.compile knows (the extension's py_method)."""
+    """owner.name, a class's own method, wrapped by a Hook of kind in an
+    instancemethod, the binding torch.compile knows (the extension's
+    py_method): the cheapest (~370 instructions a call), for
+    Optimizer.zero_grad, which dynamo does not trace with fullgraph=True
+    with or without trainmon.  detach restores it."""
     orig = owner.__dict__.get(name) if owner is not None else None
     if orig is None or not callable(orig) or getattr(orig, "_trainmon", False):
         return
@@ -1498,30 +1504,34 @@ def _hook_method(owner, name, kind):
     hk.__wrapped__ = orig
     hk.__name__ = name
     hk._trainmon = True
-    _patch(owner, name, _c.method(hk) if isinstance(owner, type) else hk)
+    _patch(owner, name, _c.method(hk))
 
 
-def _hook_sync(owner, name):
-    """owner.name, a synchronize of a module or a class, in a Python
-    function that calls a Hook of kind "sync" (a Hook in a module's dict is
-    a value dynamo cannot trace: a compiled function calling
-    torch.cuda.synchronize(), traced without trainmon, broke there), and
-    torch's own while dynamo traces it (_compiling_test).  A Python frame a
-    call: a wait for the device is microseconds at least."""
+def _hook_py(owner, name, kind):
+    """owner.name (a module's function or a class's own method) in a Python
+    function that calls a Hook of kind, and torch's own while dynamo traces
+    it (_compiling_test): Module.zero_grad and the synchronizes, whose time
+    matters only outside compiled code.  A Hook itself is a value dynamo
+    cannot trace (a module's dict) or call with its instance (a class's): a
+    compiled function calling model.zero_grad() with fullgraph=True, or
+    torch.cuda.synchronize(), broke there under trainmon.  A Python frame
+    and torch's is_compiling() a call, ~2,600 instructions (Optimizer's
+    zero_grad, called every step by most loops, takes _hook_method's
+    instancemethod instead).  detach restores owner.name."""
     orig = owner.__dict__.get(name) if owner is not None else None
     if orig is None or not callable(orig) or getattr(orig, "_trainmon", False):
         return
     import functools
-    hk = _c.hook("sync", orig)
+    hk = _c.hook(kind, orig)
     compiling = _compiling_test()
 
     @functools.wraps(orig)
-    def synchronize(*args, **kwargs):
+    def hooked(*args, **kwargs):
         if compiling():
             return orig(*args, **kwargs)
         return hk(*args, **kwargs)
-    synchronize._trainmon = True
-    _patch(owner, name, synchronize)
+    hooked._trainmon = True
+    _patch(owner, name, hooked)
 
 
 # The loop's waits for the device, left out of its batch preparation spans
@@ -1542,16 +1552,17 @@ def _zgrad_install():
     (torch.cuda.synchronize(): the GPU finishing the step the host ran
     ahead of, which is compute); other loops never pay the Hook."""
     try:
-        for owner in (getattr(sys.modules.get("torch.optim.optimizer"), "Optimizer", None),
-                      getattr(sys.modules.get("torch.nn.modules.module"), "Module", None)):
-            _hook_method(owner, "zero_grad", "zero_grad")
+        _hook_method(getattr(sys.modules.get("torch.optim.optimizer"), "Optimizer", None),
+                     "zero_grad", "zero_grad")
+        _hook_py(getattr(sys.modules.get("torch.nn.modules.module"), "Module", None),
+                 "zero_grad", "zero_grad")
     except Exception as e:
         _report_exc("batch preparation timing (zero_grad)", e)
     try:
         for mod in _SYNC_MODULES:
-            _hook_sync(sys.modules.get(mod), "synchronize")
+            _hook_py(sys.modules.get(mod), "synchronize", "sync")
         for mod, cls in _SYNC_CLASSES:
-            _hook_sync(getattr(sys.modules.get(mod), cls, None), "synchronize")
+            _hook_py(getattr(sys.modules.get(mod), cls, None), "synchronize", "sync")
     except Exception as e:
         _report_exc("batch preparation timing (device synchronizations)", e)
 

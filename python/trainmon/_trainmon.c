@@ -806,12 +806,12 @@ static int g_zg_tried;
  * optimizer's work, not the batch's: taken out of the preparation spans
  * (its CPU time with it: it runs on the CPU).  With it the loop's waits
  * for the device: torch.cuda.synchronize() (build-nanogpt calls it after
- * every optimizer step, to time the step), a stream's or an event's
- * synchronize, and .item() and .tolist() (the loss logged), which return
- * only once the GPU has run every kernel queued before them: the step's
- * forward, backward and optimizer kernels, that the host ran ahead of.
+ * every optimizer step, to time the step) and a stream's or an event's
+ * synchronize, which return only once the GPU has run every kernel queued
+ * before them: the step's forward, backward and optimizer kernels, that
+ * the host ran ahead of.
  * That wait is compute, not the next batch's preparation (CUDA's default
- * sync spins on a CPU: its wall time is its CPU time, as zero_grad's). */
+ * sync spins on a CPU; a blocking one takes no CPU: g_hk_cpu_ns). */
 static int64_t g_hk_ns;
 static int64_t g_arm_hk, g_marm_hk, g_fwd_hk;
 /* and their thread CPU time, read only in a span whose CPU is sampled: a
@@ -2679,8 +2679,9 @@ static PyObject *py_opt_post_hook(PyObject *self, PyObject *const *args, Py_ssiz
  * HOOK_FETCH a dataset fetcher's fetch (aux: torch's get_worker_info),
  * HOOK_AMPSTEP AMP's GradScaler.step, HOOK_ZGRAD
  * Optimizer.zero_grad and Module.zero_grad, and the device synchronizations
- * (kind "sync": torch.cuda.synchronize, Tensor.item, ...; put on only in a
- * training loop without a DataLoader: g_hk_ns); the methods
+ * (kind "sync": torch.cuda.synchronize, ...; put on only in a training loop
+ * without a DataLoader, called from the glue's Python wrappers: g_hk_ns);
+ * the methods
  * bind to the instance as a function does. */
 enum { HOOK_BACKWARD, HOOK_NEXT, HOOK_OPTSTEP, HOOK_FETCH, HOOK_AMPSTEP, HOOK_ITER, HOOK_ZGRAD };
 
@@ -2713,7 +2714,7 @@ static PyObject *hook_backward(PyObject *callable, PyObject *const *args, size_t
 /* zero_grad(...) of an optimizer or a module, or a wait for the device
  * (HOOK_ZGRAD, kinds "zero_grad" and "sync"): its time on the training
  * thread (g_hk_ns), which the preparation spans leave out.  The outermost
- * such call only (a zero_grad of the job's that calls .item() is counted
+ * such call only (a zero_grad of the job's that synchronizes is counted
  * once). */
 static int g_hk_depth;
 static PyObject *hook_zgrad(PyObject *callable, PyObject *const *args, size_t nargsf,
@@ -3044,13 +3045,13 @@ static PyObject *py_hook(PyObject *self, PyObject *args)
  * A Hook binds to the instance by itself (hook_get), but torch.compile's
  * dynamo does not run a C type's __get__: it takes such a class attribute
  * for a plain value and, when it hands the call back to the interpreter,
- * calls it without the instance (a compiled function calling
- * opt.zero_grad(), opt.step() or scaler.step(opt) raised "missing 1
- * required positional argument").  An instancemethod is a binding dynamo
- * knows: it calls the attribute as the interpreter would (the instance
- * first), so the Hook runs and torch's method, called from it, is
+ * calls it without the instance (a compiled function calling opt.step()
+ * or scaler.step(opt) raised "missing 1 required positional argument").
+ * An instancemethod is a binding dynamo knows: it calls the attribute as
+ * the interpreter would (the instance first), so the Hook runs (the step
+ * is timed in compiled code too) and torch's method, called from it, is
  * compiled as its own frame.  Its cost: a bound method made per call
- * (~50 instructions). */
+ * (~370 instructions, docs/BENCHMARKS.md). */
 static PyObject *py_method(PyObject *self, PyObject *hook)
 {
     (void)self;

@@ -19,14 +19,17 @@
  * 85% batch preparation: its torch.cuda.synchronize() after each step,
  * now left out by the agent, and the blocking copies that are not).
  *
- * The GPU: the mean utilization, over the analysis window, of the GPUs on
- * which the training process held memory (gpu.process_memory_bytes{pid}
- * of its pid); where no such series names it (NVML's pids are the host's,
- * a container's process has another), of every GPU recorded, which on a
- * machine with idle GPUs beside the job's reads low and keeps the
- * verdict.  One training process only: in a multi-process job NCCL's
- * kernels spin on the GPU while its rank waits for the others, and read
- * as busy.
+ * The GPU: the mean utilization of the samples inside the training
+ * process's steps (not an eval run's between them), of the GPUs on which
+ * the process held memory (gpu.process_memory_bytes{pid} of its pid, in
+ * the same host's record; such a GPU without a utilization series:
+ * unknown); where no such series names it (NVML's pids are the host's, a
+ * container's process has another), of every GPU recorded, if the
+ * process's captures hold CUDA memory (a CPU job beside another's busy GPU
+ * is not overlapped), which on a machine with idle GPUs beside the job's
+ * reads low and keeps the verdict.  Each GPU read needs its own samples.
+ * One training process only: in a multi-process job NCCL's kernels spin on
+ * the GPU while its rank waits for the others, and read as busy.
  */
 #include <math.h>
 #include <stdint.h>
@@ -120,7 +123,7 @@ void tm_runsum_overlap(const tm_runview *v, tm_an_summary *S, const tm_an_rank *
      * another's busy GPU is not overlapped.  The process on a GPU without
      * a utilization series (MIG): unknown. */
     bool by_pid = pid > 0 && pids_on_a_gpu(v, &pid, 1);
-    if (!by_pid && !(R->peak_reserved > 0 || R->total_device > 0))
+    if (!by_pid && !(R->peak_reserved > 0)) /* (total_device: CUDA initialised, no more) */
         return;
     /* The samples inside its training steps: not those of an eval run or
      * a rollout between them, whose GPU work is not the steps'. */

@@ -268,10 +268,12 @@ def test_waits_for_the_device_after_a_step_are_no_preparation(tmp_path):
 
 
 # Compiled code traces torch's own function where the agent wraps one in
-# Python (_compiling_test): dist.all_reduce on a one-process gloo group
-# and model.eval()/model.train() in a function compiled with
+# Python (_compiling_test): dist.all_reduce on a one-process gloo group,
+# model.eval()/model.train() and model.zero_grad() (its Hook on once the
+# loop without a DataLoader has made a step) in a function compiled with
 # fullgraph=True (under trainmon "Attempted to call function marked as
-# skipped", the agent's C function inside the wrapper; traced without it).
+# skipped" or "Unsupported method call", the agent's C function inside;
+# traced without it).
 COMPILED_WRAPPED = r"""
 import json, os, torch
 import torch.distributed as dist
@@ -285,6 +287,7 @@ dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%s" % os.environ["P
                         rank=0, world_size=1)
 @torch.compile(fullgraph=True, backend="eager")
 def f(x):
+    m.zero_grad()
     m.eval()
     y = m(x)
     m.train()
@@ -292,7 +295,8 @@ def f(x):
     return y.shape[0] + x
 out = f(torch.ones(3)).tolist()
 dist.destroy_process_group()
-print(json.dumps({"out": out, "training": m.training}))
+print(json.dumps({"out": out, "training": m.training,
+                  "hooked": getattr(torch.nn.Module.zero_grad, "_trainmon", False)}))
 """
 
 
@@ -306,7 +310,7 @@ def test_compiled_code_traces_the_functions_the_agent_wraps(tmp_path):
         so.bind(("127.0.0.1", 0))
         port = so.getsockname()[1]
     out = last_json(run_script(COMPILED_WRAPPED, tmp_path, env={"PORT": str(port)}).stdout)
-    assert out == {"out": [4.0, 4.0, 4.0], "training": True}, out
+    assert out == {"out": [4.0, 4.0, 4.0], "training": True, "hooked": True}, out
 
 
 # torch.compile of a function that calls a method trainmon put a Hook on

@@ -43,7 +43,7 @@ static void put_loop_of(const char *file, const char *role, int rank, double sha
     }
     tm_rec *w = open_rec(file, role, rank);
     put_steps_waiting(w, NSTEPS, dur, prep, wait, -1);
-    if (reserved > 0)
+    if (reserved != 0)
         put_capture(w, reserved);
     tm_rec_close(&w);
 }
@@ -54,14 +54,15 @@ static void put_loop(const char *file, const char *role, int rank, double share,
 }
 
 /* A memory capture of the training process: reserved bytes of a CUDA
- * device (the process used a GPU). */
+ * device (the process used a GPU), or, reserved < 0, only the device's
+ * size (CUDA initialised, nothing reserved: torch.cuda.mem_get_info()). */
 static void put_capture(tm_rec *w, double reserved)
 {
     tm_inproc_capture c = {.source = 1,
                            .device = 0,
                            .step = 1,
-                           .allocated = reserved / 2,
-                           .reserved = reserved,
+                           .allocated = reserved > 0 ? reserved / 2 : NAN,
+                           .reserved = reserved > 0 ? reserved : NAN,
                            .peak_allocated = NAN,
                            .active = NAN,
                            .inactive_split = NAN,
@@ -241,6 +242,17 @@ static void test_a_gpu_job_nvml_does_not_name_reads_every_gpu(void **st)
     expect_the_preparation_verdict();
 }
 
+/* A CPU job that only asked CUDA for the device's size (its captures hold
+ * the device's total, no memory reserved), NVML not naming it, beside a
+ * GPU 98% busy: not the job's GPU, the preparation verdict. */
+static void test_cuda_initialised_without_memory_is_no_gpu_job(void **st)
+{
+    (void)st;
+    put_loop_of("pid42.tmr", "pid42", -1, 0.85, false, -1);
+    put_gpus(41, 0.98, -1, false);
+    expect_the_preparation_verdict();
+}
+
 /* NVML names the process on GPU 0, which has no utilization series (MIG:
  * not supported), while GPU 1 (another's) is 98% busy: the job's GPU is
  * unknown, not GPU 1; the preparation verdict. */
@@ -321,6 +333,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a_gpu_job_nvml_does_not_name_reads_every_gpu, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_the_jobs_gpu_without_utilization_is_unknown, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_cuda_initialised_without_memory_is_no_gpu_job, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_only_samples_inside_the_steps_count, setup, teardown),
     };
