@@ -212,8 +212,8 @@ void tm_rule_input_overlapped(struct an *an)
              "the time; it was busy %.0f%%. Nothing to do for the input pipeline: the GPU's "
              "own work is the limit (torch.profiler shows its kernels).",
              prep ? ": in the span before the forward, a blocking copy (.to(device) without "
-                    "pin_memory and non_blocking=True synchronizes the stream), float(loss) or "
-                    "print(loss)"
+                    "pin_memory and non_blocking=True synchronizes the stream), loss.item(), "
+                    "float(loss) or print(loss)"
                   : ", here the DataLoader's",
              100 * (1 - S->data_wait_fraction), 100 * S->job_gpu_util);
     tm_an_add(an, TM_SEV_LOW, TM_CONF_MEDIUM, -1, &e, title, adv);
