@@ -162,6 +162,10 @@
 #define TM_AN_STALL_MIN_STEPS 20
 #define TM_AN_STALL_MIN 4
 #define TM_AN_STALL_REGULAR (2.0 / 3.0)
+/* steps.stalls: a stall whose excess over the median step is under this
+ * share of the median stall's is a random slow step (a busy machine), not
+ * the every-K work: left out of the stalls' count, gaps and excess. */
+#define TM_AN_STALL_NOISE 0.25
 
 /* A set slower than this to deliver its first batch re-imports the job.
  * Measured on the 2-core test VM, iter() to the first batch of 2 workers

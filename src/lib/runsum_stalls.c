@@ -231,41 +231,61 @@ static void stalls_of(const tm_runview *v, uint32_t s, const tm_run_step *st, si
     double *sp = NULL; /* the collector's pauses, read at the first stall */
     size_t nsp = 0, ns = 0;
     bool sp_read = false;
-    for (size_t j = 0; j < k; j++) {
-        if (!(x->d[j] > T))
-            continue;
-        const tm_inproc_step *y = &st[x->ix[j]].s;
-        if (marks && marks[x->ix[j]]) { /* a new worker set started in it */
-            P->explained++;
-            continue;
+    /* Two passes: the second leaves out the stalls far smaller than the
+     * median one (TM_AN_STALL_NOISE of its excess): random slow steps of a
+     * busy machine beside a loop's every-K work, which broke the gaps'
+     * regularity (one such step between two logs of 0.3 s, 10 steps
+     * apart, and the logs read as 71% batch preparation). */
+    double cut = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        size_t explained = 0;
+        double excess = 0, prep_excess = 0;
+        ns = 0;
+        for (size_t j = 0; j < k; j++) {
+            if (!(x->d[j] > T))
+                continue;
+            const tm_inproc_step *y = &st[x->ix[j]].s;
+            if (marks && marks[x->ix[j]]) { /* a new worker set started in it */
+                explained++;
+                continue;
+            }
+            if (!sp_read) {
+                sp = tm_runsum_gc_spans(v, s, &nsp);
+                sp_read = true;
+            }
+            if (!*H_read && is_rank(v, s)) {
+                *H = held_build(v);
+                *H_read = true;
+            }
+            double ex = x->d[j] - m;
+            double gc =
+                held_in(v, s, sp, sp ? nsp : 0, *H, (double)y->start_ns, (double)y->end_ns) / 1e9;
+            /* a longer wait explains it, but for a loop that prepares its own
+             * batches (no DataLoader): its "wait" is its own code from the
+             * optimizer step to the next forward, where a loop logs, samples
+             * or evaluates every K steps (nanoGPT logs there) */
+            bool prep = own_prep && y->prep_ns >= 0 && y->batches == 0;
+            double wex = fmax(0, x->w[j] - mw);
+            double own = ex - (prep ? 0 : wex) - gc;
+            if (own < 0.5 * ex) {
+                explained++;
+                continue;
+            }
+            if (ex < cut)
+                continue; /* noise beside the every-K stalls: none of theirs */
+            excess += own;
+            if (prep)
+                prep_excess += fmin(wex, own);
+            x->tmp[ns] = x->d[j];
+            x->nos[ns++] = (double)y->step;
         }
-        if (!sp_read) {
-            sp = tm_runsum_gc_spans(v, s, &nsp);
-            sp_read = true;
+        P->explained = explained;
+        P->excess = excess;
+        P->prep_excess = prep_excess;
+        if (pass == 0 && ns > 0) {
+            double med = tm_runsum_median(x->tmp, ns); /* reorders tmp: pass 1 refills it */
+            cut = TM_AN_STALL_NOISE * (med - m);
         }
-        if (!*H_read && is_rank(v, s)) {
-            *H = held_build(v);
-            *H_read = true;
-        }
-        double ex = x->d[j] - m;
-        double gc =
-            held_in(v, s, sp, sp ? nsp : 0, *H, (double)y->start_ns, (double)y->end_ns) / 1e9;
-        /* a longer wait explains it, but for a loop that prepares its own
-         * batches (no DataLoader): its "wait" is its own code from the
-         * optimizer step to the next forward, where a loop logs, samples
-         * or evaluates every K steps (nanoGPT logs there) */
-        bool prep = own_prep && y->prep_ns >= 0 && y->batches == 0;
-        double wex = fmax(0, x->w[j] - mw);
-        double own = ex - (prep ? 0 : wex) - gc;
-        if (own < 0.5 * ex) {
-            P->explained++;
-            continue;
-        }
-        P->excess += own;
-        if (prep)
-            P->prep_excess += fmin(wex, own);
-        x->tmp[ns] = x->d[j];
-        x->nos[ns++] = (double)y->step;
     }
     free(sp);
     P->n = ns;
