@@ -813,6 +813,7 @@ static int g_zg_tried;
  * That wait is compute, not the next batch's preparation (CUDA's default
  * sync spins on a CPU; a blocking one takes no CPU: g_hk_cpu_ns). */
 static int64_t g_hk_ns;
+static int g_hk_depth; /* in such a call (the outermost counts: hook_zgrad) */
 static int64_t g_arm_hk, g_marm_hk, g_fwd_hk;
 /* and their thread CPU time, read only in a span whose CPU is sampled: a
  * blocking wait (cudaDeviceScheduleBlockingSync, MPS) takes none, and its
@@ -2442,9 +2443,14 @@ static PyObject *py_save_exit(PyObject *self, PyObject *args)
  * are in its batches' times): generation, duration, objects collected,
  * the steps written so far, whether the training thread triggered it,
  * whether it was automatic (auto false: the job's own gc.collect(), which
- * the glue wraps, or any collection while automatic collection was off)
- * and whether it fell in a checkpoint save or the agent's own work at a
- * boundary (in_save: that time is in no step already).
+ * the glue wraps, or any collection while automatic collection was off),
+ * whether it fell in a checkpoint save or the agent's own work at a
+ * boundary (in_save: that time is in no step already), and whether the
+ * training thread was in a batch preparation span when it began (prep:
+ * armed for the next forward, outside a zero_grad() or a device wait,
+ * gc_in_prep; the accounting takes the pause out of that span's
+ * preparation, which is not contiguous from the step's start once the
+ * waits are out of it).
  * At most GC_EVENTS_PER_S events a second for full collections and as
  * many for the others; the rest are counted (dropped).  Their time stays
  * in the steps: it is the job's. */
@@ -2456,6 +2462,7 @@ static int64_t g_gc_ns[3], g_gc_max_ns;
 static int64_t g_gc_win_t[2]; /* the second the events are counted in: [0] young, [1] full */
 static int g_gc_win_n[2];
 static int g_gc_explicit; /* in the job's gc.collect() (the glue's wrapper) */
+static int g_gc_prep;     /* the collection began in a preparation span (gc_in_prep) */
 
 /* gc_explicit(on): the job's gc.collect() called (1) or returned (0) */
 static PyObject *py_gc_explicit(PyObject *self, PyObject *arg)
@@ -2486,6 +2493,17 @@ static long gc_info_long(PyObject *info, PyObject *key)
     return r;
 }
 
+/* The training thread is in a batch preparation span of its own (a loop
+ * without a DataLoader, armed for its next forward), and not in a
+ * zero_grad() or a device wait that the span leaves out (g_hk_depth), nor
+ * in a micro-batch span an optimizer step began in (no preparation: it is
+ * dropped).  Read when a collection begins, by whichever thread runs it:
+ * the training thread's state, under the GIL as all of the agent's. */
+static int gc_in_prep(void)
+{
+    return g_fwd_armed && !g_hk_depth && (!g_arm_micro || g_opt_began == g_marm_opt);
+}
+
 /* gc_callback(phase, info): "start" or "stop" of a collection */
 static PyObject *py_gc_callback(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -2499,6 +2517,7 @@ static PyObject *py_gc_callback(PyObject *self, PyObject *const *args, Py_ssize_
     int64_t t = tm_now_mono_ns();
     if (PyUnicode_GET_LENGTH(args[0]) == 5) { /* "start" */
         g_gc_t0 = t;
+        g_gc_prep = gc_in_prep();
         Py_RETURN_NONE;
     }
     if (!g_gc_t0)
@@ -2533,7 +2552,7 @@ static PyObject *py_gc_callback(PyObject *self, PyObject *const *args, Py_ssize_
     char js[224];
     snprintf(js, sizeof js,
              "{\"gen\":%ld,\"dur_s\":%.6f,\"collected\":%ld,\"step\":%llu,\"train\":%s,"
-             "\"auto\":%s,\"in_save\":%s}",
+             "\"auto\":%s,\"in_save\":%s,\"prep\":%s}",
              gen, (double)d / 1e9, coll, (unsigned long long)g_steps,
              g_thread && thread_ident() == g_thread ? "true" : "false",
              g_gc_explicit ? "false"
@@ -2543,7 +2562,8 @@ static PyObject *py_gc_callback(PyObject *self, PyObject *const *args, Py_ssize_
 #else
                            : "null",
 #endif
-             (t_save_depth > 0 && t_save_blocking) || g_agent_busy ? "true" : "false");
+             (t_save_depth > 0 && t_save_blocking) || g_agent_busy ? "true" : "false",
+             g_gc_prep ? "true" : "false");
     if (tm_rec_event(g_rec, t, "gc.pause", js) == 0)
         g_gc_events++;
     Py_RETURN_NONE;
@@ -2716,7 +2736,6 @@ static PyObject *hook_backward(PyObject *callable, PyObject *const *args, size_t
  * thread (g_hk_ns), which the preparation spans leave out.  The outermost
  * such call only (a zero_grad of the job's that synchronizes is counted
  * once). */
-static int g_hk_depth;
 static PyObject *hook_zgrad(PyObject *callable, PyObject *const *args, size_t nargsf,
                             PyObject *kwnames)
 {

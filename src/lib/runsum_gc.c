@@ -22,8 +22,14 @@
  *     duration against the other steps' (a pause is a stall of one step,
  *     not a slower loop: the median step hides it);
  *   - the pause time inside each judged step's batch preparation (no
- *     DataLoader: [start, start + prep_ns]), so that the input verdict
- *     does not read the collector as slow batch preparation (rules_input.c).
+ *     DataLoader), so that the input verdict does not read the collector
+ *     as slow batch preparation (rules_input.c): the pauses that began in
+ *     the step that the agent found inside a preparation span (prep: true;
+ *     the span leaves out the loop's zero_grad() and device waits, and a
+ *     micro-batch's is after a forward and backward, so it is not
+ *     [start, start + prep_ns]), at most the step's prep_ns.  A record of
+ *     an agent before prep was written: the pauses' overlap with
+ *     [start, start + prep_ns].
  *
  * The process whose pauses took longest is the one summarized; the sum
  * over all processes is kept for DDP (each rank's pause holds the others
@@ -49,12 +55,17 @@ static bool is_pause(const tm_run_event *e)
            !strstr(e->json, "\"in_save\":true");
 }
 
-/* A pause: [b, e] in ns (the event is written at its end); two doubles,
- * as tm_runsum_gc_spans hands them out */
+/* A pause: [b, e] in ns (the event is written at its end); prep: begun
+ * in a preparation span (1), not (0), not said (-1: an older agent's) */
 struct pause {
     double b, e;
+    int prep;
 };
-_Static_assert(sizeof(struct pause) == 2 * sizeof(double), "pause as two doubles");
+
+static int prep_of(const tm_run_event *e)
+{
+    return strstr(e->json, "\"prep\":true") ? 1 : strstr(e->json, "\"prep\":false") ? 0 : -1;
+}
 
 static int by_begin(const void *x, const void *y)
 {
@@ -129,7 +140,7 @@ static struct pause *pauses_of(const tm_runview *v, const tm_run_loop *L, uint32
             continue;
         double b = (double)ev[i].t_ns - d;
         if (in_loop(&L[ev[i].source], b))
-            p[k++] = (struct pause){b, (double)ev[i].t_ns};
+            p[k++] = (struct pause){b, (double)ev[i].t_ns, prep_of(&ev[i])};
     }
     qsort(p, k, sizeof *p, by_begin);
     *n = k;
@@ -142,7 +153,31 @@ double *tm_runsum_gc_spans(const tm_runview *v, uint32_t s, size_t *n)
     tm_run_loop *L = tm_runsum_loops(v);
     struct pause *p = L ? pauses_of(v, L, s, n) : NULL;
     free(L);
-    return (double *)p; /* {begin, end} pairs */
+    double *sp = p ? malloc((*n ? *n : 1) * 2 * sizeof *sp) : NULL;
+    for (size_t i = 0; sp && i < *n; i++) {
+        sp[2 * i] = p[i].b;
+        sp[2 * i + 1] = p[i].e;
+    }
+    if (!sp)
+        *n = 0;
+    free(p);
+    return sp; /* {begin, end} pairs */
+}
+
+/* The pause time in ns inside step x's batch preparation (x->prep_ns >= 0;
+ * q: its process's pauses, sorted): the pauses begun in the step inside a
+ * preparation span, or without that word the overlap with
+ * [start, start + prep_ns]; at most prep_ns */
+static double in_prep(const struct pause *q, size_t nq, const tm_inproc_step *x)
+{
+    double a = (double)x->start_ns, z = (double)x->end_ns, pe = a + (double)x->prep_ns, g = 0;
+    for (size_t k = first_after(q, nq, a); k < nq && q[k].b < z; k++) {
+        if (q[k].prep > 0 && q[k].b >= a)
+            g += fmin(q[k].e, z) - q[k].b;
+        else if (q[k].prep < 0 && q[k].b < pe)
+            g += fmin(q[k].e, pe) - fmax(q[k].b, a);
+    }
+    return fmin(g, (double)x->prep_ns);
 }
 
 /* The steps of source s: hit by a pause or not, and the pause time in
@@ -172,10 +207,8 @@ static void over_steps(const tm_runview *v, uint32_t s, const struct pause *p, s
         else
             other[no++] = d;
         if (x->prep_ns >= 0) {
-            double pe = a + (double)x->prep_ns;
             prep += (double)x->prep_ns;
-            for (size_t k = j; k < np && p[k].b < pe; k++)
-                gcprep += fmin(p[k].e, pe) - fmax(p[k].b, a);
+            gcprep += in_prep(p, np, x);
         }
     }
     S->gc_steps = nh + no;
@@ -214,7 +247,7 @@ static struct pause *pauses_by_source(const tm_runview *v, const tm_run_loop *L,
             continue;
         double b = (double)ev[i].t_ns - d;
         if (in_loop(&L[s], b) && fill[s] < cnt[s])
-            p[off[s] + fill[s]++] = (struct pause){b, (double)ev[i].t_ns};
+            p[off[s] + fill[s]++] = (struct pause){b, (double)ev[i].t_ns, prep_of(&ev[i])};
     }
     for (size_t s = 0; s < v->nsrc; s++)
         qsort(p + off[s], fill[s], sizeof *p, by_begin);
@@ -262,10 +295,8 @@ static void net_of_pauses(const tm_runview *v, const tm_run_loop *L, const size_
             step += d;
             if (x->prep_ns < 0)
                 continue;
-            double a = (double)x->start_ns, pe = a + (double)x->prep_ns;
             prep += (double)x->prep_ns / 1e9;
-            for (size_t m = first_after(q, nq, a); m < nq && q[m].b < pe; m++)
-                gc += (fmin(q[m].e, pe) - fmax(q[m].b, a)) / 1e9;
+            gc += in_prep(q, nq, x) / 1e9;
         }
         all_step += step;
         all_gc += gc;

@@ -179,6 +179,18 @@ static FX_UNUSED void put_pause(tm_rec *w, double begin, double dur, int gen, un
     put_pause_in(w, begin, dur, gen, step, autogc, false);
 }
 
+/* One automatic full collection as an agent that says whether it began in
+ * a batch preparation span writes it (prep) */
+static FX_UNUSED void put_pause_prep(tm_rec *w, double begin, double dur, unsigned step, bool prep)
+{
+    char js[256];
+    snprintf(js, sizeof js,
+             "{\"gen\":2,\"dur_s\":%.6f,\"collected\":0,\"step\":%u,\"train\":true,"
+             "\"auto\":true,\"in_save\":false,\"prep\":%s}",
+             dur, step, prep ? "true" : "false");
+    assert_int_equal(tm_rec_event(w, at(begin + dur), "gc.pause", js), 0);
+}
+
 /* Optimizer steps one after another from time 0: dur[i] seconds each, of
  * which prep[i] the loop's own batch preparation (< 0: a loop with a
  * DataLoader and no preparation of its own, waiting wait[i] for its batch,

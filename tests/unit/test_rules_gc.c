@@ -165,6 +165,28 @@ static void test_young_collections_in_every_step_are_high_and_told_the_threshold
     done(&run, &a);
 }
 
+/* 50 optimizer steps of 0.1 s preparing fast s of batch each, every 5th
+ * (0, 5, ... 45) of slow s preparing slow_prep s, with a full collection
+ * of pause s beginning at s into it: prep as the agent says (1 or 0), or
+ * not said (-1: an older agent) */
+static void put_every_fifth(tm_rec *w, double slow, double fast, double slow_prep, double at,
+                            double pause, int prep)
+{
+    double dur[50], pr[50], t = 0;
+    for (size_t i = 0; i < 50; i++) {
+        dur[i] = i % 5 ? 0.1 : slow;
+        pr[i] = i % 5 ? fast : slow_prep;
+    }
+    put_opt_steps_of(w, 50, dur, pr);
+    for (unsigned i = 0; i < 50; t += dur[i], i++)
+        if (i % 5 == 0) {
+            if (prep < 0)
+                put_pause(w, t + at, pause, 2, i, true);
+            else
+                put_pause_prep(w, t + at, pause, i, prep);
+        }
+}
+
 /* A loop without a DataLoader: 50 steps of 0.1 s with 2 ms of batch
  * preparation, but steps 0, 5, ... 45 take 0.15 s: a full collection of
  * 0.05 s inside their preparation (0.052 s).  Judged steps 1..49: 40 of
@@ -179,15 +201,7 @@ static void test_pauses_in_the_loops_own_preparation_are_no_slow_preparation(voi
 {
     (void)st;
     tm_rec *w = open_rec("pid42.tmr", "pid42", -1);
-    double dur[50], prep[50], t = 0;
-    for (size_t i = 0; i < 50; i++) {
-        dur[i] = i % 5 ? 0.1 : 0.15;
-        prep[i] = i % 5 ? 0.002 : 0.052;
-    }
-    put_opt_steps_of(w, 50, dur, prep);
-    for (unsigned i = 0; i < 50; t += dur[i], i++)
-        if (i % 5 == 0)
-            put_pause(w, t + 0.001, 0.05, 2, i, true);
+    put_every_fifth(w, 0.15, 0.002, 0.052, 0.001, 0.05, -1);
     tm_rec_close(&w);
     tm_run *run = NULL;
     tm_analysis *a = analyze(&run);
@@ -275,6 +289,56 @@ static void test_cpu_bound_preparation_is_told_it_is_cpu_bound(void **st)
     assert_non_null(strstr(f->advice, "that work is CPU-bound (the thread was on a CPU 100%"));
     assert_null(strstr(f->advice, "partly on a CPU and partly waiting"));
     assert_null(strstr(f->title, "garbage collector"));
+    done(&run, &a);
+}
+
+/* The loop above, waiting 30 ms for its device before it prepares each
+ * batch (build-nanogpt's torch.cuda.synchronize() after the optimizer
+ * step, left out of prep_ns by the agent): the pause in every 5th step
+ * begins 31 ms in, inside the preparation (prep: true), and the
+ * preparation is not [start, start + prep_ns].  All of the pauses' 9 x
+ * 0.05 = 0.45 s come off the wait, as in the test above: 0.098 / 5.35 =
+ * 1.83%, input.ok.  The overlap with [start, start + 0.052] was 0.021 s a
+ * pause: 0.548 - 9 x 0.021 = 0.359 s, 6.7%, read as slow preparation. */
+static void test_pauses_after_a_device_wait_are_netted_whole(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("pid42.tmr", "pid42", -1);
+    put_every_fifth(w, 0.15, 0.002, 0.052, 0.031, 0.05, 1);
+    tm_rec_close(&w);
+    tm_run *run = NULL;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "gc.pauses");
+    assert_non_null(f);
+    assert_true(fabs(ev_num(f, "prep_pause_s") - 0.45) < 1e-6);
+    assert_true(fabs(a->sum.gc_wait_fraction - 0.45 / 5.35) < 1e-6);
+    assert_true(fabs(a->sum.data_wait_fraction - 0.098 / 5.35) < 1e-6);
+    assert_non_null(tm_analysis_find(a, "input.ok"));
+    assert_null(tm_analysis_find(a, "input.main_prep"));
+    done(&run, &a);
+}
+
+/* A loop preparing 52 ms of batches a step (four micro-batches of 13 ms,
+ * each before its forward), 50 steps of 0.1 s, every 5th of 0.14 s: a
+ * collection of 0.04 s began 3 ms in, in the first micro-batch's forward
+ * (prep: false).  None of it is preparation, though it lies inside
+ * [start, start + 0.052]: judged steps 1..49, 40 x 0.1 + 9 x 0.14 =
+ * 5.26 s, waiting 49 x 0.052 = 2.548 s: 48.4% (the window had taken
+ * 9 x 0.04 = 0.36 s off: 41.6%). */
+static void test_pauses_outside_the_preparation_stay_in_the_wait(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("pid42.tmr", "pid42", -1);
+    put_every_fifth(w, 0.14, 0.052, 0.052, 0.003, 0.04, 0);
+    tm_rec_close(&w);
+    tm_run *run = NULL;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "gc.pauses");
+    assert_non_null(f);
+    assert_true(ev_num(f, "prep_pause_s") == 0);
+    assert_true(a->sum.gc_wait_fraction == 0);
+    assert_true(fabs(a->sum.data_wait_fraction - 2.548 / 5.26) < 1e-6);
+    assert_non_null(tm_analysis_find(a, "input.main_prep"));
     done(&run, &a);
 }
 
@@ -468,6 +532,10 @@ int main(void)
             test_pauses_in_the_loops_own_preparation_are_no_slow_preparation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_the_runs_wait_is_net_of_each_processs_own_pauses,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pauses_after_a_device_wait_are_netted_whole, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_pauses_outside_the_preparation_stay_in_the_wait, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_cpu_bound_preparation_is_told_it_is_cpu_bound, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_ranks_pausing_at_different_steps_are_summed, setup,
