@@ -45,6 +45,7 @@
 
 #include "runsum.h"
 #include "trainmon.h"
+#include "util.h"
 
 /* A pause of the loop's: not one inside a blocking checkpoint save or the
  * agent's own work at a boundary (in_save), whose time the step model has
@@ -56,9 +57,13 @@ static bool is_pause(const tm_run_event *e)
 }
 
 /* A pause: [b, e] in ns (the event is written at its end); prep: begun
- * in a preparation span (1), not (0), not said (-1: an older agent's) */
+ * in a preparation span (1), not (0), not said (-1: an older agent's).
+ * In integer ns, as the steps: the run's times are the wall clock's
+ * (~1.8e18 ns), where a double is 256 ns apart, and a difference of two
+ * such doubles was off by as much (the hand-worked numbers of
+ * test_rules_gc.c missed by 55 ns a pause in one run of 50). */
 struct pause {
-    double b, e;
+    int64_t b, e;
     int prep;
 };
 
@@ -74,7 +79,7 @@ static int by_begin(const void *x, const void *y)
 }
 
 /* The first pause ending after t (pauses sorted, none inside another) */
-static size_t first_after(const struct pause *p, size_t n, double t)
+static size_t first_after(const struct pause *p, size_t n, int64_t t)
 {
     size_t lo = 0, hi = n;
     while (lo < hi) {
@@ -111,16 +116,23 @@ static double json_arr_num(const char *js, const char *key, int k)
     }
 }
 
-/* A pause's duration in ns (NAN unknown) */
+/* A pause's duration in ns (NAN unknown: at most a year, as a text may
+ * say anything) */
 static double pause_ns(const tm_run_event *e)
 {
     double d = tm_runsum_event_num(e->json, "dur_s");
-    return isfinite(d) ? d * 1e9 : NAN;
+    return isfinite(d) && d < 3.2e7 ? d * 1e9 : NAN;
 }
 
-static bool in_loop(const tm_run_loop *l, double b)
+/* Its begin: the event's time less its duration d (ns, pause_ns) */
+static int64_t begin_of(const tm_run_event *e, double d)
 {
-    return l->lo < l->hi && b >= (double)l->lo && b < (double)l->hi;
+    return tm_sat_sub64(e->t_ns, (int64_t)llround(d));
+}
+
+static bool in_loop(const tm_run_loop *l, int64_t b)
+{
+    return l->lo < l->hi && b >= l->lo && b < l->hi;
 }
 
 /* The pauses of source s (ALL: of every process) inside their process's
@@ -138,9 +150,9 @@ static struct pause *pauses_of(const tm_runview *v, const tm_run_loop *L, uint32
         if ((s != ALL && ev[i].source != s) || ev[i].source >= v->nsrc || !is_pause(&ev[i]) ||
             isnan(d = pause_ns(&ev[i])))
             continue;
-        double b = (double)ev[i].t_ns - d;
+        int64_t b = begin_of(&ev[i], d);
         if (in_loop(&L[ev[i].source], b))
-            p[k++] = (struct pause){b, (double)ev[i].t_ns, prep_of(&ev[i])};
+            p[k++] = (struct pause){b, ev[i].t_ns, prep_of(&ev[i])};
     }
     qsort(p, k, sizeof *p, by_begin);
     *n = k;
@@ -155,8 +167,8 @@ double *tm_runsum_gc_spans(const tm_runview *v, uint32_t s, size_t *n)
     free(L);
     double *sp = p ? malloc((*n ? *n : 1) * 2 * sizeof *sp) : NULL;
     for (size_t i = 0; sp && i < *n; i++) {
-        sp[2 * i] = p[i].b;
-        sp[2 * i + 1] = p[i].e;
+        sp[2 * i] = (double)p[i].b;
+        sp[2 * i + 1] = (double)p[i].e;
     }
     if (!sp)
         *n = 0;
@@ -170,12 +182,13 @@ double *tm_runsum_gc_spans(const tm_runview *v, uint32_t s, size_t *n)
  * [start, start + prep_ns]; at most prep_ns */
 static double in_prep(const struct pause *q, size_t nq, const tm_inproc_step *x)
 {
-    double a = (double)x->start_ns, z = (double)x->end_ns, pe = a + (double)x->prep_ns, g = 0;
+    int64_t a = x->start_ns, z = x->end_ns, pe = tm_sat_add64(a, x->prep_ns);
+    double g = 0; /* each term exact: at most a pause's duration */
     for (size_t k = first_after(q, nq, a); k < nq && q[k].b < z; k++) {
         if (q[k].prep > 0 && q[k].b >= a)
-            g += fmin(q[k].e, z) - q[k].b;
+            g += (double)((q[k].e < z ? q[k].e : z) - q[k].b);
         else if (q[k].prep < 0 && q[k].b < pe)
-            g += fmin(q[k].e, pe) - fmax(q[k].b, a);
+            g += (double)((q[k].e < pe ? q[k].e : pe) - (q[k].b > a ? q[k].b : a));
     }
     return fmin(g, (double)x->prep_ns);
 }
@@ -197,7 +210,7 @@ static void over_steps(const tm_runview *v, uint32_t s, const struct pause *p, s
         double d;
         if (st[i].source != s || !tm_step_times(x, &d, NULL) || x->step < TM_STEP_WARMUP)
             continue;
-        double a = (double)x->start_ns, z = (double)x->end_ns;
+        int64_t a = x->start_ns, z = x->end_ns;
         size_t j = first_after(p, np, a);
         bool h = false;
         for (size_t k = j; k < np && p[k].b < z; k++)
@@ -245,9 +258,9 @@ static struct pause *pauses_by_source(const tm_runview *v, const tm_run_loop *L,
         uint32_t s = ev[i].source;
         if (s >= v->nsrc || !is_pause(&ev[i]) || isnan(d = pause_ns(&ev[i])))
             continue;
-        double b = (double)ev[i].t_ns - d;
+        int64_t b = begin_of(&ev[i], d);
         if (in_loop(&L[s], b) && fill[s] < cnt[s])
-            p[off[s] + fill[s]++] = (struct pause){b, (double)ev[i].t_ns, prep_of(&ev[i])};
+            p[off[s] + fill[s]++] = (struct pause){b, ev[i].t_ns, prep_of(&ev[i])};
     }
     for (size_t s = 0; s < v->nsrc; s++)
         qsort(p + off[s], fill[s], sizeof *p, by_begin);
@@ -330,11 +343,12 @@ static double all_pauses_s(const tm_runview *v, const tm_run_loop *L)
     struct pause *p = pauses_of(v, L, ALL, &k);
     if (!p)
         return NAN;
-    double u = 0, hi = -INFINITY;
+    double u = 0;
+    int64_t hi = INT64_MIN;
     for (size_t i = 0; i < k; i++) {
         if (p[i].e <= hi)
             continue;
-        u += p[i].e - fmax(p[i].b, hi);
+        u += (double)(p[i].e - (p[i].b > hi ? p[i].b : hi));
         hi = p[i].e;
     }
     free(p);
@@ -369,7 +383,7 @@ void tm_runsum_gc(const tm_runview *v, tm_an_summary *S, tm_an_rank *ranks, size
         if (!is_pause(&ev[i]) || ev[i].source >= v->nsrc || isnan(d = pause_ns(&ev[i])))
             continue;
         uint32_t s = ev[i].source;
-        if (!in_loop(&L[s], (double)ev[i].t_ns - d))
+        if (!in_loop(&L[s], begin_of(&ev[i], d)))
             continue;
         S->gc_procs += cnt[s]++ == 0;
         sum[s] += d / 1e9;
@@ -393,7 +407,7 @@ void tm_runsum_gc(const tm_runview *v, tm_an_summary *S, tm_an_rank *ranks, size
         double d;
         if (ev[i].source != best || !is_pause(&ev[i]) || isnan(d = pause_ns(&ev[i])))
             continue;
-        if (!in_loop(&L[best], (double)ev[i].t_ns - d))
+        if (!in_loop(&L[best], begin_of(&ev[i], d)))
             continue;
         tmp[k++] = d / 1e9;
         if (strstr(ev[i].json, "\"auto\":false"))
