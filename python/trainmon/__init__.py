@@ -1486,9 +1486,18 @@ def _install_collectives(torch):
     if dist is None or not getattr(dist, "is_available", lambda: False)():
         return
     for name in _COLLECTIVES:
-        fn = dist.__dict__.get(name)
-        if fn is not None and callable(fn) and not getattr(fn, "_trainmon", False):
+        fn = _orig_of(dist, name)
+        if fn is not None:
             _patch(dist, name, _make_collective(fn))
+
+
+def _orig_of(owner, name):
+    """owner.name as owner itself holds it (not inherited), if callable and
+    not already ours (a second attach): else None."""
+    orig = owner.__dict__.get(name) if owner is not None else None
+    if orig is None or not callable(orig) or getattr(orig, "_trainmon", False):
+        return None
+    return orig
 
 
 def _hook_method(owner, name, kind):
@@ -1497,8 +1506,8 @@ def _hook_method(owner, name, kind):
     py_method): the cheapest (~370 instructions a call), for
     Optimizer.zero_grad, which dynamo does not trace with fullgraph=True
     with or without trainmon.  detach restores it."""
-    orig = owner.__dict__.get(name) if owner is not None else None
-    if orig is None or not callable(orig) or getattr(orig, "_trainmon", False):
+    orig = _orig_of(owner, name)
+    if orig is None:
         return
     hk = _c.hook(kind, orig)
     hk.__wrapped__ = orig
@@ -1518,8 +1527,8 @@ def _hook_py(owner, name, kind):
     and torch's is_compiling() a call, ~2,600 instructions (Optimizer's
     zero_grad, called every step by most loops, takes _hook_method's
     instancemethod instead).  detach restores owner.name."""
-    orig = owner.__dict__.get(name) if owner is not None else None
-    if orig is None or not callable(orig) or getattr(orig, "_trainmon", False):
+    orig = _orig_of(owner, name)
+    if orig is None:
         return
     import functools
     hk = _c.hook(kind, orig)

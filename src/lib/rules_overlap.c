@@ -22,9 +22,9 @@
  * The GPU: the mean utilization of the samples inside the training
  * process's steps (not an eval run's between them), of the GPUs on which
  * the process held memory (gpu.process_memory_bytes{pid} of its pid, in
- * the same host's record; such a GPU without a utilization series:
- * unknown); where no such series names it (NVML's pids are the host's, a
- * container's process has another), of every GPU recorded, if the
+ * the same record; such a GPU without a utilization series: unknown);
+ * where no series of its host names it (NVML's pids are the host's, a
+ * container's process has another), of every GPU of its host, if the
  * process's captures hold CUDA memory (a CPU job beside another's busy GPU
  * is not overlapped), which on a machine with idle GPUs beside the job's
  * reads low and keeps the verdict.  Each GPU read needs its own samples.
@@ -40,44 +40,25 @@
 #include "rules.h"
 #include "series.h"
 
-/* Whether series s (a gpu.utilization) is of a GPU on which one of the
- * pids held memory: a gpu.process_memory_bytes series of the same source
- * (the host's system record) with its gpu and one of the pids. */
-static bool gpu_of_pids(const tm_runview *v, const tm_run_series *s, const int32_t *pids, size_t n)
+/* Whether process pid of host held memory on a GPU: a
+ * gpu.process_memory_bytes series with its pid in a record of that host
+ * (a pid is its host's); with util (a gpu.utilization series of that
+ * host), on util's GPU in util's record. */
+static bool pid_on_gpu(const tm_runview *v, const char *host, int32_t pid,
+                       const tm_run_series *util)
 {
-    char gpu[16], g[16], pid[16];
-    if (!tm_labels_get(s->labels, "gpu", gpu, sizeof gpu))
+    char gpu[16] = "", g[16], p[16], want[16];
+    if (util && !tm_labels_get(util->labels, "gpu", gpu, sizeof gpu))
         return false;
-    for (size_t i = 0; i < v->nser; i++) {
-        const tm_run_series *m = &v->ser[i];
-        if (m->source != s->source || strcmp(m->name, TM_SER_GPU_PROCESS_MEMORY_BYTES) != 0 ||
-            !tm_labels_get(m->labels, "gpu", g, sizeof g) || strcmp(g, gpu) != 0 ||
-            !tm_labels_get(m->labels, "pid", pid, sizeof pid))
-            continue;
-        for (size_t k = 0; k < n; k++) {
-            char want[16];
-            snprintf(want, sizeof want, "%d", (int)pids[k]);
-            if (!strcmp(pid, want))
-                return true;
-        }
-    }
-    return false;
-}
-
-/* Whether any gpu.process_memory_bytes series names one of the pids. */
-static bool pids_on_a_gpu(const tm_runview *v, const int32_t *pids, size_t n)
-{
-    char pid[16], want[16];
+    snprintf(want, sizeof want, "%d", (int)pid);
     for (size_t i = 0; i < v->nser; i++) {
         const tm_run_series *m = &v->ser[i];
         if (strcmp(m->name, TM_SER_GPU_PROCESS_MEMORY_BYTES) != 0 ||
-            !tm_labels_get(m->labels, "pid", pid, sizeof pid))
+            (util ? m->source != util->source : strcmp(v->src[m->source].header.host, host) != 0) ||
+            !tm_labels_get(m->labels, "pid", p, sizeof p) || strcmp(p, want) != 0)
             continue;
-        for (size_t k = 0; k < n; k++) {
-            snprintf(want, sizeof want, "%d", (int)pids[k]);
-            if (!strcmp(pid, want))
-                return true;
-        }
+        if (!util || (tm_labels_get(m->labels, "gpu", g, sizeof g) && !strcmp(g, gpu)))
+            return true;
     }
     return false;
 }
@@ -117,12 +98,13 @@ void tm_runsum_overlap(const tm_runview *v, tm_an_summary *S, const tm_an_rank *
         return; /* one training process only (tm_an_input_is_overlapped) */
     const tm_an_rank *R = &ranks[0];
     int32_t pid = v->src[R->source].header.pid;
+    const char *host = v->src[R->source].header.host;
     /* Which GPUs: those the process held memory on; where NVML names it
      * on none (a container's pid), every GPU, but only for a process that
      * used a GPU at all (device memory in its captures): a CPU job beside
      * another's busy GPU is not overlapped.  The process on a GPU without
      * a utilization series (MIG): unknown. */
-    bool by_pid = pid > 0 && pids_on_a_gpu(v, &pid, 1);
+    bool by_pid = pid > 0 && pid_on_gpu(v, host, pid, NULL);
     if (!by_pid && !(R->peak_reserved > 0)) /* (total_device: CUDA initialised, no more) */
         return;
     /* The samples inside its training steps: not those of an eval run or
@@ -150,7 +132,9 @@ void tm_runsum_overlap(const tm_runview *v, tm_an_summary *S, const tm_an_rank *
     size_t k = 0, least = SIZE_MAX;
     for (size_t i = 0; i < v->nser; i++) {
         const tm_run_series *s = &v->ser[i];
-        if (strcmp(s->name, TM_SER_GPU_UTILIZATION) != 0 || (by_pid && !gpu_of_pids(v, s, &pid, 1)))
+        if (strcmp(s->name, TM_SER_GPU_UTILIZATION) != 0 ||
+            strcmp(v->src[s->source].header.host, host) != 0 ||
+            (by_pid && !pid_on_gpu(v, host, pid, s)))
             continue;
         double su = 0;
         size_t c = 0;
