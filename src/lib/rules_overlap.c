@@ -22,7 +22,9 @@
  * The GPU: the mean utilization of the samples inside the training
  * process's steps (not an eval run's between them), of the GPUs on which
  * the process held memory (gpu.process_memory_bytes{pid} of its pid, in
- * the same record; such a GPU without a utilization series: unknown);
+ * the same record; such a GPU without a utilization series: unknown),
+ * weighted by the most memory it held on each (a stray context on
+ * another GPU weighs little);
  * where no series of its host names it (NVML's pids are the host's, a
  * container's process has another), of every GPU of its host, if the
  * process's captures hold CUDA memory (a CPU job beside another's busy GPU
@@ -43,24 +45,29 @@
 /* Whether process pid of host held memory on a GPU: a
  * gpu.process_memory_bytes series with its pid in a record of that host
  * (a pid is its host's); with util (a gpu.utilization series of that
- * host), on util's GPU in util's record. */
-static bool pid_on_gpu(const tm_runview *v, const char *host, int32_t pid,
-                       const tm_run_series *util)
+ * host), on util's GPU in util's record.  Returns the most bytes it held
+ * there (1 where the driver gave no number), 0 for none. */
+static double pid_on_gpu(const tm_runview *v, const char *host, int32_t pid,
+                         const tm_run_series *util)
 {
     char gpu[16] = "", g[16], p[16], want[16];
     if (util && !tm_labels_get(util->labels, "gpu", gpu, sizeof gpu))
-        return false;
+        return 0;
     snprintf(want, sizeof want, "%d", (int)pid);
+    double most = 0;
     for (size_t i = 0; i < v->nser; i++) {
         const tm_run_series *m = &v->ser[i];
         if (strcmp(m->name, TM_SER_GPU_PROCESS_MEMORY_BYTES) != 0 ||
             (util ? m->source != util->source : strcmp(v->src[m->source].header.host, host) != 0) ||
-            !tm_labels_get(m->labels, "pid", p, sizeof p) || strcmp(p, want) != 0)
+            !tm_labels_get(m->labels, "pid", p, sizeof p) || strcmp(p, want) != 0 ||
+            (util && !(tm_labels_get(m->labels, "gpu", g, sizeof g) && !strcmp(g, gpu))))
             continue;
-        if (!util || (tm_labels_get(m->labels, "gpu", g, sizeof g) && !strcmp(g, gpu)))
-            return true;
+        most = fmax(most, 1);
+        for (size_t j = 0; j < m->n; j++)
+            if (isfinite(m->v[j]) && m->v[j] > most)
+                most = m->v[j];
     }
-    return false;
+    return most;
 }
 
 struct span {
@@ -104,7 +111,7 @@ void tm_runsum_overlap(const tm_runview *v, tm_an_summary *S, const tm_an_rank *
      * used a GPU at all (device memory in its captures): a CPU job beside
      * another's busy GPU is not overlapped.  The process on a GPU without
      * a utilization series (MIG): unknown. */
-    bool by_pid = pid > 0 && pid_on_gpu(v, host, pid, NULL);
+    bool by_pid = pid > 0 && pid_on_gpu(v, host, pid, NULL) > 0;
     if (!by_pid && !(R->peak_reserved > 0)) /* (total_device: CUDA initialised, no more) */
         return;
     /* The samples inside its training steps: not those of an eval run or
@@ -128,13 +135,17 @@ void tm_runsum_overlap(const tm_runview *v, tm_an_summary *S, const tm_an_rank *
         } else
             sp[m++] = sp[i];
     }
-    double sum = 0;
+    /* by the process's memory on each GPU: a stray context of a few
+     * hundred MiB on another GPU (torch's cuda:0 before set_device), idle
+     * or another job's, weighs little against the GB of its own */
+    double sum = 0, wsum = 0;
     size_t k = 0, least = SIZE_MAX;
     for (size_t i = 0; i < v->nser; i++) {
         const tm_run_series *s = &v->ser[i];
+        double wt = 1;
         if (strcmp(s->name, TM_SER_GPU_UTILIZATION) != 0 ||
             strcmp(v->src[s->source].header.host, host) != 0 ||
-            (by_pid && !pid_on_gpu(v, host, pid, s)))
+            (by_pid && !((wt = pid_on_gpu(v, host, pid, s)) > 0)))
             continue;
         double su = 0;
         size_t c = 0;
@@ -145,14 +156,15 @@ void tm_runsum_overlap(const tm_runview *v, tm_an_summary *S, const tm_an_rank *
             }
         if (!c)
             continue;
-        sum += su / (double)c;
+        sum += wt * su / (double)c;
+        wsum += wt;
         k++;
         if (c < least)
             least = c;
     }
     free(sp);
     if (k) {
-        S->job_gpu_util = sum / (double)k;
+        S->job_gpu_util = sum / wsum;
         S->job_gpu_samples = least;
         S->job_gpus = k;
         S->job_gpus_by_pid = by_pid;

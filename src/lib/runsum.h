@@ -241,7 +241,8 @@ typedef struct tm_an_summary {
     double stall_wait_fraction;
     /* The job's GPUs (rules_overlap.c tm_runsum_overlap): the mean
      * utilization over the window of the GPUs the training process held
-     * memory on (job_gpus_by_pid), else of every GPU recorded; how many
+     * memory on (job_gpus_by_pid; weighted by that memory), else of every
+     * GPU of its host; how many
      * GPUs and samples per GPU.  NAN / 0: no GPU series. */
     double job_gpu_util;
     size_t job_gpus, job_gpu_samples;

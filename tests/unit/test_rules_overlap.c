@@ -201,6 +201,53 @@ static void test_the_gpu_is_the_one_the_training_process_held_memory_on(void **s
     expect_the_preparation_verdict();
 }
 
+/* The training process holds mem0 bytes on GPU 0 (util0) and a stray
+ * context of 0.5 GB on GPU 1 (util1: idle, or another job's) */
+static void put_gpus_stray(double util0, double mem0, double util1)
+{
+    char lab0[64], lab1[64];
+    snprintf(lab0, sizeof lab0, "gpu=0,pid=%d", (int)getpid());
+    snprintf(lab1, sizeof lab1, "gpu=1,pid=%d", (int)getpid());
+    tm_rec *s = open_rec("system.tmr", "system", -1);
+    for (size_t i = 0; i < 41; i++) {
+        double t = 0.1 * (double)i;
+        put_value(s, t, "gpu.utilization", "gpu=0,uuid=GPU-0", util0);
+        put_value(s, t, "gpu.utilization", "gpu=1,uuid=GPU-1", util1);
+        put_value(s, t, "gpu.process_memory_bytes", lab0, mem0);
+        put_value(s, t, "gpu.process_memory_bytes", lab1, 0.5e9);
+    }
+    tm_rec_close(&s);
+}
+
+/* Both GPUs are the process's, weighed by its memory on each.  Its 20 GB
+ * GPU 98% busy, the stray GPU idle: (0.98 x 20 + 0 x 0.5) / 20.5 = 0.9561
+ * >= 0.85 and >= 0.15 + 0.20: overlapped (unweighted 0.49: not).  A
+ * DataLoader loop waiting 30%, its GPU 82% busy, the stray one 100% (the
+ * other job's): (0.82 x 20 + 1 x 0.5) / 20.5 = 0.8244 < 0.90, input.data_wait
+ * (unweighted 0.91 had said overlapped). */
+static void test_a_stray_context_on_another_gpu_weighs_by_its_memory(void **st)
+{
+    (void)st;
+    put_loop("pid42.tmr", "pid42", -1, 0.85, false);
+    put_gpus_stray(0.98, 20e9, 0.0);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "input.overlapped");
+    assert_non_null(f);
+    assert_true(ev_num(f, "gpus") == 2);
+    assert_true(fabs(ev_num(f, "gpu_utilization_mean") - 0.98 * 20 / 20.5) < 1e-6);
+    done(&run, &a);
+    teardown(st);
+    setup(st);
+    put_loop("pid42.tmr", "pid42", -1, 0.30, true);
+    put_gpus_stray(0.82, 20e9, 1.0);
+    a = analyze(&run);
+    assert_null(tm_analysis_find(a, "input.overlapped"));
+    assert_non_null(tm_analysis_find(a, "input.data_wait"));
+    assert_true(fabs(a->sum.job_gpu_util - (0.82 * 20 + 0.5) / 20.5) < 1e-9);
+    done(&run, &a);
+}
+
 /* Not said: two training processes (a rank's GPU spins in NCCL's kernels
  * while it waits for the other), and under 10 GPU samples (5 here). */
 static void test_ranks_and_few_samples_keep_the_input_verdict(void **st)
@@ -327,6 +374,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_the_margin_over_what_a_starved_gpu_could_do_decides,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_the_gpu_is_the_one_the_training_process_held_memory_on,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_stray_context_on_another_gpu_weighs_by_its_memory,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_ranks_and_few_samples_keep_the_input_verdict, setup,
                                         teardown),
