@@ -70,6 +70,24 @@ static double pid_on_gpu(const tm_runview *v, const char *host, int32_t pid,
     return most;
 }
 
+bool tm_an_gpu_of_job(const tm_runview *v, const tm_an_rank *ranks, size_t nranks,
+                      const tm_run_series *util)
+{
+    bool named = false;
+    for (size_t r = 0; r < nranks; r++) {
+        if (ranks[r].source >= v->nsrc)
+            continue;
+        const tm_run_source *src = &v->src[ranks[r].source];
+        int32_t pid = src->header.pid;
+        if (pid <= 0 || !(pid_on_gpu(v, src->header.host, pid, NULL) > 0))
+            continue;
+        named = true;
+        if (pid_on_gpu(v, src->header.host, pid, util) > 0)
+            return true;
+    }
+    return !named;
+}
+
 struct span {
     int64_t lo, hi;
 };

@@ -653,6 +653,45 @@ static void test_steady_gpu_utilization_is_no_swing(void **st)
     done(&run, &a);
 }
 
+/* The swing of the test above on GPU 1, where NVML names another process
+ * (pid 1), while the training process holds memory on GPU 0, busy all
+ * along: another job's swing, none of this one's.  With the training
+ * process on GPU 1 (a second context), its swing is said. */
+static void put_swing_beside(bool own)
+{
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(r0, 100, 0, 0.1, 0.001);
+    tm_rec_close(&r0);
+    char lab0[64], lab1[64];
+    snprintf(lab0, sizeof lab0, "gpu=0,pid=%d", (int)getpid());
+    snprintf(lab1, sizeof lab1, "gpu=1,pid=%d", own ? (int)getpid() : 1);
+    tm_rec *s = open_rec("system.tmr", "system", -1);
+    for (int i = 0; i <= 40; i++) {
+        put_value(s, i * 0.25, "gpu.utilization", "gpu=0,uuid=GPU-1", 0.95);
+        put_value(s, i * 0.25, "gpu.utilization", "gpu=1,uuid=GPU-2", i % 4 == 3 ? 0.1 : 1.0);
+        put_value(s, i * 0.25, "gpu.process_memory_bytes", lab0, 20e9);
+        put_value(s, i * 0.25, "gpu.process_memory_bytes", lab1, 1e9);
+    }
+    tm_rec_close(&s);
+}
+
+static void test_another_jobs_gpu_swinging_is_not_this_jobs_swing(void **st)
+{
+    put_swing_beside(false);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    assert_null(tm_analysis_find(a, "gpu.util_swing"));
+    done(&run, &a);
+    teardown(st);
+    setup(st);
+    put_swing_beside(true);
+    a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "gpu.util_swing");
+    assert_non_null(f);
+    assert_non_null(strstr(f->evidence, "gpu=1"));
+    done(&run, &a);
+}
+
 static void test_idle_gpu_behind_a_waiting_loop_is_left_to_the_input_finding(void **st)
 {
     (void)st;
@@ -2109,6 +2148,7 @@ int main(void)
         T(test_a_gpu_busy_and_idle_in_turn_at_the_step_period_is_a_swing),
         T(test_a_swing_while_the_input_keeps_up_points_at_the_host_side),
         T(test_steady_gpu_utilization_is_no_swing),
+        T(test_another_jobs_gpu_swinging_is_not_this_jobs_swing),
         T(test_idle_gpu_behind_a_waiting_loop_is_left_to_the_input_finding),
         T(test_peak_above_90_percent_of_the_device_is_near_capacity),
         T(test_peak_at_80_percent_is_not_near_capacity),
