@@ -221,6 +221,15 @@ nomem:
     an->nomem = true;
 }
 
+void tm_an_gpus_of(char *buf, size_t cap, const tm_an_summary *S)
+{
+    if (S->ngpus < S->ngpus_recorded)
+        snprintf(buf, cap, "mean of the job's %zu GPU(s) of %zu recorded", S->ngpus,
+                 S->ngpus_recorded);
+    else
+        snprintf(buf, cap, "mean of %zu GPU(s)", S->ngpus);
+}
+
 void tm_an_bytes(char *buf, size_t cap, double v)
 {
     if (!isfinite(v))

@@ -319,4 +319,9 @@ struct tm_analysis {
     size_t nf, cap;
 };
 
+/* Which GPUs S's gpu_util_mean is of, for the report: "mean of 2 GPU(s)",
+ * or, where the job ran on some of the machine's, "mean of the job's 1
+ * GPU(s) of 8 recorded" */
+void tm_an_gpus_of(char *buf, size_t cap, const tm_an_summary *S);
+
 #endif

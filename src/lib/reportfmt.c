@@ -352,6 +352,7 @@ static void write_summary_json(tm_text *t, const tm_run *r, const tm_analysis *a
     j_kn(t, "stall_wait_fraction", S->stall_wait_fraction, true);
     j_kn(t, "gpu_utilization_mean", S->gpu_util_mean, true);
     j_kn(t, "gpus", (double)S->ngpus, true);
+    j_kn(t, "gpus_recorded", (double)S->ngpus_recorded, true);
     tm_text_puts(t, ",\"disk\":");
     if (S->disk[0]) {
         tm_text_puts(t, "{");
@@ -636,9 +637,11 @@ static void write_text(tm_text *t, const tm_run *r, const tm_analysis *a)
             t, "  Python GC          %zu pauses (%zu full), %s (%.1f%% of the loop), longest %s\n",
             S->gc_pauses, S->gc_full, x, 100 * S->gc_share, y);
     }
-    if (!isnan(S->gpu_util_mean))
-        tm_text_printf(t, "  GPU utilization    %.0f%% (mean of %zu GPU(s))\n",
-                       100 * S->gpu_util_mean, S->ngpus);
+    if (!isnan(S->gpu_util_mean)) {
+        char of[96];
+        tm_an_gpus_of(of, sizeof of, S);
+        tm_text_printf(t, "  GPU utilization    %.0f%% (%s)\n", 100 * S->gpu_util_mean, of);
+    }
     if (S->disk[0]) {
         char w[48];
         tm_unit_fmt(w, sizeof w, TM_UNIT_BYTES_RATE, S->disk_read_bps);

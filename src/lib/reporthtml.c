@@ -794,8 +794,9 @@ static void write_summary(tm_text *t, const tm_run *r, const tm_analysis *a)
         kv_row(t, "Python GC", line);
     }
     if (!isnan(S->gpu_util_mean)) {
-        snprintf(line, sizeof line, "%.0f%% (mean of %zu GPU(s))", 100 * S->gpu_util_mean,
-                 S->ngpus);
+        char of[96];
+        tm_an_gpus_of(of, sizeof of, S);
+        snprintf(line, sizeof line, "%.0f%% (%s)", 100 * S->gpu_util_mean, of);
         kv_row(t, "GPU utilization", line);
     }
     if (S->disk[0]) {

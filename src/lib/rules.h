@@ -85,12 +85,7 @@ bool tm_an_input_is_handoff(const tm_an_summary *S);
 void tm_rule_input_handoff(struct an *an);
 /* rules_overlap.c: the loop waited while its GPU was busy (host ran ahead) */
 bool tm_an_input_is_overlapped(const tm_an_summary *S, size_t nranks);
-/* Whether gpu.utilization series util is of one of the job's GPUs: one
- * on which NVML names a training process (its pid in a
- * gpu.process_memory_bytes series of util's record); every GPU where it
- * names none of them (a container's pids) (rules_overlap.c) */
-bool tm_an_gpu_of_job(const tm_runview *v, const tm_an_rank *ranks, size_t nranks,
-                      const tm_run_series *util);
+
 void tm_rule_input_overlapped(struct an *an);
 /* rules_startup.c: the loop waits for a new set of workers to start */
 bool tm_an_input_is_startup(const tm_an_summary *S);

@@ -19,6 +19,7 @@ void tm_rule_gpu_underutilized(struct an *an)
     tm_an_ev_num(&e, "gpu_utilization_mean", S->gpu_util_mean);
     tm_an_ev_num(&e, "threshold", TM_AN_GPU_UTIL);
     tm_an_ev_num(&e, "gpus", (double)S->ngpus);
+    tm_an_ev_num(&e, "gpus_recorded", (double)S->ngpus_recorded);
     tm_an_ev_num(&e, "data_wait_fraction", S->data_wait_fraction);
     char buf[256];
     snprintf(buf, sizeof buf, "GPU underutilized: busy %.0f%% of the time while the input keeps up",

@@ -63,7 +63,7 @@ void tm_rule_gpu_util_swing(struct an *an)
     for (size_t i = 0; i < v->nser; i++) {
         const tm_run_series *s = &v->ser[i];
         if (strcmp(s->name, TM_SER_GPU_UTILIZATION) != 0 ||
-            !tm_an_gpu_of_job(v, an->a->ranks, an->a->nranks, s))
+            !(tm_runsum_job_gpu_weight(v, an->a->ranks, an->a->nranks, s) > 0))
             continue; /* another job's GPU: its swing is not this job's */
         struct swing w = swing_of(v, s);
         if (swings(&w) && (!bs || w.changes > best.changes)) {

@@ -70,22 +70,24 @@ static double pid_on_gpu(const tm_runview *v, const char *host, int32_t pid,
     return most;
 }
 
-bool tm_an_gpu_of_job(const tm_runview *v, const tm_an_rank *ranks, size_t nranks,
-                      const tm_run_series *util)
+double tm_runsum_job_gpu_weight(const tm_runview *v, const tm_an_rank *ranks, size_t nranks,
+                                const tm_run_series *util)
 {
+    const char *host = v->src[util->source].header.host;
     bool named = false;
+    double most = 0;
     for (size_t r = 0; r < nranks; r++) {
         if (ranks[r].source >= v->nsrc)
             continue;
         const tm_run_source *src = &v->src[ranks[r].source];
         int32_t pid = src->header.pid;
-        if (pid <= 0 || !(pid_on_gpu(v, src->header.host, pid, NULL) > 0))
+        if (pid <= 0 || strcmp(src->header.host, host) != 0 ||
+            !(pid_on_gpu(v, host, pid, NULL) > 0))
             continue;
         named = true;
-        if (pid_on_gpu(v, src->header.host, pid, util) > 0)
-            return true;
+        most = fmax(most, pid_on_gpu(v, host, pid, util));
     }
-    return !named;
+    return named ? most : 1;
 }
 
 struct span {
@@ -160,10 +162,10 @@ void tm_runsum_overlap(const tm_runview *v, tm_an_summary *S, const tm_an_rank *
     size_t k = 0, least = SIZE_MAX;
     for (size_t i = 0; i < v->nser; i++) {
         const tm_run_series *s = &v->ser[i];
-        double wt = 1;
+        double wt;
         if (strcmp(s->name, TM_SER_GPU_UTILIZATION) != 0 ||
             strcmp(v->src[s->source].header.host, host) != 0 ||
-            (by_pid && !((wt = pid_on_gpu(v, host, pid, s)) > 0)))
+            !((wt = tm_runsum_job_gpu_weight(v, R, 1, s)) > 0))
             continue;
         double su = 0;
         size_t c = 0;

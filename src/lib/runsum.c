@@ -365,9 +365,38 @@ static void summarize_probe(const tm_runview *v, tm_an_summary *S)
     free(p);
 }
 
-static void summarize_system(const tm_runview *v, tm_an_summary *S)
+/* The job's GPUs' mean utilization: each GPU's mean over the window,
+ * weighted as one of the job's (tm_runsum_job_gpu_weight: by the memory
+ * its training processes held on it; another job's GPU on the same
+ * machine, idle or busy, not at all: a one-GPU job on an 8-GPU machine
+ * read 1/8 of its GPU's utilization, "underutilized") */
+static void summarize_gpus(const tm_runview *v, tm_an_summary *S, const tm_an_rank *ranks,
+                           size_t nranks)
 {
-    S->gpu_util_mean = tm_runsum_ser_mean_all(v, TM_SER_GPU_UTILIZATION, &S->ngpus);
+    double sum = 0, wsum = 0;
+    S->ngpus = S->ngpus_recorded = 0;
+    for (size_t i = 0; i < v->nser; i++) {
+        const tm_run_series *s = &v->ser[i];
+        if (strcmp(s->name, TM_SER_GPU_UTILIZATION) != 0)
+            continue;
+        double m = tm_runsum_ser_mean(v, s, NULL);
+        if (isnan(m))
+            continue;
+        S->ngpus_recorded++;
+        double w = tm_runsum_job_gpu_weight(v, ranks, nranks, s);
+        if (!(w > 0))
+            continue;
+        sum += w * m;
+        wsum += w;
+        S->ngpus++;
+    }
+    S->gpu_util_mean = wsum > 0 ? sum / wsum : NAN;
+}
+
+static void summarize_system(const tm_runview *v, tm_an_summary *S, const tm_an_rank *ranks,
+                             size_t nranks)
+{
+    summarize_gpus(v, S, ranks, nranks);
     /* The disk behind the data: among the target disks, the one that read most. */
     S->disk_read_bps = S->disk_read_bps_max = S->disk_await_s = S->disk_util = NAN;
     S->disk_queue = S->disk_ceiling_share = S->disk_reads_s = S->disk_req_bytes = NAN;
@@ -1254,7 +1283,7 @@ int tm_runsum_build(tm_runview *v, tm_an_summary *S, tm_an_rank **ranks, size_t 
     }
     S->win_start = v->w0;
     S->win_end = v->w1;
-    summarize_system(v, S);
+    summarize_system(v, S, *ranks, *nranks);
     summarize_dataset(v, S);
     summarize_machine(v, S, *ranks, *nranks);
     summarize_agent(v, S);

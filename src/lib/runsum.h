@@ -46,9 +46,10 @@ typedef struct tm_an_summary {
      * kept up: judged step time / (step time - data wait), pooled over
      * every rank.  NAN: no judged step. */
     double time_lost_s, run_s, speedup;
-    double gpu_util_mean; /* NAN: no GPU series */
-    size_t ngpus;
-    char disk[40]; /* the disk behind the data ("" if none) */
+    double gpu_util_mean;  /* NAN: no GPU series */
+    size_t ngpus;          /* the job's GPUs in gpu_util_mean (tm_runsum_job_gpu_weight) */
+    size_t ngpus_recorded; /* every GPU with a utilization in the window */
+    char disk[40];         /* the disk behind the data ("" if none) */
     double disk_read_bps, disk_read_bps_max, disk_await_s, disk_util, disk_queue;
     double disk_ceiling_share;
     /* the same disk's reads per second and mean read request (iostat's
@@ -305,6 +306,14 @@ void tm_runsum_net_wait(tm_an_summary *S, double g);
  * rows of the processes whose stalls are no batch preparation are net of
  * them. */
 void tm_runsum_stalls(const tm_runview *v, tm_an_summary *S, tm_an_rank *ranks, size_t nranks);
+/* How much gpu.utilization series util weighs as one of the job's GPUs:
+ * the most memory a training process of its host held on it (NVML's
+ * gpu.process_memory_bytes{pid} in util's record; 1 where it gave no
+ * number), 0 where NVML names such a process on other GPUs only (another
+ * job's GPU), 1 where it names none on any (a container's pids, or no
+ * training process: every GPU) (rules_overlap.c) */
+double tm_runsum_job_gpu_weight(const tm_runview *v, const tm_an_rank *ranks, size_t nranks,
+                                const tm_run_series *util);
 /* The job's GPU utilization into S's job_gpu_* (rules_overlap.c). */
 void tm_runsum_overlap(const tm_runview *v, tm_an_summary *S, const tm_an_rank *ranks,
                        size_t nranks);

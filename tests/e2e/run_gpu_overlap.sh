@@ -12,14 +12,9 @@
 # processes, and no device memory of its own).  The real check is
 # tests/gpu/check.sh on a lent GPU.
 set -u
-case ${BUILD:-} in *asan*) echo "skipped: under the sanitizer build (a scenario of the plain build; the fake-NVML collector is under ASan in watch_gpu_fake and test_gpu)"; exit 77 ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib/scenario.sh"
-scen_require
-fake="$TM_ROOT/$BUILD/tests/fakes/fake_nvml.so"
-[ -f "$fake" ] || scen_fail "$fake not built"
-scratch=$(mktemp -d /var/tmp/trainmon-overlap.XXXXXX)
-trap 'rm -rf "$scratch"' EXIT
+scen_fake_nvml overlap
 cat > "$scratch/job.py" <<'PY'
 import os, sys, time, torch
 open(sys.argv[1], "w").write(str(os.getpid()))
@@ -37,7 +32,6 @@ for i in range(60):
     opt.step(); opt.zero_grad()
 print("steps", 60)
 PY
-export TRAINMON_NVML_LIB=$fake
 gpu="d0.name=NVIDIA H200;d0.uuid=GPU-overlap;d0.mem=150323855360,1073741824,149250113536,0"
 FAKE_NVML="$gpu;d0.util=97,40;d0.pid_file=$scratch/busy.pid" scen_run "$scratch/busy" -i 0.1 -- \
     "$PY" "$scratch/job.py" "$scratch/busy.pid"

@@ -7,17 +7,11 @@
 # (the run recorded a GPU).  Without the swing (a steady 95%) there is no
 # such finding.  The real check is tests/gpu/check.sh on a lent GPU.
 set -u
-case ${BUILD:-} in *asan*) echo "skipped: under the sanitizer build (a scenario of the plain build; the fake-NVML collector is under ASan in watch_gpu_fake and test_gpu)"; exit 77 ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib/scenario.sh"
-scen_require
-fake="$TM_ROOT/$BUILD/tests/fakes/fake_nvml.so"
-[ -f "$fake" ] || scen_fail "$fake not built"
-scratch=$(mktemp -d /var/tmp/trainmon-swing.XXXXXX)
-trap 'rm -rf "$scratch"' EXIT
+scen_fake_nvml swing
 "$PY" "$TRAIN" --data "$scratch/ds" --generate 200 > /dev/null || scen_fail "generating the dataset"
 
-export TRAINMON_NVML_LIB=$fake
 gpu="d0.name=NVIDIA H200;d0.uuid=GPU-swing;d0.mem=150323855360,1073741824,149250113536,0"
 job=("$PY" "$TRAIN" --data "$scratch/ds" --workers 1 --batch-size 8 --steps 40 --item-sleep-ms 15)
 

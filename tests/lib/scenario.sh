@@ -4,6 +4,7 @@
 #
 #   . tests/lib/scenario.sh
 #   scen_require                 # exit 77 (skip) when torch is missing
+#   scen_fake_nvml NAME          # the fake NVML, and $scratch removed at exit
 #   scen_findings RUN            # prints the finding ids, one a line
 #   scen_expect RUN ID           # fails unless ID is among the findings
 #   scen_expect_not RUN ID       # fails if ID is among them
@@ -25,6 +26,21 @@ scen_require() {
     [ -x "$TRAINMON" ] || { echo "skipped: $TRAINMON not built"; exit 77; }
     "$PY" -c 'import torch, numpy' 2>/dev/null ||
         { echo "skipped: torch or numpy not importable by $PY (make deps)"; exit 77; }
+}
+
+# A scenario through the fake NVML (tests/fakes/fake_nvml.c, by its real
+# dlopen path): skipped under the sanitizer build (the fake-NVML collector
+# is under ASan in watch_gpu_fake and test_gpu); exports TRAINMON_NVML_LIB
+# and makes $scratch (/var/tmp/trainmon-NAME.XXXXXX, 0700), removed at exit.
+# usage: scen_fake_nvml NAME
+scen_fake_nvml() {
+    case ${BUILD:-} in *asan*) echo "skipped: under the sanitizer build (a scenario of the plain build; the fake-NVML collector is under ASan in watch_gpu_fake and test_gpu)"; exit 77 ;; esac
+    scen_require
+    local fake="$TM_ROOT/$BUILD/tests/fakes/fake_nvml.so"
+    [ -f "$fake" ] || scen_fail "$fake not built"
+    export TRAINMON_NVML_LIB=$fake
+    scratch=$(mktemp -d "/var/tmp/trainmon-$1.XXXXXX") || scen_fail "mktemp in /var/tmp"
+    trap 'rm -rf "$scratch"' EXIT
 }
 
 # The report as JSON, kept beside the run for a look after a failure.

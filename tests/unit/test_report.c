@@ -578,6 +578,61 @@ static void test_low_gpu_utilization_while_input_keeps_up_is_underutilized(void 
     done(&run, &a);
 }
 
+/* A training process on GPU 0 of four (NVML names its pid there, 20 GB),
+ * GPU 0 at util0, GPUs 1-3 at util (their processes: pid 1 when other).
+ * Its input keeps up (1 ms of 100 ms). */
+static void put_one_of_four(double util0, double util, bool other)
+{
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(r0, 100, 0, 0.1, 0.001);
+    tm_rec_close(&r0);
+    char lab[64];
+    snprintf(lab, sizeof lab, "gpu=0,pid=%d", (int)getpid());
+    tm_rec *s = open_rec("system.tmr", "system", -1);
+    for (int i = 0; i <= 10; i++) {
+        put_value(s, i, "gpu.utilization", "gpu=0,uuid=GPU-0", util0);
+        put_value(s, i, "gpu.process_memory_bytes", lab, 20e9);
+        for (int g = 1; g < 4; g++) {
+            char u[32], p[32];
+            snprintf(u, sizeof u, "gpu=%d,uuid=GPU-%d", g, g);
+            put_value(s, i, "gpu.utilization", u, util);
+            snprintf(p, sizeof p, "gpu=%d,pid=1", g);
+            if (other)
+                put_value(s, i, "gpu.process_memory_bytes", p, 40e9);
+        }
+    }
+    tm_rec_close(&s);
+}
+
+/* The job's GPU is the one NVML names it on.  95% beside three idle GPUs:
+ * busy, no gpu.underutilized (the mean of all four, 0.2375, had said
+ * "underutilized"); 20% beside three of another process's at 100%:
+ * underutilized at 20% (the mean of four, 0.80, hid it).  The summary
+ * says which: "mean of the job's 1 GPU(s) of 4 recorded". */
+static void test_the_jobs_gpu_is_read_not_the_machines(void **st)
+{
+    put_one_of_four(0.95, 0.0, false);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    assert_true(fabs(a->sum.gpu_util_mean - 0.95) < 1e-9);
+    assert_int_equal(a->sum.ngpus, 1);
+    assert_int_equal(a->sum.ngpus_recorded, 4);
+    assert_null(tm_analysis_find(a, "gpu.underutilized"));
+    char of[96];
+    tm_an_gpus_of(of, sizeof of, &a->sum);
+    assert_string_equal(of, "mean of the job's 1 GPU(s) of 4 recorded");
+    done(&run, &a);
+    teardown(st);
+    setup(st);
+    put_one_of_four(0.20, 1.0, true);
+    a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "gpu.underutilized");
+    assert_non_null(f);
+    assert_true(fabs(ev_num(f, "gpu_utilization_mean") - 0.20) < 1e-9);
+    assert_true(ev_num(f, "gpus") == 1 && ev_num(f, "gpus_recorded") == 4);
+    done(&run, &a);
+}
+
 /* gpu.util_swing: 40 steps of 0.5 s, each waiting 0.25 s for data; the
  * GPU sampled every 0.25 s is busy (0.95) and idle (0.05) in turn: half
  * the samples each, one change per sample, so a cycle (two changes) is
@@ -2148,6 +2203,7 @@ int main(void)
         T(test_a_gpu_busy_and_idle_in_turn_at_the_step_period_is_a_swing),
         T(test_a_swing_while_the_input_keeps_up_points_at_the_host_side),
         T(test_steady_gpu_utilization_is_no_swing),
+        T(test_the_jobs_gpu_is_read_not_the_machines),
         T(test_another_jobs_gpu_swinging_is_not_this_jobs_swing),
         T(test_idle_gpu_behind_a_waiting_loop_is_left_to_the_input_finding),
         T(test_peak_above_90_percent_of_the_device_is_near_capacity),
