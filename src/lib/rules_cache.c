@@ -160,6 +160,9 @@ void tm_rule_data_small_files(struct an *an)
         return;
     if (S->worker_read_bps < TM_AN_WORKER_READ_MIN_BPS)
         return; /* the workers do not read from a disk: the requests are someone else's */
+    if (isnan(S->worker_read_bps) && !S->disk_named)
+        return; /* nothing says the busiest disk's reads are the job's data (no -d, no
+                 * worker reads measured: a synthetic dataset beside imports) */
     if (S->worker_busy >= TM_AN_WORKER_BUSY)
         return; /* CPU-bound workers: faster reads would not feed them faster */
     if (S->ds_cached_start >= TM_AN_CACHED_FULL)

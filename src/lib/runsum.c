@@ -402,6 +402,7 @@ static void summarize_system(const tm_runview *v, tm_an_summary *S, const tm_an_
     S->disk_queue = S->disk_ceiling_share = S->disk_reads_s = S->disk_req_bytes = NAN;
     const tm_run_series *best = NULL;
     double best_mean = -1;
+    bool best_named = false;
     char dev[40];
     for (size_t i = 0; i < v->nser; i++) {
         const tm_run_series *s = &v->ser[i];
@@ -415,8 +416,10 @@ static void summarize_system(const tm_runview *v, tm_an_summary *S, const tm_an_
         if (!isnan(m) && m > best_mean) {
             best_mean = m;
             best = s;
+            best_named = named;
         }
     }
+    S->disk_named = best && best_named;
     if (best) {
         tm_labels_get(best->labels, "device", S->disk, sizeof S->disk);
         S->disk_read_bps = best_mean;
@@ -477,12 +480,17 @@ static void summarize_system(const tm_runview *v, tm_an_summary *S, const tm_an_
                 cpu_n++;
             }
         } else if (strcmp(s->name, TM_SER_PROC_PROCESS_READ_BYTES_PER_SECOND) == 0) {
-            /* Bytes: each rate over the interval that ends at its sample. */
-            for (size_t k = 1; k < s->n; k++)
-                if (s->t_ns[k] >= v->w0 && s->t_ns[k] <= v->w1 && isfinite(s->v[k])) {
-                    rd_bytes += s->v[k] * tm_ns_diff_s(s->t_ns[k], s->t_ns[k - 1]);
+            /* Bytes: each rate over the interval that ends at its sample,
+             * the part of it inside the window (a loop shorter than the
+             * sampling interval has no sample inside it) */
+            for (size_t k = 1; k < s->n; k++) {
+                int64_t a = s->t_ns[k - 1] > v->w0 ? s->t_ns[k - 1] : v->w0;
+                int64_t b = s->t_ns[k] < v->w1 ? s->t_ns[k] : v->w1;
+                if (b > a && isfinite(s->v[k])) {
+                    rd_bytes += s->v[k] * tm_ns_diff_s(b, a);
                     rd_n++;
                 }
+            }
         }
     }
     if (d_n)

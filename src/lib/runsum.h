@@ -55,6 +55,7 @@ typedef struct tm_an_summary {
     /* the same disk's reads per second and mean read request (iostat's
      * rareq-sz over the window: read bytes / reads), NAN unknown */
     double disk_reads_s, disk_req_bytes;
+    bool disk_named; /* a -d target names the disk (else: the busiest disk) */
     /* The dataset behind -d (collect_dscache.c, the dataset.* series): its
      * regular files and bytes (lower bounds when the walk was cut short:
      * ds_complete false), the share of it in the page cache as the job

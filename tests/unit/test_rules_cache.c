@@ -46,8 +46,9 @@ static void put_dataset(tm_rec *s, double files, double bytes, double start, dou
 
 /* A job that waits for data 60% of each 0.1 s step (compute 0.04 s), two
  * workers reading from vdb in D state, and the disk reading req bytes per
- * request at rps requests per second. */
-static void put_waiting_job(double rps, double req)
+ * request at rps requests per second; named: `run -d` names vdb (the
+ * run_target event); reads: the workers' read rates were sampled. */
+static void put_waiting_job_of(double rps, double req, bool named, bool reads)
 {
     tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
     put_steps(r0, 100, 0, 0.1, 0.06);
@@ -55,10 +56,11 @@ static void put_waiting_job(double rps, double req)
     for (int p = 0; p < 2; p++)
         put_worker_file(p, 100u + (unsigned)p, 20, 0.5, 0.1, 200 * MiB, 0);
     tm_rec *s = open_rec("system.tmr", "system", -1);
-    assert_int_equal(tm_rec_event(s, at(0), "run_target",
-                                  "{\"path\":\"/data\",\"kind\":\"block\",\"device\":\"vdb\","
-                                  "\"disks\":[\"vdb\"],\"why\":\"\"}"),
-                     0);
+    if (named)
+        assert_int_equal(tm_rec_event(s, at(0), "run_target",
+                                      "{\"path\":\"/data\",\"kind\":\"block\",\"device\":\"vdb\","
+                                      "\"disks\":[\"vdb\"],\"why\":\"\"}"),
+                         0);
     for (int i = 0; i <= 100; i++) {
         double t = i * 0.1;
         put_value(s, t, "disk.read_bytes_per_second", "device=vdb", rps * req);
@@ -69,10 +71,16 @@ static void put_waiting_job(double rps, double req)
         for (unsigned p = 0; p < 2; p++) {
             put_proc(s, t, "proc.process_state_d", 100 + p, 1);
             put_proc(s, t, "proc.process_cpu_utilization", 100 + p, 0.05);
-            put_proc(s, t, "proc.process_read_bytes_per_second", 100 + p, rps * req / 2);
+            if (reads)
+                put_proc(s, t, "proc.process_read_bytes_per_second", 100 + p, rps * req / 2);
         }
     }
     tm_rec_close(&s);
+}
+
+static void put_waiting_job(double rps, double req)
+{
+    put_waiting_job_of(rps, req, true, true);
 }
 
 static void put_readings(double files, double bytes, double start, double end, double mem)
@@ -282,6 +290,57 @@ static void test_a_few_small_reads_per_second_are_not_small_files(void **st)
     done(&run, &a);
 }
 
+/* The requests of the test above are the job's data only where something
+ * says so: the workers' reads were sampled (their 614400 B/s), or `run -d`
+ * named the disk.  Neither (no -d, the workers' read rates not sampled: a
+ * loop shorter than the sampling interval, a synthetic dataset beside
+ * another process's imports): no data.small_files. */
+static void test_small_reads_nobody_ties_to_the_data_are_not_small_files(void **st)
+{
+    const bool cases[][3] = {/* named, reads, said */
+                             {false, false, false},
+                             {false, true, true},
+                             {true, false, true}};
+    for (size_t c = 0; c < 3; c++) {
+        if (c) {
+            teardown(st);
+            setup(st);
+        }
+        put_waiting_job_of(150, 4096, cases[c][0], cases[c][1]);
+        put_readings(2000, 8192000, 0.0, 0.6, 24 * GiB);
+        tm_run *run;
+        tm_analysis *a = analyze(&run);
+        assert_true((tm_analysis_find(a, "data.small_files") != NULL) == cases[c][2]);
+        assert_true(a->sum.disk_named == cases[c][0]);
+        done(&run, &a);
+    }
+}
+
+/* A loop shorter than the sampling interval: 10 steps of 0.1 s from 0.5 s
+ * (window 0.5 to 1.5 s), the workers' read rates sampled at 0 and 2 s
+ * (1 MB/s each over [0, 2]).  No sample lies in the window, but the
+ * interval ending at 2 s covers it: 2 x 1e6 B/s x 1.0 s / 1.0 s = 2e6
+ * B/s (was unknown, and data.small_files took any disk's reads for the
+ * job's). */
+static void test_workers_reads_over_a_window_shorter_than_a_sample(void **st)
+{
+    (void)st;
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    put_steps(r0, 10, 0.5, 0.1, 0.06);
+    tm_rec_close(&r0);
+    for (int p = 0; p < 2; p++)
+        put_worker_file(p, 100u + (unsigned)p, 5, 0.5, 0.1, 200 * MiB, 0);
+    tm_rec *s = open_rec("system.tmr", "system", -1);
+    for (int i = 0; i <= 1; i++)
+        for (unsigned p = 0; p < 2; p++)
+            put_proc(s, 2.0 * i, "proc.process_read_bytes_per_second", 100 + p, 1e6);
+    tm_rec_close(&s);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    assert_true(fabs(a->sum.worker_read_bps - 2e6) < 1);
+    done(&run, &a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -300,6 +359,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_large_files_read_in_small_pieces_are_not_small_files,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_few_small_reads_per_second_are_not_small_files,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_small_reads_nobody_ties_to_the_data_are_not_small_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_workers_reads_over_a_window_shorter_than_a_sample,
                                         setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
