@@ -1000,10 +1000,13 @@ static void fwd_arm(int64_t t)
     g_arm_cpu = tm_prep_cpu_due(g_written + (uint64_t)g_npend) ? thread_cpu_ns() : -1;
 }
 
+static void gc_pend_flush(int prep);
+
 static void fwd_disarm(void)
 {
     if (!g_fwd_armed)
         return;
+    gc_pend_flush(0); /* a span no forward ended: no preparation */
     g_fwd_armed = 0;
     fwd_flag_type(0);
     if (g_fwd_hooks && !g_fwd_flag && PyObject_DelItem(g_fwd_hooks, g_fwd_key) < 0)
@@ -1020,6 +1023,7 @@ static void first_forward(void)
     int64_t t = now_ns(), cpu = (g_arm_micro ? g_marm_cpu : g_arm_cpu) >= 0 ? thread_cpu_ns() : -1;
     if (g_arm_micro) {
         acc *a = &g_acc[TM_STEP_BY_OPTIMIZER];
+        gc_pend_flush(t >= g_marm_t && g_opt_began == g_marm_opt);
         if (t >= g_marm_t && g_opt_began == g_marm_opt) {
             int64_t hk = g_hk_ns - g_marm_hk, span = t - g_marm_t - hk;
             a->prep_more += span > 0 ? span : 0;
@@ -1888,6 +1892,7 @@ static PyObject *py_shutdown(PyObject *self, PyObject *noargs)
         if (g_rec)
             tm_rec_event(g_rec, 0, "inproc.boundaries", js);
     }
+    gc_pend_flush(0); /* a micro-batch span open at the end */
     gc_totals();
     Py_RETURN_NONE;
 }
@@ -2474,6 +2479,18 @@ static PyObject *py_gc_explicit(PyObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+/* Pauses begun in a micro-batch span, held until the span is decided: the
+ * next micro-batch's forward ends a span of preparation (first_forward),
+ * while the span armed after the last backward (clipping, logging, the
+ * optimizer step) ends without one and is no preparation (fwd_disarm).
+ * A few at most; more are written at once, as not in a preparation. */
+#define GC_PEND_MAX 4
+static struct {
+    int64_t t;
+    char js[224]; /* up to "prep": */
+} g_gc_pend[GC_PEND_MAX];
+static int g_gc_npend;
+
 /* A forked child counts its own collections (a DataLoader worker's file
  * may write gc.totals) */
 static void gc_forked(void)
@@ -2482,6 +2499,7 @@ static void gc_forked(void)
     memset(g_gc_ns, 0, sizeof g_gc_ns);
     g_gc_events = g_gc_dropped = 0;
     g_gc_max_ns = g_gc_t0 = 0;
+    g_gc_npend = 0;
 }
 static PyObject *g_gc_key_gen, *g_gc_key_coll; /* "generation", "collected" */
 
@@ -2495,13 +2513,31 @@ static long gc_info_long(PyObject *info, PyObject *key)
 
 /* The training thread is in a batch preparation span of its own (a loop
  * without a DataLoader, armed for its next forward), and not in a
- * zero_grad() or a device wait that the span leaves out (g_hk_depth), nor
- * in a micro-batch span an optimizer step began in (no preparation: it is
- * dropped).  Read when a collection begins, by whichever thread runs it:
- * the training thread's state, under the GIL as all of the agent's. */
+ * zero_grad() or a device wait that the span leaves out (g_hk_depth), an
+ * eval span (g_in_eval), nor in a micro-batch span an optimizer step began
+ * in (no preparation: it is dropped).  Read when a collection begins, by
+ * whichever thread runs it: the training thread's state, under the GIL as
+ * all of the agent's.  1: the step's span; 2: a micro-batch span, which is
+ * preparation only if a forward ends it (gc_pend_flush). */
 static int gc_in_prep(void)
 {
-    return g_fwd_armed && !g_hk_depth && (!g_arm_micro || g_opt_began == g_marm_opt);
+    if (!g_fwd_armed || g_hk_depth || g_in_eval)
+        return 0;
+    if (!g_arm_micro)
+        return 1;
+    return g_opt_began == g_marm_opt ? 2 : 0;
+}
+
+static void gc_pend_flush(int prep)
+{
+    for (int i = 0; i < g_gc_npend; i++) {
+        size_t n = strlen(g_gc_pend[i].js);
+        snprintf(g_gc_pend[i].js + n, sizeof g_gc_pend[i].js - n, "%s}", prep ? "true" : "false");
+        if (g_rec && g_rec_pid == getpid() &&
+            tm_rec_event(g_rec, g_gc_pend[i].t, "gc.pause", g_gc_pend[i].js) == 0)
+            g_gc_events++;
+    }
+    g_gc_npend = 0;
 }
 
 /* gc_callback(phase, info): "start" or "stop" of a collection */
@@ -2550,20 +2586,28 @@ static PyObject *py_gc_callback(PyObject *self, PyObject *const *args, Py_ssize_
     g_gc_win_n[full]++;
     long coll = gc_info_long(args[1], g_gc_key_coll);
     char js[224];
-    snprintf(js, sizeof js,
-             "{\"gen\":%ld,\"dur_s\":%.6f,\"collected\":%ld,\"step\":%llu,\"train\":%s,"
-             "\"auto\":%s,\"in_save\":%s,\"prep\":%s}",
-             gen, (double)d / 1e9, coll, (unsigned long long)g_steps,
-             g_thread && thread_ident() == g_thread ? "true" : "false",
-             g_gc_explicit ? "false"
+    int n = snprintf(js, sizeof js,
+                     "{\"gen\":%ld,\"dur_s\":%.6f,\"collected\":%ld,\"step\":%llu,\"train\":%s,"
+                     "\"auto\":%s,\"in_save\":%s,\"prep\":",
+                     gen, (double)d / 1e9, coll, (unsigned long long)g_steps,
+                     g_thread && thread_ident() == g_thread ? "true" : "false",
+                     g_gc_explicit ? "false"
 #if PY_VERSION_HEX >= 0x030A0000
-             : PyGC_IsEnabled() ? "true"
-                                : "false",
+                     : PyGC_IsEnabled() ? "true"
+                                        : "false",
 #else
-                           : "null",
+                                   : "null",
 #endif
-             (t_save_depth > 0 && t_save_blocking) || g_agent_busy ? "true" : "false",
-             g_gc_prep ? "true" : "false");
+                     (t_save_depth > 0 && t_save_blocking) || g_agent_busy ? "true" : "false");
+    if (n < 0 || (size_t)n >= sizeof js - 8)
+        Py_RETURN_NONE;
+    if (g_gc_prep == 2 && g_gc_npend < GC_PEND_MAX) { /* decided with its span */
+        g_gc_pend[g_gc_npend].t = t;
+        memcpy(g_gc_pend[g_gc_npend].js, js, (size_t)n + 1);
+        g_gc_npend++;
+        Py_RETURN_NONE;
+    }
+    snprintf(js + n, sizeof js - (size_t)n, "%s}", g_gc_prep == 1 ? "true" : "false");
     if (tm_rec_event(g_rec, t, "gc.pause", js) == 0)
         g_gc_events++;
     Py_RETURN_NONE;

@@ -295,6 +295,10 @@
 #define TM_AN_WORKER_GROWTH_R2 0.80
 #define TM_AN_WORKER_GROWTH_MIN_POINTS 4
 #define TM_AN_WORKER_GROWTH_MIN_SPAN_S 5.0
+/* The job's GPUs (jobgpus.c): a GPU on which a training process holds at
+ * least this share of the most it holds on any GPU is its own; a CUDA
+ * context on cuda:0 (300-600 MiB) beside a GPU it trains on is not */
+#define TM_AN_JOB_GPU_SHARE 0.10
 /* ranks.imbalance */
 #define TM_AN_RANK_RATIO 1.20
 #define TM_AN_RANK_MIN_DIFF_S 0.005

@@ -85,7 +85,6 @@ bool tm_an_input_is_handoff(const tm_an_summary *S);
 void tm_rule_input_handoff(struct an *an);
 /* rules_overlap.c: the loop waited while its GPU was busy (host ran ahead) */
 bool tm_an_input_is_overlapped(const tm_an_summary *S, size_t nranks);
-
 void tm_rule_input_overlapped(struct an *an);
 /* rules_startup.c: the loop waits for a new set of workers to start */
 bool tm_an_input_is_startup(const tm_an_summary *S);

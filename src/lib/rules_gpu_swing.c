@@ -62,8 +62,7 @@ void tm_rule_gpu_util_swing(struct an *an)
     const tm_run_series *bs = NULL;
     for (size_t i = 0; i < v->nser; i++) {
         const tm_run_series *s = &v->ser[i];
-        if (strcmp(s->name, TM_SER_GPU_UTILIZATION) != 0 ||
-            !(tm_runsum_job_gpu_weight(v, an->a->ranks, an->a->nranks, s) > 0))
+        if (strcmp(s->name, TM_SER_GPU_UTILIZATION) != 0 || !tm_runsum_is_job_gpu(v, s))
             continue; /* another job's GPU: its swing is not this job's */
         struct swing w = swing_of(v, s);
         if (swings(&w) && (!bs || w.changes > best.changes)) {
@@ -73,7 +72,10 @@ void tm_rule_gpu_util_swing(struct an *an)
     }
     if (!bs)
         return;
-    bool waits = S->data_wait_fraction >= TM_AN_DATA_WAIT_FRACTION;
+    /* a wait that overlapped the GPU's work (input.overlapped) is not what
+     * its idle samples wait for */
+    bool waits = S->data_wait_fraction >= TM_AN_DATA_WAIT_FRACTION &&
+                 !tm_an_input_is_overlapped(S, an->a->nranks);
     /* a low mean while the input keeps up is gpu.underutilized's */
     if (!waits && S->gpu_util_mean < TM_AN_GPU_UTIL)
         return;
@@ -124,13 +126,22 @@ void tm_rule_gpu_util_swing(struct an *an)
                  "fills them%s.",
                  gain);
     } else {
+        char why[160];
+        if (S->data_wait_fraction >= TM_AN_DATA_WAIT_FRACTION) /* overlapped */
+            snprintf(why, sizeof why,
+                     "The loop's wait overlapped the GPU's work (input.overlapped), so its idle "
+                     "samples are not the data wait: the GPU");
+        else
+            snprintf(why, sizeof why,
+                     "The input keeps up (the loop waited for data %.0f%% of the time), so the "
+                     "GPU",
+                     100 * S->data_wait_fraction);
         snprintf(adv, sizeof adv,
-                 "The input keeps up (the loop waited for data %.0f%% of the time), so the GPU "
-                 "idles on the host side at that period: synchronizations (.item(), .cpu(), "
+                 "%s idles on the host side at that period: synchronizations (.item(), .cpu(), "
                  "printing tensors), per-step logging or checkpointing, or Python overhead "
                  "between kernels. Move them off the step (log every N steps), and consider "
                  "CUDA graphs or torch.compile for launch overhead.",
-                 100 * S->data_wait_fraction);
+                 why);
     }
     tm_an_add(an, waits ? TM_SEV_MEDIUM : TM_SEV_LOW, at_step ? TM_CONF_HIGH : TM_CONF_MEDIUM, -1,
               &e, title, adv);

@@ -23,8 +23,7 @@
  * process's steps (not an eval run's between them), of the GPUs on which
  * the process held memory (gpu.process_memory_bytes{pid} of its pid, in
  * the same record; such a GPU without a utilization series: unknown),
- * weighted by the most memory it held on each (a stray context on
- * another GPU weighs little);
+ * its own only (jobgpus.c: not a stray context on another GPU);
  * where no series of its host names it (NVML's pids are the host's, a
  * container's process has another), of every GPU of its host, if the
  * process's captures hold CUDA memory (a CPU job beside another's busy GPU
@@ -41,54 +40,6 @@
 
 #include "rules.h"
 #include "series.h"
-
-/* Whether process pid of host held memory on a GPU: a
- * gpu.process_memory_bytes series with its pid in a record of that host
- * (a pid is its host's); with util (a gpu.utilization series of that
- * host), on util's GPU in util's record.  Returns the most bytes it held
- * there (1 where the driver gave no number), 0 for none. */
-static double pid_on_gpu(const tm_runview *v, const char *host, int32_t pid,
-                         const tm_run_series *util)
-{
-    char gpu[16] = "", g[16], p[16], want[16];
-    if (util && !tm_labels_get(util->labels, "gpu", gpu, sizeof gpu))
-        return 0;
-    snprintf(want, sizeof want, "%d", (int)pid);
-    double most = 0;
-    for (size_t i = 0; i < v->nser; i++) {
-        const tm_run_series *m = &v->ser[i];
-        if (strcmp(m->name, TM_SER_GPU_PROCESS_MEMORY_BYTES) != 0 ||
-            (util ? m->source != util->source : strcmp(v->src[m->source].header.host, host) != 0) ||
-            !tm_labels_get(m->labels, "pid", p, sizeof p) || strcmp(p, want) != 0 ||
-            (util && !(tm_labels_get(m->labels, "gpu", g, sizeof g) && !strcmp(g, gpu))))
-            continue;
-        most = fmax(most, 1);
-        for (size_t j = 0; j < m->n; j++)
-            if (isfinite(m->v[j]) && m->v[j] > most)
-                most = m->v[j];
-    }
-    return most;
-}
-
-double tm_runsum_job_gpu_weight(const tm_runview *v, const tm_an_rank *ranks, size_t nranks,
-                                const tm_run_series *util)
-{
-    const char *host = v->src[util->source].header.host;
-    bool named = false;
-    double most = 0;
-    for (size_t r = 0; r < nranks; r++) {
-        if (ranks[r].source >= v->nsrc)
-            continue;
-        const tm_run_source *src = &v->src[ranks[r].source];
-        int32_t pid = src->header.pid;
-        if (pid <= 0 || strcmp(src->header.host, host) != 0 ||
-            !(pid_on_gpu(v, host, pid, NULL) > 0))
-            continue;
-        named = true;
-        most = fmax(most, pid_on_gpu(v, host, pid, util));
-    }
-    return named ? most : 1;
-}
 
 struct span {
     int64_t lo, hi;
@@ -131,7 +82,7 @@ void tm_runsum_overlap(const tm_runview *v, tm_an_summary *S, const tm_an_rank *
      * used a GPU at all (device memory in its captures): a CPU job beside
      * another's busy GPU is not overlapped.  The process on a GPU without
      * a utilization series (MIG): unknown. */
-    bool by_pid = pid > 0 && pid_on_gpu(v, host, pid, NULL) > 0;
+    bool by_pid = pid > 0 && tm_runsum_pid_on_a_gpu(v, host, pid);
     if (!by_pid && !(R->peak_reserved > 0)) /* (total_device: CUDA initialised, no more) */
         return;
     /* The samples inside its training steps: not those of an eval run or
@@ -155,17 +106,15 @@ void tm_runsum_overlap(const tm_runview *v, tm_an_summary *S, const tm_an_rank *
         } else
             sp[m++] = sp[i];
     }
-    /* by the process's memory on each GPU: a stray context of a few
-     * hundred MiB on another GPU (torch's cuda:0 before set_device), idle
-     * or another job's, weighs little against the GB of its own */
-    double sum = 0, wsum = 0;
+    /* its own GPUs (jobgpus.c: a stray context of a few hundred MiB on
+     * another GPU, torch's cuda:0 before set_device, idle or another
+     * job's, is none), else every GPU of its host */
+    double sum = 0;
     size_t k = 0, least = SIZE_MAX;
     for (size_t i = 0; i < v->nser; i++) {
         const tm_run_series *s = &v->ser[i];
-        double wt;
         if (strcmp(s->name, TM_SER_GPU_UTILIZATION) != 0 ||
-            strcmp(v->src[s->source].header.host, host) != 0 ||
-            !((wt = tm_runsum_job_gpu_weight(v, R, 1, s)) > 0))
+            strcmp(v->src[s->source].header.host, host) != 0 || !tm_runsum_is_job_gpu(v, s))
             continue;
         double su = 0;
         size_t c = 0;
@@ -176,15 +125,14 @@ void tm_runsum_overlap(const tm_runview *v, tm_an_summary *S, const tm_an_rank *
             }
         if (!c)
             continue;
-        sum += wt * su / (double)c;
-        wsum += wt;
+        sum += su / (double)c;
         k++;
         if (c < least)
             least = c;
     }
     free(sp);
     if (k) {
-        S->job_gpu_util = sum / wsum;
+        S->job_gpu_util = sum / (double)k;
         S->job_gpu_samples = least;
         S->job_gpus = k;
         S->job_gpus_by_pid = by_pid;

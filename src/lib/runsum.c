@@ -365,15 +365,12 @@ static void summarize_probe(const tm_runview *v, tm_an_summary *S)
     free(p);
 }
 
-/* The job's GPUs' mean utilization: each GPU's mean over the window,
- * weighted as one of the job's (tm_runsum_job_gpu_weight: by the memory
- * its training processes held on it; another job's GPU on the same
- * machine, idle or busy, not at all: a one-GPU job on an 8-GPU machine
- * read 1/8 of its GPU's utilization, "underutilized") */
-static void summarize_gpus(const tm_runview *v, tm_an_summary *S, const tm_an_rank *ranks,
-                           size_t nranks)
+/* The job's GPUs' mean utilization (jobgpus.c): another job's GPU on the
+ * same machine, idle or busy, is not in it (a one-GPU job on an 8-GPU
+ * machine read 1/8 of its GPU's utilization, "underutilized") */
+static void summarize_gpus(const tm_runview *v, tm_an_summary *S)
 {
-    double sum = 0, wsum = 0;
+    double sum = 0;
     S->ngpus = S->ngpus_recorded = 0;
     for (size_t i = 0; i < v->nser; i++) {
         const tm_run_series *s = &v->ser[i];
@@ -383,20 +380,17 @@ static void summarize_gpus(const tm_runview *v, tm_an_summary *S, const tm_an_ra
         if (isnan(m))
             continue;
         S->ngpus_recorded++;
-        double w = tm_runsum_job_gpu_weight(v, ranks, nranks, s);
-        if (!(w > 0))
+        if (!tm_runsum_is_job_gpu(v, s))
             continue;
-        sum += w * m;
-        wsum += w;
+        sum += m;
         S->ngpus++;
     }
-    S->gpu_util_mean = wsum > 0 ? sum / wsum : NAN;
+    S->gpu_util_mean = S->ngpus ? sum / (double)S->ngpus : NAN;
 }
 
-static void summarize_system(const tm_runview *v, tm_an_summary *S, const tm_an_rank *ranks,
-                             size_t nranks)
+static void summarize_system(const tm_runview *v, tm_an_summary *S)
 {
-    summarize_gpus(v, S, ranks, nranks);
+    summarize_gpus(v, S);
     /* The disk behind the data: among the target disks, the one that read most. */
     S->disk_read_bps = S->disk_read_bps_max = S->disk_await_s = S->disk_util = NAN;
     S->disk_queue = S->disk_ceiling_share = S->disk_reads_s = S->disk_req_bytes = NAN;
@@ -1291,7 +1285,8 @@ int tm_runsum_build(tm_runview *v, tm_an_summary *S, tm_an_rank **ranks, size_t 
     }
     S->win_start = v->w0;
     S->win_end = v->w1;
-    summarize_system(v, S, *ranks, *nranks);
+    (void)tm_runsum_job_gpus(v, *ranks, *nranks); /* out of memory: every GPU */
+    summarize_system(v, S);
     summarize_dataset(v, S);
     summarize_machine(v, S, *ranks, *nranks);
     summarize_agent(v, S);
@@ -1324,6 +1319,8 @@ int tm_runsum_view_open(tm_runview *v, const tm_run *r)
 
 void tm_runsum_view_close(tm_runview *v)
 {
+    free(v->job_gpu);
+    v->job_gpu = NULL;
     free(v->wp);
     v->wp = NULL;
     v->nwp = 0;

@@ -47,7 +47,7 @@ typedef struct tm_an_summary {
      * every rank.  NAN: no judged step. */
     double time_lost_s, run_s, speedup;
     double gpu_util_mean;  /* NAN: no GPU series */
-    size_t ngpus;          /* the job's GPUs in gpu_util_mean (tm_runsum_job_gpu_weight) */
+    size_t ngpus;          /* the job's GPUs in gpu_util_mean (jobgpus.c) */
     size_t ngpus_recorded; /* every GPU with a utilization in the window */
     char disk[40];         /* the disk behind the data ("" if none) */
     double disk_read_bps, disk_read_bps_max, disk_await_s, disk_util, disk_queue;
@@ -243,7 +243,7 @@ typedef struct tm_an_summary {
     double stall_wait_fraction;
     /* The job's GPUs (rules_overlap.c tm_runsum_overlap): the mean
      * utilization over the window of the GPUs the training process held
-     * memory on (job_gpus_by_pid; weighted by that memory), else of every
+     * memory on (job_gpus_by_pid; its own: jobgpus.c), else of every
      * GPU of its host; how many
      * GPUs and samples per GPU.  NAN / 0: no GPU series. */
     double job_gpu_util;
@@ -268,6 +268,9 @@ typedef struct tm_runview {
         const char *host;
     } * wp;
     size_t nwp;
+    /* per series: a gpu.utilization of one of the job's GPUs (jobgpus.c);
+     * owned, NULL: every GPU */
+    bool *job_gpu;
 } tm_runview;
 
 /* Fills v from r (the worker pids sorted).  0 or -ENOMEM. */
@@ -307,14 +310,14 @@ void tm_runsum_net_wait(tm_an_summary *S, double g);
  * rows of the processes whose stalls are no batch preparation are net of
  * them. */
 void tm_runsum_stalls(const tm_runview *v, tm_an_summary *S, tm_an_rank *ranks, size_t nranks);
-/* How much gpu.utilization series util weighs as one of the job's GPUs:
- * the most memory a training process of its host held on it (NVML's
- * gpu.process_memory_bytes{pid} in util's record; 1 where it gave no
- * number), 0 where NVML names such a process on other GPUs only (another
- * job's GPU), 1 where it names none on any (a container's pids, or no
- * training process: every GPU) (rules_overlap.c) */
-double tm_runsum_job_gpu_weight(const tm_runview *v, const tm_an_rank *ranks, size_t nranks,
-                                const tm_run_series *util);
+/* Which gpu.utilization series are of the job's GPUs (jobgpus.c): into
+ * v->job_gpu, once the training processes are known.  0, or -ENOMEM (then
+ * every GPU counts). */
+int tm_runsum_job_gpus(tm_runview *v, const tm_an_rank *ranks, size_t nranks);
+/* Whether utilization series s is of one of the job's GPUs */
+bool tm_runsum_is_job_gpu(const tm_runview *v, const tm_run_series *s);
+/* Whether NVML lists process pid of host on a GPU (gpu.process_memory_bytes) */
+bool tm_runsum_pid_on_a_gpu(const tm_runview *v, const char *host, int32_t pid);
 /* The job's GPU utilization into S's job_gpu_* (rules_overlap.c). */
 void tm_runsum_overlap(const tm_runview *v, tm_an_summary *S, const tm_an_rank *ranks,
                        size_t nranks);

@@ -185,8 +185,8 @@ static double in_prep(const struct pause *q, size_t nq, const tm_inproc_step *x)
     int64_t a = x->start_ns, z = x->end_ns, pe = tm_sat_add64(a, x->prep_ns);
     double g = 0; /* each term exact: at most a pause's duration */
     for (size_t k = first_after(q, nq, a); k < nq && q[k].b < z; k++) {
-        if (q[k].prep > 0 && q[k].b >= a)
-            g += (double)((q[k].e < z ? q[k].e : z) - q[k].b);
+        if (q[k].prep > 0) /* (clipped at a: the pauses' clock and the steps' differ by ns) */
+            g += (double)((q[k].e < z ? q[k].e : z) - (q[k].b > a ? q[k].b : a));
         else if (q[k].prep < 0 && q[k].b < pe)
             g += (double)((q[k].e < pe ? q[k].e : pe) - (q[k].b > a ? q[k].b : a));
     }

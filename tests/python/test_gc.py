@@ -158,13 +158,15 @@ def test_a_process_that_records_nothing_gets_no_file_for_its_collections(tmp_pat
 # Whether a collection began inside the loop's own batch preparation
 # (prep): a loop without a DataLoader, two micro-batches a step, waiting
 # for its device after the optimizer step (a stand-in
-# torch.cuda.synchronize: 3 ms asleep).  The job's gc.collect() at four
+# torch.cuda.synchronize: 3 ms asleep).  The job's gc.collect() at six
 # places: inside that wait (left out of the preparation span: no), in the
 # first micro-batch's preparation (yes), in its forward (no), in the
 # second micro-batch's preparation (yes: the span armed at the first
-# backward's end).  The accounting takes only the first kind out of the
-# preparation it reads (src/lib/runsum_gc.c); before, it took every
-# pause's overlap with [start, start + prep_ns].
+# backward's end, which the next forward ends), after the last backward
+# before the optimizer step (no: that span ends without a forward), and
+# in an eval after model.eval() (no).  The accounting takes only the
+# "yes" ones out of the preparation it reads (src/lib/runsum_gc.c);
+# before, it took every pause's overlap with [start, start + prep_ns].
 PREP = r"""
 import gc, json, time, torch
 where = {}
@@ -183,14 +185,22 @@ class Net(torch.nn.Linear):
 m = Net(8, 1)
 opt = torch.optim.SGD(m.parameters(), lr=0.01)
 X = torch.randn(256, 8)
-marks = {6: "sync", 8: "prep0", 10: "forward", 12: "prep1"}
+marks = {6: "sync", 8: "prep0", 10: "forward", 12: "prep1", 13: "postbwd", 14: "eval"}
 for i in range(16):
+    if marks.get(i) == "eval":
+        m.eval()
+        gc.collect()
+        with torch.no_grad():
+            m(X[:8])
+        m.train()
     for micro in range(2):
         where = {"sync": marks.get(i) == "sync", "forward": marks.get(i) == "forward" and micro == 0}
         if marks.get(i) == "prep%d" % micro:
             gc.collect()
         x = X[i:i + 8] * 2
         m(x).sum().backward()
+    if marks.get(i) == "postbwd":
+        gc.collect()
     opt.step()
     opt.zero_grad(set_to_none=True)
     torch.cuda.synchronize()
@@ -204,4 +214,4 @@ def test_a_pause_says_whether_it_began_in_the_loops_preparation(tmp_path):
     ev = [json.loads(r["json"]) for _, _, r in records(main_file(tmp_path), "event")
           if r["name"] == "gc.pause"]
     own = [e for e in ev if not e["auto"]]
-    assert [e["prep"] for e in own] == [False, True, False, True], own
+    assert [e["prep"] for e in own] == [False, True, False, True, False, False], own

@@ -342,6 +342,24 @@ static void test_pauses_outside_the_preparation_stay_in_the_wait(void **st)
     done(&run, &a);
 }
 
+/* A pause can take out no more than the step's preparation: every 5th
+ * step of 0.15 s prepares 20 ms and holds a 50 ms pause the agent found
+ * in its preparation span (prep: true), begun 1 ms in: 20 ms of each is
+ * netted, 9 judged steps x 0.02 = 0.18 s (not 0.45 s). */
+static void test_a_pause_nets_at_most_the_steps_preparation(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("pid42.tmr", "pid42", -1);
+    put_every_fifth(w, 0.15, 0.002, 0.02, 0.001, 0.05, 1);
+    tm_rec_close(&w);
+    tm_run *run = NULL;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "gc.pauses");
+    assert_non_null(f);
+    assert_true(fabs(ev_num(f, "prep_pause_s") - 0.18) < 1e-6);
+    done(&run, &a);
+}
+
 /* Two DDP ranks of 100 steps of 0.1 s; each pauses 4 x 0.1 s in full
  * collections, at 0.5, 2.5, 4.5 and 6.5 s, rank 1 shift s later (10 steps
  * a second) */
@@ -535,6 +553,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pauses_after_a_device_wait_are_netted_whole, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_pauses_outside_the_preparation_stay_in_the_wait, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_a_pause_nets_at_most_the_steps_preparation, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_cpu_bound_preparation_is_told_it_is_cpu_bound, setup,
                                         teardown),
