@@ -150,7 +150,9 @@ def _env_int(*names):
 
 
 def _rank():
-    return _env_int("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+    # TRAINMON_RANK: the rank a parent learned from its process group
+    # (_learn_rank), for its spawned DataLoader workers
+    return _env_int("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "TRAINMON_RANK")
 
 
 def _world_size():
@@ -217,7 +219,7 @@ def _ensure_recorder(run_dir=None):
                 "torch": getattr(torch, "__version__", None) if torch else None,
             }
             meta.update(_thread_counts(torch))
-            _state.update(run_dir=d, role=role, rank=-1 if rank is None else rank)
+            _state.update(run_dir=d, role=role, rank=-1 if rank is None else rank, meta=meta)
             # TRAINMON_MAX_SIZE (bytes): flight-recorder mode, newest data kept.
             max_size = _env_int("TRAINMON_MAX_SIZE") or 0
             _c.open(path, d, _state["rank"], role[:31], json.dumps(meta), max(max_size, 0))
@@ -1489,6 +1491,55 @@ def _install_collectives(torch):
         fn = _orig_of(dist, name)
         if fn is not None:
             _patch(dist, name, _make_collective(fn))
+    fn = _orig_of(dist, "init_process_group")
+    if fn is not None:
+        _patch(dist, "init_process_group", _make_init_pg(fn))
+
+
+def _make_init_pg(orig):
+    """torch.distributed.init_process_group(...), then the process's rank
+    from it where the environment named none (_learn_rank)."""
+    import functools
+
+    @functools.wraps(orig)
+    def init_process_group(*args, **kwargs):
+        r = orig(*args, **kwargs)
+        _learn_rank()
+        return r
+    init_process_group._trainmon = True
+    return init_process_group
+
+
+def _learn_rank():
+    """The rank of a process whose launcher set no RANK (Lightning's own
+    DDP launcher, torch.multiprocessing.spawn: the rank is an argument of
+    init_process_group), from its default process group once it is up:
+    the record file, if not yet made, is made as rank<N>.tmr with the rank
+    in its header; if made, a process.rank event says it (the reader
+    applies it to the file's records).  DataLoader workers forked after
+    record it as their rank.  Never raises."""
+    try:
+        if _state["rank"] >= 0 or _state["pid"] != os.getpid():
+            return
+        dist = sys.modules.get("torch.distributed")
+        if dist is None or not dist.is_available() or not dist.is_initialized():
+            return
+        rank, world = int(dist.get_rank()), int(dist.get_world_size())
+        if rank < 0:
+            return
+        role = "rank%d" % rank
+        path = os.path.join(_state["run_dir"], role + ".tmr")
+        if os.path.exists(path):
+            role = "%s-pid%d" % (role, os.getpid())
+            path = os.path.join(_state["run_dir"], role + ".tmr")
+        meta = dict(_state.get("meta") or {}, rank=rank, world_size=world)
+        if _c.set_rank(rank, world, path, role[:31], json.dumps(meta)):
+            _state.update(role=role)  # the file is made under this name
+        _state.update(rank=rank, meta=meta)
+        # spawned DataLoader workers (mp.spawn's children spawn theirs) read it
+        os.environ["TRAINMON_RANK"] = str(rank)
+    except Exception as e:
+        _report_exc("learning the process's rank", e)
 
 
 def _orig_of(owner, name):
@@ -2017,6 +2068,7 @@ def _c_cuda_up(torch):
 def _at_exit():
     try:
         if _state["pid"] == os.getpid():
+            _learn_rank()  # a process group made by a function bound before attach
             try:
                 _anatomy_flush()
             except Exception:

@@ -609,6 +609,39 @@ static PyObject *py_open(PyObject *self, PyObject *args)
     Py_RETURN_TRUE;
 }
 
+/* set_rank(rank, world_size, path, role, meta_json) -> True when this
+ * process's record file is yet to be made (it will be made at path, role
+ * and rank as given, its inproc.start the new meta), False when it is
+ * made (a process.rank event says the rank; the reader applies it): the
+ * rank learned from the process group (the glue's _learn_rank).  Forked
+ * DataLoader workers record it from now on (g_rank). */
+static PyObject *py_set_rank(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int rank, world;
+    const char *path, *role, *meta;
+    if (!PyArg_ParseTuple(args, "iissz", &rank, &world, &path, &role, &meta))
+        return NULL;
+    pid_t me = getpid();
+    if (rank < 0 || g_lazy.pid != me)
+        Py_RETURN_FALSE;
+    g_rank = rank;
+    if (!(g_rec && g_rec_pid == me) && !g_lazy.tried && strlen(path) < sizeof g_lazy.path) {
+        snprintf(g_lazy.path, sizeof g_lazy.path, "%s", path);
+        snprintf(g_lazy.role, sizeof g_lazy.role, "%s", role);
+        g_lazy.rank = rank;
+        free(g_lazy.meta);
+        g_lazy.meta = meta ? strdup(meta) : NULL;
+        Py_RETURN_TRUE;
+    }
+    if (g_rec && g_rec_pid == me) {
+        char js[64];
+        snprintf(js, sizeof js, "{\"rank\":%d,\"world_size\":%d}", rank, world);
+        tm_rec_event(g_rec, 0, "process.rank", js);
+    }
+    Py_RETURN_FALSE;
+}
+
 /* file_open(): this process has its record file open now (not pending). */
 static PyObject *py_file_open(PyObject *self, PyObject *noargs)
 {
@@ -3944,6 +3977,8 @@ static PyMethodDef methods[] = {
     {"recording", py_recording, METH_NOARGS, "whether records are being written"},
     {"file_open", py_file_open, METH_NOARGS, "whether this process's record file is open"},
     {"event", py_event, METH_VARARGS, "event(name, json)"},
+    {"set_rank", py_set_rank, METH_VARARGS,
+     "set_rank(rank, world_size, path, role, meta_json) -> file still to be made"},
     {"bind_torch", py_bind_torch, METH_VARARGS, "bind_torch(memstats, is_init, meminfo, curdev)"},
     {"next_enter", py_next_enter, METH_O, "DataLoader __next__ entered (the iterator)"},
     {"fetched", py_fetched, METH_NOARGS, "a DataLoader fetch in the main process"},

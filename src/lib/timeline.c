@@ -619,6 +619,44 @@ out:
     tm_reader_close(&rd);
 }
 
+/* Every record kind but the event carries its process's rank after its
+ * source (part_late_rank sets it in place). */
+_Static_assert(offsetof(tm_run_step, rank) == 4 && offsetof(tm_run_capture, rank) == 4 &&
+                   offsetof(tm_run_phase, rank) == 4 && offsetof(tm_run_oom, rank) == 4 &&
+                   offsetof(tm_run_worker, rank) == 4 && offsetof(tm_run_optstep, rank) == 4 &&
+                   offsetof(tm_run_anatomy, rank) == 4 && offsetof(tm_run_oomsum, rank) == 4,
+               "run records carry the rank at offset 4");
+
+/* A process whose launcher set no RANK (Lightning's DDP launcher,
+ * torch.multiprocessing.spawn) learns its rank from init_process_group,
+ * after its file may have been made with none: its process.rank event
+ * ({"rank":N}, an integer under 2^24; the first one) becomes the header's
+ * rank and its records'.  A header that names a rank keeps it. */
+static void part_late_rank(struct part *p)
+{
+    if (p->hdr.rank >= 0)
+        return;
+    const tm_run_event *ev = (const tm_run_event *)p->dst[V_EVENT];
+    long rank = -1;
+    for (size_t i = 0; i < p->got[V_EVENT] && rank < 0; i++) {
+        const char *k;
+        if (!ev[i].name || strcmp(ev[i].name, "process.rank") != 0 || !ev[i].json ||
+            !(k = strstr(ev[i].json, "\"rank\":")))
+            continue;
+        char *end;
+        long r = strtol(k + 7, &end, 10);
+        if (end != k + 7 && r >= 0 && r < (1L << 24))
+            rank = r;
+    }
+    if (rank < 0)
+        return;
+    int32_t r32 = (int32_t)rank;
+    p->hdr.rank = r32;
+    for (int k = 0; k < V_N; k++)
+        for (size_t i = 0; k != V_EVENT && i < p->got[k]; i++)
+            memcpy(p->dst[k] + i * vec_el[k] + 4, &r32, sizeof r32);
+}
+
 /* Second pass: decodes every record into the arrays sized by the first. */
 static void part_load(struct part *p)
 {
@@ -675,6 +713,7 @@ static void part_load(struct part *p)
         part_note(p, "%s: %zu more damaged places, skipped", p->path,
                   p->ndamage - RUN_NOTES_PER_FILE);
     p->torn = tm_reader_torn_tail(rd);
+    part_late_rank(p);
     if (p->torn)
         part_note(p, "%s: torn last record (the writer stopped in the middle of it), ignored",
                   p->path);

@@ -558,6 +558,55 @@ static void test_the_first_steps_wait_is_warmup_and_not_counted(void **st)
     done(&run, &a);
 }
 
+/* A process whose rank came from its process group after its file was
+ * made (mp.spawn, Lightning's launcher: no RANK in the environment): its
+ * process.rank event is its header's rank and its records'.  Crafted
+ * ones (negative, 2^24 or more, not a number) are not, and a header that
+ * names a rank keeps it. */
+static void test_a_rank_learned_late_is_the_files_rank(void **st)
+{
+    (void)st;
+    const struct {
+        const char *file, *role;
+        int rank;
+        const char *js;
+        int want;
+    } f[] = {
+        {"pid42.tmr", "pid42", -1, "{\"rank\":3,\"world_size\":4}", 3},
+        {"pid43.tmr", "pid43", -1, "{\"rank\":-2}", -1},
+        {"pid44.tmr", "pid44", -1, "{\"rank\":16777216}", -1},
+        {"pid45.tmr", "pid45", -1, "{\"rank\":\"x\"}", -1},
+        {"rank1.tmr", "rank1", 1, "{\"rank\":5}", 1},
+    };
+    for (size_t i = 0; i < 5; i++) {
+        tm_rec *w = open_rec(f[i].file, f[i].role, f[i].rank);
+        put_steps(w, 2, 0, 0.1, 0.001);
+        assert_int_equal(tm_rec_event(w, at(0.15), "process.rank", f[i].js), 0);
+        put_steps(w, 2, 0.2, 0.1, 0.001);
+        tm_rec_close(&w);
+    }
+    tm_run *run;
+    const char *dirs[] = {dir};
+    assert_int_equal(tm_run_load(&run, dirs, 1), 0);
+    const tm_run_source *src;
+    size_t ns = tm_run_sources(run, &src);
+    assert_int_equal(ns, 5);
+    const tm_run_step *stp;
+    size_t nst = tm_run_steps(run, &stp);
+    assert_int_equal(nst, 20);
+    for (size_t k = 0; k < ns; k++) {
+        int want = -2;
+        for (size_t i = 0; i < 5; i++)
+            if (strcmp(src[k].file, f[i].file) == 0)
+                want = f[i].want;
+        assert_int_equal(src[k].header.rank, want);
+        for (size_t j = 0; j < nst; j++)
+            if (stp[j].source == k)
+                assert_int_equal(stp[j].rank, want); /* the steps before the event too */
+    }
+    tm_run_free(&run);
+}
+
 /* --- GPU */
 
 static void test_low_gpu_utilization_while_input_keeps_up_is_underutilized(void **st)
@@ -2251,6 +2300,7 @@ int main(void)
         T(test_a_swing_while_the_input_keeps_up_points_at_the_host_side),
         T(test_steady_gpu_utilization_is_no_swing),
         T(test_the_jobs_gpu_is_read_not_the_machines),
+        T(test_a_rank_learned_late_is_the_files_rank),
         T(test_another_jobs_gpu_swinging_is_not_this_jobs_swing),
         T(test_a_swing_beside_an_overlapped_input_is_not_blamed_on_data),
         T(test_idle_gpu_behind_a_waiting_loop_is_left_to_the_input_finding),
