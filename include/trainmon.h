@@ -496,6 +496,12 @@ typedef struct tm_rec tm_rec;
  * refused (-ECHILD): only the opener's process writes. */
 int tm_rec_open(tm_rec **out, const char *path, const tm_rec_opts *opts);
 
+/* Sets the rank in the file's header in place (its CRC with it): a
+ * process that learned its rank after it made the file (the CPython
+ * extension's set_rank).  0, or a negative errno (-ECHILD in a forked
+ * child). */
+int tm_rec_set_rank(tm_rec *w, int32_t rank);
+
 /* Appends one record of the given type.  t_ns == 0 means now.  Thread-safe.
  * Returns 0, -ENOSPC (disk full: further appends fail quickly), -E2BIG
  * (payload larger than a block), -ECHILD (in a forked child). */
@@ -612,6 +618,10 @@ typedef struct tm_rec_event_def {
     uint32_t json_len;
 } tm_rec_event_def;
 int tm_rec_decode_event(const tm_record *rec, tm_rec_event_def *out);
+/* The rank a process.rank event says ({"rank":R,...}: a process that
+ * learned it from its process group after its file was made), or -1: not
+ * such an event, or R not an integer in [0, 2^24). */
+int32_t tm_rec_event_rank(const tm_rec_event_def *e);
 
 /* --- in-process records (python/trainmon)
  *

@@ -150,9 +150,15 @@ def _env_int(*names):
 
 
 def _rank():
-    # TRAINMON_RANK: the rank a parent learned from its process group
-    # (_learn_rank), for its spawned DataLoader workers
-    return _env_int("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "TRAINMON_RANK")
+    r = _env_int("RANK")
+    if r is None and "--multiprocessing-fork" in sys.argv:
+        # a process multiprocessing spawned (a DataLoader worker of a rank
+        # whose launcher set no RANK): the rank its parent learned from its
+        # process group (_learn_rank).  Not a helper script the rank runs.
+        r = _env_int("TRAINMON_RANK")
+    if r is None:
+        r = _env_int("SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+    return r
 
 
 def _world_size():
@@ -1493,21 +1499,28 @@ def _install_collectives(torch):
             _patch(dist, name, _make_collective(fn))
     fn = _orig_of(dist, "init_process_group")
     if fn is not None:
-        _patch(dist, "init_process_group", _make_init_pg(fn))
+        _patch(dist, "init_process_group", _make_rank_learner(fn, after=True))
+    fn = _orig_of(dist, "destroy_process_group")
+    if fn is not None:  # (a group made by a function bound before attach)
+        _patch(dist, "destroy_process_group", _make_rank_learner(fn, after=False))
 
 
-def _make_init_pg(orig):
+def _make_rank_learner(orig, after):
     """torch.distributed.init_process_group(...), then the process's rank
-    from it where the environment named none (_learn_rank)."""
+    from its group (after), or destroy_process_group(...), the rank taken
+    before the group goes (_learn_rank)."""
     import functools
 
     @functools.wraps(orig)
-    def init_process_group(*args, **kwargs):
+    def learner(*args, **kwargs):
+        if not after:
+            _learn_rank()
         r = orig(*args, **kwargs)
-        _learn_rank()
+        if after:
+            _learn_rank()
         return r
-    init_process_group._trainmon = True
-    return init_process_group
+    learner._trainmon = True
+    return learner
 
 
 def _learn_rank():
@@ -1519,14 +1532,19 @@ def _learn_rank():
     applies it to the file's records).  DataLoader workers forked after
     record it as their rank.  Never raises."""
     try:
-        if _state["rank"] >= 0 or _state["pid"] != os.getpid():
-            return
+        if _state["pid"] != os.getpid() or os.environ.get("RANK") is not None:
+            return  # torchrun's, and the launchers that set RANK, are right
         dist = sys.modules.get("torch.distributed")
         if dist is None or not dist.is_available() or not dist.is_initialized():
             return
         rank, world = int(dist.get_rank()), int(dist.get_world_size())
         if rank < 0:
             return
+        # spawned DataLoader workers (mp.spawn's children spawn theirs) read it
+        os.environ["TRAINMON_RANK"] = str(rank)
+        if rank == _state["rank"]:
+            return  # (SLURM_PROCID of a batch step's one task is 0 in every
+            # process that mp.spawn or Lightning starts in it: the group's wins)
         role = "rank%d" % rank
         path = os.path.join(_state["run_dir"], role + ".tmr")
         if os.path.exists(path):
@@ -1536,8 +1554,6 @@ def _learn_rank():
         if _c.set_rank(rank, world, path, role[:31], json.dumps(meta)):
             _state.update(role=role)  # the file is made under this name
         _state.update(rank=rank, meta=meta)
-        # spawned DataLoader workers (mp.spawn's children spawn theirs) read it
-        os.environ["TRAINMON_RANK"] = str(rank)
     except Exception as e:
         _report_exc("learning the process's rank", e)
 
@@ -2249,6 +2265,8 @@ def attach(run_dir=None, memory_history=None):
             _report_exc("batch preparation timing (zero_grad)", e)
         try:
             _install_collectives(torch)
+            off = getattr(getattr(torch, "compiler", None), "disable", None)
+            _c.rank_bind(off(_learn_rank) if off is not None else _learn_rank)
         except Exception as e:
             _report_exc("collective timing", e)
         try:

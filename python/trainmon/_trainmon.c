@@ -612,7 +612,8 @@ static PyObject *py_open(PyObject *self, PyObject *args)
 /* set_rank(rank, world_size, path, role, meta_json) -> True when this
  * process's record file is yet to be made (it will be made at path, role
  * and rank as given, its inproc.start the new meta), False when it is
- * made (a process.rank event says the rank; the reader applies it): the
+ * made (its header's rank is set in place, and a process.rank event says
+ * it to the live readers): the
  * rank learned from the process group (the glue's _learn_rank).  Forked
  * DataLoader workers record it from now on (g_rank). */
 static PyObject *py_set_rank(PyObject *self, PyObject *args)
@@ -635,6 +636,10 @@ static PyObject *py_set_rank(PyObject *self, PyObject *args)
         Py_RETURN_TRUE;
     }
     if (g_rec && g_rec_pid == me) {
+        /* the header's rank in place (a ring keeps its header while it
+         * overwrites old events), and the event for readers that classified
+         * the file already (follow.c) or a header that could not be written */
+        (void)tm_rec_set_rank(g_rec, rank);
         char js[64];
         snprintf(js, sizeof js, "{\"rank\":%d,\"world_size\":%d}", rank, world);
         tm_rec_event(g_rec, 0, "process.rank", js);
@@ -1033,13 +1038,15 @@ static void fwd_arm(int64_t t)
     g_arm_cpu = tm_prep_cpu_due(g_written + (uint64_t)g_npend) ? thread_cpu_ns() : -1;
 }
 
-static void gc_pend_flush(int prep);
+static void gc_unprep(void);
+static int g_gc_micro_n; /* pauses in the micro-batch span (gc_unprep, below) */
 
 static void fwd_disarm(void)
 {
     if (!g_fwd_armed)
         return;
-    gc_pend_flush(0); /* a span no forward ended: no preparation */
+    if (g_arm_micro)
+        gc_unprep(); /* a micro-batch span no forward ended: no preparation */
     g_fwd_armed = 0;
     fwd_flag_type(0);
     if (g_fwd_hooks && !g_fwd_flag && PyObject_DelItem(g_fwd_hooks, g_fwd_key) < 0)
@@ -1056,8 +1063,8 @@ static void first_forward(void)
     int64_t t = now_ns(), cpu = (g_arm_micro ? g_marm_cpu : g_arm_cpu) >= 0 ? thread_cpu_ns() : -1;
     if (g_arm_micro) {
         acc *a = &g_acc[TM_STEP_BY_OPTIMIZER];
-        gc_pend_flush(t >= g_marm_t && g_opt_began == g_marm_opt);
         if (t >= g_marm_t && g_opt_began == g_marm_opt) {
+            g_gc_micro_n = 0; /* its pauses were in a preparation */
             int64_t hk = g_hk_ns - g_marm_hk, span = t - g_marm_t - hk;
             a->prep_more += span > 0 ? span : 0;
             a->prep_more_n++;
@@ -1153,6 +1160,10 @@ static int grad_enabled(void)
 }
 
 static int g_pending_flags; /* threshold callbacks due, for the hook that returns next */
+/* The glue's _learn_rank, called once, at the first training step, in a
+ * process without a rank: a process group made by an init_process_group
+ * bound by name before attach (the wrapper never ran) is up by then */
+static PyObject *g_rank_cb;
 
 /* Writes a training step: numbered, into the window, thresholds checked,
  * the allocator sampled (once CUDA is up). */
@@ -1164,6 +1175,16 @@ static void emit_train(tm_inproc_step *s)
     rec_put(TM_REC_STEP, s->end_ns, buf, tm_inproc_encode_step(s, buf, sizeof buf));
     if (s->flags & TM_STEP_ENDED_AT_EXIT)
         return;
+    if (g_written == 1 && g_rank < 0 && g_rank_cb) {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb); /* (none expected: kept whatever it is) */
+        PyObject *r = PyObject_CallNoArgs(g_rank_cb);
+        if (r)
+            Py_DECREF(r);
+        else
+            swallow(R_INTERNAL, "learning the rank");
+        PyErr_Restore(et, ev, tb);
+    }
     tm_follow_step(&g_tally, &g_win, s); /* the one step accounting */
     auto_sample(TM_CAPTURE_STEP, "step", 4, s->end_ns);
     if (g_nth)
@@ -1925,7 +1946,8 @@ static PyObject *py_shutdown(PyObject *self, PyObject *noargs)
         if (g_rec)
             tm_rec_event(g_rec, 0, "inproc.boundaries", js);
     }
-    gc_pend_flush(0); /* a micro-batch span open at the end */
+    if (g_fwd_armed && g_arm_micro)
+        gc_unprep(); /* a micro-batch span open at the end: no step's */
     gc_totals();
     Py_RETURN_NONE;
 }
@@ -2512,17 +2534,27 @@ static PyObject *py_gc_explicit(PyObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-/* Pauses begun in a micro-batch span, held until the span is decided: the
- * next micro-batch's forward ends a span of preparation (first_forward),
- * while the span armed after the last backward (clipping, logging, the
- * optimizer step) ends without one and is no preparation (fwd_disarm).
- * A few at most; more are written at once, as not in a preparation. */
-#define GC_PEND_MAX 4
-static struct {
-    int64_t t;
-    char js[224]; /* up to "prep": */
-} g_gc_pend[GC_PEND_MAX];
-static int g_gc_npend;
+/* Pauses begun in a micro-batch span are written at once (a process
+ * killed in the span keeps them) as in a preparation, and counted here:
+ * the next micro-batch's forward ends a span of preparation
+ * (first_forward), while the span armed after the last backward
+ * (clipping, logging, the optimizer step) ends without one and is none:
+ * then a gc.unprep event (its pauses and the span's length) takes them
+ * back (runsum_gc.c reads it). */
+
+static void gc_unprep(void)
+{
+    if (!g_gc_micro_n)
+        return;
+    int64_t t = tm_now_mono_ns(); /* the pauses' clock */
+    if (g_rec && g_rec_pid == getpid()) {
+        char js[96];
+        snprintf(js, sizeof js, "{\"pauses\":%d,\"span_s\":%.6f}", g_gc_micro_n,
+                 t > g_marm_t ? (double)(t - g_marm_t) / 1e9 : 0.0);
+        tm_rec_event(g_rec, t, "gc.unprep", js);
+    }
+    g_gc_micro_n = 0;
+}
 
 /* A forked child counts its own collections (a DataLoader worker's file
  * may write gc.totals) */
@@ -2532,7 +2564,7 @@ static void gc_forked(void)
     memset(g_gc_ns, 0, sizeof g_gc_ns);
     g_gc_events = g_gc_dropped = 0;
     g_gc_max_ns = g_gc_t0 = 0;
-    g_gc_npend = 0;
+    g_gc_micro_n = 0;
 }
 static PyObject *g_gc_key_gen, *g_gc_key_coll; /* "generation", "collected" */
 
@@ -2551,7 +2583,7 @@ static long gc_info_long(PyObject *info, PyObject *key)
  * in (no preparation: it is dropped).  Read when a collection begins, by
  * whichever thread runs it: the training thread's state, under the GIL as
  * all of the agent's.  1: the step's span; 2: a micro-batch span, which is
- * preparation only if a forward ends it (gc_pend_flush). */
+ * preparation only if a forward ends it (g_gc_micro_n). */
 static int gc_in_prep(void)
 {
     if (!g_fwd_armed || g_hk_depth || g_in_eval)
@@ -2559,18 +2591,6 @@ static int gc_in_prep(void)
     if (!g_arm_micro)
         return 1;
     return g_opt_began == g_marm_opt ? 2 : 0;
-}
-
-static void gc_pend_flush(int prep)
-{
-    for (int i = 0; i < g_gc_npend; i++) {
-        size_t n = strlen(g_gc_pend[i].js);
-        snprintf(g_gc_pend[i].js + n, sizeof g_gc_pend[i].js - n, "%s}", prep ? "true" : "false");
-        if (g_rec && g_rec_pid == getpid() &&
-            tm_rec_event(g_rec, g_gc_pend[i].t, "gc.pause", g_gc_pend[i].js) == 0)
-            g_gc_events++;
-    }
-    g_gc_npend = 0;
 }
 
 /* gc_callback(phase, info): "start" or "stop" of a collection */
@@ -2634,15 +2654,11 @@ static PyObject *py_gc_callback(PyObject *self, PyObject *const *args, Py_ssize_
                      (t_save_depth > 0 && t_save_blocking) || g_agent_busy ? "true" : "false");
     if (n < 0 || (size_t)n >= sizeof js - 8)
         Py_RETURN_NONE;
-    if (g_gc_prep == 2 && g_gc_npend < GC_PEND_MAX) { /* decided with its span */
-        g_gc_pend[g_gc_npend].t = t;
-        memcpy(g_gc_pend[g_gc_npend].js, js, (size_t)n + 1);
-        g_gc_npend++;
-        Py_RETURN_NONE;
-    }
-    snprintf(js + n, sizeof js - (size_t)n, "%s}", g_gc_prep == 1 ? "true" : "false");
-    if (tm_rec_event(g_rec, t, "gc.pause", js) == 0)
+    snprintf(js + n, sizeof js - (size_t)n, "%s}", g_gc_prep ? "true" : "false");
+    if (tm_rec_event(g_rec, t, "gc.pause", js) == 0) {
         g_gc_events++;
+        g_gc_micro_n += g_gc_prep == 2; /* decided with its span */
+    }
     Py_RETURN_NONE;
 }
 
@@ -3607,6 +3623,19 @@ static PyObject *py_zgrad_bind(PyObject *self, PyObject *reg)
     Py_RETURN_NONE;
 }
 
+/* rank_bind(learn): the glue's _learn_rank, for the first training step;
+ * None: off. */
+static PyObject *py_rank_bind(PyObject *self, PyObject *cb)
+{
+    (void)self;
+    Py_CLEAR(g_rank_cb);
+    if (cb != Py_None && PyCallable_Check(cb)) {
+        Py_INCREF(cb);
+        g_rank_cb = cb;
+    }
+    Py_RETURN_NONE;
+}
+
 /* opt_made(): an optimizer was constructed (its __init__'s wrapper). */
 static PyObject *py_opt_made(PyObject *self, PyObject *noargs)
 {
@@ -3977,6 +4006,7 @@ static PyMethodDef methods[] = {
     {"recording", py_recording, METH_NOARGS, "whether records are being written"},
     {"file_open", py_file_open, METH_NOARGS, "whether this process's record file is open"},
     {"event", py_event, METH_VARARGS, "event(name, json)"},
+    {"rank_bind", py_rank_bind, METH_O, "rank_bind(learn): called at the first step"},
     {"set_rank", py_set_rank, METH_VARARGS,
      "set_rank(rank, world_size, path, role, meta_json) -> file still to be made"},
     {"bind_torch", py_bind_torch, METH_VARARGS, "bind_torch(memstats, is_init, meminfo, curdev)"},

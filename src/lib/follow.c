@@ -145,6 +145,17 @@ static void follow_record(tm_follow_rank *k, int64_t mono_to_wall, const tm_reco
         p->bytes[TM_ANAT_UNKNOWN] = a.unknown;
         break;
     }
+    case TM_REC_EVENT: {
+        /* a rank learned from the process group after the file was made
+         * (and its header classified): the live views' label */
+        tm_rec_event_def e;
+        int32_t r;
+        if (k->rank < 0 && tm_rec_decode_event(rec, &e) == 0 && (r = tm_rec_event_rank(&e)) >= 0) {
+            k->rank = r;
+            snprintf(k->label, sizeof k->label, "%d", (int)r);
+        }
+        break;
+    }
     case TM_REC_OOM: {
         k->ooms++;
         tm_inproc_oom o;

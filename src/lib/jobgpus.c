@@ -11,7 +11,8 @@
  * NVML lists the compute processes on each GPU with the memory they hold
  * (gpu.process_memory_bytes{gpu,pid} in the host's system record).  A
  * training process (a rank, or the one process of a job) of that host
- * whose pid NVML lists is on those GPUs; of them, its own are those where
+ * whose pid NVML lists, while the process recorded (a pid is reused), is
+ * on those GPUs; of them, its own are those where
  * it holds at least TM_AN_JOB_GPU_SHARE of the most it holds on any: a
  * CUDA context of a few hundred MiB on cuda:0, made by a call before
  * torch.cuda.set_device (every rank of a DDP job that does so has one
@@ -86,9 +87,18 @@ int tm_runsum_job_gpus(tm_runview *v, const tm_an_rank *ranks, size_t nranks)
         struct held x = {.rank = r, .source = m->source, .most = 1};
         if (r == SIZE_MAX || !tm_labels_get(m->labels, "gpu", x.gpu, sizeof x.gpu))
             continue;
-        for (size_t j = 0; j < m->n; j++)
+        /* while the process ran: NVML's pid may be another's before or after */
+        const tm_run_source *rs = &v->src[ranks[r].source];
+        bool seen = false;
+        for (size_t j = 0; j < m->n; j++) {
+            if (m->t_ns[j] < rs->first_ns || m->t_ns[j] > rs->last_ns)
+                continue;
+            seen = true;
             if (isfinite(m->v[j]) && m->v[j] > x.most)
                 x.most = m->v[j];
+        }
+        if (!seen)
+            continue;
         if (x.most > top[r])
             top[r] = x.most;
         h[nh++] = x;

@@ -607,6 +607,30 @@ int tm_rec_event(tm_rec *w, int64_t t_ns, const char *name, const char *json)
     return rc;
 }
 
+int tm_rec_set_rank(tm_rec *w, int32_t rank)
+{
+    if (!w)
+        return -EINVAL;
+    int rc = rec_lock(w);
+    if (rc)
+        return rc;
+    tm_rec_filehdr fh;
+    ssize_t n = pread(w->fd, &fh, sizeof fh, 0);
+    if (n != (ssize_t)sizeof fh) {
+        rc = n < 0 ? -errno : -EIO;
+    } else {
+        fh.rank = rank;
+        fh.crc = tm_crc32c(0, &fh, offsetof(tm_rec_filehdr, crc));
+        /* one write of the 164 bytes, inside the first page */
+        n = pwrite(w->fd, &fh, offsetof(tm_rec_filehdr, crc) + sizeof fh.crc, 0);
+        rc = n == (ssize_t)(offsetof(tm_rec_filehdr, crc) + sizeof fh.crc) ? 0
+             : n < 0                                                       ? -errno
+                                                                           : -EIO;
+    }
+    pthread_mutex_unlock(&w->mu);
+    return rc ? tm_seterr(rc, "record file header: %s", strerror(-rc)) : 0;
+}
+
 uint64_t tm_rec_bytes(const tm_rec *w)
 {
     return w ? __atomic_load_n(&w->bytes, __ATOMIC_RELAXED) : 0;

@@ -593,6 +593,24 @@ int tm_rec_decode_sample(const tm_record *rec, uint32_t *ids, double *values, si
     return (int)n;
 }
 
+int32_t tm_rec_event_rank(const tm_rec_event_def *e)
+{
+    static const char name[] = "process.rank", key[] = "\"rank\":";
+    if (!e || !e->name || !e->json || e->name_len != sizeof name - 1 ||
+        memcmp(e->name, name, sizeof name - 1) != 0)
+        return -1;
+    char buf[64]; /* the text is the writer's: bounded, NUL-terminated here */
+    size_t n = e->json_len < sizeof buf - 1 ? e->json_len : sizeof buf - 1;
+    memcpy(buf, e->json, n);
+    buf[n] = '\0';
+    const char *k = strstr(buf, key);
+    if (!k)
+        return -1;
+    char *end;
+    long r = strtol(k + sizeof key - 1, &end, 10);
+    return end != k + sizeof key - 1 && r >= 0 && r < (1L << 24) ? (int32_t)r : -1;
+}
+
 int tm_rec_decode_event(const tm_record *rec, tm_rec_event_def *out)
 {
     if (!rec || !out || rec->type != TM_REC_EVENT || rec->len < 8 || !rec->payload)

@@ -222,7 +222,8 @@ static bool disk_is_target(const tm_runview *v, const char *dev, bool *any_named
         const char *end = strchr(d, ']');
         if (!end)
             continue;
-        if (end > strchr(d, '[') + 1)
+        const char *lb = strchr(d, '['); /* (a crafted "disks":] has none) */
+        if (lb && lb < end && end > lb + 1)
             named = true;
         const char *hit = strstr(d, pat);
         if (hit && hit < end) {

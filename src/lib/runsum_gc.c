@@ -78,6 +78,23 @@ static int by_begin(const void *x, const void *y)
     return (p->b > q->b) - (p->b < q->b);
 }
 
+/* The agent's gc.unprep event e takes back the prep of the pauses in a
+ * micro-batch span no forward ended (the span after the last backward:
+ * clipping, logging, the optimizer step): those of its source (p, n,
+ * sorted by begin) that began in [t - span_s, t] and were written as
+ * prep. */
+static void unprep(const tm_run_event *e, struct pause *p, size_t n)
+{
+    double span;
+    if (!n || !e->name || strcmp(e->name, "gc.unprep") != 0 || !e->json ||
+        !isfinite(span = tm_runsum_event_num(e->json, "span_s")) || span >= 3.2e7)
+        return;
+    int64_t lo = tm_sat_sub64(e->t_ns, (int64_t)llround(span * 1e9));
+    for (size_t k = 0; k < n && p[k].b <= e->t_ns; k++)
+        if (p[k].prep > 0 && p[k].b >= lo)
+            p[k].prep = 0;
+}
+
 /* The first pause ending after t (pauses sorted, none inside another) */
 static size_t first_after(const struct pause *p, size_t n, int64_t t)
 {
@@ -155,6 +172,9 @@ static struct pause *pauses_of(const tm_runview *v, const tm_run_loop *L, uint32
             p[k++] = (struct pause){b, ev[i].t_ns, prep_of(&ev[i])};
     }
     qsort(p, k, sizeof *p, by_begin);
+    for (size_t i = 0; s != ALL && i < nev; i++)
+        if (ev[i].source == s)
+            unprep(&ev[i], p, k);
     *n = k;
     return p;
 }
@@ -264,6 +284,9 @@ static struct pause *pauses_by_source(const tm_runview *v, const tm_run_loop *L,
     }
     for (size_t s = 0; s < v->nsrc; s++)
         qsort(p + off[s], fill[s], sizeof *p, by_begin);
+    for (size_t i = 0; i < nev; i++)
+        if (ev[i].source < v->nsrc)
+            unprep(&ev[i], p + off[ev[i].source], fill[ev[i].source]);
     free(fill);
     *off_out = off;
     return p;

@@ -629,28 +629,29 @@ _Static_assert(offsetof(tm_run_step, rank) == 4 && offsetof(tm_run_capture, rank
 
 /* A process whose launcher set no RANK (Lightning's DDP launcher,
  * torch.multiprocessing.spawn) learns its rank from init_process_group,
- * after its file may have been made with none: its process.rank event
- * ({"rank":N}, an integer under 2^24; the first one) becomes the header's
- * rank and its records'.  A header that names a rank keeps it. */
+ * after its file may have been made with none.  The agent then sets the
+ * header's rank in place (tm_rec_set_rank) and writes a process.rank
+ * event; where the header still has none (the rewrite failed), the first
+ * such event (tm_rec_event_rank) becomes the header's rank and its
+ * records'.  A header that names a rank keeps it. */
 static void part_late_rank(struct part *p)
 {
     if (p->hdr.rank >= 0)
         return;
     const tm_run_event *ev = (const tm_run_event *)p->dst[V_EVENT];
-    long rank = -1;
-    for (size_t i = 0; i < p->got[V_EVENT] && rank < 0; i++) {
-        const char *k;
-        if (!ev[i].name || strcmp(ev[i].name, "process.rank") != 0 || !ev[i].json ||
-            !(k = strstr(ev[i].json, "\"rank\":")))
+    int32_t r32 = -1;
+    for (size_t i = 0; i < p->got[V_EVENT] && r32 < 0; i++) {
+        if (!ev[i].name || !ev[i].json)
             continue;
-        char *end;
-        long r = strtol(k + 7, &end, 10);
-        if (end != k + 7 && r >= 0 && r < (1L << 24))
-            rank = r;
+        size_t nl = strlen(ev[i].name), jl = strlen(ev[i].json);
+        tm_rec_event_def d = {.name = ev[i].name,
+                              .json = ev[i].json,
+                              .name_len = (uint16_t)(nl < UINT16_MAX ? nl : UINT16_MAX),
+                              .json_len = (uint32_t)(jl < UINT32_MAX ? jl : UINT32_MAX)};
+        r32 = tm_rec_event_rank(&d);
     }
-    if (rank < 0)
+    if (r32 < 0)
         return;
-    int32_t r32 = (int32_t)rank;
     p->hdr.rank = r32;
     for (int k = 0; k < V_N; k++)
         for (size_t i = 0; k != V_EVENT && i < p->got[k]; i++)

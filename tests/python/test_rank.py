@@ -21,19 +21,25 @@ import sys
 from conftest import PYDIR, records
 
 SCRIPT = r"""
-import os, sys, torch
+import os, subprocess, sys, torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch.distributed import init_process_group as bound_init  # before attach
 
 def work(rank, port, early):
     import trainmon
     trainmon.attach()
     m = torch.nn.Linear(4, 1)
     opt = torch.optim.SGD(m.parameters(), lr=0.01)
-    if early:                                  # a step before the group: the file is made
+    if early == "early":                       # a step before the group: the file is made
         m(torch.randn(2, 4)).sum().backward(); opt.step(); opt.zero_grad()
-    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port,
-                            rank=rank, world_size=2)
+    init = bound_init if early == "bound" else dist.init_process_group
+    init("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank, world_size=2)
+    if rank == 0:                              # a helper script the rank runs: no rank of its
+        out = subprocess.run([sys.executable, "-c", "import os, trainmon; "
+                              "print(trainmon._rank(), os.environ.get('TRAINMON_RANK'))"],
+                             capture_output=True, text=True).stdout.split()
+        print("helper", out, flush=True)
     ds = torch.utils.data.TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
     # forked workers (a process mp.spawn started spawns its own by default:
     # fresh interpreters that attach only under `trainmon run`)
@@ -43,27 +49,39 @@ def work(rank, port, early):
     dist.destroy_process_group()
 
 if __name__ == "__main__":
-    mp.spawn(work, args=(int(sys.argv[1]), sys.argv[2] == "early"), nprocs=2)
+    mp.spawn(work, args=(int(sys.argv[1]), sys.argv[2]), nprocs=2)
 """
 
 
-def _spawn(tmp_path, early):
+def _spawn(tmp_path, how, env=None):
     script = tmp_path / "job.py"
     script.write_text(SCRIPT)
-    run = tmp_path / ("early" if early else "late")
+    run = tmp_path / how
     e = dict(os.environ, PYTHONPATH=PYDIR + os.pathsep + os.environ.get("PYTHONPATH", ""),
              TRAINMON_RUN_DIR=str(run))
-    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "TRAINMON_ATTACH", "TRAINMON_RANK"):
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "TRAINMON_ATTACH", "TRAINMON_RANK",
+              "SLURM_PROCID"):
         e.pop(k, None)
-    p = subprocess.run([sys.executable, str(script), str(random.randint(31000, 39000)),
-                        "early" if early else "late"], env=e, capture_output=True, text=True,
-                       timeout=240)
+    e.update(env or {})
+    p = subprocess.run([sys.executable, str(script), str(random.randint(31000, 39000)), how],
+                       env=e, capture_output=True, text=True, timeout=240)
     assert p.returncode == 0, p.stderr[-3000:]
+    # the helper rank 0 ran took no rank of ours (TRAINMON_RANK is for the
+    # workers multiprocessing spawns; a launcher's SLURM_PROCID is its own)
+    helper = "helper ['%s', '%s']" % (e.get("SLURM_PROCID") or None,
+                                      None if how == "bound" else 0)  # (learned at step 1)
+    assert helper in p.stdout, (helper, p.stdout)
     return run
 
 
+def _headers(run):
+    import trainmon
+    return {f: trainmon.read_records(str(run / f))[0]["rank"] for f in os.listdir(run)
+            if f.endswith(".tmr")}
+
+
 def test_a_spawned_rank_names_its_file_and_its_workers(tmp_path):
-    run = _spawn(tmp_path, early=False)
+    run = _spawn(tmp_path, "late")
     files = sorted(os.listdir(run))
     assert [f for f in files if not f.startswith("worker-")] == ["rank0.tmr", "rank1.tmr"], files
     assert sorted(f.split("-")[1] for f in files if f.startswith("worker-")) == ["r0", "r1"], files
@@ -78,7 +96,7 @@ def test_a_spawned_rank_names_its_file_and_its_workers(tmp_path):
 
 def test_a_rank_learned_after_the_file_was_made_is_an_event_the_report_applies(tmp_path,
                                                                                trainmon_bin):
-    run = _spawn(tmp_path, early=True)
+    run = _spawn(tmp_path, "early")
     files = sorted(os.listdir(run))
     main = [f for f in files if f.endswith(".tmr") and not f.startswith("worker-")]
     assert len(main) == 2 and all(f.startswith("pid") for f in main), files
@@ -95,3 +113,21 @@ def test_a_rank_learned_after_the_file_was_made_is_an_event_the_report_applies(t
     assert p.returncode == 0, p.stderr
     s = json.loads(p.stdout)["summary"]
     assert sorted((r["rank"], r["workers"]) for r in s["ranks"]) == [("0", 1), ("1", 1)], s["ranks"]
+
+
+def test_the_rank_is_set_in_the_header_of_a_file_made_before_it(tmp_path):
+    """(the header survives where a ring overwrites the event)"""
+    hdr = _headers(_spawn(tmp_path, "early"))
+    assert sorted(r for f, r in hdr.items() if f.startswith("pid")) == [0, 1], hdr
+
+
+def test_a_group_made_by_a_function_bound_before_attach(tmp_path):
+    """learned at the first training step (the files were made by then)"""
+    hdr = _headers(_spawn(tmp_path, "bound"))
+    assert sorted(r for f, r in hdr.items() if not f.startswith(("worker-", "system"))) == [0, 1], hdr
+
+
+def test_the_groups_rank_wins_over_a_launcher_rank_that_is_not_RANK(tmp_path):
+    """an sbatch step's SLURM_PROCID=0 is every spawned process's"""
+    hdr = _headers(_spawn(tmp_path, "late", env={"SLURM_PROCID": "0"}))
+    assert hdr.get("rank0.tmr") == 0 and hdr.get("rank1.tmr") == 1, hdr

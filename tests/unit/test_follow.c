@@ -177,6 +177,36 @@ static void test_training_files_are_followed_and_system_and_worker_files_are_not
     tm_rec_close(&wk);
 }
 
+/* A process that learned its rank after the live view classified its
+ * file (pid42, rank -1): its process.rank event is its label from then on;
+ * a crafted one is not. */
+static void test_a_rank_learned_late_relabels_the_live_row(void **st)
+{
+    (void)st;
+    tm_rec *p = open_file("", "pid42.tmr", "pid42", -1, 0);
+    tm_rec *q = open_file("", "pid43.tmr", "pid43", -1, 0);
+    put_steps(p, 0, 2);
+    put_steps(q, 0, 2);
+    tm_follow *f = NULL;
+    assert_int_equal(tm_follow_open(&f, dir, false), 0);
+    assert_int_equal(tm_follow_poll(f, 1000), 0);
+    assert_non_null(rank_by_label(f, 0, "pid42"));
+    assert_int_equal(tm_rec_event(p, 0, "process.rank", "{\"rank\":2,\"world_size\":4}"), 0);
+    assert_int_equal(tm_rec_event(q, 0, "process.rank", "{\"rank\":-3}"), 0);
+    put_steps(p, 2, 2);
+    put_steps(q, 2, 2);
+    assert_int_equal(tm_follow_poll(f, 1000), 0);
+    const tm_follow_rank *k = rank_by_label(f, 0, "2");
+    assert_non_null(k);
+    assert_int_equal(k->rank, 2);
+    assert_int_equal(k->tally.steps, 4);
+    assert_null(rank_by_label(f, 0, "pid42"));
+    assert_non_null(rank_by_label(f, 0, "pid43"));
+    tm_follow_close(&f);
+    tm_rec_close(&p);
+    tm_rec_close(&q);
+}
+
 static void test_each_poll_reads_only_what_was_appended(void **st)
 {
     (void)st;
@@ -518,6 +548,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(
             test_training_files_are_followed_and_system_and_worker_files_are_not, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_rank_learned_late_relabels_the_live_row, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_each_poll_reads_only_what_was_appended, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_records_read_per_pass_are_bounded, setup, teardown),

@@ -311,6 +311,39 @@ static void test_header_round_trips_role_rank_pid_host_and_sizes(void **state)
     tm_reader_close(&r);
 }
 
+/* A rank learned after the file was made (tm_rec_set_rank): the header
+ * says it, its CRC still holds (no damage), and a ring that wrapped many
+ * times keeps it; a forked child may not write it. */
+static void test_the_headers_rank_is_set_in_place(void **state)
+{
+    (void)state;
+    tm_rec *w = open_w(64 * 1024, 4096); /* a ring of 16 blocks */
+    assert_int_equal(tm_rec_event(w, 0, "before", "{}"), 0);
+    assert_int_equal(tm_rec_set_rank(w, 7), 0);
+    char big[2000];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    for (int i = 0; i < 200; i++) /* 400 KB through a 64 KiB ring */
+        assert_int_equal(tm_rec_event(w, 0, "fill", big), 0);
+    pid_t c = fork();
+    if (c == 0)
+        _exit(tm_rec_set_rank(w, 9) == -ECHILD ? 0 : 1);
+    int status = 0;
+    assert_int_equal(waitpid(c, &status, 0), c);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    tm_rec_close(&w);
+    tm_reader *r = NULL;
+    assert_int_equal(tm_reader_open(&r, path), 0);
+    assert_int_equal(tm_reader_header(r)->rank, 7);
+    assert_string_equal(tm_reader_header(r)->role, "test");
+    tm_record rec;
+    while (tm_reader_next(r, &rec) == 1)
+        ;
+    const tm_damage *d;
+    assert_int_equal(tm_reader_damage(r, &d), 0);
+    tm_reader_close(&r);
+}
+
 static void test_series_sample_event_round_trip_with_exact_values_and_times(void **state)
 {
     (void)state;
@@ -1142,6 +1175,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         T(test_crc32c_matches_the_castagnoli_check_value),
+        T(test_the_headers_rank_is_set_in_place),
         T(test_crc32c_rfc3720_vectors_and_every_length),
         T(test_record_crc_is_seq_header_then_payload),
         T(test_appendv_writes_records_in_order),

@@ -360,6 +360,38 @@ static void test_a_pause_nets_at_most_the_steps_preparation(void **st)
     done(&run, &a);
 }
 
+/* The loop of test_pauses_after_a_device_wait_are_netted_whole (50 ms
+ * pauses 31 ms into every 5th step, prep: true), with the agent's
+ * gc.unprep after two of
+ * them (steps 10 and 20: the span they began in ended without a forward,
+ * at 0.09 s into the step, 0.07 s long: [0.02, 0.09] holds their begin at
+ * 0.031): 7 of the 9 judged pauses are netted, 0.35 s, and the wait is
+ * 0.548 - 0.35 = 0.198 s of 5.35 s. */
+static void test_an_unprep_event_takes_pauses_back(void **st)
+{
+    (void)st;
+    tm_rec *w = open_rec("pid42.tmr", "pid42", -1);
+    put_every_fifth(w, 0.15, 0.002, 0.052, 0.031, 0.05, 1);
+    /* step k starts at 0.1 k + 0.05 * (k / 5 rounded up): 10 -> 1.1, 20 -> 2.2 */
+    assert_int_equal(tm_rec_event(w, at(1.1 + 0.09), "gc.unprep", "{\"pauses\":1,\"span_s\":0.07}"),
+                     0);
+    assert_int_equal(tm_rec_event(w, at(2.2 + 0.09), "gc.unprep", "{\"pauses\":1,\"span_s\":0.07}"),
+                     0);
+    /* crafted: no window, a negative or huge one: nothing taken back */
+    assert_int_equal(tm_rec_event(w, at(3.3 + 0.09), "gc.unprep", "{\"pauses\":1}"), 0);
+    assert_int_equal(tm_rec_event(w, at(3.3 + 0.09), "gc.unprep", "{\"span_s\":-1}"), 0);
+    assert_int_equal(tm_rec_event(w, at(4.4 + 0.09), "gc.unprep", "{\"span_s\":1e300}"), 0);
+    tm_rec_close(&w);
+    tm_run *run = NULL;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "gc.pauses");
+    assert_non_null(f);
+    assert_true(fabs(ev_num(f, "prep_pause_s") - 0.35) < 1e-6);
+    assert_true(fabs(a->sum.gc_wait_fraction - 0.35 / 5.35) < 1e-6);
+    assert_true(fabs(a->sum.data_wait_fraction - 0.198 / 5.35) < 1e-6);
+    done(&run, &a);
+}
+
 /* Two DDP ranks of 100 steps of 0.1 s; each pauses 4 x 0.1 s in full
  * collections, at 0.5, 2.5, 4.5 and 6.5 s, rank 1 shift s later (10 steps
  * a second) */
@@ -556,6 +588,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_pause_nets_at_most_the_steps_preparation, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_an_unprep_event_takes_pauses_back, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cpu_bound_preparation_is_told_it_is_cpu_bound, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_ranks_pausing_at_different_steps_are_summed, setup,
