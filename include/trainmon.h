@@ -428,6 +428,15 @@ int tm_gpu_open(tm_gpu **out, const unsigned *indices, size_t n);
  * others are still sampled.  Each new problem is queued once as a warning. */
 int tm_gpu_sample(tm_gpu *g, const tm_gpu_stats **gpus, size_t *n);
 
+/* The job's GPUs among those sampled, for a live view (trainmon run's
+ * status line): mark[i] for gpus[i] on which a process of the job's tree
+ * (procs, tm_ptree_stats) holds at least a tenth of the most it holds on
+ * any GPU (or an amount the driver does not give: a CUDA context on
+ * cuda:0 beside the GPU it trains on is none); every GPU when none of them
+ * is on any (a container's pids).  The report's rule (src/lib/jobgpus.c). */
+void tm_job_gpus_live(const tm_gpu_stats *gpus, size_t n, const tm_procinfo *procs, size_t np,
+                      bool *mark);
+
 /* The next queued warning ("GPU 1 (GPU-...) is lost (fallen off the bus):
  * its metrics stop"), or NULL when none is left.  The string stays valid
  * until the next call of tm_gpu_next_warning, tm_gpu_sample or close. */

@@ -652,9 +652,16 @@ static void run_status(struct run *r, const tm_diskrate *rates, size_t nrates,
         }
         len += snprintf(line + len, sizeof line - (size_t)len, "  disk %.1f MB/s", rd / 1e6);
     }
+    /* the job's GPUs (a one-GPU job on an eight-GPU machine shows its own) */
+    bool mine[64];
+    const tm_ptree_stats *pt = tm_sampler_ptree(r->sampler);
+    if (ngpus <= 64)
+        tm_job_gpus_live(gpus, ngpus, pt ? pt->procs : NULL, pt ? pt->nproc : 0, mine);
     double util = 0, used = 0, total = 0;
     size_t nu = 0, nm = 0;
     for (size_t i = 0; i < ngpus; i++) {
+        if (ngpus <= 64 && !mine[i])
+            continue;
         if (gpus[i].valid & TM_GPU_HAVE_UTIL) {
             util += gpus[i].util_gpu;
             nu++;

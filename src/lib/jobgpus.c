@@ -131,6 +131,38 @@ bool tm_runsum_is_job_gpu(const tm_runview *v, const tm_run_series *s)
     return !v->job_gpu || i >= v->nser || v->job_gpu[i];
 }
 
+void tm_job_gpus_live(const tm_gpu_stats *gpus, size_t n, const tm_procinfo *procs, size_t np,
+                      bool *mark)
+{
+    bool named = false;
+    for (size_t i = 0; i < n; i++)
+        mark[i] = false;
+    for (size_t k = 0; k < np; k++) {
+        uint64_t most = 0;
+        bool on = false;
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = 0; j < gpus[i].nprocs; j++)
+                if (gpus[i].procs[j].pid == procs[k].pid) {
+                    on = true;
+                    if (gpus[i].procs[j].mem_valid && gpus[i].procs[j].used_bytes > most)
+                        most = gpus[i].procs[j].used_bytes;
+                }
+        if (!on)
+            continue;
+        named = true;
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = 0; j < gpus[i].nprocs; j++) {
+                const tm_gpu_proc *g = &gpus[i].procs[j];
+                if (g->pid == procs[k].pid &&
+                    (!g->mem_valid || !most ||
+                     (double)g->used_bytes >= TM_AN_JOB_GPU_SHARE * (double)most))
+                    mark[i] = true;
+            }
+    }
+    for (size_t i = 0; !named && i < n; i++)
+        mark[i] = true;
+}
+
 bool tm_runsum_pid_on_a_gpu(const tm_runview *v, const char *host, int32_t pid)
 {
     char want[16], p[16];
