@@ -12,6 +12,10 @@ that the loop's own cost is small and the agent's stands out):
           torch.optim optimizer)
   accum   DataLoader, gradient accumulation: 4 backward passes per
           optimizer step (a step is an optimizer step)
+  gap     nanoGPT's order: the model returns its loss, and the next batch
+          is sliced between the forward and the backward pass: the work
+          after the forward is measured on every step (the agent's
+          forward hook and its slow path each step, docs/DIAGNOSIS.md)
 
 callgrind (under `valgrind --tool=callgrind --instr-atstart=no`): one
 process, one block: with `agent`, trainmon.attach() first (as `trainmon
@@ -47,7 +51,18 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 
-KINDS = ("loader", "slice", "manual", "accum")
+KINDS = ("loader", "slice", "manual", "accum", "gap")
+
+
+class WithLoss(torch.nn.Module):
+    """nanoGPT's model: the loss computed inside the forward."""
+
+    def __init__(self, model, lossf):
+        super().__init__()
+        self.model, self.lossf = model, lossf
+
+    def forward(self, x, y):
+        return self.lossf(self.model(x), y)
 BS, ROWS, ACCUM, LR = 16, 4096, 4, 0.01
 
 
@@ -63,6 +78,7 @@ class Loop:
         self.params = list(self.model.parameters())
         self.opt = torch.optim.SGD(self.params, lr=LR) if kind != "manual" else None
         self.lossf = torch.nn.CrossEntropyLoss()
+        self.withloss = WithLoss(self.model, self.lossf)
         self.X = torch.randn(ROWS, 32)
         self.Y = torch.randint(0, 4, (ROWS,))
         self.loader = torch.utils.data.DataLoader(
@@ -116,6 +132,16 @@ class Loop:
             with torch.no_grad():
                 for p in params:
                     p.add_(p.grad, alpha=-LR)
+
+    def run_gap(self, n):
+        model, opt = self.withloss, self.opt
+        x, y = self.batch()
+        for _ in range(n):
+            loss = model(x, y)
+            x, y = self.batch()  # the next batch, while a GPU would run the forward
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
 
     def run_accum(self, n):
         model, opt, lossf, nb = self.model, self.opt, self.lossf, self.next_batch

@@ -716,6 +716,14 @@ typedef struct tm_inproc_step {
      * its own, as a separate TM_REC_OPTSTEP record is seen. */
     int64_t opt_start_ns; /* > 0: the lead optimizer's step that ended this step began here */
     int32_t optimizer;    /* that optimizer's number (0, 1, ... in order of first step); -1 */
+    /* Appended for the preparation the loop does after its forward
+     * (absent in older files and in steps that did not measure it: -1).
+     * Both are parts of prep_ns (and so of the data wait). */
+    int64_t prep_fwd_ns; /* between the forward's return and the backward (or the next module
+                          * call), summed over the micro-batches: nanoGPT's get_batch; -1
+                          * not measured (a sample of the steps, every step once it is seen) */
+    int64_t prep_opt_ns; /* from the last backward's end to the optimizer step: nanochat's
+                          * next batch; -1 none */
 } tm_inproc_step;
 
 enum tm_capture_source {
@@ -1024,6 +1032,11 @@ typedef struct tm_steptally {
      * these two weighted by tm_prep_cpu_weight: a ratio of them is a share. */
     uint64_t prep_steps;
     double prep_s, prep_cpu_s, prep_cpu_known_s;
+    /* Of prep_s: the part between the forward and the backward pass on the
+     * steps that measured it (prep_fwd_ns >= 0) and those steps' prep
+     * (prep_fwd_known_s: a ratio of the two is a share), and the part from
+     * the last backward pass to the optimizer step (prep_opt_ns, every step). */
+    double prep_fwd_s, prep_fwd_known_s, prep_opt_s;
     /* After warm-up, the training thread's CPU time inside the waits of a
      * multi-process DataLoader (receiving batches) and the waits it was
      * measured over. */

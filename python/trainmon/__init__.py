@@ -249,7 +249,9 @@ def stats():
     (calibrating)", or "clock_gettime: " and why the counter is not used;
     src/lib/fastclock.h), clock_tsc_reads, clock_anchors (counter and clock
     read together), clock_recalibrations (anchors that disagreed with the
-    clock)."""
+    clock).  after_forward_every_step: the loop's work between a forward
+    and its backward pass is measured on every step (a measured step had 2%
+    of its time there; before that, on a sample of the steps)."""
     return _c.stats()
 
 
@@ -1618,6 +1620,17 @@ def _hook_py(owner, name, kind):
 # step counters), and CPU work in .tolist() is batch preparation.
 _SYNC_MODULES = ("torch.cuda", "torch.accelerator", "torch.xpu", "torch.mps")
 _SYNC_CLASSES = (("torch.cuda.streams", "Stream"), ("torch.cuda.streams", "Event"))
+# The optimizer's work a loop does between its last backward pass and the
+# optimizer step (nanoGPT's unscale_ and clip_grad_norm_ there): left out
+# of the work it does there for its next batch (nanochat's), as zero_grad
+# is.  By the module's name as the loops call them (a name imported from
+# torch before the first step keeps torch's own).
+_CLIP_FUNCS = (("torch.nn.utils", "clip_grad_norm_"), ("torch.nn.utils", "clip_grad_value_"),
+               ("torch.nn.utils", "clip_grad_norm"),
+               ("torch.nn.utils.clip_grad", "clip_grad_norm_"),
+               ("torch.nn.utils.clip_grad", "clip_grad_value_"))
+_SCALER_CLASSES = (("torch.amp.grad_scaler", "GradScaler"),
+                   ("torch.cuda.amp.grad_scaler", "GradScaler"))
 
 
 def _zgrad_install():
@@ -1641,6 +1654,23 @@ def _zgrad_install():
             _hook_py(getattr(sys.modules.get(mod), cls, None), "synchronize", "sync")
     except Exception as e:
         _report_exc("batch preparation timing (device synchronizations)", e)
+    try:
+        for mod, name in _CLIP_FUNCS:
+            _hook_py(sys.modules.get(mod), name, "clip")
+        for mod, cls in _SCALER_CLASSES:
+            _hook_py(getattr(sys.modules.get(mod), cls, None), "unscale_", "clip")
+    except Exception as e:
+        _report_exc("batch preparation timing (gradient clipping)", e)
+    try:
+        # The work after the forward is timed by a forward hook on the module
+        # called first, put there by a global forward pre-hook on the steps
+        # measured: torch.compile's OptimizedModule warns that global hooks
+        # fire for it too, which is what that one is for.
+        import warnings
+        warnings.filterwarnings(
+            "ignore", message=r"Using `torch\.compile\(module\)` when there are global hooks")
+    except Exception as e:
+        _report_exc("batch preparation timing (forward hooks)", e)
 
 
 def _wrap_optimizer_class(cls):
@@ -2255,7 +2285,10 @@ def attach(run_dir=None, memory_history=None):
                 _moved("worker handoff timing",
                        "torch.utils.data.dataloader._MultiProcessingDataLoaderIter")
             _c.bind_steps(_forward_hooks(nnm), getattr(torch, "is_grad_enabled", None),
-                          getattr(dlm, "_MultiProcessingDataLoaderIter", None))
+                          getattr(dlm, "_MultiProcessingDataLoaderIter", None),
+                          getattr(nnm, "_global_forward_hooks", None),
+                          getattr(getattr(getattr(nnm, "Module", None), "_call_impl", None),
+                                  "__code__", None))
         except Exception as e:
             _report_exc("batch preparation timing", e)
         try:

@@ -830,6 +830,12 @@ typedef struct acc {
      * next forward), their count, and the CPU time of those read */
     int64_t prep_more, prep_more_cpu;
     int32_t prep_more_n, prep_more_cpu_n;
+    /* no DataLoader: the loop's work after a forward (gap: from the first
+     * forward's return to the backward or the next module call, on the
+     * steps measured) and after the last backward (tail: to the optimizer
+     * step), their counts, and the CPU time of those read */
+    int64_t gap, gap_cpu, tail, tail_cpu;
+    int32_t gap_n, gap_cpu_n, tail_n, tail_cpu_n;
 } acc;
 
 /* zero_grad() in a training loop without a DataLoader: the glue's
@@ -1018,6 +1024,79 @@ static int cpu_sample_due(unsigned *tick)
     return (*tick)++ % TM_CPU_SAMPLE_EVERY == 1;
 }
 
+/* The loop's work after its forward.  nanoGPT's train.py makes the next
+ * batch between the forward and the backward (`logits, loss = model(X, Y);
+ * X, Y = get_batch('train'); loss.backward()`: on a GPU the host runs it
+ * while the forward's kernels do), nanochat's between the backward and the
+ * optimizer step (`loss.backward(); x, y = next(train_loader)`).  The span
+ * before the forward sees neither: both loops, 60% of their time making
+ * batches on the training thread, read "input keeps up".  So, in a loop
+ * without a DataLoader batch:
+ *
+ *   - gap: from the return of the step's first forward (of each
+ *     micro-batch's) to its backward pass, or to the next module call
+ *     before it (a loss module, a teacher, a discriminator: compute), less
+ *     zero_grad(), clipping, the device's and the collectives' waits
+ *     (g_hk_ns, g_coll_ns).  The return of a forward is a forward hook on
+ *     the module called first (installed by the pre-hook, taken out when it
+ *     fires), and a hooked module's call takes torch's slow path, ~1.5 us
+ *     on torch 2.13: so it is measured on the steps gap_due names (1 to
+ *     GAP_FIRST, then tm_prep_cpu_due's sample) until a gap of 1/GAP_ON
+ *     of its step is seen, and on every step from then on (a loop that
+ *     loses that much there pays 2 us gladly; one that does not never pays
+ *     more than the sample, and the steps not measured miss less than that
+ *     share).  The gap counts only where the backward pass's loss is a
+ *     tensor the forward returned, or that one scaled (gap_settle): a loss
+ *     computed after the forward (CrossEntropyLoss, an RL loop's
+ *     surrogate) is compute, and that gap none of the preparation.
+ *     prep_fwd_ns, in prep_ns.
+ *   - tail: from the last backward pass's end to the optimizer step (the
+ *     micro-batch span armed there that met the step instead of a
+ *     forward), with the same parts left out: every step, two clock reads
+ *     the span had anyway.  prep_opt_ns, in prep_ns.
+ */
+#define GAP_ON 50 /* 2% of the step */
+#define GAP_FIRST 4u
+static int g_gap_on;   /* every step measured from now on */
+static int g_gap_due;  /* the step being prepared is measured */
+static int g_gap_want; /* a due span met its forward: the post-hook goes onto its module */
+static int g_arm_gap;  /* armed from a forward's return to the next module call or backward */
+static int64_t g_gap_t0, g_gap_cpu0, g_gap_hk, g_gap_hkc, g_gap_coll;
+static PyObject *g_post_fn;      /* the forward hook */
+static PyObject *g_post_key;     /* its key in the module's _forward_hooks */
+static PyObject *g_post_dict;    /* the _forward_hooks it is in, until it fires */
+static PyObject *g_post_always;  /* the module's _forward_hooks_always_called (torch >= 2.0) */
+static int g_post_global;        /* g_post_dict is torch's global _forward_hooks (torch 1.x) */
+static uintptr_t g_post_id;      /* that module (identity only) */
+static PyObject *g_s_fwd_hooks;  /* "_forward_hooks" */
+static PyObject *g_s_fwd_always; /* "_forward_hooks_always_called" */
+static PyObject *g_s_grad_fn, *g_s_next_fns; /* "grad_fn", "next_functions" */
+static PyObject *g_s_torch;                  /* "torch" */
+static PyObject *g_s_metadata;               /* "metadata" */
+/* The autograd nodes of the tensors the forward returned, and the gap
+ * measured, until the backward pass says whether its loss came out of that
+ * forward (gap_settle).  A node is known by its metadata dict, which the
+ * node makes once and keeps (its Python object is made anew at each
+ * access, and one held would keep the forward's graph, its activations,
+ * alive past a forward the loop dropped). */
+#define GAP_OUTS 8
+static uintptr_t g_out_id[GAP_OUTS];
+static int g_out_n;
+static int64_t g_gap_span = -1, g_gap_cpu = -1;
+/* blocking collectives' time on the training thread, all of it so far
+ * (py_coll_exit): the gap and the tail leave it out (a loss all_reduce for
+ * logging, build-nanogpt's, waits for the other ranks) */
+static int64_t g_coll_ns, g_marm_coll;
+
+static void post_clear(void);
+static int post_install(PyObject *mod);
+static PyObject *callimpl_self(void);
+
+static int gap_due(uint64_t step)
+{
+    return g_gap_on || (step >= 1 && step <= GAP_FIRST) || tm_prep_cpu_due(step);
+}
+
 static void fwd_arm(int64_t t)
 {
     if (!g_fwd_hooks || !g_fwd_fn || g_fwd_armed)
@@ -1029,6 +1108,8 @@ static void fwd_arm(int64_t t)
     }
     g_fwd_armed = 1;
     g_arm_micro = 0;
+    g_gap_want = 0;
+    post_clear(); /* one a forward that raised left (torch 1.x) */
     fwd_flag_type(1);
     g_arm_t = t;
     g_arm_hk = g_hk_ns;
@@ -1048,9 +1129,348 @@ static void fwd_disarm(void)
     if (g_arm_micro)
         gc_unprep(); /* a micro-batch span no forward ended: no preparation */
     g_fwd_armed = 0;
-    fwd_flag_type(0);
+    g_arm_gap = 0;
+    /* a due span that met its forward in a truth test made outside a
+     * module call (OptimizedModule's test for global hooks) keeps the
+     * truth test ours until the module call's (armed_bool) */
+    if (!(g_gap_want && g_fwd_flag))
+        fwd_flag_type(0);
     if (g_fwd_hooks && !g_fwd_flag && PyObject_DelItem(g_fwd_hooks, g_fwd_key) < 0)
         PyErr_Clear(); /* taken out by someone else */
+}
+
+/* The forward hook out of the module it was put on (fired or not: a
+ * forward that raised never returns to it). */
+static void post_clear(void)
+{
+    if (!g_post_dict)
+        return;
+    if (PyObject_DelItem(g_post_dict, g_post_key) < 0) /* an OrderedDict: not PyDict_* */
+        PyErr_Clear();
+    if (g_post_always && PyObject_DelItem(g_post_always, g_post_key) < 0)
+        PyErr_Clear();
+    Py_CLEAR(g_post_dict);
+    Py_CLEAR(g_post_always);
+    g_post_id = 0;
+    g_post_global = 0;
+}
+
+/* The pre-hook of a due span's forward: the forward hook onto its module
+ * (torch looks at the module's _forward_hooks after its forward), called
+ * even when the forward raises (torch >= 2.0's always_call), so that none
+ * is left on the job's module: a module holding a C function as a hook
+ * cannot be pickled by torch.save(model) (a crash handler's, after an OOM
+ * in the forward) nor scripted.  Torch 1.x has no always_call: there the
+ * hook goes into torch's global forward-hook dict instead, which no
+ * model carries, fires for every module that returns during the forward
+ * (the module calls of a measured step take torch's slow path, ~0.5 us
+ * each on 1.13) and counts the one it was put there for; one a forward
+ * that raised left goes at the next backward pass, optimizer step or arm. */
+static PyObject *g_global_fwd_hooks; /* torch's _global_forward_hooks (torch 1.x) */
+
+static int post_install(PyObject *mod)
+{
+    post_clear();
+    if (!g_post_fn || !g_s_fwd_hooks)
+        return 0;
+    PyObject *al = PyObject_GetAttr(mod, g_s_fwd_always);
+    if (!al || !PyDict_Check(al)) {
+        PyErr_Clear();
+        Py_XDECREF(al);
+        if (!g_global_fwd_hooks ||
+            PyObject_SetItem(g_global_fwd_hooks, g_post_key, g_post_fn) < 0) {
+            PyErr_Clear();
+            return 0;
+        }
+        Py_INCREF(g_global_fwd_hooks);
+        g_post_dict = g_global_fwd_hooks;
+        g_post_global = 1;
+        g_post_id = (uintptr_t)mod;
+        return 1;
+    }
+    PyObject *fh = PyObject_GetAttr(mod, g_s_fwd_hooks);
+    if (!fh || !PyDict_Check(fh) || PyObject_SetItem(fh, g_post_key, g_post_fn) < 0) {
+        PyErr_Clear(); /* a scripted module, a stand-in: not measured */
+        Py_XDECREF(fh);
+        Py_DECREF(al);
+        return 0;
+    }
+    if (PyObject_SetItem(al, g_post_key, Py_True) < 0) { /* never one that might stay */
+        PyErr_Clear();
+        if (PyObject_DelItem(fh, g_post_key) < 0)
+            PyErr_Clear();
+        Py_DECREF(fh);
+        Py_DECREF(al);
+        return 0;
+    }
+    g_post_dict = fh;
+    g_post_always = al;
+    g_post_id = (uintptr_t)mod;
+    return 1;
+}
+
+/* The module of the Module._call_impl frame that runs this (new
+ * reference), or NULL: another frame, or not found. */
+static PyObject *g_callimpl_code; /* torch.nn.Module._call_impl.__code__ */
+static PyObject *g_s_self;        /* "self" */
+
+static PyObject *callimpl_self(void)
+{
+    if (!g_callimpl_code || !g_s_self)
+        return NULL;
+    PyFrameObject *f = PyEval_GetFrame(); /* borrowed */
+    if (!f)
+        return NULL;
+    PyCodeObject *co = PyFrame_GetCode(f);
+    int ours = (PyObject *)co == g_callimpl_code;
+    Py_XDECREF(co);
+    if (!ours)
+        return NULL;
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *self = PyFrame_GetVar(f, g_s_self);
+#else
+    PyObject *loc = PyFrame_GetLocals(f);
+    PyObject *self = loc ? PyObject_GetItem(loc, g_s_self) : NULL;
+    Py_XDECREF(loc);
+#endif
+    if (!self)
+        PyErr_Clear();
+    return self;
+}
+
+/* Armed at the forward's return (the hook): the next module call's truth
+ * test or the backward pass ends the gap.  The step's own arm (g_arm_t,
+ * g_arm_cpu) is left as it is. */
+static void gap_arm(int64_t t)
+{
+    if (g_fwd_armed || !g_fwd_hooks)
+        return;
+    if (!g_fwd_flag && PyObject_SetItem(g_fwd_hooks, g_fwd_key, g_fwd_fn) < 0) {
+        swallow(R_INTERNAL, "timing the work after the forward");
+        return;
+    }
+    g_fwd_armed = 1;
+    g_arm_gap = 1;
+    g_arm_micro = 0;
+    g_gap_want = 0;
+    fwd_flag_type(1);
+    g_gap_t0 = t;
+    g_gap_hk = g_hk_ns;
+    g_gap_hkc = g_hk_cpu_ns;
+    g_gap_coll = g_coll_ns;
+    g_gap_cpu0 = g_arm_cpu >= 0 ? thread_cpu_ns() : -1;
+}
+
+/* The gap ends at t (a module call or the backward pass): held until the
+ * backward pass (gap_settle). */
+static void gap_take(int64_t t)
+{
+    int64_t span = t - g_gap_t0 - (g_hk_ns - g_gap_hk) - (g_coll_ns - g_gap_coll);
+    g_gap_span = span > 0 ? span : 0;
+    g_gap_cpu = -1;
+    if (g_gap_cpu0 >= 0) {
+        int64_t c = thread_cpu_ns();
+        if (c >= g_gap_cpu0) {
+            int64_t d = c - g_gap_cpu0 - (g_hk_cpu_ns - g_gap_hkc);
+            g_gap_cpu = d > 0 ? d : 0;
+        }
+    }
+    fwd_disarm();
+}
+
+/* The forward's tensors forgotten, and a gap no backward pass took. */
+static void gap_drop(void)
+{
+    g_out_n = 0;
+    g_gap_span = g_gap_cpu = -1;
+}
+
+/* The forward's returned tensors' autograd nodes: a Tensor, or those of
+ * a tuple, list or dict (a ModelOutput) it returned, the first GAP_OUTS. */
+static PyTypeObject *g_tensor_type; /* torch.Tensor, once torch is imported */
+
+/* An autograd node's identity (its metadata dict's address; 0 none). */
+static uintptr_t node_id(PyObject *fn)
+{
+    PyObject *md = PyObject_GetAttr(fn, g_s_metadata);
+    if (!md) {
+        PyErr_Clear();
+        return 0;
+    }
+    uintptr_t id = (uintptr_t)md;
+    Py_DECREF(md); /* the node keeps it */
+    return id;
+}
+
+static void out_note(PyObject *o)
+{
+    if (g_out_n >= GAP_OUTS || !g_tensor_type || !PyObject_TypeCheck(o, g_tensor_type))
+        return;
+    PyObject *fn = PyObject_GetAttr(o, g_s_grad_fn);
+    if (!fn) {
+        PyErr_Clear();
+        return;
+    }
+    uintptr_t id = fn != Py_None ? node_id(fn) : 0;
+    Py_DECREF(fn);
+    if (id)
+        g_out_id[g_out_n++] = id;
+}
+
+static void outs_note(PyObject *out)
+{
+    gap_drop();
+    if (!g_tensor_type) {
+        PyObject *torch = PyImport_GetModule(g_s_torch);
+        PyObject *t = torch ? PyObject_GetAttrString(torch, "Tensor") : NULL;
+        Py_XDECREF(torch);
+        if (t && PyType_Check(t))
+            g_tensor_type = (PyTypeObject *)t;
+        else
+            Py_XDECREF(t);
+        PyErr_Clear();
+    }
+    if (PyTuple_Check(out) || PyList_Check(out)) {
+        PyObject *seq = PySequence_Fast(out, "");
+        if (!seq) {
+            PyErr_Clear();
+            return;
+        }
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+        for (Py_ssize_t i = 0; i < n && i < GAP_OUTS; i++)
+            out_note(PySequence_Fast_GET_ITEM(seq, i));
+        Py_DECREF(seq);
+    } else if (PyDict_Check(out)) {
+        Py_ssize_t pos = 0, i = 0;
+        PyObject *k, *v;
+        while (i++ < GAP_OUTS && PyDict_Next(out, &pos, &k, &v))
+            out_note(v);
+    } else {
+        out_note(out);
+    }
+}
+
+/* Whether autograd node fn scales one input (loss / accumulation steps,
+ * GradScaler's loss * scale, .mean() of a DataParallel loss), by its type's
+ * name: torch's generated node types. */
+static int scales_one(PyObject *fn)
+{
+    static const char *const names[] = {
+        "DivBackward0",  "DivBackward1", "MulBackward0", "MulBackward1", "MeanBackward0",
+        "MeanBackward1", "SumBackward0", "SumBackward1", "NegBackward0", "ToCopyBackward0"};
+    const char *tn = Py_TYPE(fn)->tp_name;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(tn, names[i]))
+            return 1;
+    return 0;
+}
+
+/* Whether tensor t is one the forward returned, or that one scaled (at
+ * most 3 such nodes between): the loss came out of the model (nanoGPT's,
+ * a Hugging Face model's with labels), so the work between the forward
+ * and this backward pass was no loss computation. */
+static int from_forward(PyObject *t)
+{
+    if (!g_tensor_type || !PyObject_TypeCheck(t, g_tensor_type))
+        return 0;
+    PyObject *fn = PyObject_GetAttr(t, g_s_grad_fn);
+    for (int hop = 0; fn && fn != Py_None && hop <= 3; hop++) {
+        uintptr_t id = node_id(fn);
+        for (int i = 0; id && i < g_out_n; i++)
+            if (id == g_out_id[i]) {
+                Py_DECREF(fn);
+                return 1;
+            }
+        if (!scales_one(fn))
+            break;
+        PyObject *nf = PyObject_GetAttr(fn, g_s_next_fns), *next = NULL;
+        Py_DECREF(fn);
+        fn = NULL;
+        if (nf && PyTuple_Check(nf))
+            for (Py_ssize_t i = 0; !next && i < PyTuple_GET_SIZE(nf) && i < 2; i++) {
+                PyObject *p = PyTuple_GET_ITEM(nf, i);
+                if (PyTuple_Check(p) && PyTuple_GET_SIZE(p) >= 1 &&
+                    PyTuple_GET_ITEM(p, 0) != Py_None)
+                    next = PyTuple_GET_ITEM(p, 0);
+            }
+        Py_XINCREF(next);
+        Py_XDECREF(nf);
+        fn = next;
+    }
+    if (!fn)
+        PyErr_Clear();
+    Py_XDECREF(fn);
+    return 0;
+}
+
+/* The backward pass (its root tensors, a Tensor or a sequence; NULL
+ * unknown) takes a measured gap: the loop's own work when its loss came
+ * out of the forward, else the loss computed after it (CrossEntropyLoss,
+ * an RL loop's surrogate: compute) and none of it preparation. */
+static void gap_settle(PyObject *roots)
+{
+    if (g_gap_span < 0) {
+        gap_drop();
+        return;
+    }
+    int from = 0;
+    if (roots && g_out_n) {
+        if (PyTuple_Check(roots) || PyList_Check(roots)) {
+            Py_ssize_t n = PySequence_Size(roots);
+            for (Py_ssize_t i = 0; !from && i < n && i < 4; i++) {
+                PyObject *r = PySequence_GetItem(roots, i);
+                from = r && from_forward(r);
+                Py_XDECREF(r);
+            }
+            PyErr_Clear();
+        } else {
+            from = from_forward(roots);
+        }
+    }
+    for (int L = TM_STEP_BY_BACKWARD; L <= TM_STEP_BY_OPTIMIZER; L++) {
+        acc *a = &g_acc[L];
+        a->gap += from ? g_gap_span : 0;
+        a->gap_n++;
+        if (g_gap_cpu >= 0) {
+            a->gap_cpu += from ? g_gap_cpu : 0;
+            a->gap_cpu_n++;
+        }
+    }
+    gap_drop();
+}
+
+/* An optimizer step (or GradScaler.step) begins at t on the training
+ * thread: a micro-batch span open since the last backward pass is the
+ * tail, the loop's work before the step (nanochat's next batch); an open
+ * gap (a forward, then a step without a backward pass) is none. */
+static void opt_began(int64_t t)
+{
+    if (!g_thread || thread_ident() != g_thread)
+        return;
+    post_clear();
+    if (!g_fwd_armed)
+        return;
+    if (g_arm_gap) {
+        fwd_disarm();
+        gap_drop();
+        return;
+    }
+    if (!g_arm_micro || t < g_marm_t || g_opt_began != g_marm_opt)
+        return;
+    acc *a = &g_acc[TM_STEP_BY_OPTIMIZER];
+    int64_t span = t - g_marm_t - (g_hk_ns - g_marm_hk) - (g_coll_ns - g_marm_coll);
+    a->tail += span > 0 ? span : 0;
+    a->tail_n++;
+    if (g_marm_cpu >= 0) {
+        int64_t c = thread_cpu_ns();
+        if (c >= g_marm_cpu) {
+            int64_t d = c - g_marm_cpu - (g_hk_cpu_ns - g_marm_hkc);
+            a->tail_cpu += d > 0 ? d : 0;
+            a->tail_cpu_n++;
+        }
+    }
+    g_gc_micro_n = 0; /* its pauses were in a preparation */
+    fwd_disarm();
 }
 
 /* The first forward on the training thread after the boundary (or, armed
@@ -1060,6 +1480,10 @@ static void first_forward(void)
 {
     if (!g_fwd_armed || !on_thread()) /* the first forward may come first of all */
         return;
+    if (g_arm_gap) { /* a module called after the forward: the gap ends */
+        gap_take(now_ns());
+        return;
+    }
     int64_t t = now_ns(), cpu = (g_arm_micro ? g_marm_cpu : g_arm_cpu) >= 0 ? thread_cpu_ns() : -1;
     if (g_arm_micro) {
         acc *a = &g_acc[TM_STEP_BY_OPTIMIZER];
@@ -1080,6 +1504,7 @@ static void first_forward(void)
         g_fwd_hk = g_hk_ns;
         g_fwd_hkc = g_hk_cpu_ns;
     }
+    g_gap_want = g_gap_due && g_post_fn && !g_in_eval;
     fwd_disarm();
 }
 
@@ -1100,6 +1525,7 @@ static void fwd_arm_micro(int64_t t)
     g_marm_hk = g_arm_hk;
     g_marm_hkc = g_arm_hkc;
     g_marm_opt = g_opt_began;
+    g_marm_coll = g_coll_ns;
     g_arm_t = at;
     g_arm_cpu = acpu;
     g_arm_hk = ahk;
@@ -1110,8 +1536,45 @@ static void fwd_arm_micro(int64_t t)
  * on the training thread after the boundary and takes itself out. */
 static PyObject *py_fwd_pre(PyObject *self, PyObject *args)
 {
-    (void)self, (void)args;
+    (void)self;
     first_forward();
+    if (g_gap_want && !g_fwd_flag && g_thread && thread_ident() == g_thread) {
+        g_gap_want = 0; /* (the dict the job's own hooks are in: called with the module) */
+        if (PyTuple_Check(args) && PyTuple_GET_SIZE(args) >= 1)
+            post_install(PyTuple_GET_ITEM(args, 0));
+    }
+    Py_RETURN_NONE;
+}
+
+/* The forward hook: (module, input, output) -> None.  The forward of a
+ * due span returned: the gap begins.  Taken out of the module's hooks
+ * here (torch iterates a copy of them); one left behind by a forward that
+ * raised is taken out when its module is called again. */
+static PyObject *py_fwd_post(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *mod =
+        PyTuple_Check(args) && PyTuple_GET_SIZE(args) >= 1 ? PyTuple_GET_ITEM(args, 0) : NULL;
+    if (!mod)
+        Py_RETURN_NONE;
+    if (g_post_global && (uintptr_t)mod != g_post_id)
+        Py_RETURN_NONE; /* a module inside the forward (torch 1.x's global hook) */
+    if (g_post_dict && (uintptr_t)mod == g_post_id && g_thread && thread_ident() == g_thread) {
+        int64_t t = now_ns();
+        post_clear();
+        if (PyTuple_GET_SIZE(args) >= 3)
+            outs_note(PyTuple_GET_ITEM(args, 2));
+        gap_arm(t);
+        Py_RETURN_NONE;
+    }
+    PyObject *fh = g_s_fwd_hooks ? PyObject_GetAttr(mod, g_s_fwd_hooks) : NULL;
+    if (fh && PyDict_Check(fh) && PyObject_DelItem(fh, g_post_key) < 0)
+        PyErr_Clear();
+    if (!fh)
+        PyErr_Clear();
+    Py_XDECREF(fh);
+    if ((uintptr_t)mod == g_post_id)
+        post_clear();
     Py_RETURN_NONE;
 }
 
@@ -1121,6 +1584,22 @@ static int armed_bool(PyObject *d)
 {
     if (g_fwd_armed && g_fwd_flag)
         first_forward();
+    if (g_gap_want && g_fwd_flag) {
+        /* a due span's forward: its module is the `self` of the
+         * Module._call_impl making this test; the post-hook onto it, and
+         * true, so that torch takes the path that runs it.  Not from code
+         * dynamo traces (it reads the dict, never calls this), and nothing
+         * is put in the global dict for it to trace. */
+        PyObject *mod = callimpl_self();
+        if (mod) {
+            g_gap_want = 0;
+            fwd_flag_type(0);
+            int ok = post_install(mod);
+            Py_DECREF(mod);
+            if (ok)
+                return 1;
+        }
+    }
     return PyDict_GET_SIZE(d) != 0;
 }
 
@@ -1138,6 +1617,8 @@ static PyTypeObject ArmedHooksType = {
 
 static PyMethodDef fwd_def = {"_trainmon_first_forward", py_fwd_pre, METH_VARARGS,
                               "trainmon: notes the first forward after a step boundary"};
+static PyMethodDef post_def = {"_trainmon_forward_end", py_fwd_post, METH_VARARGS,
+                               "trainmon: notes the return of a step's first forward"};
 
 /* torch.is_grad_enabled is a builtin taking no arguments: its C function
  * is called directly (asked on every batch; the generic call was ~40% of
@@ -1207,7 +1688,9 @@ static void emit_eval(int64_t start, int64_t end, int64_t wait, uint32_t flags, 
                         .prep_cpu_ns = -1,
                         .backward_ns = -1,
                         .wait_cpu_ns = wait_cpu,
-                        .collective_ns = -1};
+                        .collective_ns = -1,
+                        .prep_fwd_ns = -1,
+                        .prep_opt_ns = -1};
     char buf[128];
     rec_put(TM_REC_STEP, end, buf, tm_inproc_encode_step(&s, buf, sizeof buf));
     tm_follow_step(&g_tally, &g_win, &s); /* counted apart: eval_steps */
@@ -1264,7 +1747,9 @@ static void close_acc(int level, int64_t t, uint32_t flags, int64_t opt_t0, long
                         .wait_cpu_ns = a->wcpu_n ? a->wcpu : -1,
                         .collective_ns = g_coll_seen ? a->coll : -1,
                         .opt_start_ns = opt_t0 > 0 ? opt_t0 : -1,
-                        .optimizer = opt_t0 > 0 ? (int32_t)opt_no : -1};
+                        .optimizer = opt_t0 > 0 ? (int32_t)opt_no : -1,
+                        .prep_fwd_ns = -1,
+                        .prep_opt_ns = -1};
     if (!a->batches && g_fwd_t >= start && g_fwd_t <= t && g_arm_t <= start &&
         (!g_fwd_armed || g_arm_micro)) {
         /* no DataLoader: the loop prepares its batches, and that is its
@@ -1282,7 +1767,22 @@ static void close_acc(int level, int64_t t, uint32_t flags, int64_t opt_t0, long
                 s.prep_cpu_ns =
                     a->prep_more_cpu_n == a->prep_more_n ? s.prep_cpu_ns + a->prep_more_cpu : -1;
         }
+        if (a->gap_n) { /* after the forwards (a measured step) */
+            s.prep_fwd_ns = a->gap;
+            s.prep_ns = s.data_wait_ns = s.prep_ns + a->gap;
+            if (s.prep_cpu_ns >= 0)
+                s.prep_cpu_ns = a->gap_cpu_n == a->gap_n ? s.prep_cpu_ns + a->gap_cpu : -1;
+        }
+        if (a->tail_n) { /* after the last backward pass */
+            s.prep_opt_ns = a->tail;
+            s.prep_ns = s.data_wait_ns = s.prep_ns + a->tail;
+            if (s.prep_cpu_ns >= 0)
+                s.prep_cpu_ns = a->tail_cpu_n == a->tail_n ? s.prep_cpu_ns + a->tail_cpu : -1;
+        }
+        if (!g_gap_on && a->gap_n && a->gap * GAP_ON >= t - start)
+            g_gap_on = 1; /* every step measured from now on */
     }
+    gap_drop(); /* a forward no backward pass followed in the step */
     int own = a->batches;
     if (!own && g_off_batches) {
         /* fed by a background thread (train_thread): the batches it
@@ -1307,6 +1807,7 @@ static void close_acc(int level, int64_t t, uint32_t flags, int64_t opt_t0, long
             else
                 swallow(R_INTERNAL, "zero_grad timing");
         }
+        g_gap_due = gap_due(g_written + (uint64_t)g_npend);
         fwd_arm(t);
     }
 }
@@ -1390,7 +1891,9 @@ static void held_write(const held *h)
                         .prep_cpu_ns = -1,
                         .backward_ns = -1,
                         .wait_cpu_ns = h->cpu,
-                        .collective_ns = -1};
+                        .collective_ns = -1,
+                        .prep_fwd_ns = -1,
+                        .prep_opt_ns = -1};
     emit_train(&s);
 }
 
@@ -1531,7 +2034,9 @@ static void settle_batch(int64_t t, uint32_t flags, int may_hold)
                                     .end_ns = t,
                                     .data_wait_ns = wait,
                                     .phase = TM_STEP_EVAL,
-                                    .wait_cpu_ns = g_b.cpu};
+                                    .wait_cpu_ns = g_b.cpu,
+                                    .prep_fwd_ns = -1,
+                                    .prep_opt_ns = -1};
     } else if (g_level == 0) {
         g_closed = (tm_inproc_step){.start_ns = g_b.entry,
                                     .end_ns = t,
@@ -1544,7 +2049,9 @@ static void settle_batch(int64_t t, uint32_t flags, int may_hold)
                                     .prep_cpu_ns = -1,
                                     .backward_ns = -1,
                                     .wait_cpu_ns = g_b.cpu,
-                                    .collective_ns = -1};
+                                    .collective_ns = -1,
+                                    .prep_fwd_ns = -1,
+                                    .prep_opt_ns = -1};
     } else {
         return;
     }
@@ -1724,7 +2231,7 @@ static PyObject *py_next_exit(PyObject *self, PyObject *arg)
 }
 
 /* torch.autograd.backward entered / returned on the training thread. */
-static void backward_enter(void)
+static void backward_enter(PyObject *roots)
 {
     if (!train_thread() || g_bdepth++ > 0)
         return;
@@ -1743,6 +2250,10 @@ static void backward_enter(void)
     }
     g_bwd_t0 = t;
     g_steps = g_written + 1;
+    if (g_arm_gap) /* the work after the forward ends */
+        gap_take(t);
+    gap_settle(roots);
+    post_clear();    /* a forward hook that never fired */
     if (g_arm_micro) /* a second backward pass without a forward: no preparation */
         fwd_disarm();
 }
@@ -1750,7 +2261,7 @@ static void backward_enter(void)
 static PyObject *py_backward_enter(PyObject *self, PyObject *noargs)
 {
     (void)self, (void)noargs;
-    backward_enter();
+    backward_enter(NULL);
     Py_RETURN_NONE;
 }
 
@@ -1798,9 +2309,11 @@ static PyObject *py_coll_exit(PyObject *self, PyObject *noargs)
     if (!g_thread || thread_ident() != g_thread || g_cdepth <= 0 || --g_cdepth > 0)
         Py_RETURN_NONE;
     int64_t t = now_ns();
-    if (g_coll_t0 && t > g_coll_t0)
+    if (g_coll_t0 && t > g_coll_t0) {
         for (int L = TM_STEP_BY_BACKWARD; L <= TM_STEP_BY_OPTIMIZER; L++)
             g_acc[L].coll += t - g_coll_t0;
+        g_coll_ns += t - g_coll_t0;
+    }
     g_coll_t0 = 0;
     Py_RETURN_NONE;
 }
@@ -1849,8 +2362,9 @@ static PyObject *py_train_mode(PyObject *self, PyObject *arg)
     /* the hook again for the next step's preparation (timed only from a
      * start the span moved to t: a step with work before it keeps its) */
     fwd_disarm();
-    if (!g_acc[g_level].batches)
+    if (!g_acc[g_level].batches) {
         fwd_arm(t);
+    }
     Py_RETURN_NONE;
 }
 
@@ -1928,6 +2442,8 @@ static PyObject *py_shutdown(PyObject *self, PyObject *noargs)
             close_acc(g_decided, t, TM_STEP_ENDED_AT_EXIT, 0, 0);
     }
     fwd_disarm();
+    post_clear();
+    gap_drop();
     g_pending_flags = 0;
     /* A process that ran the model tells what boundaries it saw, so that
      * a report with no steps can say why (docs/DIAGNOSIS.md,
@@ -1956,6 +2472,10 @@ static PyObject *py_reset_steps(PyObject *self, PyObject *noargs)
 {
     (void)self, (void)noargs;
     fwd_disarm();
+    post_clear();
+    gap_drop();
+    g_gap_on = g_gap_due = g_gap_want = 0;
+    g_coll_ns = 0;
     g_thread = 0;
     g_thread_trains = 0;
     g_off_batches = g_repins = 0;
@@ -1985,14 +2505,14 @@ static PyObject *py_reset_steps(PyObject *self, PyObject *noargs)
     Py_RETURN_NONE;
 }
 
-/* bind_steps(global_forward_pre_hooks, is_grad_enabled[, mp_iter_type]):
- * what the step model needs of torch (None: not there); arms the
- * first-forward hook. */
+/* bind_steps(global_forward_pre_hooks, is_grad_enabled[, mp_iter_type[,
+ * global_forward_hooks[, call_impl_code]]]): what the step model needs of
+ * torch (None: not there); arms the first-forward hook. */
 static PyObject *py_bind_steps(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *hooks, *grad, *mp = Py_None;
-    if (!PyArg_ParseTuple(args, "OO|O", &hooks, &grad, &mp))
+    PyObject *hooks, *grad, *mp = Py_None, *fwdh = Py_None, *code = Py_None;
+    if (!PyArg_ParseTuple(args, "OO|OOO", &hooks, &grad, &mp, &fwdh, &code))
         return NULL;
     Py_CLEAR(g_mp_iter);
     if (PyType_Check(mp)) {
@@ -2000,6 +2520,21 @@ static PyObject *py_bind_steps(PyObject *self, PyObject *args)
         g_mp_iter = (PyTypeObject *)mp;
     }
     fwd_disarm();
+    post_clear();
+    gap_drop();
+    g_gap_due = 0;
+    Py_CLEAR(g_global_fwd_hooks);
+    if (fwdh != Py_None && PyDict_Check(fwdh)) {
+        Py_INCREF(fwdh);
+        g_global_fwd_hooks = fwdh;
+    }
+    Py_CLEAR(g_callimpl_code);
+    if (PyCode_Check(code)) {
+        Py_INCREF(code);
+        g_callimpl_code = code;
+    }
+    if (!g_s_self && !(g_s_self = PyUnicode_InternFromString("self")))
+        return NULL;
     Py_CLEAR(g_fwd_hooks);
     Py_CLEAR(g_grad_on);
     g_grad_cfn = NULL;
@@ -2008,7 +2543,24 @@ static PyObject *py_bind_steps(PyObject *self, PyObject *args)
         g_fwd_key = PyUnicode_InternFromString("trainmon.first_forward");
     if (!g_fwd_fn)
         g_fwd_fn = PyCFunction_New(&fwd_def, NULL);
-    if (!g_fwd_key || !g_fwd_fn)
+    if (!g_post_key)
+        g_post_key = PyUnicode_InternFromString("trainmon.forward_end");
+    if (!g_post_fn)
+        g_post_fn = PyCFunction_New(&post_def, NULL);
+    if (!g_s_fwd_hooks)
+        g_s_fwd_hooks = PyUnicode_InternFromString("_forward_hooks");
+    if (!g_s_fwd_always)
+        g_s_fwd_always = PyUnicode_InternFromString("_forward_hooks_always_called");
+    if (!g_s_grad_fn)
+        g_s_grad_fn = PyUnicode_InternFromString("grad_fn");
+    if (!g_s_next_fns)
+        g_s_next_fns = PyUnicode_InternFromString("next_functions");
+    if (!g_s_torch)
+        g_s_torch = PyUnicode_InternFromString("torch");
+    if (!g_s_metadata)
+        g_s_metadata = PyUnicode_InternFromString("metadata");
+    if (!g_fwd_key || !g_fwd_fn || !g_post_key || !g_post_fn || !g_s_fwd_hooks || !g_s_grad_fn ||
+        !g_s_next_fns || !g_s_torch || !g_s_metadata || !g_s_fwd_always)
         return NULL;
     if (hooks != Py_None && PyMapping_Check(hooks)) {
         Py_INCREF(hooks);
@@ -2050,14 +2602,15 @@ static PyObject *py_stats(PyObject *self, PyObject *noargs)
     else
         snprintf(clk, sizeof clk, "clock_gettime: %s", g_clk.off_why ? g_clk.off_why : "off");
     PyObject *d = Py_BuildValue(
-        "{s:K,s:K,s:K,s:d,s:d,s:s,s:s,s:K,s:K,s:I,s:K,s:K,s:K}", "steps",
+        "{s:K,s:K,s:K,s:d,s:d,s:s,s:s,s:K,s:K,s:I,s:K,s:K,s:K,s:O}", "steps",
         (unsigned long long)g_steps, "steps_closed", (unsigned long long)g_tally.steps,
         "steps_counted", (unsigned long long)tm_steptally_total(&g_tally, false),
         "recent_data_wait_s", wait, "recent_step_time_s", dur, "run_dir", g_run_dir, "clock", clk,
         "clock_tsc_reads", (unsigned long long)g_clk.tsc_reads, "clock_anchors",
         (unsigned long long)g_clk.anchors, "clock_recalibrations", (unsigned int)g_clk.recalibs,
         "thread_fed_batches", (unsigned long long)g_off_batches, "thread_repins",
-        (unsigned long long)g_repins, "optimizer_steps_skipped", (unsigned long long)g_n_skipped);
+        (unsigned long long)g_repins, "optimizer_steps_skipped", (unsigned long long)g_n_skipped,
+        "after_forward_every_step", g_gap_on ? Py_True : Py_False);
     PyObject *f = isnan(frac) ? (Py_INCREF(Py_None), Py_None) : PyFloat_FromDouble(frac);
     if (!d || !f || PyDict_SetItemString(d, "data_wait_fraction", f) < 0) {
         Py_XDECREF(d);
@@ -2194,6 +2747,7 @@ static PyObject *py_opt_pre(PyObject *self, PyObject *noargs)
 {
     (void)self, (void)noargs;
     g_opt_t0 = now_ns();
+    opt_began(g_opt_t0);
     g_opt_began++;
     Py_RETURN_NONE;
 }
@@ -2820,7 +3374,7 @@ static PyObject *hook_backward(PyObject *callable, PyObject *const *args, size_t
                                PyObject *kwnames)
 {
     Hook *h = (Hook *)callable;
-    backward_enter();
+    backward_enter(PyVectorcall_NARGS(nargsf) >= 1 ? args[0] : NULL);
     return backward_done(PyObject_Vectorcall(h->orig, args, nargsf, kwnames));
 }
 
@@ -2920,6 +3474,7 @@ static PyObject *hook_optstep(PyObject *callable, PyObject *const *args, size_t 
         return PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
     g_optdepth = 1;
     g_opt_t0 = now_ns();
+    opt_began(g_opt_t0);
     g_opt_began++;
     PyObject *out = PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
     g_optdepth = 0;
@@ -2975,6 +3530,7 @@ static PyObject *hook_ampstep(PyObject *callable, PyObject *const *args, size_t 
     g_ampdepth = 1;
     uint64_t n0 = g_opt_calls;
     int64_t t0 = now_ns();
+    opt_began(t0);  /* its inf check waits for the device: the optimizer's */
     Py_INCREF(opt); /* the call's arguments stay the caller's; kept for after */
     PyObject *out = PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
     g_ampdepth = 0;
@@ -3128,6 +3684,7 @@ static PyObject *py_hook(PyObject *self, PyObject *args)
             : strcmp(kind, "iter") == 0      ? HOOK_ITER
             : strcmp(kind, "zero_grad") == 0 ? HOOK_ZGRAD
             : strcmp(kind, "sync") == 0      ? HOOK_ZGRAD
+            : strcmp(kind, "clip") == 0      ? HOOK_ZGRAD
                                              : -1;
     if (k < 0 || !PyCallable_Check(orig) || (k == HOOK_FETCH) != (aux != NULL)) {
         PyErr_Format(PyExc_ValueError, "trainmon: hook(%s, ...): no such hook", kind);
@@ -3238,7 +3795,8 @@ static PyObject *engine_run_backward(PyObject *self, PyObject *args, PyObject *k
 {
     if (!accumulates(args, kwargs))
         return g_rb_base(self, args, kwargs);
-    backward_enter();
+    backward_enter(PyTuple_Check(args) && PyTuple_GET_SIZE(args) >= 1 ? PyTuple_GET_ITEM(args, 0)
+                                                                      : NULL);
     return backward_done(g_rb_base(self, args, kwargs));
 }
 

@@ -20,6 +20,11 @@
  * preparation above which it is CPU work, under which it is waiting */
 #define TM_AN_PREP_CPU_BOUND 0.7
 #define TM_AN_PREP_WAITING 0.3
+/* input.main_prep: a place in the step (before the forward, between the
+ * forward and the backward pass, before the optimizer step) that holds at
+ * least this share of the preparation is named as where it runs; else
+ * each place's share is said */
+#define TM_AN_PREP_WHERE 0.6
 #define TM_AN_DATA_WAIT_MEDIUM 0.10
 #define TM_AN_DATA_WAIT_HIGH 0.30
 /* The first step of each training process is warm-up (workers starting,

@@ -33,7 +33,11 @@
 #include "trainmon.h"
 
 /* Fixed part of each payload (strings follow it). */
-#define TM_STEP_LEN 112u
+#define TM_STEP_LEN 128u
+/* A step whose preparation after the forward was not measured is written
+ * without prep_fwd_ns and prep_opt_ns (112 bytes, the layout before they
+ * were appended, or 96 below): a decoder reads them as absent (-1). */
+#define TM_STEP_LEN_V3 112u
 /* A step that no optimizer step ended is written without opt_start_ns and
  * optimizer (96 bytes, the layout before they were appended): a decoder
  * reads them as absent (-1). */
@@ -52,11 +56,11 @@
 #define TM_OOMSUM_HDR 188u
 
 /* Whether a step record carries the optimizer step that ended it
- * (opt_start_ns > 0 in a 112-byte payload), without decoding it. */
+ * (opt_start_ns > 0 in a payload of 112 bytes or more), without decoding it. */
 static inline int tm_inproc_step_has_opt(const tm_record *rec)
 {
     int64_t t0;
-    if (rec->type != TM_REC_STEP || rec->len < TM_STEP_LEN || !rec->payload)
+    if (rec->type != TM_REC_STEP || rec->len < TM_STEP_LEN_V3 || !rec->payload)
         return 0;
     memcpy(&t0, (const char *)rec->payload + TM_STEP_LEN_V2, sizeof t0);
     return t0 > 0;
@@ -90,7 +94,9 @@ static const char *const tm_oomsum_pools[] = {"unknown", "small", "large", NULL}
     X("wait_cpu_ns",  wait_cpu_ns,  I64, 80, "ns", NULL)           \
     X("collective_ns", collective_ns, I64, 88, "ns", NULL)         \
     X("opt_start_ns", opt_start_ns, I64, 96, "ns", NULL)           \
-    X("optimizer",    optimizer,    I32, 104, "",  NULL)
+    X("optimizer",    optimizer,    I32, 104, "",  NULL)           \
+    X("prep_fwd_ns",  prep_fwd_ns,  I64, 112, "ns", NULL)           \
+    X("prep_opt_ns",  prep_opt_ns,  I64, 120, "ns", NULL)
 
 #define TM_SCHEMA_CAPTURE(X)                                                 \
     X("source",            source,            U32, 0,   "",      tm_capture_sources) \

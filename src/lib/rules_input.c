@@ -550,6 +550,33 @@ void tm_rule_input_data_wait(struct an *an)
     tm_an_add(an, sev, TM_CONF_LOW, -1, &e, buf, adv);
 }
 
+/* Where in the step the loop's own preparation ran (S->prep_fwd_share,
+ * prep_opt_share: the step model's spans), as the finding says it: the
+ * place holding TM_AN_PREP_WHERE of it, else each place's share. */
+static void prep_where(const tm_an_summary *S, char *buf, size_t cap)
+{
+    double fwd = isfinite(S->prep_fwd_share) ? S->prep_fwd_share : 0;
+    double opt = isfinite(S->prep_opt_share) ? S->prep_opt_share : 0;
+    double before = fmax(0, 1 - fwd - opt);
+    if (fwd >= TM_AN_PREP_WHERE)
+        snprintf(buf, cap,
+                 "between the model's forward and its backward pass (%.0f%% of it), where "
+                 "nanoGPT's train.py calls get_batch",
+                 100 * fwd);
+    else if (opt >= TM_AN_PREP_WHERE)
+        snprintf(buf, cap,
+                 "between the last backward pass and the optimizer step (%.0f%% of it), where "
+                 "nanochat fetches its next batch",
+                 100 * opt);
+    else if (before >= TM_AN_PREP_WHERE)
+        snprintf(buf, cap, "between one step's optimizer or backward pass and the next forward");
+    else
+        snprintf(buf, cap,
+                 "%.0f%% of it before the forward, %.0f%% between the forward and the backward "
+                 "pass, %.0f%% between the last backward pass and the optimizer step",
+                 100 * before, 100 * fwd, 100 * opt);
+}
+
 /* input.main_prep: the loop prepares its batches itself (no DataLoader) and
  * the training thread spends the data wait doing it; the thread's CPU time
  * in that span tells CPU work (tokenizing, augmenting) from waiting (a
@@ -576,8 +603,12 @@ void tm_rule_input_main_prep(struct an *an)
     tm_an_ev_input_head(&e, S);
     tm_an_ev_num(&e, "prep_steps", (double)S->prep_steps);
     tm_an_ev_num(&e, "prep_cpu_share", cpu);
+    tm_an_ev_num(&e, "prep_after_forward_share", S->prep_fwd_share);
+    tm_an_ev_num(&e, "prep_before_step_share", S->prep_opt_share);
     tm_an_ev_num(&e, "psi_cpu_some", S->psi_cpu_some);
     tm_an_ev_str(&e, "cause", cause);
+    char where[256];
+    prep_where(S, where, sizeof where);
     snprintf(buf, sizeof buf,
              "input-bound: the loop's own batch preparation (no DataLoader) took %.0f%% of "
              "the step time",
@@ -585,13 +616,12 @@ void tm_rule_input_main_prep(struct an *an)
     gc_note(buf, sizeof buf, S);
     if (!strcmp(cause, "cpu"))
         snprintf(adv, sizeof adv,
-                 "The batches are made on the training thread, between one step's optimizer "
-                 "or backward pass and the next forward, and that work is CPU-bound (the thread "
-                 "was on a CPU %.0f%% of it: tokenizing, augmenting, slicing, copying). Take it "
-                 "off the training thread: a DataLoader over an IterableDataset that yields "
-                 "the same batches, with num_workers>0, overlaps it with compute; or prepare "
-                 "the data once ahead (pre-tokenize, store tensors).",
-                 100 * cpu);
+                 "The batches are made on the training thread, %s, and that work is CPU-bound "
+                 "(the thread was on a CPU %.0f%% of it: tokenizing, augmenting, slicing, "
+                 "copying). Take it off the training thread: a DataLoader over an "
+                 "IterableDataset that yields the same batches, with num_workers>0, overlaps it "
+                 "with compute; or prepare the data once ahead (pre-tokenize, store tensors).",
+                 where, 100 * cpu);
     if (!strcmp(cause, "cpu")) {
         if (starved)
             tm_an_adv(adv, sizeof adv,
@@ -600,18 +630,21 @@ void tm_rule_input_main_prep(struct an *an)
                       100 * S->psi_cpu_some);
     } else if (!strcmp(cause, "waiting"))
         snprintf(adv, sizeof adv,
-                 "The batches are made on the training thread, and that mostly waits (on a CPU "
-                 "only %.0f%% of it): page faults of a memmap or reads of a file on slow "
+                 "The batches are made on the training thread, %s, and that mostly waits (on a "
+                 "CPU only %.0f%% of it): page faults of a memmap or reads of a file on slow "
                  "storage, or a lock. Put the data on fast local storage or in the page cache, "
                  "or prefetch batches in a background thread or DataLoader workers%s.",
-                 100 * cpu, in_record_d(S, "; `trainmon run -d DATA` shows the disk"));
+                 where, 100 * cpu, in_record_d(S, "; `trainmon run -d DATA` shows the disk"));
     else
         snprintf(adv, sizeof adv,
-                 "The batches are made on the training thread, between one step's optimizer or "
-                 "backward pass and the next forward%s. Prefetch them in a background thread, "
-                 "or in a DataLoader over an IterableDataset with num_workers>0, so that they "
-                 "overlap with compute.",
-                 isnan(cpu) ? "" : ", partly on a CPU and partly waiting");
+                 "The batches are made on the training thread, %s%s. Prefetch them in a "
+                 "background thread, or in a DataLoader over an IterableDataset with "
+                 "num_workers>0, so that they overlap with compute.",
+                 where, isnan(cpu) ? "" : ", partly on a CPU and partly waiting");
+    if (isfinite(S->prep_fwd_share) && S->prep_fwd_share >= TM_AN_PREP_WHERE)
+        tm_an_adv(adv, sizeof adv,
+                  " On a GPU that work runs while the forward's kernels do, and the GPU waits "
+                  "for it once it takes longer than they do.");
     tm_an_input_cost(&e, S, buf, sizeof buf);
     tm_an_add(an, tm_an_wait_severity(S->data_wait_fraction),
               isnan(cpu) ? TM_CONF_MEDIUM : TM_CONF_HIGH, -1, &e, buf, adv);

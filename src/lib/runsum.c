@@ -1041,6 +1041,8 @@ static void summarize_run(tm_runview *v, tm_an_summary *S, const tm_an_rank *ran
     S->skip_run_max = (size_t)all->skip_run_max;
     S->skip_last_step = all->skip_last ? all->skip_last - 1 : 0;
     S->prep_cpu_share = all->prep_cpu_known_s > 0 ? all->prep_cpu_s / all->prep_cpu_known_s : NAN;
+    S->prep_fwd_share = all->prep_fwd_known_s > 0 ? all->prep_fwd_s / all->prep_fwd_known_s : NAN;
+    S->prep_opt_share = all->prep_s > 0 ? all->prep_opt_s / all->prep_s : NAN;
     S->recv_cpu_share = all->recv_known_s > 0 ? all->recv_cpu_s / all->recv_known_s : NAN;
     workers_handoff(wk, nwk, S, x);
     const tm_run_step *st;

@@ -89,6 +89,11 @@ typedef struct tm_an_summary {
     double skipped_s, steps_time_s;
     size_t step_procs;
     double prep_cpu_share;
+    /* where in the step that preparation ran (shares of it; NAN unknown):
+     * between the forward and the backward pass (nanoGPT's get_batch), and
+     * from the last backward pass to the optimizer step (nanochat's next
+     * batch); the rest before the forward */
+    double prep_fwd_share, prep_opt_share;
     /* The machine the job ran on and the threads that ran on it
      * (summarize_machine): the host with the most runnable threads per
      * usable CPU.  usable_cpus from meta.json of `trainmon run` (else the

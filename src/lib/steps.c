@@ -103,6 +103,15 @@ bool tm_steptally_add(tm_steptally *t, const tm_inproc_step *s)
                 t->prep_cpu_s += k * (c < w ? c : w);
                 t->prep_cpu_known_s += k * w;
             }
+            if (s->prep_fwd_ns >= 0) {
+                double f = (double)s->prep_fwd_ns / 1e9;
+                t->prep_fwd_s += f < w ? f : w;
+                t->prep_fwd_known_s += w;
+            }
+            if (s->prep_opt_ns > 0) {
+                double o = (double)s->prep_opt_ns / 1e9;
+                t->prep_opt_s += o < w ? o : w;
+            }
         }
         if (s->wait_cpu_ns >= 0 && s->batches > 0) {
             /* a multi-process DataLoader: the thread's CPU in the wait is
@@ -175,6 +184,9 @@ void tm_steptally_merge(tm_steptally *into, const tm_steptally *from)
     into->prep_s += from->prep_s;
     into->prep_cpu_s += from->prep_cpu_s;
     into->prep_cpu_known_s += from->prep_cpu_known_s;
+    into->prep_fwd_s += from->prep_fwd_s;
+    into->prep_fwd_known_s += from->prep_fwd_known_s;
+    into->prep_opt_s += from->prep_opt_s;
     into->recv_cpu_s += from->recv_cpu_s;
     into->recv_known_s += from->recv_known_s;
     into->fed_steps += from->fed_steps;

@@ -90,7 +90,14 @@
 # nanochat's order; the previous agent timed the first micro-batch's only:
 # 5% for the job's 21%) has the job's own wait share and input.main_prep;
 # zero_grad() after the optimizer step (as nanoGPT calls it) is no part of
-# the preparation.
+# the preparation.  The memmap loop that makes each next batch where
+# nanoGPT's train.py does, between the forward and the backward pass
+# (llm_memmap_nanogpt: 2 micro-batches, a disabled GradScaler, unscale_
+# and clip_grad_norm_ before the step), and where nanochat's does, after
+# the backward pass (llm_memmap_nanochat: from a generator, then
+# clip_grad_norm_ and two optimizers), has the job's own wait share and
+# input.main_prep saying that place (60% or more of the preparation there;
+# the previous agent read both under 1%, input.ok, for the job's 64%).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -131,7 +138,12 @@ EXPECT = {"llm_memmap": ("input.main_prep", "cpu"), "manual_sgd": ("input.main_p
           # CPU vote depends on the machine's load, the wait does not
           "infer_scoring": (("input.data_wait", "input.cpu_bound"), None),
           "infer_main": ("input.data_wait", None),
-          "llm_memmap_accum": ("input.main_prep", "cpu")}
+          "llm_memmap_accum": ("input.main_prep", "cpu"),
+          "llm_memmap_nanogpt": ("input.main_prep", "cpu"),
+          "llm_memmap_nanochat": ("input.main_prep", "cpu")}
+# where in the step the expected input.main_prep must say the batch is made
+WHERE = {"llm_memmap_nanogpt": "prep_after_forward_share",
+         "llm_memmap_nanochat": "prep_before_step_share"}
 # evidence the expected finding must carry
 EVIDENCE = {"thread_prefetch": "thread_fed_steps", "loader_forkserver": "startup_wait_per_set_s",
             "loader_fork": "startup_wait_per_set_s"}
@@ -157,7 +169,9 @@ NEVER = {"llm_memmap": {"input.data_wait", "input.cpu_bound", "input.disk_bound"
          "accelerate_loop": {"input.main_prep"}, "train_eval_first": {"input.main_prep"},
          "infer_scoring": {"steps.unsegmented", "input.main_prep", "input.ok"},
          "infer_main": {"steps.unsegmented", "input.main_prep", "input.ok"},
-         "llm_memmap_accum": {"input.data_wait", "input.cpu_bound", "input.disk_bound", "input.ok"}}
+         "llm_memmap_accum": {"input.data_wait", "input.cpu_bound", "input.disk_bound", "input.ok"},
+         "llm_memmap_nanogpt": {"input.data_wait", "input.cpu_bound", "input.disk_bound", "input.ok"},
+         "llm_memmap_nanochat": {"input.data_wait", "input.cpu_bound", "input.disk_bound", "input.ok"}}
 oracle, rep, train, evals = runcheck.load(run)
 S = rep["summary"]
 bad = []
@@ -262,6 +276,8 @@ elif want and cause and ids[want]["evidence"].get("cause") != cause:
     bad.append("%s with cause %s, not %s" % (want, ids[want]["evidence"].get("cause"), cause))
 if want in ids and job in EVIDENCE and not ids[want]["evidence"].get(EVIDENCE[job]):
     bad.append("%s without %s: %s" % (want, EVIDENCE[job], json.dumps(ids[want]["evidence"])[:300]))
+if want in ids and job in WHERE and not (ids[want]["evidence"].get(WHERE[job]) or 0) >= 0.6:
+    bad.append("%s %s %s, not 0.6 or more" % (want, WHERE[job], ids[want]["evidence"].get(WHERE[job])))
 for w in sorted(NEVER[job] & set(ids)):
     bad.append("%s among the findings" % w)
 print("  %-20s job steps %-3d share %.3f | report steps %s wait %s evals %d boundary %s %s"
@@ -287,7 +303,7 @@ half() { # name python
     # The sanitizer build: the report and dump of the binary under ASan on
     # one loop of each kind of boundary, not the whole matrix again.
     case ${BUILD:-} in *asan*) [ -n "$jobs" ] || jobs="grad_accum manual_sgd idle_workers" ;; esac
-    for job in ${jobs:-llm_memmap llm_memmap_fast llm_memmap_ckpt llm_memmap_dcp llm_memmap_gc llm_memmap_log grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver loader_fork thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next grad_accum_cycle amp_nan gan_dcgan gan_wgan accelerate_loop train_eval_first infer_scoring infer_main llm_memmap_accum}; do
+    for job in ${jobs:-llm_memmap llm_memmap_fast llm_memmap_ckpt llm_memmap_dcp llm_memmap_gc llm_memmap_log grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver loader_fork thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next grad_accum_cycle amp_nan gan_dcgan gan_wgan accelerate_loop train_eval_first infer_scoring infer_main llm_memmap_accum llm_memmap_nanogpt llm_memmap_nanochat}; do
         local run=$scratch/$name-$job script=$job envs=()
         [ "$job" = llm_memmap_fast ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=4096); }
         [ "$job" = llm_memmap_ckpt ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=4096 JOB_SAVE_EVERY=4 JOB_SAVE_MB=48); }
@@ -295,6 +311,8 @@ half() { # name python
         [ "$job" = llm_memmap_eval ] && { script=llm_memmap; envs=(JOB_EVAL_EVERY=10); }
         [ "$job" = llm_memmap_log ] && { script=llm_memmap; envs=(JOB_STEPS=60 JOB_PREP_S=0 JOB_HIDDEN=2048 JOB_LOG_EVERY=10 JOB_LOG_S=0.3); }
         [ "$job" = llm_memmap_accum ] && { script=llm_memmap; envs=(JOB_ACCUM=4); }
+        [ "$job" = llm_memmap_nanogpt ] && { script=llm_memmap; envs=(JOB_ORDER=nanogpt JOB_ACCUM=2); }
+        [ "$job" = llm_memmap_nanochat ] && { script=llm_memmap; envs=(JOB_ORDER=nanochat); }
         [ "$job" = llm_memmap_gc ] && { script=llm_memmap; envs=(JOB_STEPS=80 JOB_PREP_S=0 JOB_HIDDEN=6144 JOB_PYHEAP=150000 JOB_KEEP=4000); }
         case $job in loader_*) script=loader_variants; envs=(JOB_VARIANT=${job#loader_}) ;; esac
         [ "$job" = thread_prefetch_fast ] && { script=thread_prefetch; envs=(JOB_ITEM_S=0.0001); }

@@ -23,7 +23,16 @@ HTTP post, slept here): the next step stalls before its forward, and that
 is no batch preparation.  With JOB_ACCUM=N, gradient accumulation over N
 micro-batches, each prepared before its forward (build-nanogpt's order).
 The model returns its loss as nanoGPT's does, and zero_grad() follows
-optimizer.step() as there."""
+optimizer.step() as there.  JOB_ORDER=nanogpt makes each next batch where
+nanoGPT's train.py does, between the forward and the backward (`logits,
+loss = model(X, Y); loss = loss / accum; X, Y = get_batch('train');
+scaler.scale(loss).backward()`, then unscale_, clip_grad_norm_,
+scaler.step, zero_grad; a disabled GradScaler, as nanoGPT's off float16);
+JOB_ORDER=nanochat where nanochat's base_train.py does, after the backward
+(`loss.backward(); x, y = next(train_loader)` from a generator, then
+clip_grad_norm_ and two optimizers stepped in turn, AdamW for the
+embedding and head and a second one for the matrices, as its AdamW and
+Muon).  Both fetch the first batch before the loop."""
 import gc
 import os
 import sys
@@ -53,6 +62,7 @@ LOG_S = float(os.environ.get("JOB_LOG_S", "0.3"))
 PYHEAP = int(os.environ.get("JOB_PYHEAP", "0"))
 ACCUM = int(os.environ.get("JOB_ACCUM", "1"))  # micro-batches per optimizer step
 KEEP = int(os.environ.get("JOB_KEEP", "0"))
+ORDER = os.environ.get("JOB_ORDER", "")  # "", "nanogpt" or "nanochat"
 index = [[i, i + 1] for i in range(PYHEAP)]  # the long-lived heap
 cache = {}
 pauses = []  # (begin, duration, generation) of every collection, by the job's own clock
@@ -106,6 +116,25 @@ class TinyLM(torch.nn.Module):
 model = TinyLM()
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 clock = Clock()
+if ORDER == "nanochat":  # AdamW for the embedding and head, another for the matrices
+    mats = [p for n, p in model.named_parameters() if n.startswith("mlp.")]
+    rest = [p for n, p in model.named_parameters() if not n.startswith("mlp.")]
+    opt = torch.optim.AdamW(rest, lr=1e-3)
+    optimizers = [opt, torch.optim.SGD(mats, lr=1e-2, momentum=0.9)]
+elif ORDER == "nanogpt":  # float16 only: disabled elsewhere, as nanoGPT's
+    scaler = (torch.amp.GradScaler("cpu", enabled=False) if hasattr(torch, "amp")
+              and hasattr(torch.amp, "GradScaler") else torch.cuda.amp.GradScaler(enabled=False))
+
+
+def batches():
+    """nanochat's train_loader: a generator that tokenizes as it goes."""
+    while True:
+        yield get_batch()
+
+
+train_loader = batches()
+if ORDER:
+    X, Y = next(train_loader)  # the first batch, before the loop
 
 
 @torch.no_grad()
@@ -131,16 +160,43 @@ for it in range(STEPS):
         clock.eval_s += time.perf_counter() - t_eval
         clock.eval_batches += 1  # one eval span (no DataLoader: one record)
     n_pauses = len(pauses)
-    for micro in range(ACCUM):
-        x, y = clock.fetch(get_batch)
-        if PYHEAP and clock.t_first is not None:  # the collector's part of the wait
-            clock.wait -= sum(dt for b, dt, g in pauses[n_pauses:] if g == 2 or dt >= 0.001)
-        logits, loss = model(x, y)
-        loss = loss / ACCUM
-        loss.backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    clock.step()
+    if ORDER == "nanogpt":
+        for micro in range(ACCUM):
+            logits, loss = model(X, Y)
+            loss = loss / ACCUM
+            X, Y = clock.fetch(get_batch)  # while the GPU runs the forward
+            scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+        clock.step()
+    elif ORDER == "nanochat":
+        for micro in range(ACCUM):
+            loss = model(X, Y)[1]
+            loss = loss / ACCUM
+            loss.backward()
+            X, Y = clock.fetch(lambda: next(train_loader))  # while the GPU runs the backward
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        for o in optimizers:
+            for group in o.param_groups:
+                group["lr"] = group["lr"] * 0.999
+        for o in optimizers:
+            o.step()
+        model.zero_grad(set_to_none=True)
+        clock.step()
+    else:
+        for micro in range(ACCUM):
+            x, y = clock.fetch(get_batch)
+            if PYHEAP and clock.t_first is not None:  # the collector's part of the wait
+                clock.wait -= sum(dt for b, dt, g in pauses[n_pauses:] if g == 2 or dt >= 0.001)
+            logits, loss = model(x, y)
+            loss = loss / ACCUM
+            loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        clock.step()
     if LOG_EVERY and (it + 1) % LOG_EVERY == 0 and it + 1 < STEPS:  # not after the last
         t_log = time.perf_counter()
         lossf = loss.item()  # nanoGPT's logging: the loss, then the tracker

@@ -112,8 +112,9 @@ y.sum().backward()
 opt.step(); opt.zero_grad()
 kinds.append(type(d).__name__)                   # the step ended: armed again
 y = model(torch.randn(2, 4))
-kinds.append(type(d).__name__)
+kinds.append(type(d).__name__)                   # a measured step: armed after the forward too
 y.sum().backward()
+kinds.append(type(d).__name__)                   # and after it, to the optimizer step
 seen = []
 h = torch.nn.modules.module.register_module_forward_pre_hook(lambda m, i: seen.append(1))
 opt.step(); opt.zero_grad()
@@ -128,9 +129,14 @@ print(json.dumps({"kinds": kinds, "same": nnm._global_forward_pre_hooks is d,
 def test_the_armed_dict_is_an_ordered_dict_between_first_forward_and_boundary(tmp_path):
     # While disarmed, module calls make the OrderedDict's own truth test
     # (no call of the agent per module call); a hook the job registers then
-    # lands in the same dict, runs, and stays in place after detach().
+    # lands in the same dict, runs, and stays in place after detach().  On
+    # a step whose work after the forward is measured (step 1 here), the
+    # forward's return arms it again until the next module call or the
+    # backward pass, whose end arms it for the span to the next forward or
+    # the optimizer step.
     out = last_json(run_script(TOGGLE, tmp_path).stdout)
-    assert out["kinds"] == ["ArmedHooks", "OrderedDict", "ArmedHooks", "OrderedDict"], out
+    assert out["kinds"] == ["ArmedHooks", "OrderedDict", "ArmedHooks", "ArmedHooks",
+                            "ArmedHooks"], out
     assert out["same"] is True and out["after_detach"] == "OrderedDict" and out["seen"] == 2
 
 

@@ -166,12 +166,11 @@ if os.environ["KIND"] == "zgrad":
 elif os.environ["KIND"] == "gan":
     G, D = torch.nn.Linear(8, 4), torch.nn.Linear(4, 1)
     optD = torch.optim.SGD(D.parameters(), lr=0.01)
-    optG = torch.optim.SGD(G.parameters(), lr=0.01)
-    step_g = optG.step
-    def slow_step(*a, **k):
-        time.sleep(0.004)                      # the generator's update: not the batch
-        return step_g(*a, **k)
-    optG.step = slow_step
+    class SlowSGD(torch.optim.SGD):
+        def step(self, *a, **k):
+            time.sleep(0.004)                  # the generator's update: not the batch
+            return super().step(*a, **k)
+    optG = SlowSGD(G.parameters(), lr=0.01)
     for i in range(30):
         real, z = torch.randn(16, 4), torch.randn(16, 8)
         fake = G(z)

@@ -595,7 +595,9 @@ static void test_step_model_fields_round_trip_and_old_steps_still_read(void **st
                         .prep_cpu_ns = -1,
                         .backward_ns = 300,
                         .wait_cpu_ns = -1,
-                        .collective_ns = 20};
+                        .collective_ns = 20,
+                        .prep_fwd_ns = -1,
+                        .prep_opt_ns = -1};
     int n = tm_inproc_encode_step(&s, buf, sizeof buf);
     assert_int_equal(n, 96);
     assert_true(at_u64(buf, 72) == 300 && at_u64(buf, 80) == UINT64_MAX && at_u64(buf, 88) == 20);
@@ -652,7 +654,7 @@ static void test_step_model_fields_round_trip_and_old_steps_still_read(void **st
     size_t absent = 0;
     for (size_t i = 0; i < nf; i++)
         absent += tm_inproc_get(&f[i], &a).absent;
-    assert_int_equal(absent, 11); /* boundary .. optimizer */
+    assert_int_equal(absent, 13); /* boundary .. prep_opt_ns */
     assert_true(tm_inproc_format(&r, true, line, sizeof line) > 0);
     assert_null(strstr(line, "boundary"));
     assert_null(strstr(line, "phase"));
@@ -687,6 +689,43 @@ static void test_step_model_fields_round_trip_and_old_steps_still_read(void **st
     assert_true(tm_inproc_format(&r, true, line, sizeof line) > 0);
     assert_null(strstr(line, "opt_start_ns"));
     assert_null(strstr(line, "\"optimizer\":"));
+    assert_true(o.prep_fwd_ns == -1 && o.prep_opt_ns == -1);
+    assert_null(strstr(line, "prep_fwd_ns"));
+
+    /* the work after the forward measured: 128 bytes, prep_fwd_ns at 112,
+     * prep_opt_ns at 120 (-1 here: no work before the optimizer step) */
+    s.opt_start_ns = 850;
+    s.optimizer = 1;
+    s.prep_fwd_ns = 70;
+    memset(buf, 0xee, sizeof buf);
+    n = tm_inproc_encode_step(&s, buf, sizeof buf);
+    assert_int_equal(n, 128);
+    assert_true(at_u64(buf, 112) == 70 && at_u64(buf, 120) == UINT64_MAX);
+    assert_true(at_u64(buf, 96) == 850 && at_u32(buf, 108) == 0);
+    r = rec_of(TM_REC_STEP, buf, n);
+    memset(&o, 0x55, sizeof o);
+    assert_int_equal(tm_inproc_decode_step(&r, &o), 0);
+    assert_true(o.prep_fwd_ns == 70 && o.prep_opt_ns == -1 && o.opt_start_ns == 850);
+    assert_true(tm_inproc_format(&r, true, line, sizeof line) > 0);
+    assert_non_null(strstr(line, "\"optimizer\":1,\"prep_fwd_ns\":70"));
+    assert_null(strstr(line, "prep_opt_ns"));
+    assert_int_equal(tm_inproc_encode_step(&s, buf, 127), -ENOSPC);
+    /* read as the 112-byte layout: the two absent */
+    r.len = 112;
+    assert_int_equal(tm_inproc_decode_step(&r, &o), 0);
+    assert_true(o.opt_start_ns == 850 && o.prep_fwd_ns == -1 && o.prep_opt_ns == -1);
+    /* no optimizer step, the tail alone measured: still 128, the
+     * optimizer's fields -1 */
+    s.opt_start_ns = -1;
+    s.optimizer = -1;
+    s.prep_fwd_ns = -1;
+    s.prep_opt_ns = 5;
+    n = tm_inproc_encode_step(&s, buf, sizeof buf);
+    assert_int_equal(n, 128);
+    r = rec_of(TM_REC_STEP, buf, n);
+    assert_int_equal(tm_inproc_decode_step(&r, &o), 0);
+    assert_true(o.opt_start_ns == -1 && o.optimizer == -1 && o.prep_fwd_ns == -1 &&
+                o.prep_opt_ns == 5);
 }
 
 /* The encoder copies the fields of a type without strings in merged runs
@@ -704,15 +743,18 @@ static void test_plan_encoding_equals_a_copy_per_field(void **st)
             has_str |= f[i].type == TM_INPROC_STR;
         if (has_str)
             continue;
-        /* the step: 112 bytes (an optimizer step folded in), 40 (before
-         * the step model), 96 (no optimizer step) */
-        for (int old = 0; old <= (type == TM_REC_STEP ? 2 : 0); old++) {
+        /* the step: 128 bytes (the work after the forward measured), 40
+         * (before the step model), 96 (no optimizer step, nothing after
+         * the forward measured), 112 (an optimizer step folded in) */
+        for (int old = 0; old <= (type == TM_REC_STEP ? 3 : 0); old++) {
             tm_inproc_any rec;
             uint8_t *b = (uint8_t *)&rec;
             for (size_t i = 0; i < sizeof rec; i++)
                 b[i] = (uint8_t)(i * 7 + 1);
             if (type == TM_REC_STEP)
                 rec.step.opt_start_ns = old == 2 ? -1 : 12345;
+            if (type == TM_REC_STEP && old >= 2)
+                rec.step.prep_fwd_ns = rec.step.prep_opt_ns = -1;
             if (old == 1)
                 rec.step.boundary = 0; /* the old 40-byte layout */
             uint8_t got[256], want[256];
@@ -725,7 +767,7 @@ static void test_plan_encoding_equals_a_copy_per_field(void **st)
                     memcpy(want + f[i].offset, b + f[i].member, w);
             }
             if (type == TM_REC_STEP)
-                assert_int_equal(n, old == 1 ? 40 : old == 2 ? 96 : 112);
+                assert_int_equal(n, old == 1 ? 40 : old == 2 ? 96 : old == 3 ? 112 : 128);
             assert_memory_equal(got, want, (size_t)n);
         }
     }

@@ -314,6 +314,109 @@ static void test_a_loop_fed_by_a_background_thread_is_told_to_use_workers(void *
     done(&run, &a);
 }
 
+/* A loop without a DataLoader, 50 optimizer steps of 0.1 s: prep ms of
+ * each its own batch preparation (CPU-bound: the thread on a CPU 95% of
+ * it), of which fwd ms after the forward (measured on every step, or on
+ * the even ones: -1 on the others) and opt ms before the optimizer step. */
+static void put_prep_steps(double prep_ms, double fwd_ms, double opt_ms, bool fwd_even_only)
+{
+    tm_rec *r = open_rec("pid42.tmr", "pid42", -1);
+    uint8_t buf[128];
+    for (size_t i = 0; i < 50; i++) {
+        int64_t prep = (int64_t)(prep_ms * 1e6);
+        tm_inproc_step s = {.step = i,
+                            .start_ns = at(0.1 * (double)i),
+                            .end_ns = at(0.1 * (double)(i + 1)),
+                            .data_wait_ns = prep,
+                            .boundary = TM_STEP_BY_OPTIMIZER,
+                            .phase = TM_STEP_TRAIN,
+                            .micro_batches = 1,
+                            .batches = 0,
+                            .prep_ns = prep,
+                            .prep_cpu_ns = (int64_t)(0.95 * (double)prep),
+                            .backward_ns = -1,
+                            .wait_cpu_ns = -1,
+                            .collective_ns = -1,
+                            .opt_start_ns = -1,
+                            .optimizer = 0,
+                            .prep_fwd_ns = fwd_even_only && i % 2 ? -1 : (int64_t)(fwd_ms * 1e6),
+                            .prep_opt_ns = opt_ms > 0 ? (int64_t)(opt_ms * 1e6) : -1};
+        int len = tm_inproc_encode_step(&s, buf, sizeof buf);
+        assert_true(len > 0);
+        assert_int_equal(tm_rec_append(r, TM_REC_STEP, s.end_ns, buf, (uint32_t)len), 0);
+    }
+    tm_rec_close(&r);
+}
+
+/* nanoGPT's order: 60 ms of the 100 ms step is the loop's batch, 50 of them
+ * between the forward and the backward pass: 50/60 = 83% of it there, 0
+ * before the optimizer step; the finding names that place and says what it
+ * means on a GPU.  nanochat's: 50 of 60 before the optimizer step.  Spread
+ * (20, 20 and the rest 20 before the forward): each share said.  Measured
+ * on every other step only (nanoGPT's, with the others -1): the share of
+ * the measured steps, 83% again. */
+static void test_main_prep_says_where_in_the_step_the_batch_is_made(void **st)
+{
+    (void)st;
+    struct {
+        double fwd, opt;
+        bool even;
+        const char *where, *gpu;
+        double fwd_share, opt_share;
+    } c[] = {
+        {50, 0, false,
+         "between the model's forward and its backward pass (83% of it), where "
+         "nanoGPT's train.py calls get_batch",
+         "On a GPU that work runs while the forward's kernels do", 50.0 / 60, 0},
+        {0, 50, false,
+         "between the last backward pass and the optimizer step (83% of it), "
+         "where nanochat fetches its next batch",
+         NULL, 0, 50.0 / 60},
+        {20, 20, false,
+         "33% of it before the forward, 33% between the forward and the "
+         "backward pass, 33% between the last backward pass and the optimizer step",
+         NULL, 1.0 / 3, 1.0 / 3},
+        {50, 0, true, "between the model's forward and its backward pass (83% of it)", "On a GPU",
+         50.0 / 60, 0},
+    };
+    for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
+        put_prep_steps(60, c[k].fwd, c[k].opt, c[k].even);
+        tm_run *run;
+        tm_analysis *a = analyze(&run);
+        const tm_finding *f = tm_analysis_find(a, "input.main_prep");
+        assert_non_null(f);
+        assert_true(fabs(ev_num(f, "data_wait_fraction") - 0.6) < 1e-6);
+        assert_true(fabs(ev_num(f, "prep_after_forward_share") - c[k].fwd_share) < 1e-6);
+        assert_true(fabs(ev_num(f, "prep_before_step_share") - c[k].opt_share) < 1e-6);
+        assert_non_null(strstr(f->advice, c[k].where));
+        if (c[k].gpu)
+            assert_non_null(strstr(f->advice, c[k].gpu));
+        else
+            assert_null(strstr(f->advice, "On a GPU"));
+        done(&run, &a);
+        char path[512];
+        snprintf(path, sizeof path, "%s/pid42.tmr", dir);
+        assert_int_equal(unlink(path), 0);
+    }
+}
+
+/* The records of before (no prep_fwd_ns, prep_opt_ns): the preparation is
+ * before the forward, as it was said. */
+static void test_main_prep_of_older_records_is_before_the_forward(void **st)
+{
+    (void)st;
+    put_prep_steps(60, -1, 0, false); /* prep_fwd_ns -1 everywhere, prep_opt_ns -1 */
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "input.main_prep");
+    assert_non_null(f);
+    assert_true(isnan(ev_num(f, "prep_after_forward_share")));
+    assert_true(ev_num(f, "prep_before_step_share") == 0);
+    assert_non_null(
+        strstr(f->advice, "between one step's optimizer or backward pass and the next forward"));
+    done(&run, &a);
+}
+
 static tm_analysis *amp_run(tm_run **run, size_t n, bool (*skipped)(size_t))
 {
     put_opt_steps("pid42.tmr", "pid42", n, 0, TM_STEP_SKIPPED, skipped);
@@ -2287,6 +2390,8 @@ int main(void)
         T(test_data_wait_without_system_data_is_a_low_confidence_finding),
         T(test_workers_off_cpu_without_system_data_are_not_called_disk_bound),
         T(test_a_loop_fed_by_a_background_thread_is_told_to_use_workers),
+        T(test_main_prep_says_where_in_the_step_the_batch_is_made),
+        T(test_main_prep_of_older_records_is_before_the_forward),
         T(test_amp_skipped_steps_beyond_the_backoff_are_a_finding),
         T(test_amp_skips_of_each_processs_start_are_no_finding),
         T(test_cpu_starved_workers_without_d_state_are_cpu_bound_not_disk_bound),

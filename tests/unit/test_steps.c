@@ -152,6 +152,41 @@ static void test_thread_fed_steps_are_counted_apart_not_as_preparation(void **st
     assert_int_equal(all.fed_steps, 6);
 }
 
+/* Where the loop's own preparation ran (prep_fwd_ns, prep_opt_ns: parts of
+ * prep_ns), after warm-up (step 0's 40 ms left out): steps of 100 ms with
+ * 60 ms of preparation; step 1 measured 50 ms of it after the forward,
+ * step 2 did not measure that (-1), step 3 measured 0, step 4 a crafted 500
+ * ms, counted as its 60 ms of wait.  prep_fwd_s = 50 + 0 + 60 ms over the
+ * measured steps' prep_fwd_known_s = 3 x 60 ms; prep_opt_s = 10 ms in
+ * steps 1-3 (step 4 none, -1).  Merged, they add. */
+static void test_preparation_after_the_forward_is_summed_where_measured(void **st)
+{
+    (void)st;
+    tm_steptally a, all;
+    tm_steptally_init(&a);
+    tm_steptally_init(&all);
+    int64_t fwd[5] = {40, 50, -1, 0, 500};
+    for (int i = 0; i < 5; i++) {
+        tm_inproc_step s = step((uint64_t)i, i * 100, 100, 60);
+        s.boundary = TM_STEP_BY_OPTIMIZER;
+        s.batches = 0;
+        s.prep_ns = 60 * MS;
+        s.prep_cpu_ns = -1;
+        s.prep_fwd_ns = fwd[i] >= 0 ? fwd[i] * MS : -1;
+        s.prep_opt_ns = i == 4 ? -1 : 10 * MS;
+        tm_steptally_add(&a, &s);
+    }
+    assert_int_equal(a.prep_steps, 4);                     /* step 0 is warm-up */
+    assert_true(fabs(a.prep_s - 0.240) < 1e-12);           /* 4 x 60 ms */
+    assert_true(fabs(a.prep_fwd_s - 0.110) < 1e-12);       /* 50 + 0 + 60 (500 capped) */
+    assert_true(fabs(a.prep_fwd_known_s - 0.180) < 1e-12); /* steps 1, 3, 4 */
+    assert_true(fabs(a.prep_opt_s - 0.030) < 1e-12);       /* steps 1, 2, 3 */
+    tm_steptally_merge(&all, &a);
+    tm_steptally_merge(&all, &a);
+    assert_true(fabs(all.prep_fwd_s - 0.220) < 1e-12 && fabs(all.prep_fwd_known_s - 0.360) < 1e-12);
+    assert_true(fabs(all.prep_opt_s - 0.060) < 1e-12);
+}
+
 static void test_skipped_steps_are_counted_with_their_runs(void **st)
 {
     (void)st;
@@ -308,6 +343,7 @@ int main(void)
         cmocka_unit_test(test_window_sums_the_last_steps),
         cmocka_unit_test(test_eval_batches_are_counted_apart),
         cmocka_unit_test(test_prep_cpu_schedule_thins_out_and_weights_each_read_step),
+        cmocka_unit_test(test_preparation_after_the_forward_is_summed_where_measured),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
