@@ -38,7 +38,9 @@ ext = Extension(
     sources=["python/trainmon/_trainmon.c"] + LIB_SOURCES,
     include_dirs=["include", "src/lib"],
     define_macros=[("_GNU_SOURCE", None)],
-    extra_compile_args=["-std=c11", "-O2", "-pthread", "-Wall", "-Wno-missing-field-initializers"],
+    # (a function a Python version lacks must fail the build, not the import)
+    extra_compile_args=["-std=c11", "-O2", "-pthread", "-Wall", "-Wno-missing-field-initializers",
+                        "-Werror=implicit-function-declaration"],
     extra_link_args=["-pthread"],
     libraries=["m"],
 )

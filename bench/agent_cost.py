@@ -8,7 +8,9 @@ Prints a markdown table and one PASS/FAIL line.  Environment:
                     /usr/bin/python3)
   AGENT_COST_STEPS  steps per measured block (default 256: one epoch of the
                     loader loops, so each block has the same epoch ends)
-  AGENT_COST_KINDS  the loops (default: loader slice manual accum)
+  AGENT_COST_KINDS  the loops (default: loader slice manual accum; gap, the
+                    loop whose every step's work after the forward is
+                    measured, has a budget of its own: 10 us)
   AGENT_COST_SEEDS  the PYTHONHASHSEED values, one plain and one agent
                     process each (default: 0 1 2)
 
@@ -57,6 +59,9 @@ import tempfile
 import time
 
 BUDGET_NS = 1000.0  # 0.1 % of a 1 ms step (issue #14)
+# The gap loop (every step's work after the forward measured: a loop that
+# loses 200 us a step or more there): 5% of that, 1% of a 1 ms step.
+GAP_BUDGET_NS = 10000.0
 
 root, build = sys.argv[1], sys.argv[2]
 here = os.path.join(root, "bench")
@@ -317,7 +322,12 @@ for kind in kinds:
         wall_min=float(w.get("diff_min_ns", "nan")), wall_max=float(w.get("diff_max_ns", "nan")),
         top=sorted(((v / N, k) for k, v in fn.items() if k in ENTRY), reverse=True)[:5])
 
-rates = [r["plain_ir"] / r["plain_min"] for r in results.values() if r["plain_min"] > 0]
+# (not the gap loop's: 0.3 ms of each of its steps is a sleep, no instructions)
+rates = [r["plain_ir"] / r["plain_min"] for k, r in results.items()
+         if r["plain_min"] > 0 and k != "gap"]
+if not rates:  # the gap loop alone: its time less the sleep
+    rates = [r["plain_ir"] / (r["plain_min"] - 300000) for r in results.values()
+             if r["plain_min"] > 300000]
 rate = statistics.median(rates) if rates else float("nan")
 print("Agent cost per step (issue #14: at most %.0f ns, 0.1 %% of a 1 ms step), %s, torch %s, "
       "%d steps per block." % (BUDGET_NS, os.path.basename(py), torch_version, N))
@@ -344,7 +354,8 @@ print("|---|---|---|---|---|---|---|---|")
 for kind, r in results.items():
     other = r["other"]
     ns = r["own"] / rate + r["mono"] * mono_ns + r["tsc"] * tsc_ns + other * thread_ns
-    worst = max(worst, ns)
+    if kind != "gap":  # (its own budget, below)
+        worst = max(worst, ns)
     r["ns"] = ns
     hooks = r["own"] - r["own_c"]
     print("| %s | %.0f, %.0f | %.0f (%.0f + %.0f: %s) | %.0f (%.0f..%.0f; +-%.0f) | %.2f, %.2f; %.2f "
@@ -367,7 +378,19 @@ print("")
 if not results:
     print("agent cost per step: FAIL: nothing measured")
     sys.exit(0)
+plainly = [k for k in results if k != "gap"]
 ok = worst <= BUDGET_NS and len(results) == len(kinds)
-print("agent cost per step: %s: at most %.0f ns per step (%.3f %% of a 1 ms step) over %s; "
-      "target at most %.0f ns" % ("PASS" if ok else "FAIL", worst, worst / 1e4,
-                                  ", ".join(results), BUDGET_NS))
+if plainly:
+    print("agent cost per step: %s: at most %.0f ns per step (%.3f %% of a 1 ms step) over %s; "
+          "target at most %.0f ns" % ("PASS" if ok else "FAIL", worst, worst / 1e4,
+                                      ", ".join(plainly), BUDGET_NS))
+if "gap" in results:
+    # every step measured after the forward: only in a loop that lost 2% of
+    # a step and 200 us or more there (docs/DIAGNOSIS.md "After the forward")
+    g = results["gap"]["ns"]
+    ok_gap = g <= GAP_BUDGET_NS
+    ok = ok and ok_gap
+    print("agent cost per step, every step measured after the forward (gap): %s: %.0f ns per "
+          "step (%.3f %% of a 1 ms step, %.1f %% of the 200 us such a loop loses at least); "
+          "target at most %.0f ns" % ("PASS" if ok_gap else "FAIL", g, g / 1e4, 100 * g / 2e5,
+                                      GAP_BUDGET_NS))

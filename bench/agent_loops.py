@@ -13,9 +13,12 @@ that the loop's own cost is small and the agent's stands out):
   accum   DataLoader, gradient accumulation: 4 backward passes per
           optimizer step (a step is an optimizer step)
   gap     nanoGPT's order: the model returns its loss, and the next batch
-          is sliced between the forward and the backward pass: the work
-          after the forward is measured on every step (the agent's
-          forward hook and its slow path each step, docs/DIAGNOSIS.md)
+          is made between the forward and the backward pass (sliced, and
+          0.3 ms of waiting for it: a sleep, which valgrind does not slow):
+          the work after the forward is measured on every step (the
+          agent's forward hook and torch's slow path for the model's call
+          each step, docs/DIAGNOSIS.md "After the forward"), the agent's
+          most expensive steady state
 
 callgrind (under `valgrind --tool=callgrind --instr-atstart=no`): one
 process, one block: with `agent`, trainmon.attach() first (as `trainmon
@@ -139,6 +142,7 @@ class Loop:
         for _ in range(n):
             loss = model(x, y)
             x, y = self.batch()  # the next batch, while a GPU would run the forward
+            time.sleep(0.0003)   # (0.3 ms of it waiting: every step measured)
             loss.backward()
             opt.step()
             opt.zero_grad()

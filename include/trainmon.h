@@ -1034,9 +1034,13 @@ typedef struct tm_steptally {
     double prep_s, prep_cpu_s, prep_cpu_known_s;
     /* Of prep_s: the part between the forward and the backward pass on the
      * steps that measured it (prep_fwd_ns >= 0) and those steps' prep
-     * (prep_fwd_known_s: a ratio of the two is a share), and the part from
-     * the last backward pass to the optimizer step (prep_opt_ns, every step). */
+     * (prep_fwd_known_s: a ratio of the two is a share), each weighted by
+     * the steps it stands for, those since the step that measured it
+     * before (prep_fwd_last: its number; a sample of the steps, or every
+     * step), and the part from the last backward pass to the optimizer step
+     * (prep_opt_ns, every step). */
     double prep_fwd_s, prep_fwd_known_s, prep_opt_s;
+    uint64_t prep_fwd_last;
     /* After warm-up, the training thread's CPU time inside the waits of a
      * multi-process DataLoader (receiving batches) and the waits it was
      * measured over. */

@@ -1044,6 +1044,17 @@ def _install_amp(torch):
             _patch(cls, "step", _c.method(h))
 
 
+def _module_call_codes(nnm):
+    """The code objects in which torch tests its global forward pre-hook
+    dict on a module call: Module._call_impl and, torch >= 2.0, the `inner`
+    function it defines (the path of a module with hooks of its own)."""
+    code = getattr(getattr(getattr(nnm, "Module", None), "_call_impl", None), "__code__", None)
+    if code is None:
+        return None
+    inner = [c for c in code.co_consts if getattr(c, "co_name", None) == "inner"]
+    return (code,) + tuple(inner)
+
+
 def _forward_hooks(nnm):
     """torch's global forward pre-hook dict, as the step model sees the
     first forward after a step boundary (loops without a DataLoader): while
@@ -1661,16 +1672,6 @@ def _zgrad_install():
             _hook_py(getattr(sys.modules.get(mod), cls, None), "unscale_", "clip")
     except Exception as e:
         _report_exc("batch preparation timing (gradient clipping)", e)
-    try:
-        # The work after the forward is timed by a forward hook on the module
-        # called first, put there by a global forward pre-hook on the steps
-        # measured: torch.compile's OptimizedModule warns that global hooks
-        # fire for it too, which is what that one is for.
-        import warnings
-        warnings.filterwarnings(
-            "ignore", message=r"Using `torch\.compile\(module\)` when there are global hooks")
-    except Exception as e:
-        _report_exc("batch preparation timing (forward hooks)", e)
 
 
 def _wrap_optimizer_class(cls):
@@ -2287,8 +2288,7 @@ def attach(run_dir=None, memory_history=None):
             _c.bind_steps(_forward_hooks(nnm), getattr(torch, "is_grad_enabled", None),
                           getattr(dlm, "_MultiProcessingDataLoaderIter", None),
                           getattr(nnm, "_global_forward_hooks", None),
-                          getattr(getattr(getattr(nnm, "Module", None), "_call_impl", None),
-                                  "__code__", None))
+                          _module_call_codes(nnm))
         except Exception as e:
             _report_exc("batch preparation timing", e)
         try:

@@ -1042,45 +1042,53 @@ static int cpu_sample_due(unsigned *tick)
  *     fires), and a hooked module's call takes torch's slow path, ~1.5 us
  *     on torch 2.13: so it is measured on the steps gap_due names (1 to
  *     GAP_FIRST, then tm_prep_cpu_due's sample) until a gap of 1/GAP_ON
- *     of its step is seen, and on every step from then on (a loop that
- *     loses that much there pays 2 us gladly; one that does not never pays
- *     more than the sample, and the steps not measured miss less than that
- *     share).  The gap counts only where the backward pass's loss is a
- *     tensor the forward returned, or that one scaled (gap_settle): a loss
- *     computed after the forward (CrossEntropyLoss, an RL loop's
- *     surrogate) is compute, and that gap none of the preparation.
- *     prep_fwd_ns, in prep_ns.
+ *     of its step and GAP_ON_MIN_NS or more is seen, and on every step from
+ *     then on (a loop that loses that much there pays the ~4-7 us of a
+ *     measured step gladly, bench/agent_cost.py's gap loop; one that does
+ *     not never pays more than the sample, and the steps not measured miss
+ *     less than that: the backward call's own Python after the forward,
+ *     30-90 us a step on torch 2.13, is no reason to measure every step).  The gap counts only
+ * where the backward pass's loss is a tensor the forward returned, or that one scaled (gap_settle):
+ * a loss computed after the forward (CrossEntropyLoss, an RL loop's surrogate) is compute, and that
+ * gap none of the preparation. prep_fwd_ns, in prep_ns.
  *   - tail: from the last backward pass's end to the optimizer step (the
  *     micro-batch span armed there that met the step instead of a
  *     forward), with the same parts left out: every step, two clock reads
  *     the span had anyway.  prep_opt_ns, in prep_ns.
  */
-#define GAP_ON 50 /* 2% of the step */
+#define GAP_ON 50              /* 2% of the step */
+#define GAP_ON_MIN_NS 200000LL /* and 200 us */
 #define GAP_FIRST 4u
-static int g_gap_on;   /* every step measured from now on */
-static int g_gap_due;  /* the step being prepared is measured */
-static int g_gap_want; /* a due span met its forward: the post-hook goes onto its module */
-static int g_arm_gap;  /* armed from a forward's return to the next module call or backward */
+static int g_gap_on;    /* every step measured from now on */
+static int g_gap_due;   /* the step being prepared is measured */
+static int g_gap_want;  /* a due span met its forward: the post-hook goes onto its module */
+static int g_gap_entry; /* the pre-hook is in the ArmedHooks dict for that module call */
+static int g_arm_gap;   /* armed from a forward's return to the next module call or backward */
 static int64_t g_gap_t0, g_gap_cpu0, g_gap_hk, g_gap_hkc, g_gap_coll;
 static PyObject *g_post_fn;      /* the forward hook */
 static PyObject *g_post_key;     /* its key in the module's _forward_hooks */
 static PyObject *g_post_dict;    /* the _forward_hooks it is in, until it fires */
 static PyObject *g_post_always;  /* the module's _forward_hooks_always_called (torch >= 2.0) */
 static int g_post_global;        /* g_post_dict is torch's global _forward_hooks (torch 1.x) */
+static int g_post_fired;         /* it fired, and stays in the dict until post_clear */
 static uintptr_t g_post_id;      /* that module (identity only) */
 static PyObject *g_s_fwd_hooks;  /* "_forward_hooks" */
 static PyObject *g_s_fwd_always; /* "_forward_hooks_always_called" */
 static PyObject *g_s_grad_fn, *g_s_next_fns; /* "grad_fn", "next_functions" */
 static PyObject *g_s_torch;                  /* "torch" */
 static PyObject *g_s_metadata;               /* "metadata" */
-/* The autograd nodes of the tensors the forward returned, and the gap
- * measured, until the backward pass says whether its loss came out of that
- * forward (gap_settle).  A node is known by its metadata dict, which the
- * node makes once and keeps (its Python object is made anew at each
- * access, and one held would keep the forward's graph, its activations,
- * alive past a forward the loop dropped). */
+/* The autograd nodes of the one-element tensors (a loss) the forward
+ * returned, and the gap measured, until the backward pass says whether its
+ * loss came out of that forward (gap_settle).  A node is known by its
+ * metadata dict, which the node makes once and keeps (its Python object is
+ * made anew at each access, and one held would keep the forward's graph,
+ * its activations, alive past a forward the loop dropped); the dicts are
+ * held (a dict freed with a dropped output would give its address to the
+ * next one made: another node's, read as this one). */
 #define GAP_OUTS 8
 static uintptr_t g_out_id[GAP_OUTS];
+static PyObject *g_out_md[GAP_OUTS];
+static PyObject *g_s_numel; /* "numel" */
 static int g_out_n;
 static int64_t g_gap_span = -1, g_gap_cpu = -1;
 /* blocking collectives' time on the training thread, all of it so far
@@ -1090,7 +1098,7 @@ static int64_t g_coll_ns, g_marm_coll;
 
 static void post_clear(void);
 static int post_install(PyObject *mod);
-static PyObject *callimpl_self(void);
+static int in_module_call(void);
 
 static int gap_due(uint64_t step)
 {
@@ -1106,10 +1114,13 @@ static void fwd_arm(int64_t t)
         Py_CLEAR(g_fwd_hooks); /* never again */
         return;
     }
+    if (g_gap_entry && g_fwd_flag && PyObject_DelItem(g_fwd_hooks, g_fwd_key) < 0)
+        PyErr_Clear(); /* a module call that never ran its pre-hooks */
+    g_gap_entry = 0;
     g_fwd_armed = 1;
     g_arm_micro = 0;
     g_gap_want = 0;
-    post_clear(); /* one a forward that raised left (torch 1.x) */
+    post_clear(); /* one a forward that raised left */
     fwd_flag_type(1);
     g_arm_t = t;
     g_arm_hk = g_hk_ns;
@@ -1135,13 +1146,14 @@ static void fwd_disarm(void)
      * truth test ours until the module call's (armed_bool) */
     if (!(g_gap_want && g_fwd_flag))
         fwd_flag_type(0);
-    if (g_fwd_hooks && !g_fwd_flag && PyObject_DelItem(g_fwd_hooks, g_fwd_key) < 0)
+    if (g_fwd_hooks && (!g_fwd_flag || g_gap_entry) && PyObject_DelItem(g_fwd_hooks, g_fwd_key) < 0)
         PyErr_Clear(); /* taken out by someone else */
+    g_gap_entry = 0;
 }
 
 /* The forward hook out of the module it was put on (fired or not: a
  * forward that raised never returns to it). */
-static void post_clear(void)
+static void post_remove(void)
 {
     if (!g_post_dict)
         return;
@@ -1152,7 +1164,41 @@ static void post_clear(void)
     Py_CLEAR(g_post_dict);
     Py_CLEAR(g_post_always);
     g_post_id = 0;
-    g_post_global = 0;
+    g_post_global = g_post_fired = 0;
+}
+
+/* Our key out of a module's _forward_hooks now, unless another key follows
+ * it: torch iterates that dict itself, not a copy, when a forward raised
+ * (its always_call hooks), and a key taken out before the last makes the
+ * next step of that loop raise "OrderedDict mutated during iteration" in
+ * place of the job's exception.  1: out (or not there); 0: left for
+ * post_clear, at the next backward pass, optimizer step or arm. */
+static int hook_out(PyObject *fh)
+{
+    PyObject *keys = PySequence_List(fh);
+    if (!keys) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    int last = n > 0 && PyList_GET_ITEM(keys, n - 1) == g_post_key;
+    int there = last;
+    for (Py_ssize_t i = 0; !there && i < n; i++)
+        there = PyList_GET_ITEM(keys, i) == g_post_key;
+    Py_DECREF(keys);
+    if (!there)
+        return 1;
+    if (!last)
+        return 0;
+    if (PyObject_DelItem(fh, g_post_key) < 0)
+        PyErr_Clear();
+    return 1;
+}
+
+/* The hook taken out, fired or not. */
+static void post_clear(void)
+{
+    post_remove();
 }
 
 /* The pre-hook of a due span's forward: the forward hook onto its module
@@ -1209,33 +1255,26 @@ static int post_install(PyObject *mod)
     return 1;
 }
 
-/* The module of the Module._call_impl frame that runs this (new
- * reference), or NULL: another frame, or not found. */
-static PyObject *g_callimpl_code; /* torch.nn.Module._call_impl.__code__ */
-static PyObject *g_s_self;        /* "self" */
+/* Whether the Python frame making this call runs torch's Module._call_impl
+ * or the `inner` function of its hooked path (torch >= 2.0, where a module
+ * with hooks of its own makes its first test of the global dict): the
+ * truth test of a module call, not of OptimizedModule's test for global
+ * hooks or of anything else that looks at the dict. */
+static PyObject *g_call_codes; /* a tuple of those code objects */
 
-static PyObject *callimpl_self(void)
+static int in_module_call(void)
 {
-    if (!g_callimpl_code || !g_s_self)
-        return NULL;
+    if (!g_call_codes)
+        return 0;
     PyFrameObject *f = PyEval_GetFrame(); /* borrowed */
     if (!f)
-        return NULL;
+        return 0;
     PyCodeObject *co = PyFrame_GetCode(f);
-    int ours = (PyObject *)co == g_callimpl_code;
+    int ours = 0;
+    for (Py_ssize_t i = 0; !ours && i < PyTuple_GET_SIZE(g_call_codes); i++)
+        ours = (PyObject *)co == PyTuple_GET_ITEM(g_call_codes, i);
     Py_XDECREF(co);
-    if (!ours)
-        return NULL;
-#if PY_VERSION_HEX >= 0x030C0000
-    PyObject *self = PyFrame_GetVar(f, g_s_self);
-#else
-    PyObject *loc = PyFrame_GetLocals(f);
-    PyObject *self = loc ? PyObject_GetItem(loc, g_s_self) : NULL;
-    Py_XDECREF(loc);
-#endif
-    if (!self)
-        PyErr_Clear();
-    return self;
+    return ours;
 }
 
 /* Armed at the forward's return (the hook): the next module call's truth
@@ -1281,6 +1320,8 @@ static void gap_take(int64_t t)
 /* The forward's tensors forgotten, and a gap no backward pass took. */
 static void gap_drop(void)
 {
+    for (int i = 0; i < g_out_n; i++)
+        Py_CLEAR(g_out_md[i]);
     g_out_n = 0;
     g_gap_span = g_gap_cpu = -1;
 }
@@ -1302,19 +1343,36 @@ static uintptr_t node_id(PyObject *fn)
     return id;
 }
 
+/* The number of elements of tensor t (-1: not known). */
+static long numel_of(PyObject *t)
+{
+    if (!g_tensor_type || !PyObject_TypeCheck(t, g_tensor_type))
+        return -1;
+    PyObject *n = PyObject_CallMethodNoArgs(t, g_s_numel);
+    long v = n && PyLong_Check(n) ? PyLong_AsLong(n) : -1;
+    Py_XDECREF(n);
+    if (PyErr_Occurred())
+        PyErr_Clear();
+    return v;
+}
+
 static void out_note(PyObject *o)
 {
-    if (g_out_n >= GAP_OUTS || !g_tensor_type || !PyObject_TypeCheck(o, g_tensor_type))
+    if (g_out_n >= GAP_OUTS || numel_of(o) != 1) /* a loss, not logits or log-probs */
         return;
     PyObject *fn = PyObject_GetAttr(o, g_s_grad_fn);
     if (!fn) {
         PyErr_Clear();
         return;
     }
-    uintptr_t id = fn != Py_None ? node_id(fn) : 0;
+    PyObject *md = fn != Py_None ? PyObject_GetAttr(fn, g_s_metadata) : NULL;
+    if (!md && PyErr_Occurred())
+        PyErr_Clear();
     Py_DECREF(fn);
-    if (id)
-        g_out_id[g_out_n++] = id;
+    if (md) {
+        g_out_md[g_out_n] = md;
+        g_out_id[g_out_n++] = (uintptr_t)md;
+    }
 }
 
 static void outs_note(PyObject *out)
@@ -1353,16 +1411,37 @@ static void outs_note(PyObject *out)
 /* Whether autograd node fn scales one input (loss / accumulation steps,
  * GradScaler's loss * scale, .mean() of a DataParallel loss), by its type's
  * name: torch's generated node types. */
+static PyObject *g_s_saved_self, *g_s_saved_other; /* "_saved_self", "_saved_other" */
+
 static int scales_one(PyObject *fn)
 {
     static const char *const names[] = {
         "DivBackward0",  "DivBackward1", "MulBackward0", "MulBackward1", "MeanBackward0",
         "MeanBackward1", "SumBackward0", "SumBackward1", "NegBackward0", "ToCopyBackward0"};
     const char *tn = Py_TYPE(fn)->tp_name;
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (!strcmp(tn, names[i]))
-            return 1;
-    return 0;
+    size_t i = 0;
+    while (i < sizeof names / sizeof names[0] && strcmp(tn, names[i]))
+        i++;
+    if (i == sizeof names / sizeof names[0])
+        return 0;
+    if (strcmp(tn, "MulBackward0") && strcmp(tn, "DivBackward0"))
+        return 1;
+    /* a product or quotient of two tensors scales the loss only when what
+     * it saved of them is one element each: the accumulation steps, the
+     * GradScaler's scale, not an RL loop's advantages (log-probs * adv) */
+    PyObject *names2[2] = {g_s_saved_self, g_s_saved_other};
+    for (int k = 0; k < 2; k++) {
+        PyObject *v = names2[k] ? PyObject_GetAttr(fn, names2[k]) : NULL;
+        if (!v) {
+            PyErr_Clear();
+            continue;
+        }
+        long n = v == Py_None ? 1 : numel_of(v);
+        Py_DECREF(v);
+        if (n != 1)
+            return 0;
+    }
+    return 1;
 }
 
 /* Whether tensor t is one the forward returned, or that one scaled (at
@@ -1504,7 +1583,8 @@ static void first_forward(void)
         g_fwd_hk = g_hk_ns;
         g_fwd_hkc = g_hk_cpu_ns;
     }
-    g_gap_want = g_gap_due && g_post_fn && !g_in_eval;
+    /* (not inside an optimizer step: LBFGS's closure is its own) */
+    g_gap_want = g_gap_due && g_post_fn && !g_in_eval && !g_opt_t0 && !g_off_batches;
     fwd_disarm();
 }
 
@@ -1538,8 +1618,13 @@ static PyObject *py_fwd_pre(PyObject *self, PyObject *args)
 {
     (void)self;
     first_forward();
-    if (g_gap_want && !g_fwd_flag && g_thread && thread_ident() == g_thread) {
-        g_gap_want = 0; /* (the dict the job's own hooks are in: called with the module) */
+    if (g_gap_entry) { /* put in by armed_bool for this call: out again */
+        g_gap_entry = 0;
+        if (g_fwd_hooks && PyObject_DelItem(g_fwd_hooks, g_fwd_key) < 0)
+            PyErr_Clear();
+    }
+    if (g_gap_want && g_thread && thread_ident() == g_thread) {
+        g_gap_want = 0;
         if (PyTuple_Check(args) && PyTuple_GET_SIZE(args) >= 1)
             post_install(PyTuple_GET_ITEM(args, 0));
     }
@@ -1559,24 +1644,79 @@ static PyObject *py_fwd_post(PyObject *self, PyObject *args)
         Py_RETURN_NONE;
     if (g_post_global && (uintptr_t)mod != g_post_id)
         Py_RETURN_NONE; /* a module inside the forward (torch 1.x's global hook) */
+    if (g_post_fired && (uintptr_t)mod == g_post_id)
+        Py_RETURN_NONE; /* fired already, left in the dict (hook_out) */
     if (g_post_dict && (uintptr_t)mod == g_post_id && g_thread && thread_ident() == g_thread) {
         int64_t t = now_ns();
-        post_clear();
+        if (g_post_global || hook_out(g_post_dict)) {
+            post_remove();
+        } else { /* the always_call mark out; the hook itself at post_clear */
+            if (g_post_always && PyObject_DelItem(g_post_always, g_post_key) < 0)
+                PyErr_Clear();
+            Py_CLEAR(g_post_always);
+            g_post_fired = 1;
+        }
         if (PyTuple_GET_SIZE(args) >= 3)
             outs_note(PyTuple_GET_ITEM(args, 2));
         gap_arm(t);
         Py_RETURN_NONE;
     }
+    /* one left on a module by a forward interrupted before it fired */
     PyObject *fh = g_s_fwd_hooks ? PyObject_GetAttr(mod, g_s_fwd_hooks) : NULL;
-    if (fh && PyDict_Check(fh) && PyObject_DelItem(fh, g_post_key) < 0)
-        PyErr_Clear();
     if (!fh)
         PyErr_Clear();
+    else if (PyDict_Check(fh))
+        hook_out(fh);
     Py_XDECREF(fh);
-    if ((uintptr_t)mod == g_post_id)
-        post_clear();
     Py_RETURN_NONE;
 }
+
+/* The forward hook as an object: called as py_fwd_post, and pickled
+ * (torch.save(model), copy.deepcopy of a module it is on: a forward
+ * interrupted by Ctrl-C leaves it there until the next backward pass,
+ * optimizer step or arm, since torch's always_call catches an Exception
+ * only, not a KeyboardInterrupt) as the debug method of the logger
+ * "trainmon.left_hook", a hook that does nothing (nothing is logged below
+ * DEBUG) wherever the module is loaded, trainmon there or not. */
+typedef struct {
+    PyObject_HEAD
+} ForwardEnd;
+
+static PyObject *fwdend_call(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    (void)kwargs;
+    return py_fwd_post(self, args);
+}
+
+static PyObject *fwdend_reduce(PyObject *self, PyObject *noargs)
+{
+    (void)self, (void)noargs;
+    PyObject *logging = PyImport_ImportModule("logging");
+    PyObject *logger =
+        logging ? PyObject_CallMethod(logging, "getLogger", "s", "trainmon.left_hook") : NULL;
+    PyObject *getattr_fn = PyDict_GetItemString(PyEval_GetBuiltins(), "getattr"); /* borrowed */
+    PyObject *r =
+        logger && getattr_fn ? Py_BuildValue("(O(Os))", getattr_fn, logger, "debug") : NULL;
+    if (!r && !PyErr_Occurred())
+        PyErr_SetString(PyExc_TypeError, "trainmon: the forward hook cannot be pickled here");
+    Py_XDECREF(logger);
+    Py_XDECREF(logging);
+    return r;
+}
+
+static PyMethodDef fwdend_methods[] = {
+    {"__reduce__", fwdend_reduce, METH_NOARGS, "as a no-op hook: a logger's debug method"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ForwardEndType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "trainmon._trainmon.ForwardEnd",
+    .tp_basicsize = sizeof(ForwardEnd),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "trainmon: notes the return of a step's first forward (a forward hook)",
+    .tp_call = fwdend_call,
+    .tp_methods = fwdend_methods,
+};
 
 /* ArmedHooks' truth test: the dict's (torch runs the hooks in it when
  * true), and the first forward when armed.  Never raises. */
@@ -1584,21 +1724,21 @@ static int armed_bool(PyObject *d)
 {
     if (g_fwd_armed && g_fwd_flag)
         first_forward();
-    if (g_gap_want && g_fwd_flag) {
-        /* a due span's forward: its module is the `self` of the
-         * Module._call_impl making this test; the post-hook onto it, and
-         * true, so that torch takes the path that runs it.  Not from code
-         * dynamo traces (it reads the dict, never calls this), and nothing
-         * is put in the global dict for it to trace. */
-        PyObject *mod = callimpl_self();
-        if (mod) {
-            g_gap_want = 0;
-            fwd_flag_type(0);
-            int ok = post_install(mod);
-            Py_DECREF(mod);
-            if (ok)
-                return 1;
+    if (g_gap_want && g_fwd_flag && !g_gap_entry && g_fwd_hooks == d && in_module_call()) {
+        /* a measured span's forward: the pre-hook into the dict now, and
+         * true, so that torch runs it with the module (which puts the
+         * forward hook on it) a few bytecodes on, in this module call.
+         * Nothing is in the dict at any other time: code dynamo traces
+         * never finds it (dynamo reads the dict, never calls this), nor
+         * does torch.compile's OptimizedModule's test for global hooks
+         * (not a module call: the next test is). */
+        fwd_flag_type(0);
+        if (PyObject_SetItem(d, g_fwd_key, g_fwd_fn) == 0) {
+            g_gap_entry = 1;
+            return 1;
         }
+        PyErr_Clear();
+        g_gap_want = 0;
     }
     return PyDict_GET_SIZE(d) != 0;
 }
@@ -1617,8 +1757,6 @@ static PyTypeObject ArmedHooksType = {
 
 static PyMethodDef fwd_def = {"_trainmon_first_forward", py_fwd_pre, METH_VARARGS,
                               "trainmon: notes the first forward after a step boundary"};
-static PyMethodDef post_def = {"_trainmon_forward_end", py_fwd_post, METH_VARARGS,
-                               "trainmon: notes the return of a step's first forward"};
 
 /* torch.is_grad_enabled is a builtin taking no arguments: its C function
  * is called directly (asked on every batch; the generic call was ~40% of
@@ -1767,19 +1905,19 @@ static void close_acc(int level, int64_t t, uint32_t flags, int64_t opt_t0, long
                 s.prep_cpu_ns =
                     a->prep_more_cpu_n == a->prep_more_n ? s.prep_cpu_ns + a->prep_more_cpu : -1;
         }
-        if (a->gap_n) { /* after the forwards (a measured step) */
+        if (a->gap_n && !g_off_batches) { /* after the forwards (a measured step) */
             s.prep_fwd_ns = a->gap;
             s.prep_ns = s.data_wait_ns = s.prep_ns + a->gap;
             if (s.prep_cpu_ns >= 0)
                 s.prep_cpu_ns = a->gap_cpu_n == a->gap_n ? s.prep_cpu_ns + a->gap_cpu : -1;
         }
-        if (a->tail_n) { /* after the last backward pass */
+        if (a->tail_n && !g_off_batches) { /* after the last backward pass */
             s.prep_opt_ns = a->tail;
             s.prep_ns = s.data_wait_ns = s.prep_ns + a->tail;
             if (s.prep_cpu_ns >= 0)
                 s.prep_cpu_ns = a->tail_cpu_n == a->tail_n ? s.prep_cpu_ns + a->tail_cpu : -1;
         }
-        if (!g_gap_on && a->gap_n && a->gap * GAP_ON >= t - start)
+        if (!g_gap_on && a->gap_n && a->gap * GAP_ON >= t - start && a->gap >= GAP_ON_MIN_NS)
             g_gap_on = 1; /* every step measured from now on */
     }
     gap_drop(); /* a forward no backward pass followed in the step */
@@ -2506,8 +2644,10 @@ static PyObject *py_reset_steps(PyObject *self, PyObject *noargs)
 }
 
 /* bind_steps(global_forward_pre_hooks, is_grad_enabled[, mp_iter_type[,
- * global_forward_hooks[, call_impl_code]]]): what the step model needs of
- * torch (None: not there); arms the first-forward hook. */
+ * global_forward_hooks[, module_call_codes]]]): what the step model needs
+ * of torch (None: not there); arms the first-forward hook.
+ * module_call_codes: a tuple of the code objects of Module._call_impl and
+ * of the `inner` function it defines (torch >= 2.0). */
 static PyObject *py_bind_steps(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -2528,13 +2668,11 @@ static PyObject *py_bind_steps(PyObject *self, PyObject *args)
         Py_INCREF(fwdh);
         g_global_fwd_hooks = fwdh;
     }
-    Py_CLEAR(g_callimpl_code);
-    if (PyCode_Check(code)) {
+    Py_CLEAR(g_call_codes);
+    if (PyTuple_Check(code)) {
         Py_INCREF(code);
-        g_callimpl_code = code;
+        g_call_codes = code;
     }
-    if (!g_s_self && !(g_s_self = PyUnicode_InternFromString("self")))
-        return NULL;
     Py_CLEAR(g_fwd_hooks);
     Py_CLEAR(g_grad_on);
     g_grad_cfn = NULL;
@@ -2546,7 +2684,7 @@ static PyObject *py_bind_steps(PyObject *self, PyObject *args)
     if (!g_post_key)
         g_post_key = PyUnicode_InternFromString("trainmon.forward_end");
     if (!g_post_fn)
-        g_post_fn = PyCFunction_New(&post_def, NULL);
+        g_post_fn = PyType_GenericNew(&ForwardEndType, NULL, NULL);
     if (!g_s_fwd_hooks)
         g_s_fwd_hooks = PyUnicode_InternFromString("_forward_hooks");
     if (!g_s_fwd_always)
@@ -2559,8 +2697,15 @@ static PyObject *py_bind_steps(PyObject *self, PyObject *args)
         g_s_torch = PyUnicode_InternFromString("torch");
     if (!g_s_metadata)
         g_s_metadata = PyUnicode_InternFromString("metadata");
+    if (!g_s_numel)
+        g_s_numel = PyUnicode_InternFromString("numel");
+    if (!g_s_saved_self)
+        g_s_saved_self = PyUnicode_InternFromString("_saved_self");
+    if (!g_s_saved_other)
+        g_s_saved_other = PyUnicode_InternFromString("_saved_other");
     if (!g_fwd_key || !g_fwd_fn || !g_post_key || !g_post_fn || !g_s_fwd_hooks || !g_s_grad_fn ||
-        !g_s_next_fns || !g_s_torch || !g_s_metadata || !g_s_fwd_always)
+        !g_s_next_fns || !g_s_torch || !g_s_metadata || !g_s_fwd_always || !g_s_numel ||
+        !g_s_saved_self || !g_s_saved_other)
         return NULL;
     if (hooks != Py_None && PyMapping_Check(hooks)) {
         Py_INCREF(hooks);
@@ -4643,6 +4788,8 @@ PyMODINIT_FUNC PyInit__trainmon(void)
     for (int i = 0; i < F_N; i++)
         g_last[i] = NAN;
     ArmedHooksType.tp_base = &PyODict_Type;
+    if (PyType_Ready(&ForwardEndType) < 0)
+        return NULL;
     tm_fastclock_init(&g_clk);                /* calibrated 200 ms after the import */
     pthread_atfork(NULL, NULL, fetch_forked); /* a DataLoader worker asks get_worker_info() */
     pthread_atfork(NULL, NULL, gc_forked);

@@ -104,9 +104,15 @@ bool tm_steptally_add(tm_steptally *t, const tm_inproc_step *s)
                 t->prep_cpu_known_s += k * w;
             }
             if (s->prep_fwd_ns >= 0) {
-                double f = (double)s->prep_fwd_ns / 1e9;
-                t->prep_fwd_s += f < w ? f : w;
-                t->prep_fwd_known_s += w;
+                /* the steps since the one that measured it before */
+                double f = (double)s->prep_fwd_ns / 1e9,
+                       k = s->step != UINT64_MAX && s->step > t->prep_fwd_last
+                               ? (double)(s->step - t->prep_fwd_last)
+                               : 1.0;
+                if (s->step != UINT64_MAX && s->step > t->prep_fwd_last)
+                    t->prep_fwd_last = s->step;
+                t->prep_fwd_s += k * (f < w ? f : w);
+                t->prep_fwd_known_s += k * w;
             }
             if (s->prep_opt_ns > 0) {
                 double o = (double)s->prep_opt_ns / 1e9;
@@ -187,6 +193,8 @@ void tm_steptally_merge(tm_steptally *into, const tm_steptally *from)
     into->prep_fwd_s += from->prep_fwd_s;
     into->prep_fwd_known_s += from->prep_fwd_known_s;
     into->prep_opt_s += from->prep_opt_s;
+    if (from->prep_fwd_last > into->prep_fwd_last)
+        into->prep_fwd_last = from->prep_fwd_last;
     into->recv_cpu_s += from->recv_cpu_s;
     into->recv_known_s += from->recv_known_s;
     into->fed_steps += from->fed_steps;

@@ -156,9 +156,11 @@ static void test_thread_fed_steps_are_counted_apart_not_as_preparation(void **st
  * prep_ns), after warm-up (step 0's 40 ms left out): steps of 100 ms with
  * 60 ms of preparation; step 1 measured 50 ms of it after the forward,
  * step 2 did not measure that (-1), step 3 measured 0, step 4 a crafted 500
- * ms, counted as its 60 ms of wait.  prep_fwd_s = 50 + 0 + 60 ms over the
- * measured steps' prep_fwd_known_s = 3 x 60 ms; prep_opt_s = 10 ms in
- * steps 1-3 (step 4 none, -1).  Merged, they add. */
+ * ms, counted as its 60 ms of wait.  Each measured step stands for the
+ * steps since the one before it that measured: step 1 for 1, step 3 for 2
+ * (steps 2 and 3), step 4 for 1.  prep_fwd_s = 1 x 50 + 2 x 0 + 1 x 60 =
+ * 110 ms over prep_fwd_known_s = (1 + 2 + 1) x 60 = 240 ms; prep_opt_s =
+ * 10 ms in steps 1-3 (step 4 none, -1).  Merged, they add. */
 static void test_preparation_after_the_forward_is_summed_where_measured(void **st)
 {
     (void)st;
@@ -178,12 +180,13 @@ static void test_preparation_after_the_forward_is_summed_where_measured(void **s
     }
     assert_int_equal(a.prep_steps, 4);                     /* step 0 is warm-up */
     assert_true(fabs(a.prep_s - 0.240) < 1e-12);           /* 4 x 60 ms */
-    assert_true(fabs(a.prep_fwd_s - 0.110) < 1e-12);       /* 50 + 0 + 60 (500 capped) */
-    assert_true(fabs(a.prep_fwd_known_s - 0.180) < 1e-12); /* steps 1, 3, 4 */
-    assert_true(fabs(a.prep_opt_s - 0.030) < 1e-12);       /* steps 1, 2, 3 */
+    assert_true(fabs(a.prep_fwd_s - 0.110) < 1e-12);       /* 50 + 2 x 0 + 60 (500 capped) */
+    assert_true(fabs(a.prep_fwd_known_s - 0.240) < 1e-12); /* (1 + 2 + 1) x 60 */
+    assert_int_equal(a.prep_fwd_last, 4);
+    assert_true(fabs(a.prep_opt_s - 0.030) < 1e-12); /* steps 1, 2, 3 */
     tm_steptally_merge(&all, &a);
     tm_steptally_merge(&all, &a);
-    assert_true(fabs(all.prep_fwd_s - 0.220) < 1e-12 && fabs(all.prep_fwd_known_s - 0.360) < 1e-12);
+    assert_true(fabs(all.prep_fwd_s - 0.220) < 1e-12 && fabs(all.prep_fwd_known_s - 0.480) < 1e-12);
     assert_true(fabs(all.prep_opt_s - 0.060) < 1e-12);
 }
 
