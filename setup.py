@@ -121,5 +121,5 @@ setup(
     ext_modules=[ext],
     cmdclass={"build_ext": build_cli, "build_scripts": build_binary_scripts},
     scripts=[CLI_OUT],
-    python_requires=">=3.8",
+    python_requires=">=3.9",  # (Py_SET_TYPE, PyFrame_GetCode, PyObject_CallMethodNoArgs)
 )

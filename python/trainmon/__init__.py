@@ -2288,7 +2288,8 @@ def attach(run_dir=None, memory_history=None):
             _c.bind_steps(_forward_hooks(nnm), getattr(torch, "is_grad_enabled", None),
                           getattr(dlm, "_MultiProcessingDataLoaderIter", None),
                           getattr(nnm, "_global_forward_hooks", None),
-                          _module_call_codes(nnm))
+                          _module_call_codes(nnm),
+                          getattr(getattr(torch, "_C", None), "_get_tracing_state", None))
         except Exception as e:
             _report_exc("batch preparation timing", e)
         try:

@@ -1043,8 +1043,9 @@ static int cpu_sample_due(unsigned *tick)
  *     on torch 2.13: so it is measured on the steps gap_due names (1 to
  *     GAP_FIRST, then tm_prep_cpu_due's sample) until a gap of 1/GAP_ON
  *     of its step and GAP_ON_MIN_NS or more is seen, and on every step from
- *     then on (a loop that loses that much there pays the ~4-7 us of a
- *     measured step gladly, bench/agent_cost.py's gap loop; one that does
+ *     then on (a loop that loses that much there pays the ~3 us of a
+ *     measured step, ~7 us with torch's slow path, gladly:
+ *     bench/agent_cost.py's gap loop; one that does
  *     not never pays more than the sample, and the steps not measured miss
  *     less than that: the backward call's own Python after the forward,
  *     30-90 us a step on torch 2.13, is no reason to measure every step).  The gap counts only
@@ -1077,6 +1078,7 @@ static PyObject *g_s_fwd_always; /* "_forward_hooks_always_called" */
 static PyObject *g_s_grad_fn, *g_s_next_fns; /* "grad_fn", "next_functions" */
 static PyObject *g_s_torch;                  /* "torch" */
 static PyObject *g_s_metadata;               /* "metadata" */
+static PyObject *g_tracing; /* torch._C._get_tracing_state: torch.jit.trace running */
 /* The autograd nodes of the one-element tensors (a loss) the forward
  * returned, and the gap measured, until the backward pass says whether its
  * loss came out of that forward (gap_settle).  A node is known by its
@@ -1175,6 +1177,8 @@ static void post_remove(void)
  * post_clear, at the next backward pass, optimizer step or arm. */
 static int hook_out(PyObject *fh)
 {
+    if (!PyODict_CheckExact(fh))
+        return 0; /* (a plain dict: no key may go while it is iterated) */
     PyObject *keys = PySequence_List(fh);
     if (!keys) {
         PyErr_Clear();
@@ -1343,6 +1347,21 @@ static uintptr_t node_id(PyObject *fn)
     return id;
 }
 
+/* Whether torch.jit.trace is tracing: a tensor method the hook called
+ * then (numel) went into the traced graph, and the trace's check, which
+ * runs without the hook, found "Graphs differed across invocations". */
+static int tracing(void)
+{
+    if (!g_tracing)
+        return 0;
+    PyObject *r = PyObject_CallNoArgs(g_tracing);
+    int on = r && r != Py_None;
+    if (!r)
+        PyErr_Clear();
+    Py_XDECREF(r);
+    return on;
+}
+
 /* The number of elements of tensor t (-1: not known). */
 static long numel_of(PyObject *t)
 {
@@ -1358,11 +1377,18 @@ static long numel_of(PyObject *t)
 
 static void out_note(PyObject *o)
 {
-    if (g_out_n >= GAP_OUTS || numel_of(o) != 1) /* a loss, not logits or log-probs */
+    long n = g_out_n < GAP_OUTS ? numel_of(o) : -1;
+    if (n < 1 || n > 64) /* a loss, not logits or log-probs (or the replicas' losses below) */
         return;
     PyObject *fn = PyObject_GetAttr(o, g_s_grad_fn);
     if (!fn) {
         PyErr_Clear();
+        return;
+    }
+    /* nn.DataParallel gathers its replicas' losses into a vector (the loop
+     * takes its .mean()): a loss too */
+    if (n != 1 && (fn == Py_None || strcmp(Py_TYPE(fn)->tp_name, "GatherBackward"))) {
+        Py_DECREF(fn);
         return;
     }
     PyObject *md = fn != Py_None ? PyObject_GetAttr(fn, g_s_metadata) : NULL;
@@ -1411,7 +1437,7 @@ static void outs_note(PyObject *out)
 /* Whether autograd node fn scales one input (loss / accumulation steps,
  * GradScaler's loss * scale, .mean() of a DataParallel loss), by its type's
  * name: torch's generated node types. */
-static PyObject *g_s_saved_self, *g_s_saved_other; /* "_saved_self", "_saved_other" */
+static PyObject *g_s_input_md, *g_s_shape; /* "_input_metadata", "shape" */
 
 static int scales_one(PyObject *fn)
 {
@@ -1426,22 +1452,32 @@ static int scales_one(PyObject *fn)
         return 0;
     if (strcmp(tn, "MulBackward0") && strcmp(tn, "DivBackward0"))
         return 1;
-    /* a product or quotient of two tensors scales the loss only when what
-     * it saved of them is one element each: the accumulation steps, the
-     * GradScaler's scale, not an RL loop's advantages (log-probs * adv) */
-    PyObject *names2[2] = {g_s_saved_self, g_s_saved_other};
-    for (int k = 0; k < 2; k++) {
-        PyObject *v = names2[k] ? PyObject_GetAttr(fn, names2[k]) : NULL;
-        if (!v) {
-            PyErr_Clear();
-            continue;
-        }
-        long n = v == Py_None ? 1 : numel_of(v);
-        Py_DECREF(v);
-        if (n != 1)
-            return 0;
+    /* a product or quotient of two tensors scales the loss only when it is
+     * one element itself (loss / n_tokens, the GradScaler's loss * scale),
+     * not an RL loop's log-probs times advantages: the node's own result,
+     * from the metadata of its input (torch 2.x; no saved tensor unpacked,
+     * which runs the job's saved-tensor hooks: an offloading one's unpack
+     * is single-use); torch 1.x tells none and takes the name */
+    PyObject *im = PyObject_GetAttr(fn, g_s_input_md);
+    if (!im) {
+        PyErr_Clear();
+        return 1;
     }
-    return 1;
+    long n = -1;
+    PyObject *m0 = PyTuple_Check(im) && PyTuple_GET_SIZE(im) >= 1 ? PyTuple_GET_ITEM(im, 0) : NULL;
+    PyObject *shape = m0 ? PyObject_GetAttr(m0, g_s_shape) : NULL;
+    if (shape && (PyTuple_Check(shape) || PyList_Check(shape))) { /* (a list on 2.13) */
+        n = 1;
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(shape); i++) {
+            long d = PyLong_AsLong(PySequence_Fast_GET_ITEM(shape, i));
+            n = d >= 0 && n >= 0 ? n * d : -1;
+        }
+    }
+    if (PyErr_Occurred())
+        PyErr_Clear();
+    Py_XDECREF(shape);
+    Py_DECREF(im);
+    return n == 1;
 }
 
 /* Whether tensor t is one the forward returned, or that one scaled (at
@@ -1656,7 +1692,7 @@ static PyObject *py_fwd_post(PyObject *self, PyObject *args)
             Py_CLEAR(g_post_always);
             g_post_fired = 1;
         }
-        if (PyTuple_GET_SIZE(args) >= 3)
+        if (PyTuple_GET_SIZE(args) >= 3 && !tracing())
             outs_note(PyTuple_GET_ITEM(args, 2));
         gap_arm(t);
         Py_RETURN_NONE;
@@ -2644,16 +2680,22 @@ static PyObject *py_reset_steps(PyObject *self, PyObject *noargs)
 }
 
 /* bind_steps(global_forward_pre_hooks, is_grad_enabled[, mp_iter_type[,
- * global_forward_hooks[, module_call_codes]]]): what the step model needs
- * of torch (None: not there); arms the first-forward hook.
+ * global_forward_hooks[, module_call_codes[, get_tracing_state]]]]): what
+ * the step model needs of torch (None: not there); arms the first-forward
+ * hook.
  * module_call_codes: a tuple of the code objects of Module._call_impl and
  * of the `inner` function it defines (torch >= 2.0). */
 static PyObject *py_bind_steps(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *hooks, *grad, *mp = Py_None, *fwdh = Py_None, *code = Py_None;
-    if (!PyArg_ParseTuple(args, "OO|OOO", &hooks, &grad, &mp, &fwdh, &code))
+    PyObject *hooks, *grad, *mp = Py_None, *fwdh = Py_None, *code = Py_None, *trc = Py_None;
+    if (!PyArg_ParseTuple(args, "OO|OOOO", &hooks, &grad, &mp, &fwdh, &code, &trc))
         return NULL;
+    Py_CLEAR(g_tracing);
+    if (trc != Py_None && PyCallable_Check(trc)) {
+        Py_INCREF(trc);
+        g_tracing = trc;
+    }
     Py_CLEAR(g_mp_iter);
     if (PyType_Check(mp)) {
         Py_INCREF(mp);
@@ -2699,13 +2741,13 @@ static PyObject *py_bind_steps(PyObject *self, PyObject *args)
         g_s_metadata = PyUnicode_InternFromString("metadata");
     if (!g_s_numel)
         g_s_numel = PyUnicode_InternFromString("numel");
-    if (!g_s_saved_self)
-        g_s_saved_self = PyUnicode_InternFromString("_saved_self");
-    if (!g_s_saved_other)
-        g_s_saved_other = PyUnicode_InternFromString("_saved_other");
+    if (!g_s_input_md)
+        g_s_input_md = PyUnicode_InternFromString("_input_metadata");
+    if (!g_s_shape)
+        g_s_shape = PyUnicode_InternFromString("shape");
     if (!g_fwd_key || !g_fwd_fn || !g_post_key || !g_post_fn || !g_s_fwd_hooks || !g_s_grad_fn ||
         !g_s_next_fns || !g_s_torch || !g_s_metadata || !g_s_fwd_always || !g_s_numel ||
-        !g_s_saved_self || !g_s_saved_other)
+        !g_s_input_md || !g_s_shape)
         return NULL;
     if (hooks != Py_None && PyMapping_Check(hooks)) {
         Py_INCREF(hooks);
@@ -3104,9 +3146,14 @@ static _Thread_local int t_save_blocking;
 
 /* save_enter(is_main_thread): a save began; True when it is the outermost
  * on this thread (the one its save_exit records: only it needs its bytes) */
+static void post_clear(void);
+
 static PyObject *py_save_enter(PyObject *self, PyObject *arg)
 {
     (void)self;
+    /* a forward hook a Ctrl-C left on a module: off before it is pickled */
+    if (g_thread && thread_ident() == g_thread)
+        post_clear();
     if (t_save_depth++ > 0)
         Py_RETURN_FALSE;
     unsigned long th = thread_ident();

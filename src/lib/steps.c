@@ -105,10 +105,14 @@ bool tm_steptally_add(tm_steptally *t, const tm_inproc_step *s)
             }
             if (s->prep_fwd_ns >= 0) {
                 /* the steps since the one that measured it before */
+                /* at most the sample's interval: a ring file's first kept
+                 * step, or one after a re-attach, stands for no more */
                 double f = (double)s->prep_fwd_ns / 1e9,
                        k = s->step != UINT64_MAX && s->step > t->prep_fwd_last
                                ? (double)(s->step - t->prep_fwd_last)
                                : 1.0;
+                if (s->step != UINT64_MAX && k > tm_prep_cpu_every(s->step))
+                    k = tm_prep_cpu_every(s->step);
                 if (s->step != UINT64_MAX && s->step > t->prep_fwd_last)
                     t->prep_fwd_last = s->step;
                 t->prep_fwd_s += k * (f < w ? f : w);

@@ -66,6 +66,34 @@ if KIND == "threadfed":           # batches from a thread that iterates a DataLo
         q.put(None)
     threading.Thread(target=feed, daemon=True).start()
 policy = torch.nn.Linear(16, 4)
+class Offload:                    # torchtune-style offloading: an unpack deletes its entry
+    def __init__(self):
+        self.tracker, self.n = {}, 0
+    def pack(self, t):
+        self.n += 1
+        self.tracker[self.n] = t
+        return self.n
+    def unpack(self, k):
+        t = self.tracker[k]
+        del self.tracker[k]
+        return t
+off = Offload()
+class Gather(torch.autograd.Function):  # nn.DataParallel's (CUDA only): GatherBackward
+    @staticmethod
+    def forward(ctx, a, b):
+        return torch.stack([a, b])
+    @staticmethod
+    def backward(ctx, g):
+        return g[0], g[1]
+class DP(torch.nn.Module):        # two replicas' losses gathered into a vector
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+    def forward(self, x, y):
+        out_a, a = self.m(x[:4], y[:4])
+        out_b, b = self.m(x[4:], y[4:])
+        return torch.cat([out_a, out_b]), Gather.apply(a, b)
+dp_model = DP(model)
 x, y = X[:8], Y[:8]
 saved = None
 for i in range(40):
@@ -159,6 +187,25 @@ for i in range(40):
         busy(0.003)
         loss.backward()
         opt.step()
+    elif KIND == "trace":           # torch.jit.trace on a measured step, checked
+        if i == 3:
+            traced = torch.jit.trace(model, (x, y))
+        out, loss = model(x, y)
+        busy(0.003)
+        loss.backward()
+        opt.step()
+    elif KIND == "unpack":          # offloading whose unpack is single-use, loss / n_tokens
+        with torch.autograd.graph.saved_tensors_hooks(off.pack, off.unpack):
+            out, loss = model(x, y)
+            loss = loss / (y >= 0).sum()
+        busy(0.003)
+        loss.backward()
+        opt.step()
+    elif KIND == "dp":              # DataParallel's gathered replica losses, then .mean()
+        out, loss = dp_model(x, y)
+        busy(0.003); x, y = X[i:i + 8], Y[i:i + 8]
+        loss.mean().backward()
+        opt.step()
     elif KIND == "small":           # nothing after the forward: measured on a sample
         busy(0.01)                  # (a 10 ms step: the backward call's own Python after
         out, loss = model(x, y)     # the forward is far under 2% of it)
@@ -181,7 +228,7 @@ for i in range(40):
         opt.step()
     opt.zero_grad(set_to_none=True)
 model.boom = False
-scripted = KIND != "ownhook" and torch.jit.script(model) is not None  # (its lambda hook: no)
+scripted = KIND not in ("ownhook",) and torch.jit.script(model) is not None  # (lambda hook)
 print(json.dumps({"saved": saved, "scripted": scripted, "hooks": len(model._forward_hooks),
                   "every": trainmon.stats()["after_forward_every_step"],
                   "global": len(torch.nn.modules.module._global_forward_hooks)}))
@@ -330,3 +377,20 @@ def test_the_jobs_exception_is_its_own_when_a_forward_raises(tmp_path):
     s = out["saved"]
     assert s and s["message"] == "CUDA out of memory (a stand-in)" and s["context"] == "None", out
     assert out["hooks"] == 0 and out["global"] == 0, out
+
+
+def test_trace_offloading_and_dataparallel_losses(tmp_path):
+    # torch.jit.trace on a measured step: the hook called no tensor method
+    # into the trace ("Graphs differed across invocations" before); an
+    # offloading saved-tensor hook whose unpack is single-use: no saved
+    # tensor unpacked by the agent (KeyError in the job's backward before),
+    # the loss / n_tokens still the forward's loss; nn.DataParallel's
+    # gathered replica losses (a vector whose .mean() is the loss) are the
+    # forward's loss (read as 0 before)
+    for kind in ("trace", "unpack", "dp"):
+        d = tmp_path / kind
+        d.mkdir()
+        out, steps = _run(d, kind)
+        assert out["hooks"] == 0 and out["global"] == 0, (kind, out)
+        fwd = [f["prep_fwd_ns"] for f in steps[1:] if f["prep_fwd_ns"] >= 0]
+        assert len(fwd) >= 30 and _median(fwd) >= 2.8e6, (kind, fwd)
