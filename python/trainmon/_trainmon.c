@@ -1059,6 +1059,7 @@ static int cpu_sample_due(unsigned *tick)
  */
 #define GAP_ON 50              /* 2% of the step */
 #define GAP_ON_MIN_NS 200000LL /* and 200 us */
+#define AFTER_OVER 4           /* the gap and tail count beyond 4x the span before the forward */
 #define GAP_FIRST 4u
 static int g_gap_on;    /* every step measured from now on */
 static int g_gap_due;   /* the step being prepared is measured */
@@ -1933,6 +1934,7 @@ static void close_acc(int level, int64_t t, uint32_t flags, int64_t opt_t0, long
         int64_t hk = g_fwd_hk > g_arm_hk ? g_fwd_hk - g_arm_hk : 0;
         int64_t hkc = g_fwd_hkc > g_arm_hkc ? g_fwd_hkc - g_arm_hkc : 0;
         s.prep_ns = s.data_wait_ns = g_fwd_t - start > hk ? g_fwd_t - start - hk : 0;
+        int64_t before = s.prep_ns;
         if (g_arm_t == start && g_arm_cpu >= 0 && g_fwd_cpu >= g_arm_cpu)
             s.prep_cpu_ns = g_fwd_cpu - g_arm_cpu > hkc ? g_fwd_cpu - g_arm_cpu - hkc : 0;
         if (a->prep_more_n) { /* the other micro-batches' preparation */
@@ -1941,19 +1943,28 @@ static void close_acc(int level, int64_t t, uint32_t flags, int64_t opt_t0, long
                 s.prep_cpu_ns =
                     a->prep_more_cpu_n == a->prep_more_n ? s.prep_cpu_ns + a->prep_more_cpu : -1;
         }
-        if (a->gap_n && !g_off_batches) { /* after the forwards (a measured step) */
-            s.prep_fwd_ns = a->gap;
+        /* The work after the forward is the loop's batch only where the
+         * loop does not make it before the forward: more than AFTER_OVER
+         * times the span before it (nanoGPT's and nanochat's orders have
+         * next to nothing there); a loop that makes its batch there has
+         * other work after (a model's own host work, metrics), not a
+         * second batch. */
+        int64_t gt = (a->gap_n ? a->gap : 0) + (a->tail_n ? a->tail : 0);
+        int after = !g_off_batches && gt > AFTER_OVER * before;
+        if (a->gap_n && !g_off_batches) /* after the forwards (a measured step) */
+            s.prep_fwd_ns = after ? a->gap : 0;
+        if (a->gap_n && after) {
             s.prep_ns = s.data_wait_ns = s.prep_ns + a->gap;
             if (s.prep_cpu_ns >= 0)
                 s.prep_cpu_ns = a->gap_cpu_n == a->gap_n ? s.prep_cpu_ns + a->gap_cpu : -1;
         }
-        if (a->tail_n && !g_off_batches) { /* after the last backward pass */
+        if (a->tail_n && after) { /* after the last backward pass */
             s.prep_opt_ns = a->tail;
             s.prep_ns = s.data_wait_ns = s.prep_ns + a->tail;
             if (s.prep_cpu_ns >= 0)
                 s.prep_cpu_ns = a->tail_cpu_n == a->tail_n ? s.prep_cpu_ns + a->tail_cpu : -1;
         }
-        if (!g_gap_on && a->gap_n && a->gap * GAP_ON >= t - start && a->gap >= GAP_ON_MIN_NS)
+        if (!g_gap_on && after && a->gap * GAP_ON >= t - start && a->gap >= GAP_ON_MIN_NS)
             g_gap_on = 1; /* every step measured from now on */
     }
     gap_drop(); /* a forward no backward pass followed in the step */

@@ -206,6 +206,13 @@ for i in range(40):
         busy(0.003); x, y = X[i:i + 8], Y[i:i + 8]
         loss.mean().backward()
         opt.step()
+    elif KIND == "before":          # the batch made before the forward; host work after
+        busy(0.003); x, y = X[i:i + 8], Y[i:i + 8]
+        out, loss = model(x, y)
+        busy(0.002)                 # the model's own host work, metrics (amp_nan's stand-in)
+        loss.backward()
+        busy(0.002)
+        opt.step()
     elif KIND == "small":           # nothing after the forward: measured on a sample
         busy(0.01)                  # (a 10 ms step: the backward call's own Python after
         out, loss = model(x, y)     # the forward is far under 2% of it)
@@ -394,3 +401,15 @@ def test_trace_offloading_and_dataparallel_losses(tmp_path):
         assert out["hooks"] == 0 and out["global"] == 0, (kind, out)
         fwd = [f["prep_fwd_ns"] for f in steps[1:] if f["prep_fwd_ns"] >= 0]
         assert len(fwd) >= 30 and _median(fwd) >= 2.8e6, (kind, fwd)
+
+
+def test_a_loop_that_makes_its_batch_before_the_forward_has_no_second_one_after(tmp_path):
+    # 3 ms of batch before the forward, 2 ms of other host work after the
+    # forward and 2 after the backward: the work after is the loop's batch
+    # only where the span before the forward is not 4 times as much less
+    # (a GradScaler loop with 2 ms there read 90% input-bound for its 30%)
+    out, steps = _run(tmp_path, "before")
+    later = steps[1:]
+    assert all(f["prep_opt_ns"] == -1 for f in later), later[:3]
+    assert all(f["prep_fwd_ns"] in (-1, 0) for f in later), later[:3]
+    assert all(2.8e6 <= f["prep_ns"] < 4.5e6 for f in later), [f["prep_ns"] for f in later]
