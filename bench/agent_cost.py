@@ -10,7 +10,9 @@ Prints a markdown table and one PASS/FAIL line.  Environment:
                     loader loops, so each block has the same epoch ends)
   AGENT_COST_KINDS  the loops (default: loader slice manual accum; gap, the
                     loop whose every step's work after the forward is
-                    measured, has a budget of its own: 10 us)
+                    measured, has a budget of its own: 10 us; so has
+                    rollout, 4 calls under no_grad before each step's
+                    training forward: 2 us)
   AGENT_COST_SEEDS  the PYTHONHASHSEED values, one plain and one agent
                     process each (default: 0 1 2)
 
@@ -62,6 +64,11 @@ BUDGET_NS = 1000.0  # 0.1 % of a 1 ms step (issue #14)
 # The gap loop (every step's work after the forward measured: a loop that
 # loses 200 us a step or more there): 5% of that, 1% of a 1 ms step.
 GAP_BUDGET_NS = 10000.0
+# The rollout loop (4 calls of the model under no_grad before each step's
+# training forward, every module call of them watched): 0.2% of a 1 ms
+# step, twice the plain budget for a step that makes five forwards.
+ROLLOUT_BUDGET_NS = 2000.0
+OWN_BUDGET = ("gap", "rollout")
 
 root, build = sys.argv[1], sys.argv[2]
 here = os.path.join(root, "bench")
@@ -354,7 +361,7 @@ print("|---|---|---|---|---|---|---|---|")
 for kind, r in results.items():
     other = r["other"]
     ns = r["own"] / rate + r["mono"] * mono_ns + r["tsc"] * tsc_ns + other * thread_ns
-    if kind != "gap":  # (its own budget, below)
+    if kind not in OWN_BUDGET:  # (their own budgets, below)
         worst = max(worst, ns)
     r["ns"] = ns
     hooks = r["own"] - r["own_c"]
@@ -378,7 +385,7 @@ print("")
 if not results:
     print("agent cost per step: FAIL: nothing measured")
     sys.exit(0)
-plainly = [k for k in results if k != "gap"]
+plainly = [k for k in results if k not in OWN_BUDGET]
 ok = worst <= BUDGET_NS and len(results) == len(kinds)
 if plainly:
     print("agent cost per step: %s: at most %.0f ns per step (%.3f %% of a 1 ms step) over %s; "
@@ -394,3 +401,12 @@ if "gap" in results:
           "step (%.3f %% of a 1 ms step, %.1f %% of the 200 us such a loop loses at least); "
           "target at most %.0f ns" % ("PASS" if ok_gap else "FAIL", g, g / 1e4, 100 * g / 2e5,
                                       GAP_BUDGET_NS))
+if "rollout" in results:
+    # 4 calls of the model under no_grad before each training forward, the
+    # module calls in them watched (docs/DIAGNOSIS.md "steps.no_grad")
+    g = results["rollout"]["ns"]
+    ok_roll = g <= ROLLOUT_BUDGET_NS
+    ok = ok and ok_roll
+    print("agent cost per step, a rollout of 4 calls before each step (rollout): %s: %.0f ns "
+          "per step (%.3f %% of a 1 ms step); target at most %.0f ns"
+          % ("PASS" if ok_roll else "FAIL", g, g / 1e4, ROLLOUT_BUDGET_NS))

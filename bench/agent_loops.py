@@ -19,6 +19,11 @@ that the loop's own cost is small and the agent's stands out):
           agent's forward hook and torch's slow path for the model's call
           each step, docs/DIAGNOSIS.md "After the forward"), the agent's
           most expensive steady state
+  rollout an RL loop's: before each optimizer step, ROLLOUT calls of the
+          model under torch.no_grad() (the policy acting; a tensor op
+          between them stands for the environment), then a sliced batch:
+          the agent watches every module call from the rollout's first to
+          the training forward (docs/DIAGNOSIS.md "steps.no_grad")
 
 callgrind (under `valgrind --tool=callgrind --instr-atstart=no`): one
 process, one block: with `agent`, trainmon.attach() first (as `trainmon
@@ -54,7 +59,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 
-KINDS = ("loader", "slice", "manual", "accum", "gap")
+KINDS = ("loader", "slice", "manual", "accum", "gap", "rollout")
 
 
 class WithLoss(torch.nn.Module):
@@ -66,7 +71,7 @@ class WithLoss(torch.nn.Module):
 
     def forward(self, x, y):
         return self.lossf(self.model(x), y)
-BS, ROWS, ACCUM, LR = 16, 4096, 4, 0.01
+BS, ROWS, ACCUM, LR, ROLLOUT = 16, 4096, 4, 0.01, 4
 
 
 class Loop:
@@ -146,6 +151,20 @@ class Loop:
             loss.backward()
             opt.step()
             opt.zero_grad()
+
+    def run_rollout(self, n):
+        model, opt, lossf = self.model, self.opt, self.lossf
+        obs = self.X[:4]
+        for _ in range(n):
+            for _ in range(ROLLOUT):
+                with torch.no_grad():
+                    act = model(obs)
+                obs = obs + 0.01 * act.sum()  # the environment's step
+            x, y = self.batch()
+            opt.zero_grad()
+            loss = lossf(model(x), y)
+            loss.backward()
+            opt.step()
 
     def run_accum(self, n):
         model, opt, lossf, nb = self.model, self.opt, self.lossf, self.next_batch

@@ -724,6 +724,15 @@ typedef struct tm_inproc_step {
                           * not measured (a sample of the steps, every step once it is seen) */
     int64_t prep_opt_ns; /* from the last backward's end to the optimizer step: nanochat's
                           * next batch; -1 none */
+    /* Appended for the model run without gradients before the step's
+     * training forward (absent in older files and in steps without one:
+     * -1).  Part of the step's time after its preparation (prep_ns ends
+     * at the first forward of any kind). */
+    int64_t nograd_ns;    /* from the step's first module call under torch.no_grad() or
+                           * inference_mode (the model in train mode) to its first with grad
+                           * enabled: an RL rollout's policy, sampling; -1 none or unknown */
+    int32_t nograd_calls; /* module calls under it made at the first one's depth (the loop's
+                           * own calls of its model: a rollout's steps); -1 */
 } tm_inproc_step;
 
 enum tm_capture_source {
@@ -1059,6 +1068,14 @@ typedef struct tm_steptally {
     uint64_t skipped_steps, skip_run_end, skip_run_max, skip_last;
     double skipped_s;
     int64_t last_end_ns;
+    /* After warm-up, the steps that ran the model under no_grad before
+     * their training forward (nograd_calls > 0: an RL rollout, sampling),
+     * that time (each capped at its step's duration, net of its data wait)
+     * and the calls made in it; the eval batches' time between judged
+     * steps (of eval_s: the loop's, not an eval before the job trained or
+     * after it ended; eval_pend_s: since the last judged step). */
+    uint64_t nograd_steps, nograd_calls;
+    double nograd_s, eval_loop_s, eval_pend_s;
 } tm_steptally;
 
 void tm_steptally_init(tm_steptally *t);

@@ -1047,12 +1047,16 @@ def _install_amp(torch):
 def _module_call_codes(nnm):
     """The code objects in which torch tests its global forward pre-hook
     dict on a module call: Module._call_impl and, torch >= 2.0, the `inner`
-    function it defines (the path of a module with hooks of its own)."""
-    code = getattr(getattr(getattr(nnm, "Module", None), "_call_impl", None), "__code__", None)
+    function it defines (the path of a module with hooks of its own); then
+    Module._wrapped_call_impl (torch >= 2.1), which calls _call_impl: the
+    frames above the caller of a module (no test is made in it)."""
+    module = getattr(nnm, "Module", None)
+    code = getattr(getattr(module, "_call_impl", None), "__code__", None)
     if code is None:
         return None
     inner = [c for c in code.co_consts if getattr(c, "co_name", None) == "inner"]
-    return (code,) + tuple(inner)
+    wrapped = getattr(getattr(module, "_wrapped_call_impl", None), "__code__", None)
+    return (code,) + tuple(inner) + ((wrapped,) if wrapped is not None else ())
 
 
 def _forward_hooks(nnm):

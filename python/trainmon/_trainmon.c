@@ -1108,6 +1108,174 @@ static int gap_due(uint64_t step)
     return g_gap_on || (step >= 1 && step <= GAP_FIRST) || tm_prep_cpu_due(step);
 }
 
+/* The model run under no_grad before a step's training forward: an RL
+ * rollout (the policy acting at each environment step, CleanRL's and
+ * SB3's loops), sampling from the model.  Its first forward is the step's
+ * first, which ends the preparation; the rest of the rollout, the
+ * environment's steps included, read as the step's compute, and a loop
+ * spending 65% of its time there read "input keeps up" and nothing more.
+ * Where the step's first forward (first_forward) runs with grad disabled
+ * and the model in train mode, the module calls are watched (the
+ * ArmedHooks truth test stays ours) until one runs with grad enabled, the
+ * step's training forward: nograd_ns is the span from the first to it,
+ * less trainmon's own hooks, and nograd_calls the calls under no_grad made
+ * from where the first was, at its call depth (the loop's own calls of its
+ * model, not the modules inside them: a teacher's forward in distillation
+ * is one, a rollout one or two per environment step).  The span ends where
+ * the run does (ng_run_end): a rollout one longest interval between its
+ * calls after the last, a lone call at the last module call inside it, so
+ * that a batch made after a probe of the model is none of it.  The training forward's
+ * post-hook (the gap) is put on there instead.  Calls deeper than the
+ * first are not looked at (the modules inside the loop's calls: a few
+ * loads each); a training forward made deeper than the rollout's calls is
+ * then met by its backward pass (or optimizer step), which ends the span
+ * at the last call counted, where there were two or more (ng_end).
+ * model.eval() or the next step's arm that comes first ends the watch
+ * unmeasured.  Where the first was made from is told by the
+ * interpreter's recursion depth at the truth test (ng_where: a few loads;
+ * the loop's calls of its model are at one depth, the modules inside them
+ * deeper); on a Python whose thread state this does not know, by the code
+ * of the caller's frame (module_caller: ~700 instructions a module call,
+ * the frames made into objects).  Costs: one torch.is_grad_enabled() at
+ * each step's first forward (~170 instructions); while watching, the
+ * depth at each module call, and that at the loop's own calls
+ * (bench/agent_loops.py rollout).  Where the
+ * dict cannot be an ArmedHooks (a job with a global pre-hook of its own),
+ * nothing. */
+static PyObject *g_call_codes; /* below */
+static int grad_enabled(void);
+static int g_ng_watch;
+static int64_t g_ng_t0, g_ng_hk;
+static uintptr_t g_ng_code; /* the depth of the first call, or its caller's code (identity) */
+static int32_t g_ng_n;
+static int64_t g_ng_last, g_ng_last_hk; /* the last call counted, the hooks' time then */
+static int64_t g_ng_inner;              /* the last module call inside a lone first call */
+static int64_t g_ng_gap;                /* the longest from one call counted to the next */
+static int64_t g_ng_begin;              /* where the span measured last began */
+static int64_t g_ng_ns = -1, g_ng_end;  /* the span measured last, ended at g_ng_end */
+static int32_t g_ng_calls;
+
+static void ng_stop(void)
+{
+    if (!g_ng_watch)
+        return;
+    g_ng_watch = 0;
+    if (!g_fwd_armed && !g_gap_want)
+        fwd_flag_type(0);
+}
+
+/* Where the run under no_grad ends, the training forward (or a backward
+ * pass) met at t: a run of two calls or more (a rollout) one longest
+ * interval between its calls after the last (the last environment step),
+ * at most t; a lone call (a teacher's forward) at the last module call
+ * seen inside it.  What follows is no part of it: the next batch made
+ * after a probe of the model read as 84% "a frozen model's forward". */
+static int64_t ng_run_end(int64_t t)
+{
+    if (g_ng_n >= 2)
+        return g_ng_last + g_ng_gap < t ? g_ng_last + g_ng_gap : t;
+    return g_ng_inner > g_ng_last ? g_ng_inner : g_ng_last;
+}
+
+/* A backward pass or an optimizer step met the watch: the training forward
+ * was made deeper than the loop's calls under no_grad (not looked at, as
+ * the modules inside them are not); a run of two calls or more ends as
+ * ng_run_end says, else none. */
+static void ng_end(void)
+{
+    if (!g_ng_watch)
+        return;
+    if (g_ng_n >= 2 && g_ng_last > g_ng_t0) {
+        int64_t end = ng_run_end(now_ns()), hk = g_ng_last_hk - g_ng_hk;
+        g_ng_ns = end - g_ng_t0 > hk ? end - g_ng_t0 - hk : 0;
+        g_ng_begin = g_ng_t0;
+        g_ng_end = end;
+        g_ng_calls = g_ng_n;
+    }
+    ng_stop();
+}
+
+/* The code of the frame that called the module whose call makes the truth
+ * test now: the first one up from torch's module-call frames (g_call_codes).
+ * 0: none found within a few frames.  (Compiled everywhere, called only
+ * where ng_where does not know the thread state.) */
+__attribute__((unused)) static uintptr_t module_caller(void)
+{
+    PyFrameObject *f = PyEval_GetFrame(); /* borrowed */
+    if (!f || !g_call_codes)
+        return 0;
+    Py_INCREF(f);
+    uintptr_t id = 0;
+    for (int depth = 0; f && depth < 6; depth++) {
+        PyCodeObject *co = PyFrame_GetCode(f);
+        int torch_frame = 0;
+        for (Py_ssize_t i = 0; !torch_frame && i < PyTuple_GET_SIZE(g_call_codes); i++)
+            torch_frame = (PyObject *)co == PyTuple_GET_ITEM(g_call_codes, i);
+        Py_DECREF(co);
+        if (!torch_frame) {
+            id = (uintptr_t)co; /* the frame holds it: alive while compared */
+            break;
+        }
+        PyFrameObject *b = PyFrame_GetBack(f);
+        Py_DECREF(f);
+        f = b;
+    }
+    Py_XDECREF(f);
+    return id;
+}
+
+/* Where a module call under watch was made from: the thread's Python
+ * recursion depth at its truth test (deeper: larger), from the thread
+ * state's counter of the version (Include/cpython/pystate.h); on a version
+ * this does not know, the code of the caller's frame. */
+static uintptr_t ng_where(void)
+{
+#if PY_VERSION_HEX < 0x030F0000
+    PyThreadState *ts = PyThreadState_Get();
+    /* (the limit less what remains: sys.setrecursionlimit, which inductor
+     * calls, moves both) */
+#if PY_VERSION_HEX >= 0x030C0000
+    return ((uintptr_t)1 << 30) + (uintptr_t)ts->py_recursion_limit -
+           (uintptr_t)ts->py_recursion_remaining;
+#elif PY_VERSION_HEX >= 0x030B0000
+    return ((uintptr_t)1 << 30) + (uintptr_t)ts->recursion_limit -
+           (uintptr_t)ts->recursion_remaining;
+#else
+    return ((uintptr_t)1 << 30) + (uintptr_t)ts->recursion_depth;
+#endif
+#else
+    return module_caller();
+#endif
+}
+
+/* Whether a call made at w is made from where the first was (g_ng_code).
+ * By depth, within one frame: torch 2.x tests the dict one frame deeper,
+ * in its `inner`, for a module with hooks of its own, while a module
+ * inside another's forward is tested three frames or more below it (its
+ * forward, the module call's frames). */
+static int ng_same(uintptr_t w)
+{
+#if PY_VERSION_HEX < 0x030F0000
+    return w + 1 >= g_ng_code && w <= g_ng_code + 1;
+#else
+    return w == g_ng_code;
+#endif
+}
+
+/* Whether a call made at w is deeper than the first (a module inside one
+ * of the loop's calls, or a call of a deeper helper): not looked at, so
+ * that a module call inside a rollout's costs a few loads, no
+ * torch.is_grad_enabled().  By the caller's code nothing is known deeper. */
+static int ng_deeper(uintptr_t w)
+{
+#if PY_VERSION_HEX < 0x030F0000
+    return g_ng_code && w > g_ng_code + 1;
+#else
+    (void)w;
+    return 0;
+#endif
+}
+
 static void fwd_arm(int64_t t)
 {
     if (!g_fwd_hooks || !g_fwd_fn || g_fwd_armed)
@@ -1123,7 +1291,8 @@ static void fwd_arm(int64_t t)
     g_fwd_armed = 1;
     g_arm_micro = 0;
     g_gap_want = 0;
-    post_clear(); /* one a forward that raised left */
+    g_ng_watch = 0; /* a watch no training forward ended: none */
+    post_clear();   /* one a forward that raised left */
     fwd_flag_type(1);
     g_arm_t = t;
     g_arm_hk = g_hk_ns;
@@ -1147,7 +1316,7 @@ static void fwd_disarm(void)
     /* a due span that met its forward in a truth test made outside a
      * module call (OptimizedModule's test for global hooks) keeps the
      * truth test ours until the module call's (armed_bool) */
-    if (!(g_gap_want && g_fwd_flag))
+    if (!(g_gap_want && g_fwd_flag) && !g_ng_watch)
         fwd_flag_type(0);
     if (g_fwd_hooks && (!g_fwd_flag || g_gap_entry) && PyObject_DelItem(g_fwd_hooks, g_fwd_key) < 0)
         PyErr_Clear(); /* taken out by someone else */
@@ -1563,7 +1732,10 @@ static void opt_began(int64_t t)
 {
     if (!g_thread || thread_ident() != g_thread)
         return;
-    post_clear();
+    if (g_post_dict)
+        post_clear();
+    if (g_ng_watch)
+        ng_end(); /* an optimizer step before a forward with grad seen */
     if (!g_fwd_armed)
         return;
     if (g_arm_gap) {
@@ -1619,10 +1791,60 @@ static void first_forward(void)
         g_fwd_cpu = cpu;
         g_fwd_hk = g_hk_ns;
         g_fwd_hkc = g_hk_cpu_ns;
+        if (g_fwd_flag && !g_in_eval && !g_opt_t0 && !g_off_batches && !grad_enabled()) {
+            /* the model run under no_grad: watched to the training forward */
+            g_ng_watch = 1;
+            g_ng_t0 = t;
+            g_ng_hk = g_hk_ns;
+            g_ng_n = in_module_call(); /* (not OptimizedModule's look) */
+            g_ng_last = g_ng_inner = t;
+            g_ng_gap = 0;
+            g_ng_last_hk = g_hk_ns;
+            g_ng_code = ng_where();
+            g_gap_want = 0;
+            fwd_disarm();
+            return;
+        }
     }
     /* (not inside an optimizer step: LBFGS's closure is its own) */
     g_gap_want = g_gap_due && g_post_fn && !g_in_eval && !g_opt_t0 && !g_off_batches;
     fwd_disarm();
+}
+
+/* A module call while the model runs under no_grad (g_ng_watch): counted
+ * when made from where the first was; the first with grad enabled is the
+ * step's training forward, which ends the span (and gets the gap's
+ * post-hook where the step is measured). */
+static void ng_call(void)
+{
+    if (!on_thread())
+        return;
+    uintptr_t w = ng_where();
+    if (ng_deeper(w)) { /* a module inside one of the loop's calls */
+        if (g_ng_n <= 1)
+            g_ng_inner = now_ns(); /* inside the first: where a lone call ends */
+        return;
+    }
+    if (!grad_enabled()) {
+        /* a module call's test, not torch.compile's OptimizedModule's own
+         * look at the hooks before its module call (one call, two tests) */
+        if (g_ng_code && ng_same(w) && g_ng_n < INT32_MAX && in_module_call()) {
+            int64_t t = now_ns();
+            if (g_ng_n && t - g_ng_last > g_ng_gap)
+                g_ng_gap = t - g_ng_last;
+            g_ng_n++;
+            g_ng_last = t;
+            g_ng_last_hk = g_hk_ns;
+        }
+        return;
+    }
+    int64_t t = now_ns(), hk = g_hk_ns - g_ng_hk, end = ng_run_end(t);
+    g_ng_ns = end - g_ng_t0 > hk ? end - g_ng_t0 - hk : 0;
+    g_ng_begin = g_ng_t0;
+    g_ng_end = end;
+    g_ng_calls = g_ng_n;
+    g_gap_want = g_gap_due && g_post_fn && !g_in_eval && !g_opt_t0 && !g_off_batches;
+    ng_stop();
 }
 
 /* Armed at a backward pass's end inside an optimizer step of a loop that
@@ -1759,6 +1981,8 @@ static PyTypeObject ForwardEndType = {
  * true), and the first forward when armed.  Never raises. */
 static int armed_bool(PyObject *d)
 {
+    if (g_ng_watch && g_fwd_flag)
+        ng_call();
     if (g_fwd_armed && g_fwd_flag)
         first_forward();
     if (g_gap_want && g_fwd_flag && !g_gap_entry && g_fwd_hooks == d && in_module_call()) {
@@ -1827,7 +2051,7 @@ static void emit_train(tm_inproc_step *s)
 {
     s->step = g_written++;
     g_steps = g_written;
-    char buf[128];
+    char buf[sizeof(tm_inproc_step)];
     rec_put(TM_REC_STEP, s->end_ns, buf, tm_inproc_encode_step(s, buf, sizeof buf));
     if (s->flags & TM_STEP_ENDED_AT_EXIT)
         return;
@@ -1850,6 +2074,8 @@ static void emit_train(tm_inproc_step *s)
 static void emit_eval(int64_t start, int64_t end, int64_t wait, uint32_t flags, int32_t batches,
                       int64_t wait_cpu)
 {
+    if (g_ng_watch) /* a run under no_grad that met eval batches: theirs */
+        ng_stop();
     tm_inproc_step s = {.step = g_written,
                         .start_ns = start,
                         .end_ns = end,
@@ -1865,8 +2091,10 @@ static void emit_eval(int64_t start, int64_t end, int64_t wait, uint32_t flags, 
                         .wait_cpu_ns = wait_cpu,
                         .collective_ns = -1,
                         .prep_fwd_ns = -1,
-                        .prep_opt_ns = -1};
-    char buf[128];
+                        .prep_opt_ns = -1,
+                        .nograd_ns = -1,
+                        .nograd_calls = -1};
+    char buf[sizeof(tm_inproc_step)];
     rec_put(TM_REC_STEP, end, buf, tm_inproc_encode_step(&s, buf, sizeof buf));
     tm_follow_step(&g_tally, &g_win, &s); /* counted apart: eval_steps */
     /* a training step that had done nothing yet starts after the eval run */
@@ -1924,7 +2152,9 @@ static void close_acc(int level, int64_t t, uint32_t flags, int64_t opt_t0, long
                         .opt_start_ns = opt_t0 > 0 ? opt_t0 : -1,
                         .optimizer = opt_t0 > 0 ? (int32_t)opt_no : -1,
                         .prep_fwd_ns = -1,
-                        .prep_opt_ns = -1};
+                        .prep_opt_ns = -1,
+                        .nograd_ns = -1,
+                        .nograd_calls = -1};
     if (!a->batches && g_fwd_t >= start && g_fwd_t <= t && g_arm_t <= start &&
         (!g_fwd_armed || g_arm_micro)) {
         /* no DataLoader: the loop prepares its batches, and that is its
@@ -1967,7 +2197,16 @@ static void close_acc(int level, int64_t t, uint32_t flags, int64_t opt_t0, long
         if (!g_gap_on && after && a->gap * GAP_ON >= t - start && a->gap >= GAP_ON_MIN_NS)
             g_gap_on = 1; /* every step measured from now on */
     }
-    gap_drop(); /* a forward no backward pass followed in the step */
+    if (g_ng_ns >= 0 && g_ng_calls > 0 && g_ng_begin >= start && g_ng_end <= t &&
+        !(flags & TM_STEP_ENDED_AT_EXIT)) {
+        s.nograd_ns = g_ng_ns;
+        s.nograd_calls = g_ng_calls;
+    }
+    g_ng_ns = -1;
+    if (g_ng_watch)
+        ng_stop(); /* one the step's end met: no span */
+    if (g_out_n || g_gap_span >= 0)
+        gap_drop(); /* a forward no backward pass followed in the step */
     int own = a->batches;
     if (!own && g_off_batches) {
         /* fed by a background thread (train_thread): the batches it
@@ -2078,7 +2317,9 @@ static void held_write(const held *h)
                         .wait_cpu_ns = h->cpu,
                         .collective_ns = -1,
                         .prep_fwd_ns = -1,
-                        .prep_opt_ns = -1};
+                        .prep_opt_ns = -1,
+                        .nograd_ns = -1,
+                        .nograd_calls = -1};
     emit_train(&s);
 }
 
@@ -2221,7 +2462,9 @@ static void settle_batch(int64_t t, uint32_t flags, int may_hold)
                                     .phase = TM_STEP_EVAL,
                                     .wait_cpu_ns = g_b.cpu,
                                     .prep_fwd_ns = -1,
-                                    .prep_opt_ns = -1};
+                                    .prep_opt_ns = -1,
+                                    .nograd_ns = -1,
+                                    .nograd_calls = -1};
     } else if (g_level == 0) {
         g_closed = (tm_inproc_step){.start_ns = g_b.entry,
                                     .end_ns = t,
@@ -2236,7 +2479,9 @@ static void settle_batch(int64_t t, uint32_t flags, int may_hold)
                                     .wait_cpu_ns = g_b.cpu,
                                     .collective_ns = -1,
                                     .prep_fwd_ns = -1,
-                                    .prep_opt_ns = -1};
+                                    .prep_opt_ns = -1,
+                                    .nograd_ns = -1,
+                                    .nograd_calls = -1};
     } else {
         return;
     }
@@ -2435,11 +2680,17 @@ static void backward_enter(PyObject *roots)
     }
     g_bwd_t0 = t;
     g_steps = g_written + 1;
+    /* (each looked at here first: a DataLoader loop's backward pass, 4 a
+     * step with gradient accumulation, has none of them, and calls none) */
+    if (g_ng_watch)
+        ng_end();  /* a backward pass before a forward with grad seen */
     if (g_arm_gap) /* the work after the forward ends */
         gap_take(t);
-    gap_settle(roots);
-    post_clear();    /* a forward hook that never fired */
-    if (g_arm_micro) /* a second backward pass without a forward: no preparation */
+    if (g_gap_span >= 0 || g_out_n)
+        gap_settle(roots);
+    if (g_post_dict)
+        post_clear(); /* a forward hook that never fired */
+    if (g_arm_micro)  /* a second backward pass without a forward: no preparation */
         fwd_disarm();
 }
 
@@ -2531,6 +2782,7 @@ static PyObject *py_train_mode(PyObject *self, PyObject *arg)
         g_eval_t0 = now_ns();
         g_eval_skip = 0;
         g_eval_nb = g_n_batches;
+        ng_stop(); /* a rollout under model.eval() is an eval span */
         fwd_disarm();
         fwd_arm(g_eval_t0); /* to see whether a forward runs in the span */
         Py_RETURN_NONE;
@@ -2626,6 +2878,7 @@ static PyObject *py_shutdown(PyObject *self, PyObject *noargs)
         if (a->batches || a->micro)
             close_acc(g_decided, t, TM_STEP_ENDED_AT_EXIT, 0, 0);
     }
+    ng_stop();
     fwd_disarm();
     post_clear();
     gap_drop();
@@ -2656,6 +2909,8 @@ static PyObject *py_shutdown(PyObject *self, PyObject *noargs)
 static PyObject *py_reset_steps(PyObject *self, PyObject *noargs)
 {
     (void)self, (void)noargs;
+    ng_stop();
+    g_ng_ns = -1;
     fwd_disarm();
     post_clear();
     gap_drop();
@@ -2712,6 +2967,7 @@ static PyObject *py_bind_steps(PyObject *self, PyObject *args)
         Py_INCREF(mp);
         g_mp_iter = (PyTypeObject *)mp;
     }
+    ng_stop();
     fwd_disarm();
     post_clear();
     gap_drop();

@@ -171,6 +171,20 @@
  * share of the median stall's is a random slow step (a busy machine), not
  * the every-K work: left out of the stalls' count, gaps and excess. */
 #define TM_AN_STALL_NOISE 0.25
+/* steps.no_grad: the model run without gradients between the training
+ * steps (an RL rollout, sampling, eval runs) costing TM_AN_NOGRAD_SHARE of
+ * the loop's time or more is said (low), TM_AN_NOGRAD_MEDIUM medium,
+ * TM_AN_NOGRAD_HIGH high: twice the data wait's threshold, since some of
+ * it is work the job chose (a usual eval schedule is far under it:
+ * nanoGPT's defaults evaluate 400 forwards every 2,000 steps of 40
+ * micro-batches, 0.2%); a rollout at half the loop is the job's main cost.
+ * A run of fewer than TM_AN_NOGRAD_CALLS calls a step is a frozen model's
+ * forward (a teacher's in distillation, a target network's): the step's
+ * compute, low at most. */
+#define TM_AN_NOGRAD_SHARE 0.10
+#define TM_AN_NOGRAD_MEDIUM 0.25
+#define TM_AN_NOGRAD_HIGH 0.50
+#define TM_AN_NOGRAD_CALLS 2.0
 
 /* A set slower than this to deliver its first batch re-imports the job.
  * Measured on the 2-core test VM, iter() to the first batch of 2 workers

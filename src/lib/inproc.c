@@ -66,6 +66,8 @@ static const view step_view[] = {
     {.omit = OMIT_NEG, .a = F_STEP_optimizer},
     {.omit = OMIT_NEG, .a = F_STEP_prep_fwd_ns},
     {.omit = OMIT_NEG, .a = F_STEP_prep_opt_ns},
+    {.omit = OMIT_NEG, .a = F_STEP_nograd_ns},
+    {.omit = OMIT_NEG, .a = F_STEP_nograd_calls},
     {"end_of_epoch", NULL, V_FLAG, 0, F_STEP_flags, 0, TM_STEP_ENDED_BY_STOP},
     {"at_exit", NULL, V_FLAG, 0, F_STEP_flags, 0, TM_STEP_ENDED_AT_EXIT},
     {"fed_by_thread", NULL, V_FLAG, 0, F_STEP_flags, 0, TM_STEP_FED_BY_THREAD},
@@ -531,7 +533,10 @@ int tm_inproc_encode(uint16_t type, const tm_inproc_any *rec, void *buf, size_t 
  * that holds it: 40 bytes without the step model (boundary 0, as trainmon
  * <= 0.x wrote), 96 without an optimizer step folded in (opt_start_ns <=
  * 0), 112 with one, 128 with the preparation after the forward measured
- * (prep_fwd_ns or prep_opt_ns >= 0; an absent optimizer step is -1 there). */
+ * (prep_fwd_ns or prep_opt_ns >= 0; an absent optimizer step is -1 there),
+ * 144 with a model run under no_grad before the training forward
+ * (nograd_calls > 0 and nograd_ns >= 0; the 4 bytes after nograd_calls are
+ * zero). */
 #define STEP_RUN1 offsetof(tm_inproc_step, boundary) /* step .. flags */
 #define STEP_RUN2 offsetof(tm_inproc_step, prep_ns)  /* prep_ns .. */
 #define STEP_AT(k, m, t, o, u, n)                                                                  \
@@ -543,7 +548,10 @@ TM_SCHEMA_STEP(STEP_AT)
 _Static_assert(STEP_RUN1 == TM_STEP_LEN_V1 - 4 && STEP_RUN2 == 56, "the step's copy runs");
 _Static_assert(offsetof(tm_inproc_step, opt_start_ns) == TM_STEP_LEN_V2, "the 96-byte layout");
 _Static_assert(offsetof(tm_inproc_step, prep_fwd_ns) == TM_STEP_LEN_V3, "the 112-byte layout");
-_Static_assert(sizeof(tm_inproc_step) == TM_STEP_LEN, "the 128-byte layout");
+_Static_assert(offsetof(tm_inproc_step, nograd_ns) == TM_STEP_LEN_V4, "the 128-byte layout");
+_Static_assert(offsetof(tm_inproc_step, nograd_calls) + 8 == TM_STEP_LEN &&
+                   sizeof(tm_inproc_step) == TM_STEP_LEN,
+               "the 144-byte layout");
 
 int tm_inproc_encode_step(const tm_inproc_step *s, void *buf, size_t cap)
 {
@@ -557,9 +565,10 @@ int tm_inproc_encode_step(const tm_inproc_step *s, void *buf, size_t cap)
         memset(p + STEP_RUN1, 0, 4);
         return TM_STEP_LEN_V1;
     }
-    size_t len = s->prep_fwd_ns >= 0 || s->prep_opt_ns >= 0 ? TM_STEP_LEN
-                 : s->opt_start_ns > 0                      ? TM_STEP_LEN_V3
-                                                            : TM_STEP_LEN_V2;
+    size_t len = s->nograd_calls > 0 && s->nograd_ns >= 0     ? TM_STEP_LEN
+                 : s->prep_fwd_ns >= 0 || s->prep_opt_ns >= 0 ? TM_STEP_LEN_V4
+                 : s->opt_start_ns > 0                        ? TM_STEP_LEN_V3
+                                                              : TM_STEP_LEN_V2;
     if (cap < len)
         return -ENOSPC;
     memcpy(p, s, STEP_RUN1);
@@ -568,6 +577,8 @@ int tm_inproc_encode_step(const tm_inproc_step *s, void *buf, size_t cap)
     memcpy(p + STEP_RUN2, &s->prep_ns, len - STEP_RUN2);
     if (len > TM_STEP_LEN_V2)
         memset(p + TM_STEP_LEN_V3 - 4, 0, 4); /* the struct's padding after optimizer */
+    if (len == TM_STEP_LEN)
+        memset(p + TM_STEP_LEN - 4, 0, 4); /* the struct's padding at its end */
     return (int)len;
 }
 

@@ -33,7 +33,11 @@
 #include "trainmon.h"
 
 /* Fixed part of each payload (strings follow it). */
-#define TM_STEP_LEN 128u
+#define TM_STEP_LEN 144u
+/* A step without a model run under no_grad before its training forward
+ * is written without nograd_ns and nograd_calls (128 bytes, the layout
+ * before they were appended, or 112 or 96 below): read as absent (-1). */
+#define TM_STEP_LEN_V4 128u
 /* A step whose preparation after the forward was not measured is written
  * without prep_fwd_ns and prep_opt_ns (112 bytes, the layout before they
  * were appended, or 96 below): a decoder reads them as absent (-1). */
@@ -96,7 +100,9 @@ static const char *const tm_oomsum_pools[] = {"unknown", "small", "large", NULL}
     X("opt_start_ns", opt_start_ns, I64, 96, "ns", NULL)           \
     X("optimizer",    optimizer,    I32, 104, "",  NULL)           \
     X("prep_fwd_ns",  prep_fwd_ns,  I64, 112, "ns", NULL)           \
-    X("prep_opt_ns",  prep_opt_ns,  I64, 120, "ns", NULL)
+    X("prep_opt_ns",  prep_opt_ns,  I64, 120, "ns", NULL)           \
+    X("nograd_ns",    nograd_ns,    I64, 128, "ns", NULL)           \
+    X("nograd_calls", nograd_calls, I32, 136, "count", NULL)
 
 #define TM_SCHEMA_CAPTURE(X)                                                 \
     X("source",            source,            U32, 0,   "",      tm_capture_sources) \

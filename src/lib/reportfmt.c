@@ -350,6 +350,11 @@ static void write_summary_json(tm_text *t, const tm_run *r, const tm_analysis *a
     j_kn(t, "stall_every_steps", tm_an_stalls_claimed(S) ? S->stall_every : NAN, true);
     j_kn(t, "stall_excess_share", S->stall_n ? S->stall_share : NAN, true);
     j_kn(t, "stall_wait_fraction", S->stall_wait_fraction, true);
+    j_kn(t, "no_grad_share", S->nograd_share, true);
+    j_kn(t, "no_grad_steps", (double)S->nograd_steps, true);
+    j_kn(t, "no_grad_time_s", S->nograd_s, true);
+    j_kn(t, "no_grad_calls", S->nograd_calls, true);
+    j_kn(t, "eval_time_s", S->nograd_eval_s, true);
     j_kn(t, "gpu_utilization_mean", S->gpu_util_mean, true);
     j_kn(t, "gpus", (double)S->ngpus, true);
     j_kn(t, "gpus_recorded", (double)S->ngpus_recorded, true);
@@ -629,6 +634,24 @@ static void write_text(tm_text *t, const tm_run *r, const tm_analysis *a)
         tm_text_printf(
             t, "  stalls             %zu steps of %s, every %.0f steps (%.1f%% of the loop)\n",
             S->stall_n, x, S->stall_every, 100 * S->stall_share);
+    }
+    if (S->nograd_share >= TM_AN_NOGRAD_SHARE && !S->infer_procs) {
+        /* the model run without gradients (steps.no_grad) */
+        if (S->nograd_steps > 0) {
+            tm_unit_fmt(x, sizeof x, TM_UNIT_SECONDS, S->nograd_s / (double)S->nograd_steps);
+            tm_unit_fmt(y, sizeof y, TM_UNIT_SECONDS, S->nograd_eval_s);
+            tm_text_printf(t,
+                           "  no_grad runs       %zu of %zu steps, %.0f calls in %s each (%.1f%% "
+                           "of the loop%s%s)\n",
+                           S->nograd_steps, S->nograd_judged,
+                           S->nograd_calls / (double)S->nograd_steps, x, 100 * S->nograd_share,
+                           S->nograd_eval_s > 0 ? " with eval runs of " : "",
+                           S->nograd_eval_s > 0 ? y : "");
+        } else {
+            tm_unit_fmt(x, sizeof x, TM_UNIT_SECONDS, S->nograd_eval_s);
+            tm_text_printf(t, "  eval runs          %s (%.1f%% of the loop)\n", x,
+                           100 * S->nograd_share);
+        }
     }
     if (S->gc_pauses > 0 && isfinite(S->gc_share)) {
         tm_unit_fmt(x, sizeof x, TM_UNIT_SECONDS, S->gc_s);

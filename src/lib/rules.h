@@ -144,6 +144,9 @@ void tm_an_pack_gain(double req_bytes, double read_bps, double ceiling_bps, doub
 void tm_rule_checkpoint_blocking(struct an *an);
 void tm_rule_gc_pauses(struct an *an);
 void tm_rule_steps_stalls(struct an *an);
+/* rules_nograd.c: the model run without gradients between the steps (RL
+ * rollouts, sampling, eval runs) */
+void tm_rule_steps_no_grad(struct an *an);
 /* rules_run.c: the run itself (the in-process recorder did not load) */
 void tm_rule_run_agent_not_loaded(struct an *an);
 /* The rule table, in the order the rules are applied; NULL-free. */

@@ -1044,6 +1044,14 @@ static void summarize_run(tm_runview *v, tm_an_summary *S, const tm_an_rank *ran
     S->prep_fwd_share = all->prep_fwd_known_s > 0 ? all->prep_fwd_s / all->prep_fwd_known_s : NAN;
     S->prep_opt_share = all->prep_s > 0 ? all->prep_opt_s / all->prep_s : NAN;
     S->recv_cpu_share = all->recv_known_s > 0 ? all->recv_cpu_s / all->recv_known_s : NAN;
+    S->nograd_steps = (size_t)all->nograd_steps;
+    S->nograd_judged = (size_t)(all->steps - all->warmup);
+    S->nograd_s = all->nograd_s;
+    S->nograd_calls = (double)all->nograd_calls;
+    S->nograd_eval_s = all->eval_loop_s;
+    S->nograd_share = S->nograd_judged && all->step_s + all->eval_loop_s > 0
+                          ? (all->nograd_s + all->eval_loop_s) / (all->step_s + all->eval_loop_s)
+                          : NAN;
     workers_handoff(wk, nwk, S, x);
     const tm_run_step *st;
     size_t nst = tm_run_steps(v->r, &st);

@@ -246,6 +246,15 @@ typedef struct tm_an_summary {
      * claimed): taken out of the data wait as the collector's (0: none) */
     uint32_t stall_src;
     double stall_wait_fraction;
+    /* The model run without gradients between the training steps
+     * (steps.no_grad): the judged steps that ran it under no_grad in train
+     * mode before their training forward (nograd_calls > 0: an RL
+     * rollout), that time and the module calls made in it; the eval runs'
+     * time after warm-up (eval batches and model.eval() spans); the judged
+     * steps, and the share of the loop's time (judged steps and eval runs)
+     * both are (NAN: no judged step). */
+    size_t nograd_steps, nograd_judged;
+    double nograd_s, nograd_calls, nograd_eval_s, nograd_share;
     /* The job's GPUs (rules_overlap.c tm_runsum_overlap): the mean
      * utilization over the window of the GPUs the training process held
      * memory on (job_gpus_by_pid; its own: jobgpus.c), else of every

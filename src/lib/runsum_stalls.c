@@ -17,7 +17,9 @@
  *     checkpoint saves and collector pauses in its time (that rank stopped
  *     and this one waited for it at the next collective: rank 0's
  *     torch.save every K steps stalls every other rank every K steps;
- *     checkpoint.blocking and gc.pauses say those), make half of it, or when a new set of
+ *     checkpoint.blocking and gc.pauses say those), or the model run under
+ *     no_grad before the step's training forward beyond its median (an RL
+ *     rollout every K steps: steps.no_grad says it), make half of it, or when a new set of
  * DataLoader workers started in it (iter() hands the Dataset to the workers outside __next__:
  * input.worker_startup's steps): the input verdicts and gc.pauses say those; the rest is the loop's
  * own work;
@@ -184,6 +186,12 @@ static double held_in(const tm_runview *v, uint32_t s, const double *gc, size_t 
     return t;
 }
 
+/* The model run under no_grad before the step's training forward, s */
+static double nograd_of(const tm_inproc_step *y)
+{
+    return y->nograd_calls > 0 && y->nograd_ns > 0 ? (double)y->nograd_ns / 1e9 : 0;
+}
+
 struct proc {
     size_t steps, n, explained, nat;
     double excess, step_s, median_s, every;
@@ -203,7 +211,7 @@ struct scratch {
  * built at the first stall) into *P (P->steps 0: too few) */
 static void stalls_of(const tm_runview *v, uint32_t s, const tm_run_step *st, size_t n,
                       const unsigned char *marks, struct held **H, bool *H_read, struct scratch *x,
-                      struct proc *P)
+                      bool ng_said, struct proc *P)
 {
     memset(P, 0, sizeof *P);
     P->every = P->median_s = P->step_s = NAN;
@@ -226,6 +234,12 @@ static void stalls_of(const tm_runview *v, uint32_t s, const tm_run_step *st, si
     memcpy(x->tmp, x->w, k * sizeof *x->tmp);
     double mw = tm_runsum_median(x->tmp, k);
     P->step_s = m;
+    /* the model run under no_grad before the training forward (an RL
+     * rollout every K steps), beyond its median: where steps.no_grad says
+     * it (else a stall says the periodic work) */
+    for (size_t j = 0; j < k; j++)
+        x->tmp[j] = ng_said ? nograd_of(&st[x->ix[j]].s) : 0;
+    double mng = tm_runsum_median(x->tmp, k);
     double T = fmax(TM_AN_STALL_FACTOR * m, m + TM_AN_STALL_MIN_S);
     bool own_prep = 2 * nprep > k;
     double *sp = NULL; /* the collector's pauses, read at the first stall */
@@ -266,7 +280,8 @@ static void stalls_of(const tm_runview *v, uint32_t s, const tm_run_step *st, si
              * or evaluates every K steps (nanoGPT logs there) */
             bool prep = own_prep && y->prep_ns >= 0 && y->batches == 0;
             double wex = fmax(0, x->w[j] - mw);
-            double own = ex - (prep ? 0 : wex) - gc;
+            double ng = fmax(0, nograd_of(y) - mng);
+            double own = ex - (prep ? 0 : wex) - gc - ng;
             if (own < 0.5 * ex) {
                 explained++;
                 continue;
@@ -334,6 +349,8 @@ void tm_runsum_stalls(const tm_runview *v, tm_an_summary *S, tm_an_rank *ranks, 
     unsigned char *marks = tm_runsum_startup_marks(v);
     struct held *H = NULL; /* the ranks' saves and pauses, at the first stall */
     bool H_read = false;
+    /* the run under no_grad is no stall where steps.no_grad says it */
+    bool ng_said = S->nograd_share >= TM_AN_NOGRAD_SHARE && !S->infer_procs;
     if (!x.d || !x.w || !x.tmp || !x.nos || !x.ix || !L)
         goto out;
     struct proc best = {0}, P;
@@ -349,7 +366,7 @@ void tm_runsum_stalls(const tm_runview *v, tm_an_summary *S, tm_an_rank *ranks, 
             i = j;
             continue;
         }
-        stalls_of(v, s, st + i, j - i, marks ? marks + i : NULL, &H, &H_read, &x, &P);
+        stalls_of(v, s, st + i, j - i, marks ? marks + i : NULL, &H, &H_read, &x, ng_said, &P);
         total += P.total_s;
         if (P.explained > S->stall_explained) /* told when no process has others */
             S->stall_explained = P.explained;

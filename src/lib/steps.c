@@ -59,8 +59,11 @@ bool tm_steptally_add(tm_steptally *t, const tm_inproc_step *s)
     if (s && s->phase == TM_STEP_EVAL) {
         /* its step number is the training step it ran in: not a new one */
         if (!(s->flags & TM_STEP_ENDED_AT_EXIT) && s->end_ns > s->start_ns) {
+            double e = (double)((uint64_t)s->end_ns - (uint64_t)s->start_ns) / 1e9;
             t->eval_steps++;
-            t->eval_s += (double)((uint64_t)s->end_ns - (uint64_t)s->start_ns) / 1e9;
+            t->eval_s += e;
+            if (t->warmup >= TM_STEP_WARMUP)
+                t->eval_pend_s += e; /* the loop's once a training step follows */
         }
         return false;
     }
@@ -122,6 +125,14 @@ bool tm_steptally_add(tm_steptally *t, const tm_inproc_step *s)
                 double o = (double)s->prep_opt_ns / 1e9;
                 t->prep_opt_s += o < w ? o : w;
             }
+        }
+        t->eval_loop_s += t->eval_pend_s;
+        t->eval_pend_s = 0;
+        if (s->nograd_calls > 0 && s->nograd_ns >= 0) {
+            double g = (double)s->nograd_ns / 1e9;
+            t->nograd_steps++;
+            t->nograd_calls += (uint64_t)s->nograd_calls;
+            t->nograd_s += g < d - w ? g : (d > w ? d - w : 0);
         }
         if (s->wait_cpu_ns >= 0 && s->batches > 0) {
             /* a multi-process DataLoader: the thread's CPU in the wait is
@@ -211,6 +222,11 @@ void tm_steptally_merge(tm_steptally *into, const tm_steptally *from)
     }
     if (from->skip_run_max > into->skip_run_max)
         into->skip_run_max = from->skip_run_max;
+    into->nograd_steps += from->nograd_steps;
+    into->nograd_calls += from->nograd_calls;
+    into->nograd_s += from->nograd_s;
+    into->eval_loop_s += from->eval_loop_s;
+    into->eval_pend_s += from->eval_pend_s;
 }
 
 void tm_stepwin_add(tm_stepwin *w, double dur_s, double wait_s)

@@ -98,6 +98,17 @@
 # clip_grad_norm_ and two optimizers), has the job's own wait share and
 # input.main_prep saying that place (60% or more of the preparation there;
 # the previous agent read both under 1%, input.ok, for the job's 64%).
+# On-policy RL loops (tests/jobs/rl.py: rl_ppo, CleanRL's PPO, a rollout of
+# 64 steps of 4 CPU-stepped environments under torch.no_grad() every 16
+# optimizer steps; rl_a2c, a rollout of 5 before every step; rl_sb3, the
+# same with the policy in eval mode, as Stable-Baselines3 runs it) have
+# steps.no_grad with the job's own share of its loop in rollouts (within 5
+# points) and, in train mode, its rollouts and calls of the model exactly,
+# input.ok and no steps.stalls (the previous agent: "every 16 steps a step
+# stalls", "input keeps up" and nothing, and SB3's rollouts out of every
+# number); every job that times its eval runs (train_eval, llm_memmap_eval,
+# two_loaders_*) is held to its own no-grad share the same way: the
+# finding from 15%, within 5 points; none under 5%.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -140,7 +151,9 @@ EXPECT = {"llm_memmap": ("input.main_prep", "cpu"), "manual_sgd": ("input.main_p
           "infer_main": ("input.data_wait", None),
           "llm_memmap_accum": ("input.main_prep", "cpu"),
           "llm_memmap_nanogpt": ("input.main_prep", "cpu"),
-          "llm_memmap_nanochat": ("input.main_prep", "cpu")}
+          "llm_memmap_nanochat": ("input.main_prep", "cpu"),
+          "rl_ppo": ("steps.no_grad", None), "rl_a2c": ("steps.no_grad", None),
+          "rl_sb3": ("steps.no_grad", None)}
 # where in the step the expected input.main_prep must say the batch is made
 WHERE = {"llm_memmap_nanogpt": "prep_after_forward_share",
          "llm_memmap_nanochat": "prep_before_step_share"}
@@ -148,6 +161,7 @@ WHERE = {"llm_memmap_nanogpt": "prep_after_forward_share",
 EVIDENCE = {"thread_prefetch": "thread_fed_steps", "loader_forkserver": "startup_wait_per_set_s",
             "loader_fork": "startup_wait_per_set_s"}
 LOADER_NEVER = {"input.main_prep", "input.cpu_bound", "input.disk_bound", "host_mem.worker_growth"}
+RL_NEVER = {"input.main_prep", "input.data_wait", "input.cpu_bound", "steps.stalls"}
 NEVER = {"llm_memmap": {"input.data_wait", "input.cpu_bound", "input.disk_bound"},
          "manual_sgd": {"input.data_wait", "input.cpu_bound", "input.disk_bound"},
          "llm_memmap_fast": {"input.main_prep", "input.data_wait"},
@@ -167,11 +181,12 @@ NEVER = {"llm_memmap": {"input.data_wait", "input.cpu_bound", "input.disk_bound"
          "grad_accum_cycle": {"input.main_prep"}, "amp_nan": set(),
          "gan_dcgan": {"input.main_prep"}, "gan_wgan": {"input.main_prep"},
          "accelerate_loop": {"input.main_prep"}, "train_eval_first": {"input.main_prep"},
-         "infer_scoring": {"steps.unsegmented", "input.main_prep", "input.ok"},
-         "infer_main": {"steps.unsegmented", "input.main_prep", "input.ok"},
+         "infer_scoring": {"steps.unsegmented", "input.main_prep", "input.ok", "steps.no_grad"},
+         "infer_main": {"steps.unsegmented", "input.main_prep", "input.ok", "steps.no_grad"},
          "llm_memmap_accum": {"input.data_wait", "input.cpu_bound", "input.disk_bound", "input.ok"},
          "llm_memmap_nanogpt": {"input.data_wait", "input.cpu_bound", "input.disk_bound", "input.ok"},
-         "llm_memmap_nanochat": {"input.data_wait", "input.cpu_bound", "input.disk_bound", "input.ok"}}
+         "llm_memmap_nanochat": {"input.data_wait", "input.cpu_bound", "input.disk_bound", "input.ok"},
+         "rl_ppo": RL_NEVER, "rl_a2c": RL_NEVER, "rl_sb3": RL_NEVER}
 oracle, rep, train, evals = runcheck.load(run)
 S = rep["summary"]
 bad = []
@@ -257,6 +272,23 @@ if oracle.get("logs"):  # periodic logging: the job's own count and time of it
             bad.append("stall excess %s s, the job's logging took %.4f s" % (ev.get("excess_s"), oracle["log_s"]))
 elif "steps.stalls" in ids:
     bad.append("steps.stalls in a job without periodic work: %s" % ids["steps.stalls"]["title"])
+# the model run without gradients (eval runs, RL rollouts): the job's own
+# share of its loop, timed inline, and for a rollout in train mode the
+# job's rollouts and calls of its model in each
+ng = oracle.get("no_grad_share")
+if ng is not None and ng >= 0.15:
+    f = ids.get("steps.no_grad")
+    if not f:
+        bad.append("no steps.no_grad among %s (the job's no-grad runs took %.1f%%)" % (sorted(ids), 100 * ng))
+    else:
+        ev = f["evidence"]
+        if abs(ev.get("no_grad_share", 0) - ng) > 0.05:
+            bad.append("no-grad share %s, the job's own %.3f" % (ev.get("no_grad_share"), ng))
+        if oracle.get("rollouts") is not None and (ev.get("no_grad_steps"), ev.get("calls_per_run")) != (oracle["rollouts"], oracle["calls"]):
+            bad.append("%s rollouts of %s calls, the job made %d of %d"
+                       % (ev.get("no_grad_steps"), ev.get("calls_per_run"), oracle["rollouts"], oracle["calls"]))
+elif (ng or 0) < 0.05 and "steps.no_grad" in ids:
+    bad.append("steps.no_grad, but the job's no-grad runs took %.1f%%: %s" % (100 * (ng or 0), ids["steps.no_grad"]["title"]))
 if job == "amp_nan":
     if oracle.get("amp_skipped") is None:  # torch 1.x: no GradScaler on the CPU
         want = None
@@ -303,7 +335,7 @@ half() { # name python
     # The sanitizer build: the report and dump of the binary under ASan on
     # one loop of each kind of boundary, not the whole matrix again.
     case ${BUILD:-} in *asan*) [ -n "$jobs" ] || jobs="grad_accum manual_sgd idle_workers" ;; esac
-    for job in ${jobs:-llm_memmap llm_memmap_fast llm_memmap_ckpt llm_memmap_dcp llm_memmap_gc llm_memmap_log grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver loader_fork thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next grad_accum_cycle amp_nan gan_dcgan gan_wgan accelerate_loop train_eval_first infer_scoring infer_main llm_memmap_accum llm_memmap_nanogpt llm_memmap_nanochat}; do
+    for job in ${jobs:-llm_memmap llm_memmap_fast llm_memmap_ckpt llm_memmap_dcp llm_memmap_gc llm_memmap_log grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver loader_fork thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next grad_accum_cycle amp_nan gan_dcgan gan_wgan accelerate_loop train_eval_first infer_scoring infer_main llm_memmap_accum llm_memmap_nanogpt llm_memmap_nanochat rl_ppo rl_a2c rl_sb3}; do
         local run=$scratch/$name-$job script=$job envs=()
         [ "$job" = llm_memmap_fast ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=4096); }
         [ "$job" = llm_memmap_ckpt ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=4096 JOB_SAVE_EVERY=4 JOB_SAVE_MB=48); }
@@ -322,6 +354,7 @@ half() { # name python
         [ "$job" = train_eval_first ] && { script=train_eval; envs=(JOB_EVAL_FIRST=1); }
         [ "$job" = infer_scoring ] && { script=infer; envs=(JOB_WORKERS=2); }
         [ "$job" = infer_main ] && { script=infer; envs=(JOB_WORKERS=0 JOB_GRAD=no_grad); }
+        case $job in rl_*) script=rl; envs=(JOB_VARIANT=${job#rl_}) ;; esac
         if [ "$job" = llm_memmap_dcp ] && ! "$PY" -c 'import torch.distributed.checkpoint' 2>/dev/null; then
             echo "  $job: skipped: no torch.distributed.checkpoint in torch $tv"; continue
         fi

@@ -28,6 +28,18 @@ class Clock:
         self.wait = 0.0      # fetch time after the first step
         self.eval_batches = 0
         self.eval_s = 0.0    # time in eval runs, left out of the span
+        # the model run without gradients: eval runs (their part of eval_s,
+        # which holds checkpoint saves too) and rollouts inside the steps
+        self.eval_run_s = 0.0
+        self.rollout_s = 0.0
+
+    def rollout(self, fn):
+        """Times a rollout made inside a step (the policy under no_grad)."""
+        t0 = time.perf_counter()
+        out = fn()
+        if self.t_first is not None:
+            self.rollout_s += time.perf_counter() - t0
+        return out
 
     def fetch(self, fn):
         t0 = time.perf_counter()
@@ -44,8 +56,10 @@ class Clock:
 
     def report(self, **extra):
         span = (self.t_last - self.t_first - self.eval_s) if self.t_first is not None else 0.0
+        loop = span + self.eval_run_s
         out = {"steps": self.steps, "data_wait_share": self.wait / span if span > 0 else None,
-               "eval_batches": self.eval_batches}
+               "eval_batches": self.eval_batches,
+               "no_grad_share": (self.eval_run_s + self.rollout_s) / loop if loop > 0 else None}
         out.update(extra)
         # one write: ranks sharing a stdout must not interleave their lines
         sys.stdout.write(json.dumps(out) + "\n")

@@ -157,7 +157,9 @@ for it in range(STEPS):
     if EVAL_EVERY and it % EVAL_EVERY == 0 and it > 0:
         t_eval = time.perf_counter()
         estimate_loss()
-        clock.eval_s += time.perf_counter() - t_eval
+        dt = time.perf_counter() - t_eval
+        clock.eval_s += dt
+        clock.eval_run_s += dt
         clock.eval_batches += 1  # one eval span (no DataLoader: one record)
     n_pauses = len(pauses)
     if ORDER == "nanogpt":

@@ -34,7 +34,9 @@ def evaluate():
             clock.eval_batches += 1
     model.train()
     if clock.t_first is not None:
-        clock.eval_s += time.perf_counter() - t_eval  # eval time is no step time
+        dt = time.perf_counter() - t_eval
+        clock.eval_s += dt  # eval time is no step time
+        clock.eval_run_s += dt
 
 
 if os.environ.get("JOB_EVAL_FIRST") == "1":

@@ -71,7 +71,9 @@ def evaluate():
     for x, y in val:  # grad enabled: no torch.no_grad() here
         model(x)
         clock.eval_batches += 1
-    clock.eval_s += time.perf_counter() - t0
+    dt = time.perf_counter() - t0
+    clock.eval_s += dt
+    clock.eval_run_s += dt
 
 
 def maybe_eval():

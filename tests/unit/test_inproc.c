@@ -581,7 +581,7 @@ static void test_a_type_past_the_known_ones_is_not_in_process(void **st)
 static void test_step_model_fields_round_trip_and_old_steps_still_read(void **st)
 {
     (void)st;
-    uint8_t buf[128];
+    uint8_t buf[144];
     char line[TM_INPROC_FORMAT_MAX];
     tm_inproc_step s = {.step = 3,
                         .start_ns = 100,
@@ -597,7 +597,9 @@ static void test_step_model_fields_round_trip_and_old_steps_still_read(void **st
                         .wait_cpu_ns = -1,
                         .collective_ns = 20,
                         .prep_fwd_ns = -1,
-                        .prep_opt_ns = -1};
+                        .prep_opt_ns = -1,
+                        .nograd_ns = -1,
+                        .nograd_calls = -1};
     int n = tm_inproc_encode_step(&s, buf, sizeof buf);
     assert_int_equal(n, 96);
     assert_true(at_u64(buf, 72) == 300 && at_u64(buf, 80) == UINT64_MAX && at_u64(buf, 88) == 20);
@@ -654,7 +656,7 @@ static void test_step_model_fields_round_trip_and_old_steps_still_read(void **st
     size_t absent = 0;
     for (size_t i = 0; i < nf; i++)
         absent += tm_inproc_get(&f[i], &a).absent;
-    assert_int_equal(absent, 13); /* boundary .. prep_opt_ns */
+    assert_int_equal(absent, 15); /* boundary .. nograd_calls */
     assert_true(tm_inproc_format(&r, true, line, sizeof line) > 0);
     assert_null(strstr(line, "boundary"));
     assert_null(strstr(line, "phase"));
@@ -726,6 +728,33 @@ static void test_step_model_fields_round_trip_and_old_steps_still_read(void **st
     assert_int_equal(tm_inproc_decode_step(&r, &o), 0);
     assert_true(o.opt_start_ns == -1 && o.optimizer == -1 && o.prep_fwd_ns == -1 &&
                 o.prep_opt_ns == 5);
+    assert_true(o.nograd_ns == -1 && o.nograd_calls == -1);
+    assert_null(strstr(line, "nograd"));
+
+    /* the model run under no_grad before the training forward: 144 bytes,
+     * nograd_ns at 128, nograd_calls at 136, the last 4 bytes padding; the
+     * fields before it as they are (-1 where absent) */
+    s.nograd_ns = 76000000;
+    s.nograd_calls = 128;
+    memset(buf, 0xee, sizeof buf);
+    n = tm_inproc_encode_step(&s, buf, sizeof buf);
+    assert_int_equal(n, 144);
+    assert_true(at_u64(buf, 128) == 76000000 && at_u32(buf, 136) == 128 && at_u32(buf, 140) == 0);
+    assert_true(at_u64(buf, 112) == UINT64_MAX && at_u64(buf, 120) == 5);
+    r = rec_of(TM_REC_STEP, buf, n);
+    memset(&o, 0x55, sizeof o);
+    assert_int_equal(tm_inproc_decode_step(&r, &o), 0);
+    assert_true(o.nograd_ns == 76000000 && o.nograd_calls == 128 && o.prep_opt_ns == 5);
+    assert_true(tm_inproc_format(&r, true, line, sizeof line) > 0);
+    assert_non_null(strstr(line, "\"prep_opt_ns\":5,\"nograd_ns\":76000000,\"nograd_calls\":128"));
+    assert_int_equal(tm_inproc_encode_step(&s, buf, 143), -ENOSPC);
+    /* read as the 128-byte layout: the two absent */
+    r.len = 128;
+    assert_int_equal(tm_inproc_decode_step(&r, &o), 0);
+    assert_true(o.nograd_ns == -1 && o.nograd_calls == -1 && o.prep_opt_ns == 5);
+    /* no calls counted (a zeroed struct): not written */
+    s.nograd_calls = 0;
+    assert_int_equal(tm_inproc_encode_step(&s, buf, sizeof buf), 128);
 }
 
 /* The encoder copies the fields of a type without strings in merged runs
@@ -745,8 +774,9 @@ static void test_plan_encoding_equals_a_copy_per_field(void **st)
             continue;
         /* the step: 128 bytes (the work after the forward measured), 40
          * (before the step model), 96 (no optimizer step, nothing after
-         * the forward measured), 112 (an optimizer step folded in) */
-        for (int old = 0; old <= (type == TM_REC_STEP ? 3 : 0); old++) {
+         * the forward measured), 112 (an optimizer step folded in), 144
+         * (a model run under no_grad before the training forward) */
+        for (int old = 0; old <= (type == TM_REC_STEP ? 4 : 0); old++) {
             tm_inproc_any rec;
             uint8_t *b = (uint8_t *)&rec;
             for (size_t i = 0; i < sizeof rec; i++)
@@ -755,6 +785,10 @@ static void test_plan_encoding_equals_a_copy_per_field(void **st)
                 rec.step.opt_start_ns = old == 2 ? -1 : 12345;
             if (type == TM_REC_STEP && old >= 2)
                 rec.step.prep_fwd_ns = rec.step.prep_opt_ns = -1;
+            if (type == TM_REC_STEP) { /* 144 bytes with a no-grad run, else without */
+                rec.step.nograd_ns = old == 4 ? 777 : -1;
+                rec.step.nograd_calls = old == 4 ? 3 : -1;
+            }
             if (old == 1)
                 rec.step.boundary = 0; /* the old 40-byte layout */
             uint8_t got[256], want[256];
@@ -767,7 +801,11 @@ static void test_plan_encoding_equals_a_copy_per_field(void **st)
                     memcpy(want + f[i].offset, b + f[i].member, w);
             }
             if (type == TM_REC_STEP)
-                assert_int_equal(n, old == 1 ? 40 : old == 2 ? 96 : old == 3 ? 112 : 128);
+                assert_int_equal(n, old == 1   ? 40
+                                    : old == 2 ? 96
+                                    : old == 3 ? 112
+                                    : old == 4 ? 144
+                                               : 128);
             assert_memory_equal(got, want, (size_t)n);
         }
     }
