@@ -178,13 +178,15 @@
  * it is work the job chose (a usual eval schedule is far under it:
  * nanoGPT's defaults evaluate 400 forwards every 2,000 steps of 40
  * micro-batches, 0.2%); a rollout at half the loop is the job's main cost.
- * A run of fewer than TM_AN_NOGRAD_CALLS calls a step is a frozen model's
- * forward (a teacher's in distillation, a target network's): the step's
- * compute, low at most. */
+ * Runs of fewer than TM_AN_NOGRAD_CALLS calls on average (most of them
+ * one call) are a frozen model's forward (a teacher's in distillation, a
+ * target network's): the step's compute, low at most; a DQN loop whose
+ * epsilon-greedy steps call the policy on 70% of them (1.8 a run) is
+ * acting, not that. */
 #define TM_AN_NOGRAD_SHARE 0.10
 #define TM_AN_NOGRAD_MEDIUM 0.25
 #define TM_AN_NOGRAD_HIGH 0.50
-#define TM_AN_NOGRAD_CALLS 2.0
+#define TM_AN_NOGRAD_CALLS 1.5
 
 /* A set slower than this to deliver its first batch re-imports the job.
  * Measured on the 2-core test VM, iter() to the first batch of 2 workers

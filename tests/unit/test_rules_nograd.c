@@ -172,6 +172,32 @@ static void test_one_call_a_step_is_a_frozen_models_forward_low(void **st)
     done(&run, &a);
 }
 
+/* DQN with epsilon-greedy actions: 60 steps of 0.1 s, each with 60 ms
+ * under no_grad, of which 7 in 10 call the policy and the target network
+ * (2 calls), the rest the target only (1): 1.7 calls a run on average, an
+ * agent acting, not a frozen model's forward (under 1.5), medium or more. */
+static void test_runs_of_mostly_two_calls_are_a_rollout_not_a_teacher(void **st)
+{
+    (void)st;
+    double dur[60], ng[60];
+    int32_t calls[60];
+    for (size_t i = 0; i < 60; i++)
+        dur[i] = 0.1, ng[i] = 0.06, calls[i] = i % 10 < 7 ? 2 : 1;
+    tm_rec *w = open_rec("pid42.tmr", "pid42", -1);
+    put_ng_steps(w, 60, dur, ng, calls);
+    tm_rec_close(&w);
+    tm_run *run = NULL;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "steps.no_grad");
+    assert_non_null(f);
+    /* steps 1..59: 41 of 2 calls (i % 10 < 7, less step 0), 18 of 1: 100 / 59 */
+    assert_true(fabs(ev_num(f, "calls_per_run") - 100.0 / 59) < 1e-3); /* 1.695 */
+    assert_int_equal(f->severity, TM_SEV_HIGH);
+    assert_non_null(strstr(f->title, "2 calls under no_grad"));
+    assert_null(strstr(f->title, "frozen"));
+    done(&run, &a);
+}
+
 /* A DataLoader loop of 100 steps of 0.1 s with an eval run of 1 s after
  * steps 30, 60 and 90, and one of 1 s before it trained (left out: no part
  * of the loop).  The loop: 99 judged steps, 9.9 s, and 3 s of eval: 3 /
@@ -282,6 +308,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_eval_runs_are_no_grad_time_of_the_loop, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_runs_of_mostly_two_calls_are_a_rollout_not_a_teacher,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_usual_eval_schedule_is_not_said, setup, teardown),
         cmocka_unit_test(test_the_tally_counts_no_grad_runs_after_warm_up),
     };
