@@ -363,9 +363,15 @@ half() { # name python
         fi
         ran=$((ran + 1))
         if ! env "${envs[@]}" "$TRAINMON" run -o "$run" -- "$PY" "$root/tests/jobs/$script.py" > "$run.out" 2>&1; then
-            tail -n 20 "$run.out"; echo "  FAIL $job: trainmon run failed"; fails=$((fails + 1)); continue
+            tail -n 20 "$run.out"; echo "  FAIL $job: trainmon run failed"; fails=$((fails + 1))
+            echo "$name   FAIL $job: trainmon run failed" >> "$scratch/fails"; continue
         fi
-        check "$run" "$job" || { fails=$((fails + 1)); tail -n 5 "$run.out"; }
+        check "$run" "$job" > "$run.check" 2>&1 || {
+            fails=$((fails + 1))
+            grep "  FAIL " "$run.check" | sed "s/^/$name /" >> "$scratch/fails"
+        }
+        cat "$run.check"
+        if grep -q "  FAIL " "$run.check"; then tail -n 5 "$run.out"; fi
     done
 }
 
@@ -374,5 +380,6 @@ half torch1 /usr/bin/python3
 venv=$(tm_venv_python)
 half torch2 "${venv:-/nonexistent/.venv/bin/python}"
 [ $ran -gt 0 ] || { echo "skipped: no interpreter with torch"; exit 77; }
-[ $fails -eq 0 ] || { echo "FAIL: $fails of $ran real-loop jobs"; exit 1; }
+# the failures again at the end: a runner shows the last lines of a failed test
+[ $fails -eq 0 ] || { cat "$scratch/fails"; echo "FAIL: $fails of $ran real-loop jobs"; exit 1; }
 echo "PASS: $ran real-loop jobs: steps, data wait and eval as the jobs count them"
