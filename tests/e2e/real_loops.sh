@@ -58,7 +58,7 @@
 # batch and run by accelerate's wrapper on every 4th and the epoch's last;
 # torch 2.x, where accelerate is installed) counts the steps that ran, with
 # every batch a micro-batch of one of them; nanoGPT's checkpoint (torch.save
-# of the model, the optimizer and 48 MB more every 4 steps on the training
+# of the model, the optimizer and 128 MB more every 4 steps on the training
 # thread: llm_memmap_ckpt) is no batch preparation (input.ok, as the same
 # loop without it) but checkpoint.blocking, with the job's own count of
 # checkpoints, their time (within 10%) and bytes (within 1%), one save call
@@ -231,12 +231,20 @@ ids = {f["id"]: f for f in rep.get("findings", [])}
 want, cause = EXPECT[job]
 if isinstance(want, tuple):  # one of them
     want = next((w for w in want if w in ids), want[0])
-if oracle.get("saves"):  # checkpoints: the job's own count and time
+if oracle.get("saves"):  # checkpoints: the job's own count, time and share
+    # the finding from the rule's 5% of the loop: required from 7% of the
+    # job's own clock, forbidden under 3.5% (a fast disk makes the saves
+    # short: 9 of 48 MB took 4.6% of a clean-clone CI's loop)
     ck = ids.get("checkpoint.blocking")
-    if not ck:
-        bad.append("no checkpoint.blocking among %s (summary %s checkpoints, %s s)"
-                   % (sorted(ids), S.get("checkpoints"), S.get("checkpoint_time_s")))
-    else:
+    save_share = oracle.get("save_share") or 0
+    if not ck and save_share >= 0.07:
+        bad.append("no checkpoint.blocking among %s (summary %s checkpoints, %s s; the job's saves took %.1f%%)"
+                   % (sorted(ids), S.get("checkpoints"), S.get("checkpoint_time_s"), 100 * save_share))
+    elif ck and save_share < 0.035:
+        bad.append("checkpoint.blocking, but the job's saves took %.1f%%" % (100 * save_share))
+    if S.get("checkpoints") != oracle["saves"]:  # counted with or without the finding
+        bad.append("summary %s checkpoints, the job saved %d" % (S.get("checkpoints"), oracle["saves"]))
+    if ck:
         ev = ck["evidence"]
         if ev.get("checkpoints") != oracle["saves"]:
             bad.append("%s checkpoints, the job saved %d" % (ev.get("checkpoints"), oracle["saves"]))
@@ -338,8 +346,8 @@ half() { # name python
     for job in ${jobs:-llm_memmap llm_memmap_fast llm_memmap_ckpt llm_memmap_dcp llm_memmap_gc llm_memmap_log grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver loader_fork thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next grad_accum_cycle amp_nan gan_dcgan gan_wgan accelerate_loop train_eval_first infer_scoring infer_main llm_memmap_accum llm_memmap_nanogpt llm_memmap_nanochat rl_ppo rl_a2c rl_sb3}; do
         local run=$scratch/$name-$job script=$job envs=()
         [ "$job" = llm_memmap_fast ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=4096); }
-        [ "$job" = llm_memmap_ckpt ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=4096 JOB_SAVE_EVERY=4 JOB_SAVE_MB=48); }
-        [ "$job" = llm_memmap_dcp ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=4096 JOB_SAVE_EVERY=4 JOB_SAVE_MB=48 JOB_SAVE_DCP=1 PYTHONWARNINGS=ignore); }
+        [ "$job" = llm_memmap_ckpt ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=4096 JOB_SAVE_EVERY=4 JOB_SAVE_MB=128); }
+        [ "$job" = llm_memmap_dcp ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=4096 JOB_SAVE_EVERY=4 JOB_SAVE_MB=128 JOB_SAVE_DCP=1 PYTHONWARNINGS=ignore); }
         [ "$job" = llm_memmap_eval ] && { script=llm_memmap; envs=(JOB_EVAL_EVERY=10); }
         [ "$job" = llm_memmap_log ] && { script=llm_memmap; envs=(JOB_STEPS=60 JOB_PREP_S=0 JOB_HIDDEN=2048 JOB_LOG_EVERY=10 JOB_LOG_S=0.3); }
         [ "$job" = llm_memmap_accum ] && { script=llm_memmap; envs=(JOB_ACCUM=4); }

@@ -226,6 +226,9 @@ import shutil  # noqa: E402
 shutil.rmtree(d)
 extra = {"saves": len(saves), "save_s": sum(saves),
          "save_bytes": sorted(sizes)[len(sizes) // 2]} if saves else {}
+if saves:  # the saves' share of the loop (steps after the first, and the saves)
+    loop = clock.t_last - clock.t_first - clock.eval_s + sum(saves)
+    extra["save_share"] = sum(saves) / loop if loop > 0 else None
 if logs:
     extra.update(logs=len(logs), log_s=sum(logs))
 if PYHEAP:  # the pauses (full collections, or 1 ms or more) after the warm-up step
