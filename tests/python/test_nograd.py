@@ -190,3 +190,74 @@ def test_the_jobs_exception_in_a_rollout_is_its_own(tmp_path):
     assert len(steps) == 30
     # the steps around it keep their rollouts
     assert sum(f["nograd_calls"] == 10 for f in steps[1:]) >= 27, [f["nograd_calls"] for f in steps]
+
+
+CKPT = r"""
+import json, os, time, torch
+from torch.utils.checkpoint import checkpoint, checkpoint_sequential
+def busy(s):
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < s:
+        pass
+KIND = os.environ["KIND"]
+import trainmon
+trainmon.attach()
+torch.manual_seed(0)
+model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Tanh())
+                              for _ in range(6)])
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+# torch 1.13's default and Hugging Face's gradient checkpointing's until
+# transformers 4.35: reentrant (CheckpointFunction runs the model under no_grad)
+kw = {"use_reentrant": True} if "use_reentrant" in checkpoint_sequential.__code__.co_varnames else {}
+class Offload(torch.autograd.Function):  # DeepSpeed's and Megatron's shape: a Function of its own
+    @staticmethod
+    def forward(ctx, fn, x):
+        ctx.fn = fn
+        ctx.save_for_backward(x)
+        with torch.no_grad():
+            return fn(x)
+    @staticmethod
+    def backward(ctx, g):
+        x, = ctx.saved_tensors
+        with torch.enable_grad():
+            x = x.detach().requires_grad_(True)
+            y = ctx.fn(x)
+        torch.autograd.backward(y, g)
+        return None, x.grad
+for i in range(30):
+    busy(0.003)                      # the batch
+    x = torch.randn(8, 32, requires_grad=True)
+    if KIND == "sequential":         # the loop calls checkpoint_sequential
+        y = checkpoint_sequential(model, 3, x, **kw)
+    elif KIND == "layers":           # each layer through checkpoint, as transformers did
+        y = x
+        for layer in model:
+            def custom_forward(*inputs, layer=layer):
+                return layer(*inputs)
+            y = checkpoint(custom_forward, y, **kw)
+    else:
+        y = x
+        for layer in model:
+            y = Offload.apply(layer, y)
+    loss = y.pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print(json.dumps({"pre_hooks": len(torch.nn.modules.module._global_forward_pre_hooks)}))
+"""
+
+
+@pytest.mark.parametrize("kind", ["sequential", "layers", "function"])
+def test_reentrant_checkpointing_called_by_the_loop_is_its_training_forward(tmp_path, kind):
+    # an autograd Function's forward runs its module calls with grad
+    # disabled: they are the training forward (the step's preparation ends
+    # at the first), not a rollout of 6 calls under no_grad
+    out = last_json(run_script(CKPT, tmp_path, env={"KIND": kind}).stdout)
+    assert out["pre_hooks"] == 0, out
+    steps = [f for _, _, f in records(main_file(tmp_path), "step") if f["phase"] == 1]
+    assert len(steps) == 30
+    assert all(f["nograd_ns"] == -1 and f["nograd_calls"] == -1 for f in steps), \
+        [(f["nograd_ns"], f["nograd_calls"]) for f in steps]
+    # the 3 ms batch is the preparation
+    prep = [f["prep_ns"] for f in steps[1:]]
+    assert 2.9e6 <= _median(prep) < 6e6, prep
