@@ -20,6 +20,16 @@
  * preparation above which it is CPU work, under which it is waiting */
 #define TM_AN_PREP_CPU_BOUND 0.7
 #define TM_AN_PREP_WAITING 0.3
+/* input.main_prep: the job's other processes (runsum_others.c: neither a
+ * training process nor a DataLoader worker) counted from this share of a
+ * core over the loop; where together they used TM_AN_PREP_OTHERS_CPU or
+ * more while the training thread was on a CPU under TM_AN_PREP_CPU_BOUND
+ * of its preparation, the wait is on them (producers of the job's own
+ * feeding a multiprocessing queue, a data server it started).  Half a
+ * core: a producer process that the loop waits for is busy making the
+ * next batch (tests/jobs/producer_queue.py: 0.97 of a core each). */
+#define TM_AN_OTHERS_PROC_CPU 0.1
+#define TM_AN_PREP_OTHERS_CPU 0.5
 /* input.main_prep: a place in the step (before the forward, between the
  * forward and the backward pass, before the optimizer step) that holds at
  * least this share of the preparation is named as where it runs; else

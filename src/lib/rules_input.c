@@ -593,7 +593,12 @@ void tm_rule_input_main_prep(struct an *an)
      * taken by other load still makes the preparation CPU-bound. */
     bool starved = cpu >= TM_AN_WORKER_CPU_MIN && cpu < TM_AN_PREP_CPU_BOUND &&
                    cpu + S->psi_cpu_some >= TM_AN_PREP_CPU_BOUND;
-    const char *cause = isnan(cpu)                               ? "unknown"
+    /* Waiting while the job's other processes kept half a core or more
+     * busy: the batches are theirs (runsum_others.c). */
+    bool others = !(cpu >= TM_AN_PREP_CPU_BOUND) && !starved &&
+                  S->others_cpu >= TM_AN_PREP_OTHERS_CPU && S->others_n > 0;
+    const char *cause = others                                   ? "other_processes"
+                        : isnan(cpu)                             ? "unknown"
                         : cpu >= TM_AN_PREP_CPU_BOUND || starved ? "cpu"
                         : cpu <= TM_AN_PREP_WAITING              ? "waiting"
                                                                  : "mixed";
@@ -607,12 +612,23 @@ void tm_rule_input_main_prep(struct an *an)
     tm_an_ev_num(&e, "prep_before_step_share", S->prep_opt_share);
     tm_an_ev_num(&e, "psi_cpu_some", S->psi_cpu_some);
     tm_an_ev_str(&e, "cause", cause);
+    if (others) {
+        tm_an_ev_num(&e, "other_processes", (double)S->others_n);
+        tm_an_ev_num(&e, "other_processes_cpu", S->others_cpu);
+        tm_an_ev_num(&e, "other_process_top_pid", (double)S->others_top_pid);
+    }
     char where[256];
     prep_where(S, where, sizeof where);
-    snprintf(buf, sizeof buf,
-             "input-bound: the loop's own batch preparation (no DataLoader) took %.0f%% of "
-             "the step time",
-             100 * S->data_wait_fraction);
+    if (others)
+        snprintf(buf, sizeof buf,
+                 "input-bound: the loop waited %.0f%% of the step time for batches that the "
+                 "job's other processes make (no DataLoader)",
+                 100 * S->data_wait_fraction);
+    else
+        snprintf(buf, sizeof buf,
+                 "input-bound: the loop's own batch preparation (no DataLoader) took %.0f%% of "
+                 "the step time",
+                 100 * S->data_wait_fraction);
     gc_note(buf, sizeof buf, S);
     if (!strcmp(cause, "cpu"))
         snprintf(adv, sizeof adv,
@@ -628,6 +644,25 @@ void tm_rule_input_main_prep(struct an *an)
                       " Tasks waited for a CPU %.0f%% of the time: the thread was runnable, not "
                       "waiting on I/O, and other processes took the cores; free cores first.",
                       100 * S->psi_cpu_some);
+    } else if (others) {
+        char top[80] = "";
+        if (S->others_n > 1)
+            snprintf(top, sizeof top, ", the busiest pid %u%s%s%s at %.2f", S->others_top_pid,
+                     S->others_top_comm[0] ? " (" : "", S->others_top_comm,
+                     S->others_top_comm[0] ? ")" : "", S->others_top_cpu);
+        char cores[64] = "";
+        if (S->usable_cpus > 0)
+            snprintf(cores, sizeof cores, " (%.0f usable CPUs, the loop's thread one of them)",
+                     S->usable_cpus);
+        snprintf(adv, sizeof adv,
+                 "The training thread mostly waits for its batches (on a CPU only %.0f%% of "
+                 "that time), %s, while the job's other %s (not DataLoader workers) kept "
+                 "%.2f cores busy%s: producers of its own (processes feeding a multiprocessing "
+                 "queue, a data server it started) that do not keep up. Start more of them "
+                 "while cores are free%s, make each batch cheaper, or make the batches in a "
+                 "DataLoader with num_workers>0, whose workers trainmon times batch by batch.",
+                 100 * cpu, where, S->others_n > 1 ? "processes" : "process", S->others_cpu, top,
+                 cores);
     } else if (!strcmp(cause, "waiting"))
         snprintf(adv, sizeof adv,
                  "The batches are made on the training thread, %s, and that mostly waits (on a "

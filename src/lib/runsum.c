@@ -1298,6 +1298,7 @@ int tm_runsum_build(tm_runview *v, tm_an_summary *S, tm_an_rank **ranks, size_t 
     S->win_end = v->w1;
     (void)tm_runsum_job_gpus(v, *ranks, *nranks); /* out of memory: every GPU */
     summarize_system(v, S);
+    tm_runsum_others(v, S);
     summarize_dataset(v, S);
     summarize_machine(v, S, *ranks, *nranks);
     summarize_agent(v, S);

@@ -67,6 +67,15 @@ typedef struct tm_an_summary {
     double worker_d_share, worker_cpu_sys; /* from per-worker system series */
     double worker_read_bps;                /* workers' block-layer reads, B/s over the window */
     double psi_cpu_some;
+    /* The job's other processes (runsum_others.c): neither a training
+     * process nor a DataLoader worker; their CPU over the window summed
+     * (cores; NAN: no per-process series), how many used at least
+     * TM_AN_OTHERS_PROC_CPU, and the busiest (pid, comm, cores). */
+    double others_cpu;
+    size_t others_n;
+    uint32_t others_top_pid;
+    char others_top_comm[32];
+    double others_top_cpu;
     double worker_busy; /* from worker records, all ranks */
     double worker_batch_median_s;
     size_t workers; /* distinct (rank, worker id) pairs */
@@ -311,6 +320,9 @@ typedef struct tm_run_loop {
 /* Each source's loop, indexed by source (calloc'ed, the caller frees it;
  * NULL: no memory). */
 tm_run_loop *tm_runsum_loops(const tm_runview *v);
+/* The job's other processes into S's others_* (runsum_others.c). */
+void tm_runsum_others(const tm_runview *v, tm_an_summary *S);
+
 /* Python's garbage collector's pauses into S's gc_* (runsum_gc.c); the run's data wait
  * and each rank row net of the pauses in their own batch preparation. */
 void tm_runsum_gc(const tm_runview *v, tm_an_summary *S, tm_an_rank *ranks, size_t nranks);

@@ -108,7 +108,12 @@
 # stalls", "input keeps up" and nothing, and SB3's rollouts out of every
 # number); every job that times its eval runs (train_eval, llm_memmap_eval,
 # two_loaders_*) is held to its own no-grad share the same way: the
-# finding from 15%, within 5 points; none under 5%.
+# finding from 15%, within 5 points; none under 5%.  A loop fed by a
+# producer process of its own through a multiprocessing queue
+# (producer_queue: spawn, 12 ms of CPU a batch against a 5 ms step) has the
+# job's own wait share and input.main_prep with cause other_processes,
+# naming the producer (the previous agent: "made on the training thread
+# ... page faults of a memmap or reads of a file on slow storage").
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -153,7 +158,8 @@ EXPECT = {"llm_memmap": ("input.main_prep", "cpu"), "manual_sgd": ("input.main_p
           "llm_memmap_nanogpt": ("input.main_prep", "cpu"),
           "llm_memmap_nanochat": ("input.main_prep", "cpu"),
           "rl_ppo": ("steps.no_grad", None), "rl_a2c": ("steps.no_grad", None),
-          "rl_sb3": ("steps.no_grad", None)}
+          "rl_sb3": ("steps.no_grad", None),
+          "producer_queue": ("input.main_prep", "other_processes")}
 # where in the step the expected input.main_prep must say the batch is made
 WHERE = {"llm_memmap_nanogpt": "prep_after_forward_share",
          "llm_memmap_nanochat": "prep_before_step_share"}
@@ -186,7 +192,8 @@ NEVER = {"llm_memmap": {"input.data_wait", "input.cpu_bound", "input.disk_bound"
          "llm_memmap_accum": {"input.data_wait", "input.cpu_bound", "input.disk_bound", "input.ok"},
          "llm_memmap_nanogpt": {"input.data_wait", "input.cpu_bound", "input.disk_bound", "input.ok"},
          "llm_memmap_nanochat": {"input.data_wait", "input.cpu_bound", "input.disk_bound", "input.ok"},
-         "rl_ppo": RL_NEVER, "rl_a2c": RL_NEVER, "rl_sb3": RL_NEVER}
+         "rl_ppo": RL_NEVER, "rl_a2c": RL_NEVER, "rl_sb3": RL_NEVER,
+         "producer_queue": {"input.data_wait", "input.cpu_bound", "input.disk_bound"}}
 oracle, rep, train, evals = runcheck.load(run)
 S = rep["summary"]
 bad = []
@@ -343,7 +350,7 @@ half() { # name python
     # The sanitizer build: the report and dump of the binary under ASan on
     # one loop of each kind of boundary, not the whole matrix again.
     case ${BUILD:-} in *asan*) [ -n "$jobs" ] || jobs="grad_accum manual_sgd idle_workers" ;; esac
-    for job in ${jobs:-llm_memmap llm_memmap_fast llm_memmap_ckpt llm_memmap_dcp llm_memmap_gc llm_memmap_log grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver loader_fork thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next grad_accum_cycle amp_nan gan_dcgan gan_wgan accelerate_loop train_eval_first infer_scoring infer_main llm_memmap_accum llm_memmap_nanogpt llm_memmap_nanochat rl_ppo rl_a2c rl_sb3}; do
+    for job in ${jobs:-llm_memmap llm_memmap_fast llm_memmap_ckpt llm_memmap_dcp llm_memmap_gc llm_memmap_log grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver loader_fork thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next grad_accum_cycle amp_nan gan_dcgan gan_wgan accelerate_loop train_eval_first infer_scoring infer_main llm_memmap_accum llm_memmap_nanogpt llm_memmap_nanochat rl_ppo rl_a2c rl_sb3 producer_queue}; do
         local run=$scratch/$name-$job script=$job envs=()
         [ "$job" = llm_memmap_fast ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=4096); }
         [ "$job" = llm_memmap_ckpt ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=4096 JOB_SAVE_EVERY=4 JOB_SAVE_MB=128); }

@@ -315,10 +315,12 @@ static void test_a_loop_fed_by_a_background_thread_is_told_to_use_workers(void *
 }
 
 /* A loop without a DataLoader, 50 optimizer steps of 0.1 s: prep ms of
- * each its own batch preparation (CPU-bound: the thread on a CPU 95% of
- * it), of which fwd ms after the forward (measured on every step, or on
- * the even ones: -1 on the others) and opt ms before the optimizer step. */
-static void put_prep_steps(double prep_ms, double fwd_ms, double opt_ms, bool fwd_even_only)
+ * each its own batch preparation (the thread on a CPU cpu of it: 0.95,
+ * CPU-bound), of which fwd ms after the forward (measured on every step,
+ * or on the even ones: -1 on the others) and opt ms before the optimizer
+ * step. */
+static void put_prep_steps_cpu(double prep_ms, double fwd_ms, double opt_ms, bool fwd_even_only,
+                               double cpu)
 {
     tm_rec *r = open_rec("pid42.tmr", "pid42", -1);
     uint8_t buf[128];
@@ -333,7 +335,7 @@ static void put_prep_steps(double prep_ms, double fwd_ms, double opt_ms, bool fw
                             .micro_batches = 1,
                             .batches = 0,
                             .prep_ns = prep,
-                            .prep_cpu_ns = (int64_t)(0.95 * (double)prep),
+                            .prep_cpu_ns = (int64_t)(cpu * (double)prep),
                             .backward_ns = -1,
                             .wait_cpu_ns = -1,
                             .collective_ns = -1,
@@ -346,6 +348,11 @@ static void put_prep_steps(double prep_ms, double fwd_ms, double opt_ms, bool fw
         assert_int_equal(tm_rec_append(r, TM_REC_STEP, s.end_ns, buf, (uint32_t)len), 0);
     }
     tm_rec_close(&r);
+}
+
+static void put_prep_steps(double prep_ms, double fwd_ms, double opt_ms, bool fwd_even_only)
+{
+    put_prep_steps_cpu(prep_ms, fwd_ms, opt_ms, fwd_even_only, 0.95);
 }
 
 /* nanoGPT's order: 60 ms of the 100 ms step is the loop's batch, 50 of them
@@ -415,6 +422,57 @@ static void test_main_prep_of_older_records_is_before_the_forward(void **st)
     assert_non_null(
         strstr(f->advice, "between one step's optimizer or backward pass and the next forward"));
     done(&run, &a);
+}
+
+/* A loop fed by a producer process of its own (a multiprocessing queue,
+ * tests/jobs/producer_queue.py): 60 ms of each 100 ms step its "batch
+ * preparation", the training thread on a CPU 10% of it, while the job's
+ * other processes (trainmon run's per-process series) were busy: pid 700
+ * at 0.95 of a core, pid 701 (a launcher) at 0.02, under the 0.1 counted.
+ * The training process's own series (this process's pid, 0.9) is no
+ * other process.  cause other_processes: 1 process counted, 0.97 cores in
+ * all, pid 700 the busiest.  Producers at 0.3 and 0.1 (0.4 cores, under
+ * the 0.5 of TM_AN_PREP_OTHERS_CPU): the thread's own wait, cause
+ * waiting, as before. */
+static void test_main_prep_names_the_jobs_other_processes_it_waits_for(void **st)
+{
+    (void)st;
+    const struct {
+        double a, b;
+        const char *cause;
+    } c[] = {{0.95, 0.02, "other_processes"}, {0.3, 0.1, "waiting"}};
+    for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
+        put_prep_steps_cpu(60, 0, 0, false, 0.1);
+        tm_rec *s = open_rec("system.tmr", "system", -1);
+        for (int i = 0; i <= 50; i++) {
+            put_proc(s, 0.1 * i, "proc.process_cpu_utilization", (unsigned)getpid(), 0.9);
+            put_proc(s, 0.1 * i, "proc.process_cpu_utilization", 700, c[k].a);
+            put_proc(s, 0.1 * i, "proc.process_cpu_utilization", 701, c[k].b);
+        }
+        tm_rec_close(&s);
+        tm_run *run;
+        tm_analysis *a = analyze(&run);
+        const tm_finding *f = tm_analysis_find(a, "input.main_prep");
+        assert_non_null(f);
+        assert_non_null(strstr(f->evidence, c[k].cause));
+        if (k == 0) {
+            assert_true(ev_num(f, "other_processes") == 1);
+            assert_true(fabs(ev_num(f, "other_processes_cpu") - 0.97) < 1e-9);
+            assert_true(ev_num(f, "other_process_top_pid") == 700);
+            assert_non_null(strstr(f->title, "batches that the job's other processes make"));
+            assert_non_null(strstr(f->advice, "kept 0.97 cores busy"));
+            assert_null(strstr(f->advice, "slow storage"));
+        } else {
+            assert_true(isnan(ev_num(f, "other_processes")));
+            assert_non_null(strstr(f->advice, "slow storage"));
+        }
+        done(&run, &a);
+        char path[512];
+        snprintf(path, sizeof path, "%s/pid42.tmr", dir);
+        assert_int_equal(unlink(path), 0);
+        snprintf(path, sizeof path, "%s/system.tmr", dir);
+        assert_int_equal(unlink(path), 0);
+    }
 }
 
 static tm_analysis *amp_run(tm_run **run, size_t n, bool (*skipped)(size_t))
@@ -2392,6 +2450,7 @@ int main(void)
         T(test_a_loop_fed_by_a_background_thread_is_told_to_use_workers),
         T(test_main_prep_says_where_in_the_step_the_batch_is_made),
         T(test_main_prep_of_older_records_is_before_the_forward),
+        T(test_main_prep_names_the_jobs_other_processes_it_waits_for),
         T(test_amp_skipped_steps_beyond_the_backoff_are_a_finding),
         T(test_amp_skips_of_each_processs_start_are_no_finding),
         T(test_cpu_starved_workers_without_d_state_are_cpu_bound_not_disk_bound),
