@@ -36,8 +36,21 @@
 #include "rules.h"
 #include "units.h"
 
+/* A new set of workers in at least TM_AN_STARTUP_EVERY of the judged
+ * steps, holding most of the wait: a new iterator for (almost) every
+ * batch. */
+static bool startup_every_step(const tm_an_summary *S)
+{
+    return S->workers > 0 && S->data_wait_fraction >= TM_AN_DATA_WAIT_FRACTION &&
+           S->worker_set_restarts > 0 && S->waits_judged >= TM_AN_STARTUP_STEPS_PER_SET &&
+           (double)S->worker_set_restarts >= TM_AN_STARTUP_EVERY * (double)S->waits_judged &&
+           S->restart_wait_share >= TM_AN_STARTUP_SHARE;
+}
+
 bool tm_an_input_is_startup(const tm_an_summary *S)
 {
+    if (startup_every_step(S))
+        return true;
     if (S->workers == 0 || !(S->data_wait_fraction >= TM_AN_DATA_WAIT_FRACTION) ||
         S->worker_set_restarts == 0 ||
         S->waits_judged < TM_AN_STARTUP_STEPS_PER_SET * S->worker_set_restarts ||
@@ -75,6 +88,29 @@ void tm_rule_input_worker_startup(struct an *an)
     tm_an_ev_num(&e, "worker_batch_time_median_s", S->worker_batch_median_s);
     char title[512], adv[2048], each[32];
     tm_unit_fmt(each, sizeof each, TM_UNIT_SECONDS, per_set);
+    bool every = startup_every_step(S);
+    tm_an_ev_str(&e, "restarts", every ? "every_step" : "epochs");
+    if (every) {
+        snprintf(title, sizeof title,
+                 "input-bound, a new DataLoader iterator almost every step: the loop waited for "
+                 "data %.0f%% of the time, %.0f%% of that in %zu of %zu steps waiting for a new "
+                 "set of workers to start (%s on average)",
+                 100 * S->data_wait_fraction, 100 * S->restart_wait_share, S->worker_set_restarts,
+                 S->waits_judged, each);
+        snprintf(adv, sizeof adv,
+                 "The loop makes a new iterator of its DataLoader for (almost) every batch, as "
+                 "`next(iter(loader))` inside the loop does: each iter() starts its %zu "
+                 "worker%s, and the old iterator, dropped after one batch, stops them, so no "
+                 "batch is ever made ahead. Make the iterator once, before the loop (`it = "
+                 "iter(loader)`, `batch = next(it)` in the loop, a new iter() at "
+                 "StopIteration), or iterate `for batch in loader`. persistent_workers=True "
+                 "keeps the workers, but each iter() still starts a new epoch and its "
+                 "prefetch over.",
+                 nw, nw == 1 ? "" : "s");
+        tm_an_input_cost(&e, S, title, sizeof title);
+        tm_an_add(an, tm_an_wait_severity(S->data_wait_fraction), TM_CONF_HIGH, -1, &e, title, adv);
+        return;
+    }
     snprintf(title, sizeof title,
              "input-bound, worker start-up: the loop waited for data %.0f%% of the time, %.0f%% "
              "of that in %zu step%s waiting for a new set of DataLoader workers to start (%s "

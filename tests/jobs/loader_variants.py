@@ -17,7 +17,11 @@
                the main process, 4 workers without persistent_workers and
                short epochs (10 batches): each iter() forks 4 workers of a
                large process (page tables copied), 60 ms and more here,
-               longer than the workers take for a batch.
+               longer than the workers take for a batch;
+  newiter      `x, y = next(iter(loader))` in the loop, as tutorials and
+               notebooks write it: a new iterator for every batch, 2 fork
+               workers started by each iter() and stopped when the
+               iterator is dropped after its one batch (40 steps).
 The oracle: optimizer steps and the data-wait share timed inline."""
 import os
 import sys
@@ -81,6 +85,10 @@ def main():
         loader = DataLoader(Held(int(os.environ.get("JOB_HEAP_MB", "1000"))), batch_size=BATCH,
                             num_workers=4, multiprocessing_context="fork")
         epochs = 6
+    elif VARIANT == "newiter":
+        loader = DataLoader(Items(), batch_size=BATCH, shuffle=True, num_workers=2,
+                            multiprocessing_context="fork")
+        epochs = 0
     else:
         loader = DataLoader(Items(), batch_size=BATCH, num_workers=2,
                             multiprocessing_context="forkserver")
@@ -90,6 +98,15 @@ def main():
             dynamo.config.error_on_recompile = True
             run = torch.compile(model, backend="eager")
     clock = Clock()
+    if VARIANT == "newiter":
+        for _ in range(40):
+            x, y = clock.fetch(lambda: next(iter(loader)))  # a new iterator each batch
+            loss = torch.nn.functional.mse_loss(run(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            busy(0.003)
+            clock.step()
     for _ in range(epochs):
         # iter() starts the epoch's workers (or resumes the persistent
         # ones): the loop waits for it as for the batches

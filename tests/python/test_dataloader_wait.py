@@ -137,7 +137,7 @@ import json, os, time, torch, trainmon
 from torch.utils.data import DataLoader, IterableDataset
 import torch.utils.data.dataloader as dlm
 SHAPE = os.environ["SHAPE"]
-if SHAPE == "slow_del":  # an old iterator whose __del__ (stopping workers) takes 60 ms
+if SHAPE in ("slow_del", "newiter"):  # an old iterator whose __del__ (stopping workers) takes 60 ms
     orig_del = dlm._MultiProcessingDataLoaderIter.__del__
     def slow_del(self):
         time.sleep(0.06)
@@ -165,6 +165,12 @@ elif SHAPE == "break":  # no backward: steps end at the next batch; epochs broke
         for k in range(2):
             x = next(it)
             time.sleep(0.01)
+elif SHAPE == "newiter":  # `next(iter(loader))` in the loop: each iterator dropped after its batch
+    loader = DataLoader([torch.ones(4)] * 40, batch_size=2, num_workers=1)
+    for k in range(6):
+        model(next(iter(loader))).sum().backward()
+        opt.step()
+        opt.zero_grad()
 else:  # slow_del: one worker over a plain list, epochs broken off after 2 batches
     loader = DataLoader([torch.ones(4)] * 40, batch_size=2, num_workers=1)
     it = None
@@ -219,3 +225,14 @@ def test_an_old_iterators_shutdown_after_iter_is_part_of_the_wait(tmp_path):
     assert len(steps) == 6, steps
     for k in (2, 4):
         assert steps[k]["data_wait_ns"] / 1e9 >= 0.06, steps[k]
+
+
+def test_an_iterator_dropped_after_its_batch_stops_its_workers_in_the_wait(tmp_path):
+    """`next(iter(loader))` inside the loop: the iterator is dropped as its
+    batch comes back, and its __del__ stops the worker its iter() started
+    (60 ms here): the loop's time on its loader, so the batch's wait, not
+    the step's compute."""
+    steps = [s for s in shape(tmp_path, "newiter") if s["boundary"] == 3]  # optimizer
+    assert len(steps) >= 5, steps
+    for s in steps[1:]:
+        assert s["data_wait_ns"] / 1e9 >= 0.06, s

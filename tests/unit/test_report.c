@@ -1601,6 +1601,50 @@ static void test_slow_worker_sets_are_startup_with_the_start_method(void **st)
     done(&run, &a);
 }
 
+/* `next(iter(loader))` inside the loop: 20 steps of 50 ms, each waiting
+ * 40 ms, and in each a new set of 2 workers (pids 500 + 2i, 501 + 2i)
+ * whose first fetches begin 5 and 6 ms into step i, 2 batches each (the
+ * prefetch).  Every wait is a start-up, so none is an outlier and there is
+ * one set a step, not the 4 steps a set the epoch test asks for: sets in
+ * 19 of the 19 judged steps (step 0 is warm-up), 100% of the wait, 80% of
+ * the time: high, said as a new iterator almost every step.  Every other
+ * step (a loader of 2 batches an epoch): sets in 9 of 19, under the 90% of
+ * TM_AN_STARTUP_EVERY and under a set per 4 steps: no start-up finding. */
+static void test_a_new_iterator_every_step_is_said_as_such(void **st)
+{
+    (void)st;
+    for (int every = 1; every <= 2; every++) {
+        tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+        put_loader_steps_of(r0, 20, 0.050, 0.040, 0.001, 0, 0, 1);
+        tm_rec_close(&r0);
+        for (unsigned i = 0; i < 20; i += (unsigned)every) {
+            put_rank_worker(0, 0, 500 + 2 * i, 2, 0.05 * i + 0.005, 0.004, 0.003, 0.004);
+            put_rank_worker(0, 1, 501 + 2 * i, 2, 0.05 * i + 0.006, 0.004, 0.003, 0.004);
+        }
+        tm_run *run;
+        tm_analysis *a = analyze(&run);
+        const tm_finding *f = tm_analysis_find(a, "input.worker_startup");
+        if (every == 1) {
+            assert_non_null(f);
+            assert_non_null(strstr(f->evidence, "\"restarts\":\"every_step\""));
+            assert_true(ev_num(f, "worker_set_restarts") == 19);
+            assert_true(fabs(ev_num(f, "startup_wait_share") - 1.0) < 1e-9);
+            assert_true(fabs(ev_num(f, "data_wait_fraction") - 0.8) < 1e-6);
+            assert_string_equal(tm_severity_name(f->severity), "high");
+            assert_string_equal(tm_confidence_name(f->confidence), "high");
+            assert_non_null(strstr(f->title, "a new DataLoader iterator almost every step"));
+            assert_non_null(strstr(f->title, "19 of 19 steps"));
+            assert_non_null(strstr(f->advice, "next(iter(loader))"));
+            assert_non_null(strstr(f->advice, "its 2 workers"));
+        } else {
+            assert_null(f);
+        }
+        done(&run, &a);
+        assert_int_equal(teardown(NULL), 0);
+        assert_int_equal(setup(NULL), 0); /* a new run directory */
+    }
+}
+
 static void test_worker_restarts_in_a_handoff_advise_persistent_workers(void **st)
 {
     (void)st;
@@ -2451,6 +2495,7 @@ int main(void)
         T(test_main_prep_says_where_in_the_step_the_batch_is_made),
         T(test_main_prep_of_older_records_is_before_the_forward),
         T(test_main_prep_names_the_jobs_other_processes_it_waits_for),
+        T(test_a_new_iterator_every_step_is_said_as_such),
         T(test_amp_skipped_steps_beyond_the_backoff_are_a_finding),
         T(test_amp_skips_of_each_processs_start_are_no_finding),
         T(test_cpu_starved_workers_without_d_state_are_cpu_bound_not_disk_bound),
