@@ -1059,6 +1059,14 @@ def _module_call_codes(nnm):
     return (code,) + tuple(inner) + ((wrapped,) if wrapped is not None else ())
 
 
+def _function_apply_code(torch):
+    """The code of torch.autograd.Function.apply where it is Python (torch
+    >= 2.0: a frame above every Function's forward, reentrant activation
+    checkpointing's included), else None (torch 1.x: C)."""
+    apply = getattr(getattr(getattr(torch, "autograd", None), "Function", None), "apply", None)
+    return getattr(getattr(apply, "__func__", apply), "__code__", None)
+
+
 def _forward_hooks(nnm):
     """torch's global forward pre-hook dict, as the step model sees the
     first forward after a step boundary (loops without a DataLoader): while
@@ -2293,7 +2301,8 @@ def attach(run_dir=None, memory_history=None):
                           getattr(dlm, "_MultiProcessingDataLoaderIter", None),
                           getattr(nnm, "_global_forward_hooks", None),
                           _module_call_codes(nnm),
-                          getattr(getattr(torch, "_C", None), "_get_tracing_state", None))
+                          getattr(getattr(torch, "_C", None), "_get_tracing_state", None),
+                          _function_apply_code(torch))
         except Exception as e:
             _report_exc("batch preparation timing", e)
         try:

@@ -20,6 +20,9 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#if PY_VERSION_HEX < 0x030B0000
+#include <frameobject.h> /* PyFrame_GetBack: Python.h has it from 3.11 */
+#endif
 
 #include <errno.h>
 #include <fcntl.h>
@@ -1452,16 +1455,21 @@ static int in_module_call(void)
 }
 
 /* Whether this module call is made inside an autograd Function's forward,
- * within a few frames up from torch's module-call frames: a code named
- * `forward` whose first parameter is `ctx` (torch.utils.checkpoint's
- * CheckpointFunction, the reentrant activation checkpointing that
- * checkpoint_sequential and Hugging Face's gradient checkpointing used by
- * default; DeepSpeed's, Megatron's and fairscale's; a user's own
- * Function).  Autograd runs such a forward with grad disabled, and the
- * module calls in it are the training forward, not the model run without
- * gradients: checkpoint_sequential called by the loop read as an RL
- * rollout of 6 calls, 28% of the loop.  Walked once a step, and only where
- * the step's first module call runs with grad disabled. */
+ * within 8 frames above torch's module-call frames (g_call_codes, not
+ * counted): torch >= 2.0's Function.apply (g_fn_apply, a Python frame
+ * above every Function's forward, the setup_context style's too), or a
+ * code named `forward` whose first parameter is `ctx` (torch 1.x, whose
+ * apply is C): torch.utils.checkpoint's CheckpointFunction, the reentrant
+ * activation checkpointing that checkpoint_sequential and Hugging Face's
+ * gradient checkpointing used by default; DeepSpeed's, Megatron's and
+ * fairscale's; a user's own Function.  Autograd runs such a forward with
+ * grad disabled, and the module calls in it are the training forward, not
+ * the model run without gradients: checkpoint_sequential called by the
+ * loop read as an RL rollout of 6 calls, 28% of the loop.  Walked once a
+ * step, and only where the step's first module call runs with grad
+ * disabled. */
+static PyObject *g_fn_apply; /* torch.autograd.Function.apply's code, or NULL */
+
 static int in_function_forward(void)
 {
     PyFrameObject *f = PyEval_GetFrame(); /* borrowed */
@@ -1469,9 +1477,18 @@ static int in_function_forward(void)
         return 0;
     Py_INCREF(f);
     int found = 0;
-    for (int depth = 0; f && !found && depth < 8; depth++) {
+    for (int depth = 0; f && !found && depth < 8;) {
         PyCodeObject *co = PyFrame_GetCode(f);
-        if (co->co_argcount >= 1 && PyUnicode_CompareWithASCIIString(co->co_name, "forward") == 0) {
+        int torch_frame = 0;
+        for (Py_ssize_t i = 0; g_call_codes && !torch_frame && i < PyTuple_GET_SIZE(g_call_codes);
+             i++)
+            torch_frame = (PyObject *)co == PyTuple_GET_ITEM(g_call_codes, i);
+        if (!torch_frame)
+            depth++;
+        if (g_fn_apply && (PyObject *)co == g_fn_apply)
+            found = 1;
+        else if (!torch_frame && co->co_argcount >= 1 &&
+                 PyUnicode_CompareWithASCIIString(co->co_name, "forward") == 0) {
 #if PY_VERSION_HEX >= 0x030B0000
             PyObject *names = PyCode_GetVarnames(co);
 #else
@@ -3020,9 +3037,15 @@ static PyObject *py_reset_steps(PyObject *self, PyObject *noargs)
 static PyObject *py_bind_steps(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *hooks, *grad, *mp = Py_None, *fwdh = Py_None, *code = Py_None, *trc = Py_None;
-    if (!PyArg_ParseTuple(args, "OO|OOOO", &hooks, &grad, &mp, &fwdh, &code, &trc))
+    PyObject *hooks, *grad, *mp = Py_None, *fwdh = Py_None, *code = Py_None, *trc = Py_None,
+                            *apply = Py_None;
+    if (!PyArg_ParseTuple(args, "OO|OOOOO", &hooks, &grad, &mp, &fwdh, &code, &trc, &apply))
         return NULL;
+    Py_CLEAR(g_fn_apply);
+    if (PyCode_Check(apply)) {
+        Py_INCREF(apply);
+        g_fn_apply = apply;
+    }
     Py_CLEAR(g_tracing);
     if (trc != Py_None && PyCallable_Check(trc)) {
         Py_INCREF(trc);

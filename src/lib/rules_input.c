@@ -595,7 +595,7 @@ void tm_rule_input_main_prep(struct an *an)
                    cpu + S->psi_cpu_some >= TM_AN_PREP_CPU_BOUND;
     /* Waiting while the job's other processes kept half a core or more
      * busy: the batches are theirs (runsum_others.c). */
-    bool others = !(cpu >= TM_AN_PREP_CPU_BOUND) && !starved &&
+    bool others = isfinite(cpu) && cpu < TM_AN_PREP_CPU_BOUND && !starved &&
                   S->others_cpu >= TM_AN_PREP_OTHERS_CPU && S->others_n > 0;
     const char *cause = others                                   ? "other_processes"
                         : isnan(cpu)                             ? "unknown"
@@ -621,9 +621,9 @@ void tm_rule_input_main_prep(struct an *an)
     prep_where(S, where, sizeof where);
     if (others)
         snprintf(buf, sizeof buf,
-                 "input-bound: the loop waited %.0f%% of the step time for batches that the "
-                 "job's other processes make (no DataLoader)",
-                 100 * S->data_wait_fraction);
+                 "input-bound: the loop waited %.0f%% of the step time for its batches (no "
+                 "DataLoader) while the job's other processes kept %.2f cores busy",
+                 100 * S->data_wait_fraction, S->others_cpu);
     else
         snprintf(buf, sizeof buf,
                  "input-bound: the loop's own batch preparation (no DataLoader) took %.0f%% of "
@@ -645,24 +645,27 @@ void tm_rule_input_main_prep(struct an *an)
                       "waiting on I/O, and other processes took the cores; free cores first.",
                       100 * S->psi_cpu_some);
     } else if (others) {
-        char top[80] = "";
-        if (S->others_n > 1)
-            snprintf(top, sizeof top, ", the busiest pid %u%s%s%s at %.2f", S->others_top_pid,
+        char top[160] = "";
+        if (S->others_n > 1 || S->others_host[0])
+            snprintf(top, sizeof top, ", the busiest pid %u%s%s%s%s%s at %.2f", S->others_top_pid,
                      S->others_top_comm[0] ? " (" : "", S->others_top_comm,
-                     S->others_top_comm[0] ? ")" : "", S->others_top_cpu);
+                     S->others_top_comm[0] ? ")" : "", S->others_host[0] ? " on " : "",
+                     S->others_host, S->others_top_cpu);
         char cores[64] = "";
         if (S->usable_cpus > 0)
             snprintf(cores, sizeof cores, " (%.0f usable CPUs, the loop's thread one of them)",
                      S->usable_cpus);
         snprintf(adv, sizeof adv,
-                 "The training thread mostly waits for its batches (on a CPU only %.0f%% of "
-                 "that time), %s, while the job's other %s (not DataLoader workers) kept "
-                 "%.2f cores busy%s: producers of its own (processes feeding a multiprocessing "
-                 "queue, a data server it started) that do not keep up. Start more of them "
-                 "while cores are free%s, make each batch cheaper, or make the batches in a "
-                 "DataLoader with num_workers>0, whose workers trainmon times batch by batch.",
-                 100 * cpu, where, S->others_n > 1 ? "processes" : "process", S->others_cpu, top,
-                 cores);
+                 "The training thread %s waits for its batches (on a CPU %.0f%% of that time), "
+                 "%s, while the job's other %s (neither training processes nor DataLoader "
+                 "workers) kept %.2f cores busy%s. If they make the batches (processes feeding "
+                 "a multiprocessing queue, a data server the job started), they do not keep up: "
+                 "start more of them while cores are free%s, make each batch cheaper, or make "
+                 "the batches in a DataLoader with num_workers>0, whose workers trainmon times "
+                 "batch by batch. If they do not, the loop waits on storage or a lock "
+                 "(`trainmon run -d DATA` shows the disk).",
+                 cpu <= TM_AN_PREP_WAITING ? "mostly" : "partly", 100 * cpu, where,
+                 S->others_n > 1 ? "processes" : "process", S->others_cpu, top, cores);
     } else if (!strcmp(cause, "waiting"))
         snprintf(adv, sizeof adv,
                  "The batches are made on the training thread, %s, and that mostly waits (on a "

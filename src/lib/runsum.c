@@ -1298,7 +1298,6 @@ int tm_runsum_build(tm_runview *v, tm_an_summary *S, tm_an_rank **ranks, size_t 
     S->win_end = v->w1;
     (void)tm_runsum_job_gpus(v, *ranks, *nranks); /* out of memory: every GPU */
     summarize_system(v, S);
-    tm_runsum_others(v, S);
     summarize_dataset(v, S);
     summarize_machine(v, S, *ranks, *nranks);
     summarize_agent(v, S);
@@ -1312,6 +1311,7 @@ int tm_runsum_build(tm_runview *v, tm_an_summary *S, tm_an_rank **ranks, size_t 
     size_t ndirs = tm_run_dirs(v->r, &dirs);
     for (size_t i = 0; i < ndirs; i++)
         (void)tm_agent_notes_scan(dirs[i], &S->agent_notes);
+    tm_runsum_others(v, S); /* (after the notes) */
     summarize_probe(v, S);
     free(x.all);
     free(x.all_c);

@@ -68,14 +68,16 @@ typedef struct tm_an_summary {
     double worker_read_bps;                /* workers' block-layer reads, B/s over the window */
     double psi_cpu_some;
     /* The job's other processes (runsum_others.c): neither a training
-     * process nor a DataLoader worker; their CPU over the window summed
-     * (cores; NAN: no per-process series), how many used at least
-     * TM_AN_OTHERS_PROC_CPU, and the busiest (pid, comm, cores). */
+     * process nor a DataLoader worker; on the host where they used most,
+     * their CPU over the window summed (cores; NAN: not known), how many
+     * used at least TM_AN_OTHERS_PROC_CPU, the busiest (pid, comm, cores),
+     * and that host, named where the run has several. */
     double others_cpu;
     size_t others_n;
     uint32_t others_top_pid;
     char others_top_comm[32];
     double others_top_cpu;
+    char others_host[64];
     double worker_busy; /* from worker records, all ranks */
     double worker_batch_median_s;
     size_t workers; /* distinct (rank, worker id) pairs */

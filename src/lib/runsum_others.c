@@ -7,12 +7,23 @@
  * training process (a record file of its own, same host) and of the
  * DataLoader workers (worker records) are the loop's; the rest are the
  * job's other processes: producers feeding a multiprocessing queue, a
- * data server the job started, a launcher, a tracker's service.  Their
- * mean CPU over the analysis window (the loop) is summed here.  A loop
- * fed by producers of its own waits on them, not on its own thread: the
- * training thread is off a CPU in its "batch preparation" (a queue's
- * get), and rules_input.c then names them instead of a memmap's page
- * faults or slow storage.
+ * data server the job started, a launcher, a tracker's service, a
+ * subprocess run now and then.  Per host, each one's CPU is averaged over
+ * the analysis window (the loop) as far as the sampler covered it,
+ * time-weighted: a rate holds for the interval that ends at its sample,
+ * and a process alive for a tenth of the loop counts a tenth (a helper
+ * busy for 5 s of a 25 s loop is 0.2 of a core, not the 1.0 of its own
+ * samples).  The host where they used
+ * most is kept.  A loop fed by producers of its own waits on them, not on
+ * its own thread, and rules_input.c then names them instead of a memmap's
+ * page faults or slow storage.
+ *
+ * Not known (NAN), so that no wait is put on them: a host whose series
+ * hold no training process's pid (the job in a pid namespace of its own:
+ * its pids are not the host's, and the training process would read as
+ * "other"), and a run in which a Python process said the recorder did not
+ * load in it (agent-<pid>.json: a training process without a record file
+ * of its own would read as "other").
  */
 #include <math.h>
 #include <stdio.h>
@@ -22,6 +33,7 @@
 #include "analysis.h"
 #include "runsum.h"
 #include "series.h"
+#include "util.h"
 
 /* Whether pid on host is a training process (a record file of its own). */
 static bool is_training_pid(const tm_runview *v, uint32_t pid, const char *host)
@@ -33,40 +45,128 @@ static bool is_training_pid(const tm_runview *v, uint32_t pid, const char *host)
     return false;
 }
 
+/* The pid of a per-process CPU series, 0 if s is none. */
+static uint32_t cpu_series_pid(const tm_run_series *s)
+{
+    char buf[32];
+    if (strcmp(s->name, TM_SER_PROC_PROCESS_CPU_UTILIZATION) != 0 ||
+        !tm_labels_get(s->labels, "pid", buf, sizeof buf))
+        return 0;
+    char *end;
+    unsigned long pid = strtoul(buf, &end, 10);
+    return end == buf || *end || pid > UINT32_MAX ? 0 : (uint32_t)pid;
+}
+
+/* s's CPU seconds inside the window [w0, w1], each rate over the interval
+ * that ends at its sample, and the seconds of the window those intervals
+ * cover (*covered).  The first sample's interval begins at the sampler's
+ * tick before it, from ticks (the training process's series: the sampler
+ * reads every process at each tick; a process's first reading has no
+ * rate, so its series begins a tick after it was first seen). */
+static double window_cpu_s(const tm_runview *v, const tm_run_series *s, const tm_run_series *ticks,
+                           double *covered)
+{
+    double sum = 0, cov = 0;
+    for (size_t k = 0; k < s->n; k++) {
+        int64_t from = k ? s->t_ns[k - 1] : INT64_MIN;
+        for (size_t j = 0; !k && ticks && j < ticks->n && ticks->t_ns[j] < s->t_ns[0]; j++)
+            from = ticks->t_ns[j];
+        if (from == INT64_MIN)
+            continue;
+        int64_t a = from > v->w0 ? from : v->w0;
+        int64_t b = s->t_ns[k] < v->w1 ? s->t_ns[k] : v->w1;
+        if (b > a && isfinite(s->v[k])) {
+            cov += tm_ns_diff_s(b, a);
+            if (s->v[k] > 0)
+                sum += s->v[k] * tm_ns_diff_s(b, a);
+        }
+    }
+    *covered = cov;
+    return sum;
+}
+
+struct host_others {
+    double cpu, top_cpu;
+    size_t n;
+    uint32_t top_pid;
+    const tm_run_series *top;
+};
+
+/* The other processes of host h (NAN cpu: its series hold no training
+ * process's pid, or none covers the window).  Each one's CPU seconds in
+ * the window over the part of it that the sampler covered (the training
+ * process's series: alive all through the loop; a loop shorter than a few
+ * sampling intervals is partly uncovered at its ends). */
+static struct host_others others_on(const tm_runview *v, const char *h)
+{
+    struct host_others o = {.cpu = NAN, .top_cpu = NAN};
+    double span = 0, cov;
+    const tm_run_series *ticks = NULL;
+    for (size_t i = 0; i < v->nser; i++) { /* the covered part */
+        const tm_run_series *s = &v->ser[i];
+        uint32_t pid = cpu_series_pid(s);
+        if (pid && strcmp(v->src[s->source].header.host, h) == 0 && is_training_pid(v, pid, h)) {
+            (void)window_cpu_s(v, s, NULL, &cov);
+            if (cov > span) {
+                span = cov;
+                ticks = s;
+            }
+        }
+    }
+    if (!(span > 0))
+        return o;
+    double sum = 0;
+    for (size_t i = 0; i < v->nser; i++) {
+        const tm_run_series *s = &v->ser[i];
+        uint32_t pid = cpu_series_pid(s);
+        if (!pid || strcmp(v->src[s->source].header.host, h) != 0 || is_training_pid(v, pid, h) ||
+            tm_runsum_worker_series_index(v, s) >= 0)
+            continue;
+        double m = window_cpu_s(v, s, ticks, &cov) / span;
+        sum += m;
+        if (m >= TM_AN_OTHERS_PROC_CPU)
+            o.n++;
+        if (!(m <= o.top_cpu)) { /* (the first: NAN) */
+            o.top_cpu = m;
+            o.top_pid = pid;
+            o.top = s;
+        }
+    }
+    o.cpu = sum;
+    return o;
+}
+
 void tm_runsum_others(const tm_runview *v, tm_an_summary *S)
 {
     S->others_cpu = S->others_top_cpu = NAN;
     S->others_n = 0;
     S->others_top_pid = 0;
-    S->others_top_comm[0] = '\0';
-    double sum = 0;
-    bool any = false;
-    for (size_t i = 0; i < v->nser; i++) {
-        const tm_run_series *s = &v->ser[i];
-        char buf[32];
-        if (strcmp(s->name, TM_SER_PROC_PROCESS_CPU_UTILIZATION) != 0 ||
-            tm_runsum_worker_series_index(v, s) >= 0 ||
-            !tm_labels_get(s->labels, "pid", buf, sizeof buf))
+    S->others_top_comm[0] = S->others_host[0] = '\0';
+    if (S->agent_notes.not_loaded > 0 || !(v->w1 > v->w0))
+        return;
+    size_t hosts = 0;
+    for (size_t i = 0; i < v->nsrc; i++) {
+        const char *h = v->src[i].header.host;
+        if (!tm_rec_is_training(&v->src[i].header))
             continue;
-        char *end;
-        unsigned long pid = strtoul(buf, &end, 10);
-        if (end == buf || *end || pid == 0 || pid > UINT32_MAX ||
-            is_training_pid(v, (uint32_t)pid, v->src[s->source].header.host))
+        bool before = false; /* a host of an earlier training process */
+        for (size_t j = 0; j < i && !before; j++)
+            before = tm_rec_is_training(&v->src[j].header) && strcmp(v->src[j].header.host, h) == 0;
+        if (before)
             continue;
-        double m = tm_runsum_ser_mean(v, s, NULL);
-        if (!isfinite(m) || m < 0)
+        hosts++;
+        struct host_others o = others_on(v, h);
+        if (!isfinite(o.cpu) || o.cpu <= S->others_cpu)
             continue;
-        any = true;
-        sum += m;
-        if (m >= TM_AN_OTHERS_PROC_CPU)
-            S->others_n++;
-        if (!(m <= S->others_top_cpu)) { /* (the first: NAN) */
-            S->others_top_cpu = m;
-            S->others_top_pid = (uint32_t)pid;
-            if (!tm_labels_get(s->labels, "comm", S->others_top_comm, sizeof S->others_top_comm))
-                S->others_top_comm[0] = '\0';
-        }
+        S->others_cpu = o.cpu;
+        S->others_n = o.n;
+        S->others_top_pid = o.top_pid;
+        S->others_top_cpu = o.top_cpu;
+        snprintf(S->others_host, sizeof S->others_host, "%s", h);
+        if (!o.top ||
+            !tm_labels_get(o.top->labels, "comm", S->others_top_comm, sizeof S->others_top_comm))
+            S->others_top_comm[0] = '\0';
     }
-    if (any)
-        S->others_cpu = sum;
+    if (hosts < 2)
+        S->others_host[0] = '\0'; /* named only among several */
 }

@@ -17,7 +17,7 @@ import torch.multiprocessing as mp
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import Clock, busy  # noqa: E402
 
-STEPS = int(os.environ.get("JOB_STEPS", "80"))
+STEPS = int(os.environ.get("JOB_STEPS", "200"))
 PRODUCERS = int(os.environ.get("JOB_PRODUCERS", "1"))
 MAKE_S = 0.012     # a batch's CPU work in a producer
 COMPUTE_S = 0.004  # the step's compute beside the model's

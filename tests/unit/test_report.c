@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "analysis.h"
+#include "rec.h"
 #include "reportfmt.h"
 #include "rules.h"
 #include "series.h"
@@ -316,7 +317,7 @@ static void test_a_loop_fed_by_a_background_thread_is_told_to_use_workers(void *
 
 /* A loop without a DataLoader, 50 optimizer steps of 0.1 s: prep ms of
  * each its own batch preparation (the thread on a CPU cpu of it: 0.95,
- * CPU-bound), of which fwd ms after the forward (measured on every step,
+ * CPU-bound; < 0: not measured), of which fwd ms after the forward (measured on every step,
  * or on the even ones: -1 on the others) and opt ms before the optimizer
  * step. */
 static void put_prep_steps_cpu(double prep_ms, double fwd_ms, double opt_ms, bool fwd_even_only,
@@ -335,7 +336,7 @@ static void put_prep_steps_cpu(double prep_ms, double fwd_ms, double opt_ms, boo
                             .micro_batches = 1,
                             .batches = 0,
                             .prep_ns = prep,
-                            .prep_cpu_ns = (int64_t)(cpu * (double)prep),
+                            .prep_cpu_ns = cpu < 0 ? -1 : (int64_t)(cpu * (double)prep),
                             .backward_ns = -1,
                             .wait_cpu_ns = -1,
                             .collective_ns = -1,
@@ -424,54 +425,128 @@ static void test_main_prep_of_older_records_is_before_the_forward(void **st)
     done(&run, &a);
 }
 
+/* The host of record file name set to host (the header's field, its
+ * CRC made again): another machine's record, as `trainmon report` reads
+ * several hosts' run directories together. */
+static void set_host(const char *name, const char *host)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    tm_rec_filehdr h;
+    assert_int_equal(pread(fd, &h, sizeof h, 0), (ssize_t)sizeof h);
+    memset(h.host, 0, sizeof h.host);
+    snprintf(h.host, sizeof h.host, "%s", host);
+    h.crc = tm_crc32c(0, &h, offsetof(tm_rec_filehdr, crc));
+    assert_int_equal(pwrite(fd, &h, sizeof h, 0), (ssize_t)sizeof h);
+    close(fd);
+}
+
+/* The other processes' CPU of one case: each (pid, cores) over the 5 s of
+ * the loop, from sample `from` of the 51 on (a process started late). */
+struct other {
+    unsigned pid;
+    double cores;
+    int from;
+};
+
+static void put_others(const char *file, const struct other *o, size_t n, bool with_training)
+{
+    tm_rec *s = open_rec(file, "system", -1);
+    for (int i = 0; i <= 50; i++) {
+        if (with_training)
+            put_proc(s, 0.1 * i, "proc.process_cpu_utilization", (unsigned)getpid(), 0.9);
+        for (size_t k = 0; k < n; k++)
+            if (i >= o[k].from && o[k].pid)
+                put_proc(s, 0.1 * i, "proc.process_cpu_utilization", o[k].pid, o[k].cores);
+    }
+    tm_rec_close(&s);
+}
+
 /* A loop fed by a producer process of its own (a multiprocessing queue,
  * tests/jobs/producer_queue.py): 60 ms of each 100 ms step its "batch
  * preparation", the training thread on a CPU 10% of it, while the job's
- * other processes (trainmon run's per-process series) were busy: pid 700
- * at 0.95 of a core, pid 701 (a launcher) at 0.02, under the 0.1 counted.
- * The training process's own series (this process's pid, 0.9) is no
- * other process.  cause other_processes: 1 process counted, 0.97 cores in
- * all, pid 700 the busiest.  Producers at 0.3 and 0.1 (0.4 cores, under
- * the 0.5 of TM_AN_PREP_OTHERS_CPU): the thread's own wait, cause
- * waiting, as before. */
+ * other processes (trainmon run's per-process series) were busy.  The
+ * training process's own series (this process's pid, 0.9) is no other
+ * process.  Each case:
+ *   - pid 700 at 0.95 of a core, 701 (a launcher) at 0.02, under the 0.1
+ *     counted: cause other_processes, 1 counted, 0.97 cores;
+ *   - 0.3 and 0.1 (0.4, under the 0.5 of TM_AN_PREP_OTHERS_CPU): waiting;
+ *   - a helper at 1.0 of a core for the last 4 of the 51 samples (0.4 s of
+ *     the 5 s loop, 0.08 cores time-weighted, not its own 1.0): waiting;
+ *   - no series of the training process's pid (the job in a pid namespace
+ *     of its own: the training process would read as "other"): waiting;
+ *   - the thread's CPU not measured (NAN): unknown, no "nan%";
+ *   - the thread on a CPU 50% of it: other_processes, "partly waits";
+ *   - 0.3 on the loop's host and 0.3 on another's (hostB, a loop of its
+ *     own there): each host apart, 0.3 < 0.5, not 0.6: waiting; with 0.6
+ *     on hostB: that host's 0.6, its pid named with its host. */
 static void test_main_prep_names_the_jobs_other_processes_it_waits_for(void **st)
 {
     (void)st;
     const struct {
-        double a, b;
-        const char *cause;
-    } c[] = {{0.95, 0.02, "other_processes"}, {0.3, 0.1, "waiting"}};
+        double cpu; /* the training thread's share of its preparation */
+        struct other o[2];
+        bool with_training;
+        const char *cause, *advice;
+        double hostb, others; /* hostB's other process (0: no hostB) */
+    } c[] = {
+        {0.1, {{700, 0.95, 0}, {701, 0.02, 0}}, true, "other_processes", "mostly waits", 0, 0.97},
+        {0.1, {{700, 0.3, 0}, {701, 0.1, 0}}, true, "waiting", "slow storage", 0, NAN},
+        {0.1, {{702, 1.0, 47}, {0, 0, 0}}, true, "waiting", "slow storage", 0, NAN},
+        {0.1, {{700, 0.95, 0}, {0, 0, 0}}, false, "waiting", "slow storage", 0, NAN},
+        {-1, {{700, 0.95, 0}, {0, 0, 0}}, true, "unknown", "Prefetch them", 0, NAN},
+        {0.5, {{700, 0.95, 0}, {0, 0, 0}}, true, "other_processes", "partly waits", 0, 0.95},
+        {0.1, {{700, 0.3, 0}, {0, 0, 0}}, true, "waiting", "slow storage", 0.3, NAN},
+        {0.1,
+         {{700, 0.3, 0}, {0, 0, 0}},
+         true,
+         "other_processes",
+         "pid 800 (python3) on hostB",
+         0.6,
+         0.6},
+    };
     for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
-        put_prep_steps_cpu(60, 0, 0, false, 0.1);
-        tm_rec *s = open_rec("system.tmr", "system", -1);
-        for (int i = 0; i <= 50; i++) {
-            put_proc(s, 0.1 * i, "proc.process_cpu_utilization", (unsigned)getpid(), 0.9);
-            put_proc(s, 0.1 * i, "proc.process_cpu_utilization", 700, c[k].a);
-            put_proc(s, 0.1 * i, "proc.process_cpu_utilization", 701, c[k].b);
+        put_prep_steps_cpu(60, 0, 0, false, c[k].cpu);
+        put_others("system.tmr", c[k].o, 2, c[k].with_training);
+        if (c[k].hostb > 0) { /* another host, with a loop of its own there */
+            put_prep_steps_cpu(60, 0, 0, false, c[k].cpu);
+            char path[512], to[512];
+            snprintf(path, sizeof path, "%s/pid42.tmr", dir);
+            snprintf(to, sizeof to, "%s/pidB.tmr", dir);
+            assert_int_equal(rename(path, to), 0);
+            set_host("pidB.tmr", "hostB");
+            put_prep_steps_cpu(60, 0, 0, false, c[k].cpu);
+            struct other b[] = {{800, c[k].hostb, 0}};
+            put_others("systemB.tmr", b, 1, true);
+            set_host("systemB.tmr", "hostB");
         }
-        tm_rec_close(&s);
         tm_run *run;
         tm_analysis *a = analyze(&run);
         const tm_finding *f = tm_analysis_find(a, "input.main_prep");
         assert_non_null(f);
-        assert_non_null(strstr(f->evidence, c[k].cause));
-        if (k == 0) {
-            assert_true(ev_num(f, "other_processes") == 1);
-            assert_true(fabs(ev_num(f, "other_processes_cpu") - 0.97) < 1e-9);
-            assert_true(ev_num(f, "other_process_top_pid") == 700);
-            assert_non_null(strstr(f->title, "batches that the job's other processes make"));
-            assert_non_null(strstr(f->advice, "kept 0.97 cores busy"));
-            assert_null(strstr(f->advice, "slow storage"));
-        } else {
+        char want[64];
+        snprintf(want, sizeof want, "\"cause\":\"%s\"", c[k].cause);
+        assert_non_null(strstr(f->evidence, want));
+        assert_non_null(strstr(f->advice, c[k].advice));
+        assert_null(strstr(f->advice, "nan"));
+        if (isnan(c[k].others)) {
             assert_true(isnan(ev_num(f, "other_processes")));
-            assert_non_null(strstr(f->advice, "slow storage"));
+        } else if (c[k].hostb == 0) {
+            assert_true(ev_num(f, "other_processes") == 1);
+            assert_true(fabs(ev_num(f, "other_processes_cpu") - c[k].others) < 1e-9);
+            assert_true(ev_num(f, "other_process_top_pid") == 700);
+            assert_non_null(strstr(f->title, "while the job's other processes kept"));
+            assert_null(strstr(f->advice, "the busiest")); /* one: no host to name */
+        } else { /* hostB's 0.6, not the sum of both hosts: that host, named */
+            assert_true(fabs(ev_num(f, "other_processes_cpu") - 0.6) < 1e-9);
+            assert_true(ev_num(f, "other_process_top_pid") == 800);
+            assert_non_null(strstr(f->advice, "pid 800 (python3) on hostB"));
         }
         done(&run, &a);
-        char path[512];
-        snprintf(path, sizeof path, "%s/pid42.tmr", dir);
-        assert_int_equal(unlink(path), 0);
-        snprintf(path, sizeof path, "%s/system.tmr", dir);
-        assert_int_equal(unlink(path), 0);
+        assert_int_equal(teardown(NULL), 0);
+        assert_int_equal(setup(NULL), 0); /* a new run directory */
     }
 }
 
