@@ -4,7 +4,8 @@
  * `trainmon export --format chrome|tensorboard` is one call each.
  *
  * Chrome: one process per record file (pid = its index + 1, named "rank R"
- * or after the file), tid 1 = steps (with the data wait as a child slice),
+ * or after the file), tid 1 = steps (with the data wait and the model run
+ * under no_grad before the training forward as child slices),
  * tid 2 = phases (enter/exit pairs; one left open ends at the file's last
  * record), allocator bytes as counters, OOMs as instants; the system file's
  * disk rates and GPU utilization and memory as counters.
@@ -86,6 +87,14 @@ int tm_export_chrome(const tm_run *r, const char *path, size_t *clipped)
                              args);
         if (rc >= 0 && s->data_wait_ns > 0)
             rc = tm_chrome_slice(c, pid, 1, "data wait", s->start_ns, s->data_wait_ns, NULL);
+        /* the model run without gradients (steps.no_grad): from the
+         * preparation's end, the step's first module call */
+        if (rc >= 0 && s->nograd_calls > 0 && s->nograd_ns > 0 && s->prep_ns >= 0) {
+            snprintf(name, sizeof name, "no_grad (%d call%s)", (int)s->nograd_calls,
+                     s->nograd_calls == 1 ? "" : "s");
+            rc = tm_chrome_slice(c, pid, 1, name, tm_sat_add64(s->start_ns, s->prep_ns),
+                                 s->nograd_ns, NULL);
+        }
     }
 
     /* Phases: enter/exit pairs per source, matched by a stack. */

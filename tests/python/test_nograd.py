@@ -276,3 +276,24 @@ def test_reentrant_checkpointing_called_by_the_loop_is_its_training_forward(tmp_
     # the 3 ms batch is the preparation
     prep = [f["prep_ns"] for f in steps[1:]]
     assert 2.9e6 <= _median(prep) < 6e6, prep
+
+
+def test_the_chrome_trace_shows_each_run_inside_its_step(tmp_path, trainmon_bin):
+    # `trainmon export --format chrome`: a child slice "no_grad (10 calls)"
+    # of each step that had one, from the preparation's end for its span
+    import json
+    import subprocess
+    out, steps, evals = _run(tmp_path, "rollout")
+    trace = tmp_path / "trace.json"
+    subprocess.run([trainmon_bin, "export", str(tmp_path), "--format", "chrome", "-o", str(trace)],
+                   check=True, capture_output=True)
+    ev = json.load(open(trace))["traceEvents"]
+    ng = sorted((e for e in ev if e.get("ph") == "X" and e["name"] == "no_grad (10 calls)"),
+                key=lambda e: e["ts"])
+    with_run = [f for f in steps if f["nograd_calls"] > 0]
+    assert len(ng) == len(with_run) >= 28, (len(ng), len(with_run))
+    t0 = min(e["ts"] for e in ev if e.get("ph") == "X" and e["name"].startswith("step "))
+    s0 = min(f["start_ns"] for f in steps)
+    for e, f in zip(ng, with_run):
+        assert abs(e["dur"] - f["nograd_ns"] / 1e3) < 1, (e, f)
+        assert abs((e["ts"] - t0) - (f["start_ns"] + f["prep_ns"] - s0) / 1e3) < 1, (e, f)
