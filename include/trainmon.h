@@ -666,6 +666,12 @@ enum {
      * gradients at the loss scale and did not call optimizer.step() (the
      * step ends at scaler.step(); docs/DIAGNOSIS.md "amp.skipped_steps"). */
     TM_STEP_SKIPPED = 1u << 3,
+    /* A batch of the step came from a DataLoader iterator made for it: the
+     * fetch began right after an iter() while the iterator of the batch
+     * before had not ended (no StopIteration between): `next(iter(loader))`
+     * in the loop, each iter() starting the workers again or resetting
+     * persistent ones (docs/DIAGNOSIS.md "input.new_iterator"). */
+    TM_STEP_NEW_ITER = 1u << 4,
 };
 
 /* What ended a step (the step model, docs/DIAGNOSIS.md "The step model"):

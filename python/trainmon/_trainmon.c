@@ -839,6 +839,7 @@ typedef struct acc {
      * step), their counts, and the CPU time of those read */
     int64_t gap, gap_cpu, tail, tail_cpu;
     int32_t gap_n, gap_cpu_n, tail_n, tail_cpu_n;
+    int32_t newit; /* batches from an iterator made for them (TM_STEP_NEW_ITER) */
 } acc;
 
 /* zero_grad() in a training loop without a DataLoader: the glue's
@@ -889,7 +890,12 @@ static struct {
     int64_t entry, exit;
     int32_t bwd;
     int64_t cpu; /* training-thread CPU inside the fetch; -1 not measured */
+    int newit;   /* from an iterator made for it (TM_STEP_NEW_ITER) */
 } g_b;
+/* A batch came back on the training thread since the last StopIteration
+ * there (an iterator made now over one that had not ended is a new
+ * iterator for the batch: TM_STEP_NEW_ITER), and the open fetch's. */
+static int g_since_stop, g_in_newit;
 
 /* Handoff: the training thread's CPU is read around a fetch only for a
  * multi-process DataLoader (its wait is receiving batches from workers);
@@ -2268,6 +2274,8 @@ static void close_acc(int level, int64_t t, uint32_t flags, int64_t opt_t0, long
     if (g_out_n || g_gap_span >= 0)
         gap_drop(); /* a forward no backward pass followed in the step */
     int own = a->batches;
+    if (a->newit > 0)
+        s.flags |= TM_STEP_NEW_ITER;
     if (!own && g_off_batches) {
         /* fed by a background thread (train_thread): the batches it
          * fetched meanwhile, and the wait above is the loop's wait for
@@ -2309,6 +2317,7 @@ static void confirm_batch(void)
         if (!a->start)
             a->start = g_b.entry;
         a->batches++;
+        a->newit += g_b.newit;
         a->wait += g_b.exit - g_b.entry;
         if (g_b.cpu >= 0) {
             a->wcpu += g_b.cpu;
@@ -2545,7 +2554,7 @@ static void settle_batch(int64_t t, uint32_t flags, int may_hold)
     } else {
         return;
     }
-    g_closed.flags = flags;
+    g_closed.flags = flags | (g_b.newit ? TM_STEP_NEW_ITER : 0);
     g_have_closed = 1;
 }
 
@@ -2650,6 +2659,7 @@ static long next_enter(PyObject *it)
     }
     g_in_t = t;
     g_in_iter = (uintptr_t)it;
+    g_in_newit = joined && g_since_stop;
     /* (the wait's CPU is not sampled on a joined call: iter() ran before) */
     g_in_cpu = !joined && g_mp_iter && Py_TYPE(it) == g_mp_iter && cpu_sample_due(&g_recv_tick)
                    ? thread_cpu_ns()
@@ -2686,7 +2696,9 @@ static void next_exit(PyObject *arg)
     else if (g_nheld)
         held_stop(g_in_iter);
     write_closed(got ? 0 : TM_STEP_ENDED_BY_STOP);
+    g_since_stop = got;
     if (got) {
+        g_b.newit = g_in_newit;
         g_b.have = 1;
         g_b.added = 0;
         g_b.bwd = 0;
@@ -2908,6 +2920,13 @@ static PyObject *py_loader_dropped(PyObject *self, PyObject *it)
     }
     if (g_level != 0)
         Py_RETURN_NONE;
+    /* `next(iter(loader))` in a loop without a backward pass, after the
+     * first: the batch dropped with its iterator at once is in use, not
+     * broken off by a `break` (which ends an iterator that made batches
+     * before); the next fetch ends its step, its wait to the end of this
+     * __del__ (py_loader_gone) */
+    if (g_del_t0 && g_b.newit)
+        Py_RETURN_NONE;
     int64_t t = now_ns();
     /* `it = iter(loader)` over a broken-off epoch: the new iterator was
      * made before this one went, and the next step counts from its iter()
@@ -3013,6 +3032,8 @@ static PyObject *py_reset_steps(PyObject *self, PyObject *noargs)
     g_in_eval = 0;
     g_in_cpu = -1;
     g_iter_n = 0;
+    g_since_stop = g_in_newit = 0;
+    g_del_t0 = 0;
     g_have_closed = 0;
     memset(&g_b, 0, sizeof g_b);
     memset(g_acc, 0, sizeof g_acc);

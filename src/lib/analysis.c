@@ -48,6 +48,7 @@ static const struct tm_rule rules[] = {
     {.id = "input.main_prep", .max = TM_SEV_HIGH, .run = tm_rule_input_main_prep},
     {.id = "input.handoff", .max = TM_SEV_HIGH, .run = tm_rule_input_handoff},
     {.id = "input.worker_startup", .max = TM_SEV_HIGH, .run = tm_rule_input_worker_startup},
+    {.id = "input.new_iterator", .max = TM_SEV_HIGH, .run = tm_rule_input_new_iterator},
     {.id = "input.overlapped", .max = TM_SEV_LOW, .run = tm_rule_input_overlapped},
     {.id = "checkpoint.blocking", .max = TM_SEV_HIGH, .run = tm_rule_checkpoint_blocking},
     {.id = "gc.pauses", .max = TM_SEV_HIGH, .run = tm_rule_gc_pauses},

@@ -128,14 +128,18 @@
  * 2.5 ms a step. */
 #define TM_AN_STARTUP_OUTLIER 4.0
 /* ... or a new set in at least TM_AN_STARTUP_EVERY of the judged steps,
- * with those steps' waits at least TM_AN_STARTUP_SHARE of all: the loop
- * makes a new iterator for (almost) every batch (`next(iter(loader))`
- * inside the loop), and the start-ups are no outliers but every wait:
- * neither the steps-per-set nor the outlier test applies.  Measured
- * (real_loops loader_newiter: 2 fork workers, a new iterator every step):
- * sets in 39 of 40 judged steps.  Nine in ten: a loader of two batches an
- * epoch (a set every other step) is no such loop. */
+ * with those steps' waits at least TM_AN_STARTUP_SHARE of all: a loader of
+ * one batch an epoch without persistent workers, whose start-ups are no
+ * outliers but every wait (neither the steps-per-set nor the outlier test
+ * applies).  Nine in ten: a loader of two batches an epoch (a set every
+ * other step) is not said so.  (`next(iter(loader))` makes a set every
+ * step too: input.new_iterator, judged first, says it.) */
 #define TM_AN_STARTUP_EVERY 0.9
+/* input.new_iterator: at least this share of the judged steps took a
+ * batch from a DataLoader iterator made for it (TM_STEP_NEW_ITER), as for
+ * TM_AN_STARTUP_EVERY: a loop that breaks its epochs off after a few
+ * batches makes one every few steps, and that is no such loop. */
+#define TM_AN_NEWITER_STEPS 0.9
 /* checkpoint.blocking: torch.save on the training thread stops the loop
  * for its whole time (runsum_ckpt.c).  As for the input
  * (TM_AN_DATA_WAIT_FRACTION), a twentieth of the loop's time is worth

@@ -89,6 +89,9 @@ void tm_rule_input_overlapped(struct an *an);
 /* rules_startup.c: the loop waits for a new set of workers to start */
 bool tm_an_input_is_startup(const tm_an_summary *S);
 void tm_rule_input_worker_startup(struct an *an);
+/* input.new_iterator (rules_newiter.c): judged before the start-ups */
+bool tm_an_input_is_newiter(const tm_an_summary *S);
+void tm_rule_input_new_iterator(struct an *an);
 /* rules_input.c: the finding id the input verdict would be without the
  * start-up waits (the steady wait fraction, no restarts); NULL: none */
 const char *tm_an_input_steady_verdict(const struct an *an);

@@ -30,7 +30,8 @@
 bool tm_an_input_is_handoff(const tm_an_summary *S)
 {
     return S->workers > 0 && S->data_wait_fraction >= TM_AN_DATA_WAIT_FRACTION &&
-           S->worker_util < TM_AN_HANDOFF_WORKER_UTIL && !tm_an_input_is_startup(S);
+           S->worker_util < TM_AN_HANDOFF_WORKER_UTIL && !tm_an_input_is_startup(S) &&
+           !tm_an_input_is_newiter(S);
 }
 
 void tm_rule_input_handoff(struct an *an)

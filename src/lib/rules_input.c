@@ -80,6 +80,7 @@ enum input_kind {
     IN_PREP,
     IN_HANDOFF,
     IN_STARTUP,
+    IN_NEWITER,
     IN_OVERLAP
 };
 
@@ -133,6 +134,11 @@ static struct votes verdict_of(const tm_an_summary *S, size_t nranks)
      * disks of a DataLoader are not the cause; input.main_prep says it. */
     if (S->prep_steps > 0 && 2 * S->prep_steps > S->steps_total) {
         w.kind = IN_PREP;
+        return w;
+    }
+    /* A new iterator for every batch (rules_newiter.c says it). */
+    if (tm_an_input_is_newiter(S)) {
+        w.kind = IN_NEWITER;
         return w;
     }
     /* A new set of workers starting each epoch: the waits for their first
@@ -645,12 +651,13 @@ void tm_rule_input_main_prep(struct an *an)
                       "waiting on I/O, and other processes took the cores; free cores first.",
                       100 * S->psi_cpu_some);
     } else if (others) {
-        char top[160] = "";
-        if (S->others_n > 1 || S->others_host[0])
-            snprintf(top, sizeof top, ", the busiest pid %u%s%s%s%s%s at %.2f", S->others_top_pid,
-                     S->others_top_comm[0] ? " (" : "", S->others_top_comm,
-                     S->others_top_comm[0] ? ")" : "", S->others_host[0] ? " on " : "",
-                     S->others_host, S->others_top_cpu);
+        char top[160], at[16] = "";
+        if (S->others_n > 1)
+            snprintf(at, sizeof at, " at %.2f", S->others_top_cpu);
+        snprintf(top, sizeof top, "%s pid %u%s%s%s%s%s%s", S->others_n > 1 ? ", the busiest" : ":",
+                 S->others_top_pid, S->others_top_comm[0] ? " (" : "", S->others_top_comm,
+                 S->others_top_comm[0] ? ")" : "", S->others_host[0] ? " on " : "", S->others_host,
+                 at);
         char cores[64] = "";
         if (S->usable_cpus > 0)
             snprintf(cores, sizeof cores, " (%.0f usable CPUs, the loop's thread one of them)",

@@ -49,6 +49,8 @@ static bool startup_every_step(const tm_an_summary *S)
 
 bool tm_an_input_is_startup(const tm_an_summary *S)
 {
+    if (tm_an_input_is_newiter(S)) /* a new iterator each batch: its own verdict */
+        return false;
     if (startup_every_step(S))
         return true;
     if (S->workers == 0 || !(S->data_wait_fraction >= TM_AN_DATA_WAIT_FRACTION) ||
@@ -90,27 +92,6 @@ void tm_rule_input_worker_startup(struct an *an)
     tm_unit_fmt(each, sizeof each, TM_UNIT_SECONDS, per_set);
     bool every = startup_every_step(S);
     tm_an_ev_str(&e, "restarts", every ? "every_step" : "epochs");
-    if (every) {
-        snprintf(title, sizeof title,
-                 "input-bound, a new DataLoader iterator almost every step: the loop waited for "
-                 "data %.0f%% of the time, %.0f%% of that in %zu of %zu steps waiting for a new "
-                 "set of workers to start (%s on average)",
-                 100 * S->data_wait_fraction, 100 * S->restart_wait_share, S->worker_set_restarts,
-                 S->waits_judged, each);
-        snprintf(adv, sizeof adv,
-                 "The loop makes a new iterator of its DataLoader for (almost) every batch, as "
-                 "`next(iter(loader))` inside the loop does: each iter() starts its %zu "
-                 "worker%s, and the old iterator, dropped after one batch, stops them, so no "
-                 "batch is ever made ahead. Make the iterator once, before the loop (`it = "
-                 "iter(loader)`, `batch = next(it)` in the loop, a new iter() at "
-                 "StopIteration), or iterate `for batch in loader`. persistent_workers=True "
-                 "keeps the workers, but each iter() still starts a new epoch and its "
-                 "prefetch over.",
-                 nw, nw == 1 ? "" : "s");
-        tm_an_input_cost(&e, S, title, sizeof title);
-        tm_an_add(an, tm_an_wait_severity(S->data_wait_fraction), TM_CONF_HIGH, -1, &e, title, adv);
-        return;
-    }
     snprintf(title, sizeof title,
              "input-bound, worker start-up: the loop waited for data %.0f%% of the time, %.0f%% "
              "of that in %zu step%s waiting for a new set of DataLoader workers to start (%s "
@@ -121,9 +102,10 @@ void tm_rule_input_worker_startup(struct an *an)
     tm_an_adv(
         adv, sizeof adv,
         "Set persistent_workers=True on the DataLoader: its %zu worker%s then start once, not "
-        "at every iter(); here a new set started %zu time%s after the first%s (each epoch or "
-        "eval pass). More workers would not help: a larger set starts slower.",
-        nw, nw == 1 ? "" : "s", sets, sets == 1 ? "" : "s", nranks > 1 ? " on each rank" : "");
+        "at every iter(); here a new set started %zu time%s after the first%s (%s). More "
+        "workers would not help: a larger set starts slower.",
+        nw, nw == 1 ? "" : "s", sets, sets == 1 ? "" : "s", nranks > 1 ? " on each rank" : "",
+        every ? "in nearly every step: epochs of a batch or two" : "each epoch or eval pass");
     if (per_set >= TM_AN_STARTUP_SLOW_S)
         tm_an_adv(
             adv, sizeof adv,

@@ -900,8 +900,8 @@ out:
 static void waits_of(const tm_run_step *st, size_t nst, const tm_run_worker *wk, size_t nwk,
                      const tm_runview *v, tm_an_summary *S, struct scratch *x)
 {
-    size_t k = 0, kb = 0, nset = 0;
-    double total = 0, dur = 0, top = 0, batches = 0;
+    size_t k = 0, kb = 0, nset = 0, newit = 0;
+    double total = 0, dur = 0, top = 0, batches = 0, newit_w = 0;
     unsigned char *mark = S->worker_restarts ? calloc(nst ? nst : 1, 1) : NULL;
     if (mark)
         mark_startups(st, nst, wk, nwk, v, mark);
@@ -922,8 +922,14 @@ static void waits_of(const tm_run_step *st, size_t nst, const tm_run_worker *wk,
             nset++;
             top += w;
         }
+        if (s->flags & TM_STEP_NEW_ITER) {
+            newit++;
+            newit_w += w;
+        }
     }
     free(mark);
+    S->newiter_steps = newit;
+    S->newiter_wait_s = newit_w;
     S->wait_per_batch_s = tm_runsum_median(x->tmp, kb);
     S->batches_per_step = kb ? batches / (double)kb : NAN;
     S->waits_judged = k;

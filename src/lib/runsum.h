@@ -150,6 +150,11 @@ typedef struct tm_an_summary {
      * and the median wait of one */
     size_t worker_set_restarts, waits_judged;
     double startup_wait_s, steady_wait_fraction, wait_median_s;
+    /* judged training steps with a batch from a DataLoader iterator made
+     * for it (TM_STEP_NEW_ITER: `next(iter(loader))`), all ranks; their
+     * data wait (s) */
+    size_t newiter_steps;
+    double newiter_wait_s;
     /* DataLoader batches per judged step, mean over the steps that took
      * any (gradient accumulation: several; NAN: none recorded) */
     double batches_per_step;

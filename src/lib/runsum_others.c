@@ -10,8 +10,8 @@
  * data server the job started, a launcher, a tracker's service, a
  * subprocess run now and then.  Per host, each one's CPU is averaged over
  * the analysis window (the loop) as far as the sampler covered it,
- * time-weighted: a rate holds for the interval that ends at its sample,
- * and a process alive for a tenth of the loop counts a tenth (a helper
+ * time-weighted: a rate holds for the interval from the tick before its
+ * sample, and a process alive for a tenth of the loop counts a tenth (a helper
  * busy for 5 s of a 25 s loop is 0.2 of a core, not the 1.0 of its own
  * samples).  The host where they used
  * most is kept.  A loop fed by producers of its own waits on them, not on
@@ -57,31 +57,42 @@ static uint32_t cpu_series_pid(const tm_run_series *s)
     return end == buf || *end || pid > UINT32_MAX ? 0 : (uint32_t)pid;
 }
 
-/* s's CPU seconds inside the window [w0, w1], each rate over the interval
- * that ends at its sample, and the seconds of the window those intervals
- * cover (*covered).  The first sample's interval begins at the sampler's
- * tick before it, from ticks (the training process's series: the sampler
- * reads every process at each tick; a process's first reading has no
- * rate, so its series begins a tick after it was first seen). */
-static double window_cpu_s(const tm_runview *v, const tm_run_series *s, const tm_run_series *ticks,
-                           double *covered)
+/* The sampler's last tick before t (the times of ticks, sorted), or
+ * INT64_MIN. */
+static int64_t tick_before(const tm_run_series *ticks, int64_t t)
 {
-    double sum = 0, cov = 0;
+    size_t lo = 0, hi = ticks ? ticks->n : 0; /* the first tick >= t: hi */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (ticks->t_ns[mid] < t)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo ? ticks->t_ns[lo - 1] : INT64_MIN;
+}
+
+/* s's CPU seconds inside [c0, c1]: each rate over the interval that ends
+ * at its sample and begins at the sampler's tick before it (ticks: the
+ * training process's series, read at every tick), or at the series'
+ * sample before, whichever is later.  So a process's first rate (its
+ * first reading has none) and a rate after a gap (a tick whose read
+ * failed writes nothing) each cover one tick, not back to the sample
+ * before. */
+static double cpu_s_in(const tm_run_series *s, const tm_run_series *ticks, int64_t c0, int64_t c1)
+{
+    double sum = 0;
     for (size_t k = 0; k < s->n; k++) {
-        int64_t from = k ? s->t_ns[k - 1] : INT64_MIN;
-        for (size_t j = 0; !k && ticks && j < ticks->n && ticks->t_ns[j] < s->t_ns[0]; j++)
-            from = ticks->t_ns[j];
+        int64_t from = tick_before(ticks, s->t_ns[k]);
+        if (k && s->t_ns[k - 1] > from)
+            from = s->t_ns[k - 1];
         if (from == INT64_MIN)
             continue;
-        int64_t a = from > v->w0 ? from : v->w0;
-        int64_t b = s->t_ns[k] < v->w1 ? s->t_ns[k] : v->w1;
-        if (b > a && isfinite(s->v[k])) {
-            cov += tm_ns_diff_s(b, a);
-            if (s->v[k] > 0)
-                sum += s->v[k] * tm_ns_diff_s(b, a);
-        }
+        int64_t a = from > c0 ? from : c0;
+        int64_t b = s->t_ns[k] < c1 ? s->t_ns[k] : c1;
+        if (b > a && isfinite(s->v[k]) && s->v[k] > 0)
+            sum += s->v[k] * tm_ns_diff_s(b, a);
     }
-    *covered = cov;
     return sum;
 }
 
@@ -93,36 +104,40 @@ struct host_others {
 };
 
 /* The other processes of host h (NAN cpu: its series hold no training
- * process's pid, or none covers the window).  Each one's CPU seconds in
- * the window over the part of it that the sampler covered (the training
- * process's series: alive all through the loop; a loop shorter than a few
- * sampling intervals is partly uncovered at its ends). */
+ * process's pid).  Each one's CPU seconds over the part of the window the
+ * sampler covered, [c0, c1]: from the window's start or the training
+ * processes' first sample to the window's end or their last (alive all
+ * through the loop; a series split by a new comm, setproctitle, joined),
+ * the others' intervals clipped to it alike. */
 static struct host_others others_on(const tm_runview *v, const char *h)
 {
     struct host_others o = {.cpu = NAN, .top_cpu = NAN};
-    double span = 0, cov;
+    int64_t first = INT64_MAX, last = INT64_MIN;
     const tm_run_series *ticks = NULL;
-    for (size_t i = 0; i < v->nser; i++) { /* the covered part */
+    for (size_t i = 0; i < v->nser; i++) {
         const tm_run_series *s = &v->ser[i];
         uint32_t pid = cpu_series_pid(s);
-        if (pid && strcmp(v->src[s->source].header.host, h) == 0 && is_training_pid(v, pid, h)) {
-            (void)window_cpu_s(v, s, NULL, &cov);
-            if (cov > span) {
-                span = cov;
-                ticks = s;
-            }
-        }
+        if (!pid || !s->n || strcmp(v->src[s->source].header.host, h) != 0 ||
+            !is_training_pid(v, pid, h))
+            continue;
+        if (s->t_ns[0] < first)
+            first = s->t_ns[0];
+        if (s->t_ns[s->n - 1] > last)
+            last = s->t_ns[s->n - 1];
+        if (!ticks || s->n > ticks->n)
+            ticks = s;
     }
-    if (!(span > 0))
+    int64_t c0 = first > v->w0 ? first : v->w0, c1 = last < v->w1 ? last : v->w1;
+    if (!ticks || !(c1 > c0))
         return o;
-    double sum = 0;
+    double span = tm_ns_diff_s(c1, c0), sum = 0;
     for (size_t i = 0; i < v->nser; i++) {
         const tm_run_series *s = &v->ser[i];
         uint32_t pid = cpu_series_pid(s);
         if (!pid || strcmp(v->src[s->source].header.host, h) != 0 || is_training_pid(v, pid, h) ||
             tm_runsum_worker_series_index(v, s) >= 0)
             continue;
-        double m = window_cpu_s(v, s, ticks, &cov) / span;
+        double m = cpu_s_in(s, ticks, c0, c1) / span;
         sum += m;
         if (m >= TM_AN_OTHERS_PROC_CPU)
             o.n++;

@@ -36,8 +36,10 @@
 # next(iter(loader))` in the loop: a new iterator and 2 new workers for
 # every batch, the dropped iterator's shutdown of them in the job's fetch
 # as in the agent's, which counted it as compute: 66% for the job's 94%,
-# and said "cannot tell disk from CPU") gets input.worker_startup saying a
-# new iterator almost every step (restarts every_step); a loop
+# and said "cannot tell disk from CPU") gets input.new_iterator, the
+# workers started anew; with persistent_workers=True
+# (loader_newiter_persistent: each iter() resets them; the previous report
+# said "handoff ... the batches were ready"), the workers reset; a loop
 # fed by a background thread that iterates the DataLoader into a queue
 # (thread_prefetch: prefetch_generator's BackgroundGenerator) has its own
 # steps and its wait on the queue, input.data_wait naming the thread
@@ -149,7 +151,8 @@ EXPECT = {"llm_memmap": ("input.main_prep", "cpu"), "manual_sgd": ("input.main_p
           "loader_persistent": (None, None), "loader_iterable": (None, None),
           "loader_forkserver": ("input.worker_startup", None),
           "loader_fork": ("input.worker_startup", None),
-          "loader_newiter": ("input.worker_startup", None),
+          "loader_newiter": ("input.new_iterator", None),
+          "loader_newiter_persistent": ("input.new_iterator", None),
           "thread_prefetch": ("input.data_wait", None),
           "thread_prefetch_fast": ("input.ok", None), "two_loaders_zip": (None, None),
           "two_loaders_next": (None, None), "grad_accum_cycle": (None, None),
@@ -172,9 +175,10 @@ WHERE = {"llm_memmap_nanogpt": "prep_after_forward_share",
 # evidence the expected finding must carry
 EVIDENCE = {"thread_prefetch": "thread_fed_steps", "loader_forkserver": "startup_wait_per_set_s",
             "loader_fork": "startup_wait_per_set_s"}
-# which start-ups input.worker_startup must say: each epoch's, or a new
-# iterator almost every step (`next(iter(loader))`)
-RESTARTS = {"loader_forkserver": "epochs", "loader_fork": "epochs", "loader_newiter": "every_step"}
+# which start-ups input.worker_startup must say (each epoch's), and what
+# input.new_iterator must say each iter() does to the workers
+RESTARTS = {"loader_forkserver": "epochs", "loader_fork": "epochs"}
+NEWITER = {"loader_newiter": "started", "loader_newiter_persistent": "reset"}
 LOADER_NEVER = {"input.main_prep", "input.cpu_bound", "input.disk_bound", "host_mem.worker_growth"}
 RL_NEVER = {"input.main_prep", "input.data_wait", "input.cpu_bound", "steps.stalls"}
 NEVER = {"llm_memmap": {"input.data_wait", "input.cpu_bound", "input.disk_bound"},
@@ -190,7 +194,8 @@ NEVER = {"llm_memmap": {"input.data_wait", "input.cpu_bound", "input.disk_bound"
          "llm_memmap_eval": {"input.data_wait", "input.cpu_bound", "input.disk_bound"},
          "loader_persistent": LOADER_NEVER, "loader_iterable": LOADER_NEVER,
          "loader_forkserver": LOADER_NEVER, "loader_fork": LOADER_NEVER,
-         "loader_newiter": LOADER_NEVER,
+         "loader_newiter": LOADER_NEVER | {"input.worker_startup", "input.handoff"},
+         "loader_newiter_persistent": LOADER_NEVER | {"input.worker_startup", "input.handoff"},
          "thread_prefetch": {"input.main_prep", "input.cpu_bound", "input.disk_bound"},
          "thread_prefetch_fast": {"input.main_prep", "input.data_wait"},
          "two_loaders_zip": {"input.main_prep"}, "two_loaders_next": {"input.main_prep"},
@@ -335,6 +340,8 @@ if want in ids and job in EVIDENCE and not ids[want]["evidence"].get(EVIDENCE[jo
     bad.append("%s without %s: %s" % (want, EVIDENCE[job], json.dumps(ids[want]["evidence"])[:300]))
 if want in ids and job in RESTARTS and ids[want]["evidence"].get("restarts") != RESTARTS[job]:
     bad.append("%s restarts %s, not %s" % (want, ids[want]["evidence"].get("restarts"), RESTARTS[job]))
+if want in ids and job in NEWITER and ids[want]["evidence"].get("workers") != NEWITER[job]:
+    bad.append("%s workers %s, not %s" % (want, ids[want]["evidence"].get("workers"), NEWITER[job]))
 if want in ids and job in WHERE and not (ids[want]["evidence"].get(WHERE[job]) or 0) >= 0.6:
     bad.append("%s %s %s, not 0.6 or more" % (want, WHERE[job], ids[want]["evidence"].get(WHERE[job])))
 for w in sorted(NEVER[job] & set(ids)):
@@ -362,7 +369,7 @@ half() { # name python
     # The sanitizer build: the report and dump of the binary under ASan on
     # one loop of each kind of boundary, not the whole matrix again.
     case ${BUILD:-} in *asan*) [ -n "$jobs" ] || jobs="grad_accum manual_sgd idle_workers" ;; esac
-    for job in ${jobs:-llm_memmap llm_memmap_fast llm_memmap_ckpt llm_memmap_dcp llm_memmap_gc llm_memmap_log grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver loader_fork loader_newiter thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next grad_accum_cycle amp_nan gan_dcgan gan_wgan accelerate_loop train_eval_first infer_scoring infer_main llm_memmap_accum llm_memmap_nanogpt llm_memmap_nanochat rl_ppo rl_a2c rl_sb3 producer_queue}; do
+    for job in ${jobs:-llm_memmap llm_memmap_fast llm_memmap_ckpt llm_memmap_dcp llm_memmap_gc llm_memmap_log grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver loader_fork loader_newiter loader_newiter_persistent thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next grad_accum_cycle amp_nan gan_dcgan gan_wgan accelerate_loop train_eval_first infer_scoring infer_main llm_memmap_accum llm_memmap_nanogpt llm_memmap_nanochat rl_ppo rl_a2c rl_sb3 producer_queue}; do
         local run=$scratch/$name-$job script=$job envs=()
         [ "$job" = llm_memmap_fast ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=4096); }
         [ "$job" = llm_memmap_ckpt ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=4096 JOB_SAVE_EVERY=4 JOB_SAVE_MB=128); }

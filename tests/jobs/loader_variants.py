@@ -21,7 +21,10 @@
   newiter      `x, y = next(iter(loader))` in the loop, as tutorials and
                notebooks write it: a new iterator for every batch, 2 fork
                workers started by each iter() and stopped when the
-               iterator is dropped after its one batch (40 steps).
+               iterator is dropped after its one batch (40 steps);
+  newiter_persistent  the same with persistent_workers=True: each iter()
+               resets the 2 workers, whose batches made ahead are thrown
+               away.
 The oracle: optimizer steps and the data-wait share timed inline."""
 import os
 import sys
@@ -85,9 +88,10 @@ def main():
         loader = DataLoader(Held(int(os.environ.get("JOB_HEAP_MB", "1000"))), batch_size=BATCH,
                             num_workers=4, multiprocessing_context="fork")
         epochs = 6
-    elif VARIANT == "newiter":
+    elif VARIANT in ("newiter", "newiter_persistent"):
         loader = DataLoader(Items(), batch_size=BATCH, shuffle=True, num_workers=2,
-                            multiprocessing_context="fork")
+                            multiprocessing_context="fork",
+                            persistent_workers=VARIANT == "newiter_persistent")
         epochs = 0
     else:
         loader = DataLoader(Items(), batch_size=BATCH, num_workers=2,
@@ -98,7 +102,7 @@ def main():
             dynamo.config.error_on_recompile = True
             run = torch.compile(model, backend="eager")
     clock = Clock()
-    if VARIANT == "newiter":
+    if VARIANT.startswith("newiter"):
         for _ in range(40):
             x, y = clock.fetch(lambda: next(iter(loader)))  # a new iterator each batch
             loss = torch.nn.functional.mse_loss(run(x), y)

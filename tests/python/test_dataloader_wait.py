@@ -165,12 +165,25 @@ elif SHAPE == "break":  # no backward: steps end at the next batch; epochs broke
         for k in range(2):
             x = next(it)
             time.sleep(0.01)
-elif SHAPE == "newiter":  # `next(iter(loader))` in the loop: each iterator dropped after its batch
-    loader = DataLoader([torch.ones(4)] * 40, batch_size=2, num_workers=1)
+elif SHAPE in ("newiter", "persist"):  # `next(iter(loader))` in the loop: an iterator each batch
+    loader = DataLoader([torch.ones(4)] * 40, batch_size=2, num_workers=1,
+                        persistent_workers=SHAPE == "persist")  # persist: iter() resets it
     for k in range(6):
         model(next(iter(loader))).sum().backward()
         opt.step()
         opt.zero_grad()
+elif SHAPE == "short":  # `for x in loader` over epochs of one batch: an iterator each, run out
+    loader = DataLoader([torch.ones(4)] * 2, batch_size=2, num_workers=1)
+    for epoch in range(6):
+        for x in loader:
+            model(x).sum().backward()
+            opt.step()
+            opt.zero_grad()
+elif SHAPE == "scoring":  # next(iter(loader)) without a backward pass: 30 ms of work a batch
+    loader = DataLoader([torch.ones(4)] * 40, batch_size=2, num_workers=1)
+    for k in range(6):
+        x = next(iter(loader))
+        time.sleep(0.03)
 else:  # slow_del: one worker over a plain list, epochs broken off after 2 batches
     loader = DataLoader([torch.ones(4)] * 40, batch_size=2, num_workers=1)
     it = None
@@ -236,3 +249,28 @@ def test_an_iterator_dropped_after_its_batch_stops_its_workers_in_the_wait(tmp_p
     assert len(steps) >= 5, steps
     for s in steps[1:]:
         assert s["data_wait_ns"] / 1e9 >= 0.06, s
+
+
+@pytest.mark.parametrize("name", ["newiter", "persist", "short"])
+def test_a_batch_from_an_iterator_made_for_it_is_flagged(tmp_path, name):
+    """TM_STEP_NEW_ITER (16): the batch came from an iter() made just
+    before it while the iterator before had not run out: `next(iter(loader))`
+    (its iterator dropped, or with persistent workers reset), not a loop
+    over epochs of one batch, whose iterators each end in StopIteration."""
+    steps = [s for s in shape(tmp_path, name) if s["boundary"] == 3]
+    flagged = [s["step"] for s in steps if s["flags"] & 16]
+    if name == "short":
+        assert steps and not flagged, steps
+    else:  # all but the first (no iterator before it)
+        assert len(steps) >= 5 and flagged == [s["step"] for s in steps[1:]], steps
+
+
+def test_next_iter_without_a_backward_pass_keeps_its_work_in_its_steps(tmp_path):
+    """A loop without a backward pass ends a step at the next fetch: a batch
+    dropped with its iterator at once is in use (after the first), not
+    broken off, so its step runs to the next fetch, 30 ms of work and all."""
+    steps = [s for s in shape(tmp_path, "scoring")]
+    later = steps[1:]
+    assert len(later) >= 4, steps
+    for s in later[:-1]:  # (the last is closed at exit)
+        assert (s["end_ns"] - s["start_ns"]) / 1e9 >= s["data_wait_ns"] / 1e9 + 0.03, s

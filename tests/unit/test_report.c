@@ -444,11 +444,11 @@ static void set_host(const char *name, const char *host)
 }
 
 /* The other processes' CPU of one case: each (pid, cores) over the 5 s of
- * the loop, from sample `from` of the 51 on (a process started late). */
+ * the loop, from sample `from` of the 51 to sample `to` (0: the last). */
 struct other {
     unsigned pid;
     double cores;
-    int from;
+    int from, to;
 };
 
 static void put_others(const char *file, const struct other *o, size_t n, bool with_training)
@@ -458,7 +458,7 @@ static void put_others(const char *file, const struct other *o, size_t n, bool w
         if (with_training)
             put_proc(s, 0.1 * i, "proc.process_cpu_utilization", (unsigned)getpid(), 0.9);
         for (size_t k = 0; k < n; k++)
-            if (i >= o[k].from && o[k].pid)
+            if (i >= o[k].from && (o[k].to == 0 || i <= o[k].to) && o[k].pid)
                 put_proc(s, 0.1 * i, "proc.process_cpu_utilization", o[k].pid, o[k].cores);
     }
     tm_rec_close(&s);
@@ -475,6 +475,9 @@ static void put_others(const char *file, const struct other *o, size_t n, bool w
  *   - 0.3 and 0.1 (0.4, under the 0.5 of TM_AN_PREP_OTHERS_CPU): waiting;
  *   - a helper at 1.0 of a core for the last 4 of the 51 samples (0.4 s of
  *     the 5 s loop, 0.08 cores time-weighted, not its own 1.0): waiting;
+ *   - a process at 0.05 for samples 0-10, then none (its reads failed)
+ *     until one at 1.0 at sample 45: that rate covers the tick before it,
+ *     not the 3.5 s back to sample 10 (0.71 cores): 0.03, waiting;
  *   - no series of the training process's pid (the job in a pid namespace
  *     of its own: the training process would read as "other"): waiting;
  *   - the thread's CPU not measured (NAN): unknown, no "nan%";
@@ -492,15 +495,22 @@ static void test_main_prep_names_the_jobs_other_processes_it_waits_for(void **st
         const char *cause, *advice;
         double hostb, others; /* hostB's other process (0: no hostB) */
     } c[] = {
-        {0.1, {{700, 0.95, 0}, {701, 0.02, 0}}, true, "other_processes", "mostly waits", 0, 0.97},
-        {0.1, {{700, 0.3, 0}, {701, 0.1, 0}}, true, "waiting", "slow storage", 0, NAN},
-        {0.1, {{702, 1.0, 47}, {0, 0, 0}}, true, "waiting", "slow storage", 0, NAN},
-        {0.1, {{700, 0.95, 0}, {0, 0, 0}}, false, "waiting", "slow storage", 0, NAN},
-        {-1, {{700, 0.95, 0}, {0, 0, 0}}, true, "unknown", "Prefetch them", 0, NAN},
-        {0.5, {{700, 0.95, 0}, {0, 0, 0}}, true, "other_processes", "partly waits", 0, 0.95},
-        {0.1, {{700, 0.3, 0}, {0, 0, 0}}, true, "waiting", "slow storage", 0.3, NAN},
         {0.1,
-         {{700, 0.3, 0}, {0, 0, 0}},
+         {{700, 0.95, 0, 0}, {701, 0.02, 0, 0}},
+         true,
+         "other_processes",
+         "mostly waits",
+         0,
+         0.97},
+        {0.1, {{700, 0.3, 0, 0}, {701, 0.1, 0, 0}}, true, "waiting", "slow storage", 0, NAN},
+        {0.1, {{702, 1.0, 47, 0}, {0, 0, 0, 0}}, true, "waiting", "slow storage", 0, NAN},
+        {0.1, {{703, 0.05, 0, 10}, {703, 1.0, 45, 45}}, true, "waiting", "slow storage", 0, NAN},
+        {0.1, {{700, 0.95, 0, 0}, {0, 0, 0, 0}}, false, "waiting", "slow storage", 0, NAN},
+        {-1, {{700, 0.95, 0, 0}, {0, 0, 0, 0}}, true, "unknown", "Prefetch them", 0, NAN},
+        {0.5, {{700, 0.95, 0, 0}, {0, 0, 0, 0}}, true, "other_processes", "partly waits", 0, 0.95},
+        {0.1, {{700, 0.3, 0, 0}, {0, 0, 0, 0}}, true, "waiting", "slow storage", 0.3, NAN},
+        {0.1,
+         {{700, 0.3, 0, 0}, {0, 0, 0, 0}},
          true,
          "other_processes",
          "pid 800 (python3) on hostB",
@@ -518,7 +528,7 @@ static void test_main_prep_names_the_jobs_other_processes_it_waits_for(void **st
             assert_int_equal(rename(path, to), 0);
             set_host("pidB.tmr", "hostB");
             put_prep_steps_cpu(60, 0, 0, false, c[k].cpu);
-            struct other b[] = {{800, c[k].hostb, 0}};
+            struct other b[] = {{800, c[k].hostb, 0, 0}};
             put_others("systemB.tmr", b, 1, true);
             set_host("systemB.tmr", "hostB");
         }
@@ -538,7 +548,7 @@ static void test_main_prep_names_the_jobs_other_processes_it_waits_for(void **st
             assert_true(fabs(ev_num(f, "other_processes_cpu") - c[k].others) < 1e-9);
             assert_true(ev_num(f, "other_process_top_pid") == 700);
             assert_non_null(strstr(f->title, "while the job's other processes kept"));
-            assert_null(strstr(f->advice, "the busiest")); /* one: no host to name */
+            assert_non_null(strstr(f->advice, "cores busy: pid 700 (python3). If")); /* one */
         } else { /* hostB's 0.6, not the sum of both hosts: that host, named */
             assert_true(fabs(ev_num(f, "other_processes_cpu") - 0.6) < 1e-9);
             assert_true(ev_num(f, "other_process_top_pid") == 800);
@@ -1676,43 +1686,99 @@ static void test_slow_worker_sets_are_startup_with_the_start_method(void **st)
     done(&run, &a);
 }
 
-/* `next(iter(loader))` inside the loop: 20 steps of 50 ms, each waiting
- * 40 ms, and in each a new set of 2 workers (pids 500 + 2i, 501 + 2i)
- * whose first fetches begin 5 and 6 ms into step i, 2 batches each (the
- * prefetch).  Every wait is a start-up, so none is an outlier and there is
- * one set a step, not the 4 steps a set the epoch test asks for: sets in
- * 19 of the 19 judged steps (step 0 is warm-up), 100% of the wait, 80% of
- * the time: high, said as a new iterator almost every step.  Every other
- * step (a loader of 2 batches an epoch): sets in 9 of 19, under the 90% of
- * TM_AN_STARTUP_EVERY and under a set per 4 steps: no start-up finding. */
+/* 20 steps of 50 ms, each waiting 40 ms, and in every `sets`-th step
+ * (0: one set for all, persistent workers) a new set of 2 workers (pids 500 + 2i, 501 + 2i) whose
+ * first fetches begin 5 and 6 ms into step i, 2 batches each (the prefetch); flags on every step
+ * but the first (TM_STEP_NEW_ITER: the agent saw a batch from an iterator made for it). */
+static void put_iter_steps(unsigned sets, uint32_t flags)
+{
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    uint8_t buf[128];
+    for (uint64_t i = 0; i < 20; i++) {
+        tm_inproc_step s = {.step = i,
+                            .start_ns = at(0.05 * (double)i),
+                            .end_ns = at(0.05 * (double)(i + 1)),
+                            .data_wait_ns = 40000000,
+                            .boundary = TM_STEP_BY_OPTIMIZER,
+                            .phase = TM_STEP_TRAIN,
+                            .micro_batches = 1,
+                            .batches = 1,
+                            .prep_ns = -1,
+                            .prep_cpu_ns = -1,
+                            .backward_ns = -1,
+                            .wait_cpu_ns = -1,
+                            .collective_ns = -1,
+                            .flags = i ? flags : 0};
+        int len = tm_inproc_encode_step(&s, buf, sizeof buf);
+        assert_true(len > 0);
+        assert_int_equal(tm_rec_append(r0, TM_REC_STEP, s.end_ns, buf, (uint32_t)len), 0);
+    }
+    tm_rec_close(&r0);
+    if (!sets) { /* persistent: one set, a batch a step */
+        put_rank_worker(0, 0, 500, 10, 0.005, 0.004, 0.003, 0.1);
+        put_rank_worker(0, 1, 501, 10, 0.055, 0.004, 0.003, 0.1);
+    }
+    for (unsigned i = 0; sets && i < 20; i += sets) {
+        put_rank_worker(0, 0, 500 + 2 * i, 2, 0.05 * i + 0.005, 0.004, 0.003, 0.004);
+        put_rank_worker(0, 1, 501 + 2 * i, 2, 0.05 * i + 0.006, 0.004, 0.003, 0.004);
+    }
+}
+
+/* `next(iter(loader))` inside the loop, 80% of the time waiting:
+ *   - a new set in every step and the steps flagged: input.new_iterator,
+ *     19 of 19 judged steps (step 0 is warm-up), the workers started
+ *     anew, 40 ms a step; not input.worker_startup;
+ *   - the steps flagged, no new set (persistent_workers: each iter()
+ *     resets them): input.new_iterator, the workers reset;
+ *   - a set in every step, no step flagged (a loader of one batch an
+ *     epoch, `for x in loader`: each iterator runs out): input.worker_
+ *     startup, every step, advising persistent_workers;
+ *   - a set every other step, none flagged: sets in 9 of 19 steps, under
+ *     the 90% of TM_AN_STARTUP_EVERY and under a set per 4 steps: no
+ *     start-up finding. */
 static void test_a_new_iterator_every_step_is_said_as_such(void **st)
 {
     (void)st;
-    for (int every = 1; every <= 2; every++) {
-        tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
-        put_loader_steps_of(r0, 20, 0.050, 0.040, 0.001, 0, 0, 1);
-        tm_rec_close(&r0);
-        for (unsigned i = 0; i < 20; i += (unsigned)every) {
-            put_rank_worker(0, 0, 500 + 2 * i, 2, 0.05 * i + 0.005, 0.004, 0.003, 0.004);
-            put_rank_worker(0, 1, 501 + 2 * i, 2, 0.05 * i + 0.006, 0.004, 0.003, 0.004);
-        }
+    const struct {
+        unsigned sets;
+        uint32_t flags;
+        const char *id, *title, *advice;
+    } c[] = {
+        {1, TM_STEP_NEW_ITER, "input.new_iterator",
+         "19 of 19 steps took their batch from an iterator made for it (40.0 ms a step",
+         "starts them anew"},
+        {0, TM_STEP_NEW_ITER, "input.new_iterator", "a new DataLoader iterator for every batch",
+         "resets them (persistent_workers=True)"},
+        {1, 0, "input.worker_startup", "in 19 steps waiting for a new set",
+         "persistent_workers=True on the DataLoader"},
+        {2, 0, NULL, NULL, NULL},
+    };
+    for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
+        put_iter_steps(c[k].sets, c[k].flags);
         tm_run *run;
         tm_analysis *a = analyze(&run);
-        const tm_finding *f = tm_analysis_find(a, "input.worker_startup");
-        if (every == 1) {
+        const tm_finding *f = c[k].id ? tm_analysis_find(a, c[k].id) : NULL;
+        if (c[k].id) {
             assert_non_null(f);
-            assert_non_null(strstr(f->evidence, "\"restarts\":\"every_step\""));
-            assert_true(ev_num(f, "worker_set_restarts") == 19);
-            assert_true(fabs(ev_num(f, "startup_wait_share") - 1.0) < 1e-9);
-            assert_true(fabs(ev_num(f, "data_wait_fraction") - 0.8) < 1e-6);
+            assert_non_null(strstr(f->title, c[k].title));
+            assert_non_null(strstr(f->advice, c[k].advice));
             assert_string_equal(tm_severity_name(f->severity), "high");
-            assert_string_equal(tm_confidence_name(f->confidence), "high");
-            assert_non_null(strstr(f->title, "a new DataLoader iterator almost every step"));
-            assert_non_null(strstr(f->title, "19 of 19 steps"));
+            assert_true(fabs(ev_num(f, "data_wait_fraction") - 0.8) < 1e-6);
+        }
+        if (!c[k].id || strcmp(c[k].id, "input.new_iterator") != 0)
+            assert_null(tm_analysis_find(a, "input.new_iterator"));
+        if (!c[k].id || strcmp(c[k].id, "input.worker_startup") != 0)
+            assert_null(tm_analysis_find(a, "input.worker_startup"));
+        if (k == 0) {
+            assert_true(ev_num(f, "new_iterator_steps") == 19);
             assert_non_null(strstr(f->advice, "next(iter(loader))"));
             assert_non_null(strstr(f->advice, "its 2 workers"));
-        } else {
-            assert_null(f);
+            assert_null(tm_analysis_find(a, "input.handoff"));
+        }
+        if (k == 2) {
+            assert_non_null(strstr(f->evidence, "\"restarts\":\"every_step\""));
+            assert_non_null(strstr(f->advice, "epochs of a batch or two"));
+            assert_null(strstr(f->advice, "next(iter(loader))"));
         }
         done(&run, &a);
         assert_int_equal(teardown(NULL), 0);
