@@ -2195,6 +2195,8 @@ static void deliver(int level, tm_inproc_step *s)
         decide(level);
 }
 
+static void agent_time(int64_t t0, int64_t d, int64_t cpu);
+
 /* Closes the open step of boundary kind level at t; opt_t0 > 0: the lead
  * optimizer's step (number opt_no) that ends it began then, and is written
  * in the step record (one record a step). */
@@ -2285,11 +2287,27 @@ static void close_acc(int level, int64_t t, uint32_t flags, int64_t opt_t0, long
         s.prep_ns = s.prep_cpu_ns = -1;
     }
     *a = (acc){.start = t, .off0 = g_off_batches};
+    /* The agent's own work of a loop's first steps, after their end: the
+     * first record opens the file, the first step learns the rank, and a
+     * loop without a DataLoader gets its zero_grad() timed.  0.5 ms on
+     * torch 2.13, 1-2.7 ms on 1.13, read as step 1's preparation (and
+     * there, 4x a batch made after the forward, none of it: nanoGPT's
+     * order read 0 at step 1); agent_time takes it out, as the glue's work
+     * at a boundary.  The later steps pay a test. */
+    int64_t own0 = 0, own_c0 = -1;
+    int fresh = 0; /* the arm below is a new one: its CPU read after that work */
+    int zg_due = level == g_level && !own && !(flags & TM_STEP_ENDED_AT_EXIT) && !g_zg_tried &&
+                 g_zg_reg && level >= TM_STEP_BY_BACKWARD && !g_off_batches;
+    if (!g_written || zg_due) {
+        own0 = now_ns();
+        if (g_fwd_armed && (g_arm_micro ? g_marm_cpu : g_arm_cpu) >= 0)
+            own_c0 = thread_cpu_ns(); /* an arm read before: its CPU moves too */
+    }
     deliver(level, &s);
     if (g_arm_micro) /* a micro-batch span that met no forward: none */
         fwd_disarm();
     if (level == g_level && !own && !(flags & TM_STEP_ENDED_AT_EXIT)) {
-        if (!g_zg_tried && g_zg_reg && level >= TM_STEP_BY_BACKWARD && !g_off_batches) {
+        if (zg_due) {
             /* a training loop without a DataLoader: its zero_grad() timed
              * from now on (g_hk_ns), before the next step's span begins */
             g_zg_tried = 1;
@@ -2300,8 +2318,12 @@ static void close_acc(int level, int64_t t, uint32_t flags, int64_t opt_t0, long
                 swallow(R_INTERNAL, "zero_grad timing");
         }
         g_gap_due = gap_due(g_written + (uint64_t)g_npend);
+        fresh = !g_fwd_armed;
         fwd_arm(t);
     }
+    if (own0)
+        agent_time(own0, now_ns() - own0,
+                   own_c0 >= 0 && !fresh && g_fwd_armed ? thread_cpu_ns() - own_c0 : 0);
 }
 
 /* The batch fetched last becomes part of the training steps (a backward
