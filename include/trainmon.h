@@ -793,10 +793,16 @@ typedef struct tm_inproc_worker {
     double cpu_s;             /* the worker's CPU time (user+system) so far */
     double rss_bytes;         /* its resident set after the batch */
     /* Appended (absent in older files: layout 0, cpu_start_s NAN). */
-    uint32_t layout;    /* 2 from writers that know cpu_start_s */
+    uint32_t layout;    /* 2 from writers that know cpu_start_s, 3 set */
     double cpu_start_s; /* the worker's CPU time when the fetch began: the fetch's own CPU
                          * is cpu_s - cpu_start_s (the time between fetches is the handoff:
                          * pickling into the queue, waiting for the next index) */
+    /* Appended (layout 3; 0 unknown): the worker set, the DataLoader
+     * iterator that started the worker: its base seed (worker_info.seed
+     * less the worker id), the same in every worker one iter() started and
+     * drawn anew by the next.  Two loaders' workers, both ids 0..N-1, are
+     * told apart by it. */
+    uint64_t set;
 } tm_inproc_worker;
 
 typedef struct tm_inproc_optstep {

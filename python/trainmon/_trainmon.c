@@ -4003,6 +4003,23 @@ static PyObject *hook_zgrad(PyObject *callable, PyObject *const *args, size_t na
  * see (the first __next__ waits only for the first batch): iter() with 4
  * forked workers took 20-100 ms here, as long as the first batch.  The
  * iterator made and when are noted; next_enter joins them. */
+/* With persistent_workers, iter() resets the loader's one iterator and
+ * returns it again: a batch it fetched before (held, or the last one,
+ * not yet settled) is the last epoch's, an iterator of its own (it | 1:
+ * objects are aligned).  `zip(labeled, unlabeled)` fetches a labeled
+ * batch before the shorter unlabeled loader ends the epoch; with the
+ * iterator the same, that batch and the next epoch's first read as two
+ * held batches of one iterator, an eval run: a training batch and its
+ * wait written as eval (tests/e2e/real_loops.sh two_loaders_workers). */
+static void iter_reset(uintptr_t it)
+{
+    for (int i = 0; i < g_nheld; i++)
+        if (g_held[i].iter == it)
+            g_held[i].iter = it | 1;
+    if (g_b.have && !g_b.added && g_b.iter == it)
+        g_b.iter = it | 1;
+}
+
 static PyObject *hook_iter(PyObject *callable, PyObject *const *args, size_t nargsf,
                            PyObject *kwnames)
 {
@@ -4013,6 +4030,8 @@ static PyObject *hook_iter(PyObject *callable, PyObject *const *args, size_t nar
     PyObject *r = PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
     if (r) {
         unsigned long th = thread_ident();
+        if (th == g_thread)
+            iter_reset((uintptr_t)r);
         if (!iter_run_open(th, t0)) { /* a new run begins */
             g_iter_n = 0;
             g_iter_t0 = t0;
@@ -4151,11 +4170,34 @@ static PyObject *py_worker_batch(PyObject *self, PyObject *args);
  * uncounted as a worker's; orig's own result or exception passes through
  * unchanged. */
 static int g_fetch_main; /* get_worker_info() said None in this process */
+/* The worker set of this worker process (tm_inproc_worker.set): read from
+ * its get_worker_info() at its first batch (a fork forgets it:
+ * fetch_forked); 0 unknown. */
+static int g_wset_known;
+static uint64_t g_wset;
+
+static void worker_set_of(PyObject *info, PyObject *id)
+{
+    if (g_wset_known)
+        return;
+    g_wset_known = 1;
+    g_wset = 0;
+    PyObject *seed = PyObject_GetAttrString(info, "seed");
+    if (seed && PyLong_Check(seed) && id && PyLong_Check(id)) {
+        /* seed = base_seed + id (torch's _worker_loop, 1.x and 2.x) */
+        uint64_t s = PyLong_AsUnsignedLongLongMask(seed), i = PyLong_AsUnsignedLongLongMask(id);
+        if (!PyErr_Occurred())
+            g_wset = s - i;
+    }
+    Py_XDECREF(seed);
+    PyErr_Clear(); /* an unknown set: the worker is counted as before */
+}
 
 static void fetch_forked(void)
 {
     g_fetch_main = 0;
     g_fetch_off = 0;
+    g_wset_known = 0;
 }
 
 static PyObject *hook_fetch(PyObject *callable, PyObject *const *args, size_t nargsf,
@@ -4191,6 +4233,8 @@ static PyObject *hook_fetch(PyObject *callable, PyObject *const *args, size_t na
     PyObject *data = PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
     if (data) {
         PyObject *id = PyObject_GetAttrString(info, "id");
+        if (id)
+            worker_set_of(info, id);
         PyObject *a = id ? Py_BuildValue("(OLd)", id, (long long)t0, c0) : NULL;
         PyObject *r = a ? py_worker_batch(NULL, a) : NULL;
         if (!r)
@@ -4574,9 +4618,10 @@ static PyObject *py_worker_batch(PyObject *self, PyObject *args)
                           .end_ns = t,
                           .cpu_s = cpu,
                           .rss_bytes = host_rss(t, 1),
-                          .layout = 2,
-                          .cpu_start_s = cpu0};
-    char buf[64];
+                          .layout = 3,
+                          .cpu_start_s = cpu0,
+                          .set = g_wset_known ? g_wset : 0};
+    char buf[80];
     int len = tm_inproc_encode_worker(&w, buf, sizeof buf);
     int rc = tm_rec_append(g_wrec, TM_REC_WORKER, t, buf, (uint32_t)len);
     if (rc == -ENOSPC)

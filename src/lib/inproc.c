@@ -36,7 +36,7 @@
  * when not).  text is the key in text lines: NULL the same as JSON's, ""
  * positional (the value alone, printed before the keyed ones). */
 enum { V_VALUE, V_SECS, V_SPAN, V_FLAG };
-enum { OMIT_NEG = 1, OMIT_EMPTY = 2 };
+enum { OMIT_NEG = 1, OMIT_EMPTY = 2, OMIT_ZERO = 4 };
 
 typedef struct view {
     const char *key; /* NULL: field a's key */
@@ -122,7 +122,8 @@ static const view worker_view[] = {
     {.a = F_WORKER_cpu_s},
     {.a = F_WORKER_rss_bytes},
     {.a = F_WORKER_cpu_start_s},
-    {.a = F_WORKER_layout}, /* absent (left out) in a 48-byte record */
+    {.a = F_WORKER_layout},                 /* absent (left out) in a 48-byte record */
+    {.omit = OMIT_ZERO, .a = F_WORKER_set}, /* 0 in a 64-byte record: unknown */
 };
 
 static const view optstep_view[] = {
@@ -849,6 +850,8 @@ static void f_view(fmt *f, const schema *sc, const view *vw, const tm_inproc_any
                 f_raw(f, nm);
             return;
         }
+        if ((vw->omit & OMIT_ZERO) && a.u == 0)
+            return;
         f_key(f, k);
         if (!f->rc)
             f->rc = tm_buf_printf(&f->b, "%" PRIu64, a.u);

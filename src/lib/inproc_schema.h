@@ -53,7 +53,7 @@
 #define TM_CAPTURE_HDR 108u
 #define TM_PHASE_HDR 20u
 #define TM_OOM_HDR 68u
-#define TM_WORKER_LEN 64u
+#define TM_WORKER_LEN 72u
 #define TM_WORKER_LEN_V1 48u
 #define TM_OPTSTEP_LEN 32u
 #define TM_ANATOMY_HDR 102u
@@ -149,7 +149,8 @@ static const char *const tm_oomsum_pools[] = {"unknown", "small", "large", NULL}
     X("cpu_s",     cpu_s,     F64, 32, "s",     NULL)              \
     X("rss_bytes", rss_bytes, F64, 40, "bytes", NULL)              \
     X("layout",    layout,    U32, 48, "",      NULL)              \
-    X("cpu_start_s", cpu_start_s, F64, 56, "s", NULL)
+    X("cpu_start_s", cpu_start_s, F64, 56, "s", NULL)              \
+    X("set",       set,       U64, 64, "",      NULL)
 
 #define TM_SCHEMA_OPTSTEP(X)                                       \
     X("step",      step,      U64, 0,  "",   NULL)                 \

@@ -546,6 +546,7 @@ struct scratch {
     double *all, *all_c, *tmp;
     size_t nall;
     uint64_t *keys; /* worker keys, to count distinct ones */
+    uint16_t *lane; /* each worker record's loader lane (runsum_sets.c) */
 };
 
 /* The steps of one process, st[0..n): the one step accounting (steps.c)
@@ -657,12 +658,14 @@ static size_t count_distinct(uint64_t *keys, size_t n)
     return d;
 }
 
-/* A worker is its (rank, worker id): a worker file carries the rank of its
- * parent, and ids restart at 0 in every rank (and again each epoch, with
- * new pids, when the workers are not persistent). */
-static uint64_t worker_key(const tm_run_worker *w)
+/* A worker is its (rank, loader lane, worker id): a worker file carries
+ * the rank of its parent, and ids restart at 0 in every rank, in every
+ * loader (runsum_sets.c) and again each epoch, with new pids, when the
+ * workers are not persistent. */
+static uint64_t worker_key(const tm_run_worker *w, uint16_t lane)
 {
-    return (uint64_t)(uint32_t)w->rank << 32 | (uint32_t)w->w.worker_id;
+    return (uint64_t)(uint32_t)w->rank << 32 | (uint64_t)(lane & 0xFF) << 24 |
+           ((uint32_t)w->w.worker_id & 0xFFFFFF);
 }
 
 /* The DataLoader workers of one rank (all of them when all): how many,
@@ -680,7 +683,7 @@ static void workers_of(const tm_run_worker *wk, size_t nwk, bool all, int32_t ra
         double ft = tm_ns_diff_s(w->end_ns, w->start_ns);
         if (ft < 0)
             continue;
-        x->keys[kb] = worker_key(&wk[i]);
+        x->keys[kb] = worker_key(&wk[i], x->lane ? x->lane[i] : 0);
         x->tmp[kb++] = ft;
         if (i > 0 && wk[i - 1].source == wk[i].source && wk[i - 1].w.pid == w->pid &&
             !isnan(w->cpu_s) && !isnan(wk[i - 1].w.cpu_s) && w->cpu_s >= wk[i - 1].w.cpu_s) {
@@ -801,7 +804,16 @@ struct wfirst {
     int64_t first;
     uint32_t source, pid;
     int32_t id, rank;
+    uint64_t set; /* its worker set (runsum_sets.c); 0 unknown */
 };
+
+static int wfirst_by_set(const void *a, const void *b)
+{
+    const struct wfirst *x = a, *y = b;
+    if (x->set != y->set)
+        return (x->set > y->set) - (x->set < y->set);
+    return (x->first > y->first) - (x->first < y->first);
+}
 
 static int wfirst_by_pid(const void *a, const void *b)
 {
@@ -844,23 +856,39 @@ static size_t mark_startups(const tm_run_step *st, size_t nst, const tm_run_work
     for (size_t i = 0; i < nwk;) { /* each worker process's first fetch */
         size_t j = i;
         int64_t first = INT64_MAX;
-        for (; j < nwk && wk[j].source == wk[i].source; j++)
+        uint64_t set = 0;
+        for (; j < nwk && wk[j].source == wk[i].source; j++) {
             if (wk[j].w.end_ns >= wk[j].w.start_ns && wk[j].w.start_ns < first)
                 first = wk[j].w.start_ns;
+            if (!set && wk[j].w.layout >= 3)
+                set = wk[j].w.set;
+        }
         if (first != INT64_MAX && wk[i].source < v->nsrc)
-            wf[nwf++] =
-                (struct wfirst){first, wk[i].source, wk[i].w.pid, wk[i].w.worker_id, wk[i].rank};
+            wf[nwf++] = (struct wfirst){first,      wk[i].source, wk[i].w.pid, wk[i].w.worker_id,
+                                        wk[i].rank, set};
         i = j;
     }
     qsort(wf, nwf, sizeof *wf, wfirst_by_pid);
     for (uint32_t s = 0; s < v->nsrc; s++) {
         if (se[s] == sb[s] || !tm_rec_is_training(&v->src[s].header))
             continue;
-        size_t n = 0, r0 = 0; /* this rank's workers, by pid, from mine[r0] */
+        size_t n = 0, r0 = 0, known = 0; /* this rank's workers, by pid, from mine[r0] */
         for (size_t i = 0; i < nwf; i++)
             if (wf[i].rank == v->src[s].header.rank &&
-                strcmp(v->src[wf[i].source].header.host, v->src[s].header.host) == 0)
+                strcmp(v->src[wf[i].source].header.host, v->src[s].header.host) == 0) {
+                known += wf[i].set != 0;
                 mine[n++] = wf[i];
+            }
+        if (n && known == n) {
+            /* every worker says its set: a set is the workers one iter()
+             * started, whatever their pids and ids (two loaders' sets, both
+             * ids 0..N-1, started in one step mark it once) */
+            qsort(mine, n, sizeof *mine, wfirst_by_set);
+            for (size_t k = 0; k < n; k++)
+                if (k == 0 || mine[k].set != mine[k - 1].set)
+                    marked += mark_at(st, sb[s], se[s], mine[k].first, mark);
+            continue;
+        }
         if (n > 1 && mine[0].first > mine[n - 1].first) {
             /* the lowest pid fetched after the highest: the pids wrapped
              * around; the order begins after the largest step back in time */
@@ -1276,19 +1304,22 @@ int tm_runsum_build(tm_runview *v, tm_an_summary *S, tm_an_rank **ranks, size_t 
         .all_c = malloc((nst ? nst : 1) * sizeof *x.all_c),
         .tmp = malloc((nst + nwk + 1) * sizeof *x.tmp),
         .keys = malloc((nwk ? nwk : 1) * sizeof *x.keys),
+        .lane = malloc((nwk ? nwk : 1) * sizeof *x.lane),
     };
     *nranks = 0;
     *ranks = calloc(v->nsrc ? v->nsrc : 1, sizeof **ranks);
-    if (!x.all || !x.all_c || !x.tmp || !x.keys || !*ranks) {
+    if (!x.all || !x.all_c || !x.tmp || !x.keys || !x.lane || !*ranks) {
         free(x.all);
         free(x.all_c);
         free(x.tmp);
         free(x.keys);
+        free(x.lane);
         free(*ranks);
         *ranks = NULL;
         return -ENOMEM;
     }
     memset(S, 0, sizeof *S);
+    tm_runsum_worker_lanes(v, wk, nwk, x.lane);
     tm_steptally all;
     int64_t w0 = 0, w1 = 0;
     summarize_ranks(v, S, *ranks, nranks, &x, &all, &w0, &w1);
@@ -1323,6 +1354,7 @@ int tm_runsum_build(tm_runview *v, tm_an_summary *S, tm_an_rank **ranks, size_t 
     free(x.all_c);
     free(x.tmp);
     free(x.keys);
+    free(x.lane);
     return 0;
 }
 

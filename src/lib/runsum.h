@@ -26,7 +26,7 @@ typedef struct tm_an_rank {
     double peak_allocated, peak_reserved, total_device, host_rss_peak;
     double alloc_retries;
     size_t ooms;
-    size_t workers;               /* distinct DataLoader worker ids of this rank */
+    size_t workers;               /* distinct DataLoader workers of this rank: ids per loader */
     double worker_batch_median_s; /* per-batch fetch time */
     double worker_busy;           /* CPU s per s of fetching; NAN unknown */
     /* stragglers: per judged step, time in backward passes (a DDP rank's
@@ -327,6 +327,10 @@ typedef struct tm_run_loop {
 /* Each source's loop, indexed by source (calloc'ed, the caller frees it;
  * NULL: no memory). */
 tm_run_loop *tm_runsum_loops(const tm_runview *v);
+/* The loader lane of each worker record wk[i] (runsum_sets.c): lane[i],
+ * nwk of them (0 where the worker recorded no set). */
+void tm_runsum_worker_lanes(const tm_runview *v, const tm_run_worker *wk, size_t nwk,
+                            uint16_t *lane);
 /* The job's other processes into S's others_* (runsum_others.c). */
 void tm_runsum_others(const tm_runview *v, tm_an_summary *S);
 

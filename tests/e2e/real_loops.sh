@@ -49,6 +49,9 @@
 # the second loader's next() inside a loop over the first, started again
 # when it runs out), with an eval loop run with grad enabled every 15 steps,
 # has both fetches as its wait and only the eval loop's batches as eval;
+# with 2 persistent workers in each loader (two_loaders_workers) the report
+# counts 4 workers and no restarts (the worker set tells the loaders' ids
+# 0 and 1 apart: it read 2 workers, 2 restarts);
 # accumulation over an endless cycle() of a 10-batch DataLoader (a new
 # iterator mid-step every 2.5 steps: grad_accum_cycle) counts as grad_accum;
 # a GradScaler loop whose weights overflow at a learning-rate spike (amp_nan,
@@ -155,7 +158,8 @@ EXPECT = {"llm_memmap": ("input.main_prep", "cpu"), "manual_sgd": ("input.main_p
           "loader_newiter_persistent": ("input.new_iterator", None),
           "thread_prefetch": ("input.data_wait", None),
           "thread_prefetch_fast": ("input.ok", None), "two_loaders_zip": (None, None),
-          "two_loaders_next": (None, None), "grad_accum_cycle": (None, None),
+          "two_loaders_next": (None, None), "two_loaders_workers": (None, None),
+          "grad_accum_cycle": (None, None),
           "amp_nan": ("amp.skipped_steps", None), "gan_dcgan": ("input.data_wait", None),
           "gan_wgan": ("input.data_wait", None), "accelerate_loop": ("input.data_wait", None),
           "train_eval_first": (None, None),
@@ -179,6 +183,10 @@ EVIDENCE = {"thread_prefetch": "thread_fed_steps", "loader_forkserver": "startup
 # input.new_iterator must say each iter() does to the workers
 RESTARTS = {"loader_forkserver": "epochs", "loader_fork": "epochs"}
 NEWITER = {"loader_newiter": "started", "loader_newiter_persistent": "reset"}
+# the workers a rank runs, and how many processes beyond them were started:
+# two loaders' persistent workers, ids 0 and 1 in each (read as 2 workers
+# and 2 restarts before the worker set was recorded)
+WORKERS = {"two_loaders_workers": (4, 0)}
 LOADER_NEVER = {"input.main_prep", "input.cpu_bound", "input.disk_bound", "host_mem.worker_growth"}
 RL_NEVER = {"input.main_prep", "input.data_wait", "input.cpu_bound", "steps.stalls"}
 NEVER = {"llm_memmap": {"input.data_wait", "input.cpu_bound", "input.disk_bound"},
@@ -199,6 +207,7 @@ NEVER = {"llm_memmap": {"input.data_wait", "input.cpu_bound", "input.disk_bound"
          "thread_prefetch": {"input.main_prep", "input.cpu_bound", "input.disk_bound"},
          "thread_prefetch_fast": {"input.main_prep", "input.data_wait"},
          "two_loaders_zip": {"input.main_prep"}, "two_loaders_next": {"input.main_prep"},
+         "two_loaders_workers": LOADER_NEVER | {"input.worker_startup", "input.new_iterator"},
          "grad_accum_cycle": {"input.main_prep"}, "amp_nan": set(),
          "gan_dcgan": {"input.main_prep"}, "gan_wgan": {"input.main_prep"},
          "accelerate_loop": {"input.main_prep"}, "train_eval_first": {"input.main_prep"},
@@ -342,6 +351,9 @@ if want in ids and job in RESTARTS and ids[want]["evidence"].get("restarts") != 
     bad.append("%s restarts %s, not %s" % (want, ids[want]["evidence"].get("restarts"), RESTARTS[job]))
 if want in ids and job in NEWITER and ids[want]["evidence"].get("workers") != NEWITER[job]:
     bad.append("%s workers %s, not %s" % (want, ids[want]["evidence"].get("workers"), NEWITER[job]))
+if job in WORKERS and (S.get("workers"), S.get("worker_restarts")) != WORKERS[job]:
+    bad.append("workers %s, restarts %s: the job runs %d workers, restarts %d"
+               % ((S.get("workers"), S.get("worker_restarts")) + WORKERS[job]))
 if want in ids and job in WHERE and not (ids[want]["evidence"].get(WHERE[job]) or 0) >= 0.6:
     bad.append("%s %s %s, not 0.6 or more" % (want, WHERE[job], ids[want]["evidence"].get(WHERE[job])))
 for w in sorted(NEVER[job] & set(ids)):
@@ -369,7 +381,7 @@ half() { # name python
     # The sanitizer build: the report and dump of the binary under ASan on
     # one loop of each kind of boundary, not the whole matrix again.
     case ${BUILD:-} in *asan*) [ -n "$jobs" ] || jobs="grad_accum manual_sgd idle_workers" ;; esac
-    for job in ${jobs:-llm_memmap llm_memmap_fast llm_memmap_ckpt llm_memmap_dcp llm_memmap_gc llm_memmap_log grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver loader_fork loader_newiter loader_newiter_persistent thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next grad_accum_cycle amp_nan gan_dcgan gan_wgan accelerate_loop train_eval_first infer_scoring infer_main llm_memmap_accum llm_memmap_nanogpt llm_memmap_nanochat rl_ppo rl_a2c rl_sb3 producer_queue}; do
+    for job in ${jobs:-llm_memmap llm_memmap_fast llm_memmap_ckpt llm_memmap_dcp llm_memmap_gc llm_memmap_log grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver loader_fork loader_newiter loader_newiter_persistent thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next two_loaders_workers grad_accum_cycle amp_nan gan_dcgan gan_wgan accelerate_loop train_eval_first infer_scoring infer_main llm_memmap_accum llm_memmap_nanogpt llm_memmap_nanochat rl_ppo rl_a2c rl_sb3 producer_queue}; do
         local run=$scratch/$name-$job script=$job envs=()
         [ "$job" = llm_memmap_fast ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=4096); }
         [ "$job" = llm_memmap_ckpt ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=4096 JOB_SAVE_EVERY=4 JOB_SAVE_MB=128); }
@@ -384,6 +396,7 @@ half() { # name python
         [ "$job" = thread_prefetch_fast ] && { script=thread_prefetch; envs=(JOB_ITEM_S=0.0001); }
         [ "$job" = grad_accum_cycle ] && { script=grad_accum; envs=(JOB_CYCLE=1); }
         case $job in two_loaders_*) script=two_loaders; envs=(JOB_VARIANT=${job#two_loaders_}) ;; esac
+        [ "$job" = two_loaders_workers ] && { script=two_loaders; envs=(JOB_VARIANT=zip JOB_WORKERS=2); }
         case $job in gan_*) script=gan; envs=(JOB_VARIANT=${job#gan_}) ;; esac
         [ "$job" = train_eval_first ] && { script=train_eval; envs=(JOB_EVAL_FIRST=1); }
         [ "$job" = infer_scoring ] && { script=infer; envs=(JOB_WORKERS=2); }

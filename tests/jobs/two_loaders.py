@@ -10,6 +10,9 @@ them:
 
 Both datasets cost JOB_ITEM_S per item in the main process (no workers), so
 the loop waits on both fetches; the job times the two together inline.
+JOB_WORKERS=N gives each of the two loaders N persistent workers (FixMatch's
+loaders have workers of their own): 2N worker processes at once, never
+started again, whose ids are 0..N-1 in each loader.
 Steps: optimizer steps.  Every 15 steps (JOB_EVAL_EVERY, 0: none) a short
 eval run over a third loader with grad enabled (no torch.no_grad(): a
 mistake people make, and the case the held batches of another loader were
@@ -49,10 +52,12 @@ class Slow(Dataset):
 model = torch.nn.Sequential(torch.nn.Linear(32, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 clock = Clock()
-labeled = DataLoader(Slow(BATCH * 25, True), batch_size=BATCH, shuffle=True)
+WORKERS = int(os.environ.get("JOB_WORKERS", "0"))
+LOADER_KW = {"num_workers": WORKERS, "persistent_workers": True} if WORKERS else {}
+labeled = DataLoader(Slow(BATCH * 25, True), batch_size=BATCH, shuffle=True, **LOADER_KW)
 # the unlabeled set is the shorter one here: the `next` variant starts its
 # iterator again mid-epoch, the `zip` one ends its epochs on it
-unlabeled = DataLoader(Slow(BATCH * 11, False), batch_size=BATCH, shuffle=True)
+unlabeled = DataLoader(Slow(BATCH * 11, False), batch_size=BATCH, shuffle=True, **LOADER_KW)
 val = DataLoader(Slow(BATCH * EVAL_BATCHES, True), batch_size=BATCH)
 
 
@@ -83,7 +88,9 @@ def maybe_eval():
 
 if VARIANT == "zip":
     while clock.steps < STEPS:
-        pairs = iter(zip(labeled, unlabeled))
+        # iter() is a wait too: persistent workers are told to start an
+        # epoch again and answer (with workers: JOB_WORKERS)
+        pairs = clock.fetch(lambda: iter(zip(labeled, unlabeled)))
         while clock.steps < STEPS:
             got = clock.fetch(lambda: next(pairs, None))  # the fetch that ends it is wait too
             if got is None:
@@ -108,7 +115,7 @@ elif VARIANT == "next":
         return x, y, u
 
     while clock.steps < STEPS:
-        lab_it = iter(labeled)
+        lab_it = clock.fetch(lambda: iter(labeled))
         while clock.steps < STEPS:
             got = clock.fetch(both)
             if got is None:

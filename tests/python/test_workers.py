@@ -1,8 +1,10 @@
 """DataLoader workers (fork and spawn) never corrupt or duplicate the
 parent's records; forked workers record their own batches."""
 import os
+import subprocess
+import sys
 
-from conftest import records, run_script
+from conftest import PYDIR, records, run_script
 
 LOOP = r"""
 import time, torch, trainmon
@@ -96,3 +98,66 @@ def test_the_main_process_fetches_unhooked_and_forked_workers_hooked(tmp_path):
     wfiles = [f for f in os.listdir(tmp_path) if f.startswith("worker-")]
     assert len(wfiles) == 2
     assert sum(len(records(os.path.join(tmp_path, f), "worker")) for f in wfiles) == 4
+
+
+SETS = r"""
+import json, torch, trainmon
+from torch.utils.data import DataLoader, TensorDataset
+trainmon.attach()
+data = TensorDataset(torch.zeros(16, 8))
+kw = dict(batch_size=4, num_workers=2, multiprocessing_context="%(ctx)s")
+a = DataLoader(data, persistent_workers=True, **kw)   # FixMatch's two loaders
+b = DataLoader(data, persistent_workers=True, **kw)
+c = DataLoader(data, **kw)                            # new workers each epoch
+for epoch in range(2):
+    for _ in zip(a, b):
+        pass
+    for _ in c:
+        pass
+"""
+
+
+def _sets(tmp_path):
+    """{pid: (worker id, {sets its records carry})} of the workers' files"""
+    out = {}
+    for f in os.listdir(tmp_path):
+        if f.startswith("worker-"):
+            recs = [r for _, _, r in records(os.path.join(tmp_path, f), "worker")]
+            assert recs and all(r["layout"] == 3 for r in recs), recs[:1]
+            out[recs[0]["pid"]] = (recs[0]["worker"], {r.get("set") for r in recs})
+    return out
+
+
+def _check_sets(tmp_path):
+    # Each worker process records one set, the iterator that started it
+    # (worker_info.seed - id): both ids 0 and 1 of each iter(); two loaders
+    # side by side, and each epoch of a loader without persistent workers,
+    # have sets of their own.  a and b: 2 workers each for both epochs; c:
+    # 2 a epoch.  8 processes, 4 sets of ids {0, 1}.
+    procs = _sets(tmp_path)
+    assert len(procs) == 8, procs
+    assert all(len(s) == 1 and None not in s for _, s in procs.values()), procs
+    by_set = {}
+    for wid, s in procs.values():
+        by_set.setdefault(next(iter(s)), []).append(wid)
+    assert sorted(sorted(v) for v in by_set.values()) == [[0, 1]] * 4, by_set
+
+
+def test_each_worker_records_the_set_that_started_it(tmp_path):
+    run_script(SETS % {"ctx": "fork"}, tmp_path)
+    _check_sets(tmp_path)
+
+
+def test_a_spawned_worker_records_its_set_too(tmp_path, trainmon_bin):
+    # (a spawned worker records under `trainmon run`, which has every
+    # Python process of the job import trainmon)
+    script = tmp_path / "sets.py"
+    script.write_text("if __name__ == '__main__':\n" + "\n".join(
+        "    " + l for l in (SETS % {"ctx": "spawn"}).strip().splitlines()))
+    env = dict(os.environ, PYTHONPATH=PYDIR)
+    env.pop("TRAINMON_ATTACH", None)
+    run = tmp_path / "run"
+    p = subprocess.run([trainmon_bin, "run", "-o", str(run), "--", sys.executable, str(script)],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    _check_sets(run)

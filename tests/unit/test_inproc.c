@@ -271,20 +271,27 @@ static void test_layouts_stay_at_the_documented_offsets(void **st)
     assert_true(at_u32(b, 0) == (uint32_t)-2 && at_u32(b, 4) == 3 && at_u64(b, 8) == 4);
     assert_true(at_u64(b, 16) == 5 && at_u64(b, 24) == 6 && at_f64(b, 32) == 7 &&
                 at_f64(b, 40) == 8);
-    /* the layout with the fetch's own CPU (layout 2): 64 bytes */
+    /* the layout with the fetch's own CPU and the worker set (layout 3):
+     * 72 bytes */
     memset(b, 0xee, sizeof b);
-    w.layout = 2;
+    w.layout = 3;
     w.cpu_start_s = 6.5;
-    assert_int_equal(tm_inproc_encode_worker(&w, b, sizeof b), 64);
-    assert_true(at_f64(b, 40) == 8 && at_u32(b, 48) == 2 && at_u32(b, 52) == 0 &&
-                at_f64(b, 56) == 6.5);
-    tm_record wr = rec_of(TM_REC_WORKER, b, 64);
+    w.set = 0xfedcba9876543210ull;
+    assert_int_equal(tm_inproc_encode_worker(&w, b, sizeof b), 72);
+    assert_true(at_f64(b, 40) == 8 && at_u32(b, 48) == 3 && at_u32(b, 52) == 0 &&
+                at_f64(b, 56) == 6.5 && at_u64(b, 64) == 0xfedcba9876543210ull);
+    tm_record wr = rec_of(TM_REC_WORKER, b, 72);
     tm_inproc_worker wo;
     assert_int_equal(tm_inproc_decode_worker(&wr, &wo), 0);
-    assert_true(wo.layout == 2 && wo.cpu_start_s == 6.5 && wo.cpu_s == 7);
+    assert_true(wo.layout == 3 && wo.cpu_start_s == 6.5 && wo.cpu_s == 7 &&
+                wo.set == 0xfedcba9876543210ull);
+    memcpy(b + 48, &(uint32_t){2}, 4);
+    wr.len = 64; /* an older writer's (layout 2): no set */
+    assert_int_equal(tm_inproc_decode_worker(&wr, &wo), 0);
+    assert_true(wo.layout == 2 && wo.cpu_start_s == 6.5 && wo.set == 0);
     wr.len = 48; /* an older writer's: cpu_start_s not measured */
     assert_int_equal(tm_inproc_decode_worker(&wr, &wo), 0);
-    assert_true(wo.layout == 0 && isnan(wo.cpu_start_s) && wo.cpu_s == 7);
+    assert_true(wo.layout == 0 && isnan(wo.cpu_start_s) && wo.cpu_s == 7 && wo.set == 0);
 
     memset(b, 0xee, sizeof b);
     tm_inproc_optstep op = {.step = 1, .start_ns = 2, .end_ns = 3, .optimizer = 4};

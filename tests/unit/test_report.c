@@ -1434,10 +1434,11 @@ static void put_loader_steps(tm_rec *w, size_t n, double dur, double wait, doubl
 }
 
 /* A worker process fetching n batches of fetch seconds (cpu of it on a
- * CPU, layout 2), one every period seconds from t0: idle in between, and
- * 4 ms of CPU between fetches (handing the batch over). */
-static void put_rank_worker(int rank, int id, unsigned pid, size_t n, double t0, double fetch,
-                            double cpu, double period)
+ * CPU), one every period seconds from t0: idle in between, and 4 ms of
+ * CPU between fetches (handing the batch over).  Of worker set `set`
+ * (layout 3), or none (0: layout 2, as writers before sets). */
+static void put_set_worker(int rank, int id, unsigned pid, uint64_t set, size_t n, double t0,
+                           double fetch, double cpu, double period)
 {
     char file[64], role[32];
     snprintf(file, sizeof file, "worker-r%d-%u.tmr", rank, pid);
@@ -1453,13 +1454,20 @@ static void put_rank_worker(int rank, int id, unsigned pid, size_t n, double t0,
                               .end_ns = at(t + fetch),
                               .cpu_s = 1.0 + (double)(b + 1) * cpu + (double)b * 0.004,
                               .rss_bytes = 100 * MiB,
-                              .layout = 2,
-                              .cpu_start_s = 1.0 + (double)b * (cpu + 0.004)};
+                              .layout = set ? 3 : 2,
+                              .cpu_start_s = 1.0 + (double)b * (cpu + 0.004),
+                              .set = set};
         int len = tm_inproc_encode_worker(&k, buf, sizeof buf);
-        assert_int_equal(len, 64);
+        assert_int_equal(len, 72);
         assert_int_equal(tm_rec_append(w, TM_REC_WORKER, k.end_ns, buf, (uint32_t)len), 0);
     }
     tm_rec_close(&w);
+}
+
+static void put_rank_worker(int rank, int id, unsigned pid, size_t n, double t0, double fetch,
+                            double cpu, double period)
+{
+    put_set_worker(rank, id, pid, 0, n, t0, fetch, cpu, period);
 }
 
 static void put_idle_worker(int id, unsigned pid, size_t n, double t0, double fetch, double cpu,
@@ -2586,6 +2594,107 @@ static void test_worker_ids_above_255_are_not_folded_onto_small_ones(void **st)
     done(&run, &a);
 }
 
+/* --- worker sets: two loaders' workers, both ids 0 and 1 (runsum_sets.c) */
+
+/* 100 steps of 50 ms waiting 2 ms; workers fetching a 4 ms batch every
+ * 40 ms.  Sets side by side: ids 0 and 1 of set 11 (pids 300, 301) and of
+ * set 22 (302, 303), all 5 s of the run (FixMatch's two loaders, each
+ * with 2 persistent workers). */
+static void put_two_loaders(uint64_t a, uint64_t b)
+{
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    put_loader_steps(r0, 100, 0.050, 0.002, 0.001, 0, 0);
+    tm_rec_close(&r0);
+    put_set_worker(0, 0, 300, a, 124, 0.010, 0.004, 0.003, 0.040);
+    put_set_worker(0, 1, 301, a, 124, 0.020, 0.004, 0.003, 0.040);
+    put_set_worker(0, 0, 302, b, 124, 0.011, 0.004, 0.003, 0.040);
+    put_set_worker(0, 1, 303, b, 124, 0.021, 0.004, 0.003, 0.040);
+}
+
+static void test_two_loaders_side_by_side_are_four_workers_and_no_restart(void **st)
+{
+    (void)st;
+    put_two_loaders(11, 22);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    assert_int_equal(a->sum.workers, 4);
+    assert_int_equal(a->ranks[0].workers, 4);
+    assert_int_equal(a->sum.worker_restarts, 0);
+    assert_null(tm_analysis_find(a, "input.worker_startup"));
+    done(&run, &a);
+}
+
+static void test_two_loaders_without_sets_read_as_before(void **st)
+{
+    (void)st;
+    /* layout 2 (no set): ids 0 and 1 twice, 2 workers and 2 restarts, as
+     * every report before sets said */
+    put_two_loaders(0, 0);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    assert_int_equal(a->sum.workers, 2);
+    assert_int_equal(a->sum.worker_restarts, 2);
+    done(&run, &a);
+}
+
+static void test_an_eval_loaders_sets_inside_a_persistent_one_share_its_ids(void **st)
+{
+    (void)st;
+    /* the training loader's persistent workers (set 5, all 5 s) and an
+     * eval loader's, started anew at 1.25, 2.5 and 3.75 s for 0.2 s (sets
+     * 6, 7, 8: 5 batches each): inside the long set, not side by side
+     * with it for half of its life, so ids 0 and 1 as before: 2 workers,
+     * 6 processes started beyond them */
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    put_loader_steps(r0, 100, 0.050, 0.002, 0.001, 0, 0);
+    tm_rec_close(&r0);
+    put_set_worker(0, 0, 300, 5, 124, 0.010, 0.004, 0.003, 0.040);
+    put_set_worker(0, 1, 301, 5, 124, 0.020, 0.004, 0.003, 0.040);
+    for (unsigned e = 1; e <= 3; e++) {
+        put_set_worker(0, 0, 300 + 2 * e, 5 + e, 5, 1.25 * e, 0.004, 0.003, 0.040);
+        put_set_worker(0, 1, 301 + 2 * e, 5 + e, 5, 1.25 * e + 0.01, 0.004, 0.003, 0.040);
+    }
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    assert_int_equal(a->sum.workers, 2);
+    assert_int_equal(a->sum.worker_restarts, 6);
+    done(&run, &a);
+}
+
+static void test_two_loaders_started_each_epoch_mark_one_step_an_epoch(void **st)
+{
+    (void)st;
+    /* 4 epochs of 25 steps (50 ms, 2 ms waiting, 40 ms at each epoch's
+     * start); each epoch both loaders start 2 workers (sets 10e + 1 and
+     * 10e + 2, their pids interleaved: ids 0, 0, 1, 1 by pid), worker 0's
+     * first fetches 10 and 11 ms into steps 0, 25, 50 and 75, worker 1's
+     * (scheduled late) 60 and 61 ms in, in the step after */
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    put_loader_steps(r0, 100, 0.050, 0.002, 0.001, 25, 0.040);
+    tm_rec_close(&r0);
+    for (unsigned e = 0; e < 4; e++) {
+        unsigned p = 400 + 4 * e;
+        uint64_t sa = 10 * e + 1, sb = 10 * e + 2;
+        put_set_worker(0, 0, p, sa, 12, 1.25 * e + 0.010, 0.004, 0.003, 0.040);
+        put_set_worker(0, 0, p + 1, sb, 12, 1.25 * e + 0.011, 0.004, 0.003, 0.040);
+        put_set_worker(0, 1, p + 2, sa, 12, 1.25 * e + 0.060, 0.004, 0.003, 0.040);
+        put_set_worker(0, 1, p + 3, sb, 12, 1.25 * e + 0.061, 0.004, 0.003, 0.040);
+    }
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    /* 2 loaders of 2 workers; 16 processes, 12 beyond those 4 */
+    assert_int_equal(a->sum.workers, 4);
+    assert_int_equal(a->sum.worker_restarts, 12);
+    /* the sets of steps 25, 50 and 75 (step 0 is warm-up), a late worker
+     * no set of its own; by pid order alone ids 0, 0, 1, 1 are three sets
+     * an epoch, the last (worker 1 of the second loader) marking the step
+     * after: 6 */
+    const tm_finding *f = tm_analysis_find(a, "input.worker_startup");
+    assert_non_null(f);
+    assert_true(ev_num(f, "worker_set_restarts") == 3);
+    done(&run, &a);
+}
+
 /* --- the rule table */
 
 static void test_rule_table_has_unique_ids_each_with_one_apply_function(void **st)
@@ -2669,6 +2778,10 @@ int main(void)
         T(test_the_training_process_growing_is_not_worker_growth),
         T(test_idle_workers_behind_a_waiting_loop_are_handoff_not_cpu_bound),
         T(test_worker_restarts_alone_making_the_loop_wait_are_startup),
+        T(test_two_loaders_side_by_side_are_four_workers_and_no_restart),
+        T(test_two_loaders_without_sets_read_as_before),
+        T(test_an_eval_loaders_sets_inside_a_persistent_one_share_its_ids),
+        T(test_two_loaders_started_each_epoch_mark_one_step_an_epoch),
         T(test_slow_worker_sets_are_startup_with_the_start_method),
         T(test_worker_restarts_in_a_handoff_advise_persistent_workers),
         T(test_even_waits_with_restarts_are_not_startup),
