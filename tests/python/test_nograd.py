@@ -127,7 +127,7 @@ def test_a_rollout_before_the_training_forward_is_timed_and_its_calls_counted(tm
     # 5 environment steps of 2 ms: 10 ms a rollout, the policy's 10 calls
     ng = [f["nograd_ns"] for f in later]
     assert all(v >= 9.8e6 for v in ng), ng
-    assert _median(ng) < 14e6, ng
+    assert _median(ng) < 16e6, ng  # (a 2 ms step more than the 5: 12 ms)
     assert all(f["nograd_calls"] == 10 for f in later), [f["nograd_calls"] for f in later]
     # the preparation ends at the rollout's first call, as before
     assert _median([f["prep_ns"] for f in later]) < 1e6, later[:3]
@@ -142,7 +142,7 @@ def test_a_training_forward_deeper_than_the_rollout_ends_it_at_its_last_call(tmp
     later = steps[1:]
     assert all(f["nograd_calls"] == 10 for f in later), [f["nograd_calls"] for f in later]
     ng = [f["nograd_ns"] for f in later]
-    assert all(9.8e6 <= v for v in ng) and _median(ng) < 14e6, ng
+    assert all(9.8e6 <= v for v in ng) and _median(ng) < 16e6, ng
 
 
 def test_a_rollout_every_four_steps_is_on_those_steps_only(tmp_path):

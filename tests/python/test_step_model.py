@@ -123,8 +123,9 @@ def test_accumulated_micro_batches_without_a_loader_each_have_their_preparation(
     later = steps[1:]
     # four preparations of 4 ms each: 16 ms (the loop's own code between
     # them adds a little; a busy machine more, never less)
-    assert all(16e6 <= f["prep_ns"] < 40e6 and f["data_wait_ns"] == f["prep_ns"] for f in later), \
+    assert all(16e6 <= f["prep_ns"] and f["data_wait_ns"] == f["prep_ns"] for f in later), \
         [f["prep_ns"] for f in later]
+    assert sorted(f["prep_ns"] for f in later)[len(later) // 2] < 40e6, [f["prep_ns"] for f in later]
     # the CPU clock read on the sampled steps over all four spans: 4 x 1 ms
     # of CPU work in 16 ms (the sleeps are off the CPU), never the first
     # span's alone (1 ms)
@@ -262,8 +263,9 @@ def test_waits_for_the_device_after_a_step_are_no_preparation(tmp_path):
                        if f["prep_cpu_ns"] >= 0 and f["prep_ns"] > 0)
         # 2 ms of batch, not the 6 ms with the wait for the device
         assert prep and 1.8e6 <= prep[len(prep) // 2] < 3.5e6, (kind, prep)
-        # and the batch is CPU work, whether the wait spun or slept
-        assert share and share[len(share) // 2] >= 0.7, (kind, share)
+        # and the batch is CPU work, whether the wait spun or slept (2 ms
+        # of 6 with the wait: 0.33; a busy machine takes some of the 2 ms)
+        assert share and share[len(share) // 2] >= 0.55, (kind, share)
 
 
 # Compiled code traces torch's own function where the agent wraps one in
