@@ -2296,8 +2296,9 @@ static void close_acc(int level, int64_t t, uint32_t flags, int64_t opt_t0, long
      * at a boundary.  The later steps pay a test. */
     int64_t own0 = 0, own_c0 = -1;
     int fresh = 0; /* the arm below is a new one: its CPU read after that work */
-    int zg_due = level == g_level && !own && !(flags & TM_STEP_ENDED_AT_EXIT) && !g_zg_tried &&
-                 g_zg_reg && level >= TM_STEP_BY_BACKWARD && !g_off_batches;
+    int next_arm = level == g_level && !own && !(flags & TM_STEP_ENDED_AT_EXIT);
+    int zg_due =
+        next_arm && !g_zg_tried && g_zg_reg && level >= TM_STEP_BY_BACKWARD && !g_off_batches;
     if (!g_written || zg_due) {
         own0 = now_ns();
         if (g_fwd_armed && (g_arm_micro ? g_marm_cpu : g_arm_cpu) >= 0)
@@ -2306,7 +2307,7 @@ static void close_acc(int level, int64_t t, uint32_t flags, int64_t opt_t0, long
     deliver(level, &s);
     if (g_arm_micro) /* a micro-batch span that met no forward: none */
         fwd_disarm();
-    if (level == g_level && !own && !(flags & TM_STEP_ENDED_AT_EXIT)) {
+    if (next_arm) {
         if (zg_due) {
             /* a training loop without a DataLoader: its zero_grad() timed
              * from now on (g_hk_ns), before the next step's span begins */
@@ -3996,13 +3997,6 @@ static PyObject *hook_zgrad(PyObject *callable, PyObject *const *args, size_t na
     return r;
 }
 
-/* DataLoader.__iter__(loader): a new iterator (its worker processes
- * started, the Dataset sent to each under spawn or forkserver), or with
- * persistent_workers the loader's one, its workers told to start an epoch
- * again.  That is a wait for data the loop's first fetch from it does not
- * see (the first __next__ waits only for the first batch): iter() with 4
- * forked workers took 20-100 ms here, as long as the first batch.  The
- * iterator made and when are noted; next_enter joins them. */
 /* With persistent_workers, iter() resets the loader's one iterator and
  * returns it again: a batch it fetched before (held, or the last one,
  * not yet settled) is the last epoch's, an iterator of its own (it | 1:
@@ -4020,6 +4014,13 @@ static void iter_reset(uintptr_t it)
         g_b.iter = it | 1;
 }
 
+/* DataLoader.__iter__(loader): a new iterator (its worker processes
+ * started, the Dataset sent to each under spawn or forkserver), or with
+ * persistent_workers the loader's one, its workers told to start an epoch
+ * again.  That is a wait for data the loop's first fetch from it does not
+ * see (the first __next__ waits only for the first batch): iter() with 4
+ * forked workers took 20-100 ms here, as long as the first batch.  The
+ * iterator made and when are noted; next_enter joins them. */
 static PyObject *hook_iter(PyObject *callable, PyObject *const *args, size_t nargsf,
                            PyObject *kwnames)
 {
