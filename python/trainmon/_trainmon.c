@@ -1070,11 +1070,23 @@ static int cpu_sample_due(unsigned *tick)
 #define GAP_ON_MIN_NS 200000LL /* and 200 us */
 #define AFTER_OVER 4           /* the gap and tail count beyond 4x the span before the forward */
 #define GAP_FIRST 4u
-static int g_gap_on;    /* every step measured from now on */
-static int g_gap_due;   /* the step being prepared is measured */
-static int g_gap_want;  /* a due span met its forward: the post-hook goes onto its module */
-static int g_gap_entry; /* the pre-hook is in the ArmedHooks dict for that module call */
-static int g_arm_gap;   /* armed from a forward's return to the next module call or backward */
+/* The order is the loop's, not each step's: a step the machine preempts
+ * for a millisecond before its forward (or a nanoGPT step that logs, saves
+ * or evaluates there) has 4x the batch after the forward before it, and
+ * judged alone it read that batch as compute (prep_fwd_ns 0); a loop that
+ * makes its batch first and stalls once after the forward read the stall
+ * as its batch.  So the steps whose gap was measured vote (order_vote),
+ * the first decides, ORDER_FLIP of them in a row against turn it (a loop
+ * that changes its order for good), and every step follows the loop's
+ * order; before the first vote, the step's own test. */
+#define ORDER_FLIP 3
+static int g_order;         /* 1: the batch after the forward; -1: before; 0: no vote yet */
+static int g_order_against; /* the votes in a row against g_order */
+static int g_gap_on;        /* every step measured from now on */
+static int g_gap_due;       /* the step being prepared is measured */
+static int g_gap_want;      /* a due span met its forward: the post-hook goes onto its module */
+static int g_gap_entry;     /* the pre-hook is in the ArmedHooks dict for that module call */
+static int g_arm_gap;       /* armed from a forward's return to the next module call or backward */
 static int64_t g_gap_t0, g_gap_cpu0, g_gap_hk, g_gap_hkc, g_gap_coll;
 static PyObject *g_post_fn;      /* the forward hook */
 static PyObject *g_post_key;     /* its key in the module's _forward_hooks */
@@ -1112,9 +1124,22 @@ static void post_clear(void);
 static int post_install(PyObject *mod);
 static int in_module_call(void);
 
+/* One measured step's order test (after: its work after the forward
+ * over AFTER_OVER times the span before); returns the loop's order. */
+static int order_vote(int after)
+{
+    int v = after ? 1 : -1;
+    if (!g_order || v == g_order || ++g_order_against >= ORDER_FLIP) {
+        g_order = v; /* the same, the first, or ORDER_FLIP against in a row */
+        g_order_against = 0;
+    }
+    return g_order > 0;
+}
+
 static int gap_due(uint64_t step)
 {
-    return g_gap_on || (step >= 1 && step <= GAP_FIRST) || tm_prep_cpu_due(step);
+    return g_gap_on || g_order_against || (step >= 1 && step <= GAP_FIRST) ||
+           tm_prep_cpu_due(step); /* a vote against: the next steps say whether it holds */
 }
 
 /* The model run under no_grad before a step's training forward: an RL
@@ -2248,7 +2273,11 @@ static void close_acc(int level, int64_t t, uint32_t flags, int64_t opt_t0, long
          * other work after (a model's own host work, metrics), not a
          * second batch. */
         int64_t gt = (a->gap_n ? a->gap : 0) + (a->tail_n ? a->tail : 0);
-        int after = !g_off_batches && gt > AFTER_OVER * before;
+        int raw = !g_off_batches && gt > AFTER_OVER * before, after = raw;
+        if (!g_off_batches && a->gap_n) /* a measured step: the gap and the tail seen */
+            after = order_vote(raw);
+        else if (!g_off_batches && g_order) /* the loop's order */
+            after = g_order > 0;
         if (a->gap_n && !g_off_batches) /* after the forwards (a measured step) */
             s.prep_fwd_ns = after ? a->gap : 0;
         if (a->gap_n && after) {
@@ -2262,8 +2291,10 @@ static void close_acc(int level, int64_t t, uint32_t flags, int64_t opt_t0, long
             if (s.prep_cpu_ns >= 0)
                 s.prep_cpu_ns = a->tail_cpu_n == a->tail_n ? s.prep_cpu_ns + a->tail_cpu : -1;
         }
-        if (!g_gap_on && after && a->gap * GAP_ON >= t - start && a->gap >= GAP_ON_MIN_NS)
-            g_gap_on = 1; /* every step measured from now on */
+        /* every step measured from now on (on the step's own test: a loop
+         * that turns to the order goes on voting) */
+        if (!g_gap_on && raw && a->gap * GAP_ON >= t - start && a->gap >= GAP_ON_MIN_NS)
+            g_gap_on = 1;
     }
     if (g_ng_ns >= 0 && g_ng_calls > 0 && g_ng_begin >= start && g_ng_end <= t &&
         !(flags & TM_STEP_ENDED_AT_EXIT)) {
@@ -3040,6 +3071,7 @@ static PyObject *py_reset_steps(PyObject *self, PyObject *noargs)
     post_clear();
     gap_drop();
     g_gap_on = g_gap_due = g_gap_want = 0;
+    g_order = g_order_against = 0;
     g_coll_ns = 0;
     g_thread = 0;
     g_thread_trains = 0;

@@ -96,14 +96,16 @@ class DP(torch.nn.Module):        # two replicas' losses gathered into a vector
 dp_model = DP(model)
 x, y = X[:8], Y[:8]
 saved = None
-windows = []
+windows, t_ret = [], None
 for i in range(40):
     if KIND == "swap" and i == 20:  # a new model (and optimizer) mid-run
         model = M()
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    if KIND in ("nanogpt", "swap", "ownhook"):  # the next batch between forward and backward
-        for micro in range(2):
-            if micro == 0 and i:    # the job's own clock: optimizer.step() to the forward
+    if KIND == "nanogpt_stall" and i in (15, 25):
+        busy(0.03)                  # nanoGPT's log, eval or save at the top of the loop
+    if KIND in ("nanogpt", "swap", "ownhook", "nanogpt_stall") or (KIND == "reorder" and i >= 10):
+        for micro in range(2):      # the next batch between forward and backward
+            if micro == 0 and t_ret is not None:  # the job's clock: optimizer.step() to the forward
                 windows.append(time.perf_counter() - t_ret)
             out, loss = model(x, y)
             loss = loss / 2
@@ -210,10 +212,12 @@ for i in range(40):
         busy(0.003); x, y = X[i:i + 8], Y[i:i + 8]
         loss.mean().backward()
         opt.step()
-    elif KIND == "before":          # the batch made before the forward; host work after
+    elif KIND in ("before", "before_stall", "reorder"):  # the batch made before the forward
         busy(0.003); x, y = X[i:i + 8], Y[i:i + 8]
         out, loss = model(x, y)
         busy(0.002)                 # the model's own host work, metrics (amp_nan's stand-in)
+        if KIND == "before_stall" and i in (17, 33):
+            busy(0.03)              # a stall after the forward, on a measured step
         loss.backward()
         busy(0.002)
         opt.step()
@@ -262,10 +266,11 @@ def _median(v):
 
 
 def _most(ok, v, slack=2):
-    """ok holds for all of v but at most slack: a step the machine
-    preempted for a few ms around its forward can flip the step's order
-    test (4x the span before the forward), which is the agent's per-step
-    judgement, not a bug; a bug flips them all."""
+    """ok holds for all of v but at most slack: the order test (4x the
+    span before the forward) is the loop's, so a step the machine preempted
+    for a few ms before its forward no longer turns it (see
+    test_the_order_is_the_loops), but three such steps in a row would; a
+    bug flips them all."""
     return sum(not ok(x) for x in v) <= slack
 
 
@@ -439,3 +444,43 @@ def test_a_loop_that_makes_its_batch_before_the_forward_has_no_second_one_after(
     assert _most(lambda f: f["prep_fwd_ns"] in (-1, 0), later), later[:3]
     prep = [f["prep_ns"] for f in later]
     assert all(p >= 2.8e6 for p in prep) and _median(prep) < 4.5e6, prep
+
+
+def test_the_order_is_the_loops_not_each_steps(tmp_path):
+    # The order test is the loop's: one step that does more before its
+    # forward (nanoGPT logs, evaluates and saves at the top of its loop; a
+    # step the machine preempted) keeps its batch after the forward (it
+    # read 0 there, the batch as compute), one step that stalls after its
+    # forward in a loop that makes its batch first has no batch there (it
+    # read the 30 ms stall as its batch), and a loop that turns to the other
+    # order for good is followed within a few measured steps.
+    d = tmp_path / "nanogpt_stall"
+    d.mkdir()
+    out, steps = _run(d, "nanogpt_stall")
+    by = {f["step"]: f for f in steps}
+    for n in (15, 25):  # 30 ms before the forward, 6 ms after
+        assert by[n]["prep_fwd_ns"] >= 5.8e6, (n, by[n])
+        assert by[n]["prep_ns"] >= 36e6, (n, by[n])
+    fwd = [f["prep_fwd_ns"] for f in steps[1:]]
+    assert _most(lambda v: v >= 5.8e6, fwd), fwd
+
+    d = tmp_path / "before_stall"
+    d.mkdir()
+    out, steps = _run(d, "before_stall")
+    by = {f["step"]: f for f in steps}
+    for n in (17, 33):  # measured steps (SAMPLE), 32 ms after the forward
+        assert by[n]["prep_fwd_ns"] == 0, (n, by[n])
+        assert by[n]["prep_ns"] < 10e6, (n, by[n])
+    assert _most(lambda f: f["prep_fwd_ns"] in (-1, 0), steps[1:]), steps[:3]
+
+    d = tmp_path / "reorder"
+    d.mkdir()
+    out, steps = _run(d, "reorder")
+    by = {f["step"]: f for f in steps}
+    # the batch before the forward for 10 steps, between forward and
+    # backward after: the sample's step 17 votes against, the steps after
+    # it are measured, and the third vote in a row turns the order (step 19)
+    assert all(by[n]["prep_fwd_ns"] in (-1, 0) for n in range(1, 10)), steps[:10]
+    late = [by[n]["prep_fwd_ns"] for n in range(20, 40)]
+    assert _most(lambda v: v >= 5.8e6, late), late
+    assert out["every"], out
