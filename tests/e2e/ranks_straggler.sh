@@ -19,6 +19,13 @@
 #     steps (before: no steps, "iterate a DataLoader"), no ranks.straggler
 #     (the ranks never sync), and ranks.imbalance names rank 1 with advice
 #     for an inference job, not a gradient sync's;
+#   - with gradient accumulation over 4 micro-batches, DDP's all-reduce in
+#     the last one's backward only (accum: `with model.no_sync():` under
+#     torchrun, as accelerate and Lightning do; require_backward_grad_sync
+#     set by hand on torch 1.13, as build-nanogpt does) and rank 1's data
+#     slowed: ranks.straggler names rank 1, cause data, each step holds 4
+#     micro-batches and each rank's data wait is its own share (within 5
+#     points: rank 1 waits for its batches, rank 0 for rank 1 in the sync);
 #   - each rank's steps equal the job's own count (+-1); one record file
 #     per rank and none for torchrun's agent; both rank pids in the
 #     sampled process tree (the launcher's children followed);
@@ -84,14 +91,27 @@ if kind == "infer":
 elif kind in ("none", "save"):
     if [f["id"] for f in F if f["id"].startswith("ranks.")]:
         bad.append("ranks alike, yet %s" % [(f["id"], f.get("rank")) for f in F if f["id"].startswith("ranks.")])
+if kind == "accum":
+    for r, o in oracle.items():
+        got = ranks.get(str(r), {}).get("data_wait_fraction")
+        if got is None or abs(got - o["data_wait_share"]) > 0.05:
+            bad.append("rank %d: data wait %s, the job timed %.3f" % (r, got, o["data_wait_share"]))
+    for f in ("rank0.tmr", "rank1.tmr"):
+        out = subprocess.run([tm, "dump", "--json", run + "/" + f], capture_output=True, text=True).stdout
+        mb = {json.loads(l).get("micro_batches") for l in out.splitlines() if '"type":"step"' in l}
+        if mb != {4}:
+            bad.append("%s: micro-batches per step %s, the job makes 4" % (f, sorted(mb, key=str)))
+if kind in ("infer", "none", "save"):
+    pass
 elif len(st) != 1:
     bad.append("%d ranks.straggler findings: %s" % (len(st), [f["id"] for f in F]))
 else:
     f = st[0]
     if f.get("rank") != 1 or f["evidence"].get("rank") != "1":
         bad.append("straggler named rank %s, not 1" % f.get("rank"))
-    if f["evidence"].get("cause") != kind:
-        bad.append("straggler cause %s, not %s" % (f["evidence"].get("cause"), kind))
+    cause = "data" if kind == "accum" else kind
+    if f["evidence"].get("cause") != cause:
+        bad.append("straggler cause %s, not %s" % (f["evidence"].get("cause"), cause))
 for f in F:
     if f["id"].startswith("ranks.") and f.get("rank") == 0:
         bad.append("%s blames rank 0, the waiting rank: %s" % (f["id"], f["title"]))
@@ -139,6 +159,10 @@ launch() { # launcher kind run
     local slow=$2 save=0 infer=0
     [ "$2" = save ] && { slow=none; save=5; }
     [ "$2" = infer ] && { slow=data; infer=1; }
+    local accum=1 nosync=flag steps=40
+    [ "$1" = torchrun ] && nosync=context
+    [ "$2" = accum ] && { slow=data; accum=4; steps=20; }
+    export JOB_ACCUM=$accum JOB_NOSYNC=$nosync JOB_STEPS=$steps
     if [ "$1" = torchrun ]; then
         JOB_INFER=$infer JOB_SLOW=$slow JOB_SAVE_EVERY=$save JOB_SAVE_MB=64 "$TRAINMON" run -o "$3" -i 0.2 -- "$PY" -m torch.distributed.run --standalone \
             --nproc_per_node 2 "$job" > "$3.out" 2>&1
@@ -158,7 +182,7 @@ half() { # name python launcher
         echo "$name: skipped: $PY has no torch with torch.distributed"; return 0
     fi
     echo "$name: $PY (torch $tv, $launcher)"
-    for kind in ${STRAGGLER_KINDS:-data compute none save infer}; do
+    for kind in ${STRAGGLER_KINDS:-data compute none save infer accum}; do
         local run=$scratch/$name-$kind rc try
         ran=$((ran + 1))
         for try in 1 2; do

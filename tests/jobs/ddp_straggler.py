@@ -11,6 +11,7 @@ training, each rank scores its shard under torch.inference_mode() with the
 model in eval mode and no DDP wrapper (distributed batch inference: the
 ranks never wait for each other until the barrier at the end); its
 batches are its steps."""
+import contextlib
 import os
 import sys
 import time
@@ -33,6 +34,12 @@ EXTRA_S = float(os.environ.get("JOB_EXTRA_S", "0.03"))
 SAVE_EVERY = int(os.environ.get("JOB_SAVE_EVERY", "0"))
 SAVE_PAD = torch.zeros(int(float(os.environ.get("JOB_SAVE_MB", "32")) * 262144))
 INFER = os.environ.get("JOB_INFER") == "1"
+# JOB_ACCUM=N: gradient accumulation over N micro-batches, DDP's all-reduce
+# only in the last one's backward pass: JOB_NOSYNC=context wraps the others
+# in `with model.no_sync():` (Hugging Face accelerate's, Lightning's),
+# JOB_NOSYNC=flag sets model.require_backward_grad_sync (build-nanogpt's)
+ACCUM = int(os.environ.get("JOB_ACCUM", "1"))
+NOSYNC = os.environ.get("JOB_NOSYNC", "context")
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
@@ -41,7 +48,7 @@ slow = rank == SLOW_RANK
 
 class Items(Dataset):
     def __len__(self):
-        return 8 * STEPS * dist.get_world_size()
+        return 8 * STEPS * ACCUM * dist.get_world_size()
 
     def __getitem__(self, i):
         if slow and SLOW == "data":
@@ -86,11 +93,23 @@ saves = []
 ckpt = os.path.join(os.environ.get("TMPDIR", "/tmp"), "ddp-ckpt-%d.pt" % os.getpid())
 it = iter(DataLoader(Items(), batch_size=8, num_workers=0, sampler=DistributedSampler(Items())))
 for step in range(STEPS):
-    x, y = clock.fetch(lambda: next(it))
-    loss = torch.nn.functional.mse_loss(model(x), y)
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
+    if ACCUM > 1:
+        for micro in range(ACCUM):
+            x, y = clock.fetch(lambda: next(it))
+            last = micro == ACCUM - 1
+            if NOSYNC == "flag":
+                model.require_backward_grad_sync = last
+            with contextlib.nullcontext() if last or NOSYNC == "flag" else model.no_sync():
+                loss = torch.nn.functional.mse_loss(model(x), y) / ACCUM
+                loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    else:
+        x, y = clock.fetch(lambda: next(it))
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
     logged = loss.detach().clone()
     dist.all_reduce(logged)  # the mean loss for logging, as loops do
     clock.step()
