@@ -103,6 +103,14 @@
  * loop that still waits, waits on the handoff.  Half, not any idle time:
  * start-up and epoch ends idle the workers too. */
 #define TM_AN_HANDOFF_WORKER_UTIL 0.50
+/* input.handoff: and only where the workers of the loader that serves the
+ * steps could have had the batches ready: their fetch time per batch,
+ * shared among them, at most the loop's compute per batch.  Over 1, they
+ * make batches slower than the loop uses them, and their idle lifetime is
+ * the epochs' ends and the eval runs (tests/jobs/tqdm_epochs.py with 2
+ * workers: 15-batch epochs, 31 ms a batch for 8 ms of compute, 1.9; it
+ * read "handoff ... they are idle" at a lifetime share of 0.44). */
+#define TM_AN_HANDOFF_BEHIND 1.0
 /* input.handoff: the longest waits, one per worker restart, above this
  * share of all the wait: the restarts (a new worker set each epoch) are
  * worth persistent_workers=True. */

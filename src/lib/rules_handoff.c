@@ -11,7 +11,10 @@
  * epoch (persistent_workers=False) adds their start-up.  The signals:
  *
  *   - the workers' fetching share of their lifetime (worker records):
- *     under TM_AN_HANDOFF_WORKER_UTIL the batches were ready ahead;
+ *     under TM_AN_HANDOFF_WORKER_UTIL the batches were ready ahead, where
+ *     the workers of the loader that serves the steps could make them as
+ *     fast as the loop uses them (TM_AN_HANDOFF_BEHIND: else their idle
+ *     time is the epochs' ends and the evals, and they are the limit);
  *   - the main process's wait per batch and the training thread's CPU
  *     share of it (step records: wait_cpu_ns), the receiving;
  *   - the workers' own CPU per batch fetched (worker records, layout 2):
@@ -27,10 +30,23 @@
 
 #include "rules.h"
 
+/* The fetch time per batch of the loader that serves the steps, shared
+ * among its workers, over the loop's compute per batch of it: over 1, the
+ * workers make batches slower than the loop uses them (NAN: unknown). */
+static double fetch_per_compute(const tm_an_summary *S)
+{
+    double per = S->lead_batch_median_s, n = S->lead_workers_per_rank;
+    double bps = S->lead_batches_per_step, comp = S->compute_median_s;
+    if (!(per > 0) || !(n >= 1) || !(bps > 0) || !(comp > 0))
+        return NAN;
+    return per * bps / (n * comp);
+}
+
 bool tm_an_input_is_handoff(const tm_an_summary *S)
 {
     return S->workers > 0 && S->data_wait_fraction >= TM_AN_DATA_WAIT_FRACTION &&
-           S->worker_util < TM_AN_HANDOFF_WORKER_UTIL && !tm_an_input_is_startup(S) &&
+           S->worker_util < TM_AN_HANDOFF_WORKER_UTIL &&
+           !(fetch_per_compute(S) > TM_AN_HANDOFF_BEHIND) && !tm_an_input_is_startup(S) &&
            !tm_an_input_is_newiter(S);
 }
 
@@ -51,6 +67,7 @@ void tm_rule_input_handoff(struct an *an)
     tm_an_ev_num(&e, "workers_per_rank", (double)nw);
     tm_an_ev_num(&e, "worker_fetch_share", S->worker_util);
     tm_an_ev_num(&e, "worker_fetch_share_threshold", TM_AN_HANDOFF_WORKER_UTIL);
+    tm_an_ev_num(&e, "worker_fetch_per_compute", fetch_per_compute(S));
     tm_an_ev_num(&e, "worker_batch_time_median_s", S->worker_batch_median_s);
     tm_an_ev_num(&e, "worker_cpu_per_batch_s", cpu);
     tm_an_ev_num(&e, "wait_per_batch_median_s", wpb);

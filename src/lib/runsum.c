@@ -757,6 +757,38 @@ static void workers_handoff(const tm_run_worker *wk, size_t nwk, tm_an_summary *
     S->worker_cpu_per_batch_s = tm_runsum_median(x->tmp, kc);
 }
 
+/* The loader that serves the steps (S->lead_*): the lane with the most
+ * batches fetched, so that a validation loader's workers, idle through
+ * training, neither add workers nor their fetch times to the training
+ * loader's; batches per step over all the run's steps (a zip of two
+ * loaders: one of each a step). */
+static void lead_loader(const tm_run_worker *wk, size_t nwk, tm_an_summary *S, struct scratch *x,
+                        uint64_t steps)
+{
+    size_t count[256] = {0}, lead = 0, kb = 0, nb = 0;
+    for (size_t i = 0; i < nwk; i++)
+        count[x->lane ? x->lane[i] & 0xFF : 0]++;
+    for (size_t l = 1; l < 256; l++)
+        if (count[l] > count[lead])
+            lead = l;
+    for (size_t i = 0; i < nwk; i++) {
+        uint16_t lane = x->lane ? x->lane[i] : 0;
+        double ft = tm_ns_diff_s(wk[i].w.end_ns, wk[i].w.start_ns);
+        if ((lane & 0xFF) != lead || ft < 0)
+            continue;
+        x->keys[nb] = worker_key(&wk[i], lane);
+        x->tmp[kb++] = ft;
+        nb++;
+    }
+    size_t workers = count_distinct(x->keys, nb), ranks = 0;
+    for (size_t i = 0; i < nb; i++) /* sorted: a rank's keys together */
+        if (i == 0 || x->keys[i] >> 32 != x->keys[i - 1] >> 32)
+            ranks++;
+    S->lead_workers_per_rank = ranks ? (double)workers / (double)ranks : NAN;
+    S->lead_batch_median_s = tm_runsum_median(x->tmp, kb);
+    S->lead_batches_per_step = steps ? (double)nb / (double)steps : NAN;
+}
+
 /* The first index in [b, e) of a source's steps (written in order of
  * their end) whose end is at or after t. */
 static size_t step_ending_after(const tm_run_step *st, size_t b, size_t e, int64_t t)
@@ -1087,6 +1119,7 @@ static void summarize_run(tm_runview *v, tm_an_summary *S, const tm_an_rank *ran
                           ? (all->nograd_s + all->eval_loop_s) / (all->step_s + all->eval_loop_s)
                           : NAN;
     workers_handoff(wk, nwk, S, x);
+    lead_loader(wk, nwk, S, x, all->steps);
     const tm_run_step *st;
     size_t nst = tm_run_steps(v->r, &st);
     x->nall = 0; /* all[] is free again: the medians above are taken */

@@ -81,6 +81,10 @@ typedef struct tm_an_summary {
     double worker_busy; /* from worker records, all ranks */
     double worker_batch_median_s;
     size_t workers; /* distinct (rank, worker id) pairs */
+    /* the loader that serves the steps: the lane with the most batches
+     * (runsum_sets.c; the only one without sets): its workers per rank,
+     * their median fetch time and its batches per step of the run */
+    double lead_workers_per_rank, lead_batch_median_s, lead_batches_per_step;
     /* the step model: eval batches recorded apart; judged steps whose data
      * wait is the loop's own batch preparation (no DataLoader) and the
      * share of it the training thread spent on a CPU (NAN: not measured);

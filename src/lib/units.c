@@ -49,6 +49,7 @@ static const struct {
     {"slowdown", TM_UNIT_FACTOR},
     {"slowdown_vs_early", TM_UNIT_FACTOR},
     {"slowdown_threshold", TM_UNIT_FACTOR},
+    {"per_compute", TM_UNIT_FACTOR}, /* input.handoff's worker_fetch_per_compute */
     {"steps", TM_UNIT_COUNT},
     {"batches", TM_UNIT_COUNT},
     {"workers", TM_UNIT_COUNT},

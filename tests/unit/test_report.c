@@ -1433,6 +1433,15 @@ static void put_loader_steps(tm_rec *w, size_t n, double dur, double wait, doubl
     put_loader_steps_of(w, n, dur, wait, recv_cpu, every, long_wait, 1);
 }
 
+/* One worker record, layout 3 (72 bytes). */
+static void put_worker_rec(tm_rec *w, const tm_inproc_worker *k)
+{
+    uint8_t buf[128];
+    int len = tm_inproc_encode_worker(k, buf, sizeof buf);
+    assert_int_equal(len, 72);
+    assert_int_equal(tm_rec_append(w, TM_REC_WORKER, k->end_ns, buf, (uint32_t)len), 0);
+}
+
 /* A worker process fetching n batches of fetch seconds (cpu of it on a
  * CPU), one every period seconds from t0: idle in between, and 4 ms of
  * CPU between fetches (handing the batch over).  Of worker set `set`
@@ -1444,7 +1453,6 @@ static void put_set_worker(int rank, int id, unsigned pid, uint64_t set, size_t 
     snprintf(file, sizeof file, "worker-r%d-%u.tmr", rank, pid);
     snprintf(role, sizeof role, "worker%d", id);
     tm_rec *w = open_rec(file, role, rank);
-    uint8_t buf[128];
     for (size_t b = 0; b < n; b++) {
         double t = t0 + (double)b * period;
         tm_inproc_worker k = {.worker_id = id,
@@ -1457,9 +1465,7 @@ static void put_set_worker(int rank, int id, unsigned pid, uint64_t set, size_t 
                               .layout = set ? 3 : 2,
                               .cpu_start_s = 1.0 + (double)b * (cpu + 0.004),
                               .set = set};
-        int len = tm_inproc_encode_worker(&k, buf, sizeof buf);
-        assert_int_equal(len, 72);
-        assert_int_equal(tm_rec_append(w, TM_REC_WORKER, k.end_ns, buf, (uint32_t)len), 0);
+        put_worker_rec(w, &k);
     }
     tm_rec_close(&w);
 }
@@ -1936,6 +1942,96 @@ static void test_cpu_busy_workers_that_keep_up_are_not_cpu_bound(void **st)
     assert_non_null(strstr(f->advice, "more workers will not help"));
     assert_non_null(strstr(f->advice, "a step's 1 batch every 6.0 ms"));
     assert_null(strstr(f->advice, "num_workers="));
+    done(&run, &a);
+}
+
+/* A persistent worker of set `set` over `epochs` epochs of epoch_s
+ * seconds: n batches a epoch fetched back to back, fetch seconds each (all
+ * of it on a CPU), from t0 into each epoch; idle for the rest (the epoch's
+ * end, the eval run). */
+static void put_epochs_worker(int id, unsigned pid, uint64_t set, int epochs, double epoch_s,
+                              size_t n, double t0, double fetch)
+{
+    char file[64], role[32];
+    snprintf(file, sizeof file, "worker-r0-%u.tmr", pid);
+    snprintf(role, sizeof role, "worker%d", id);
+    tm_rec *w = open_rec(file, role, 0);
+    uint64_t b = 0;
+    for (int e = 0; e < epochs; e++)
+        for (size_t k = 0; k < n; k++, b++) {
+            double t = (double)e * epoch_s + t0 + (double)k * fetch;
+            tm_inproc_worker r = {.worker_id = id,
+                                  .pid = pid,
+                                  .batch = b,
+                                  .start_ns = at(t),
+                                  .end_ns = at(t + fetch),
+                                  .cpu_s = 1.0 + (double)(b + 1) * fetch,
+                                  .rss_bytes = 100 * MiB,
+                                  .layout = 3,
+                                  .cpu_start_s = 1.0 + (double)b * fetch,
+                                  .set = set};
+            put_worker_rec(w, &r);
+        }
+    tm_rec_close(&w);
+}
+
+/* 4 epochs of 0.5 s: 15 steps of 15 ms (8 ms of compute, 7 ms waiting
+ * for the batch) from 30 ms in, then an eval run; a training loader of 2
+ * persistent workers (set 0xA0) fetching 8 and 7 batches of train_fetch
+ * seconds back to back from the epoch's start, and a validation loader of
+ * 2 (set 0xB0) fetching 2 and 1 batches of 30 ms at 0.3 s into each epoch. */
+static void put_train_and_val_loaders(double train_fetch)
+{
+    tm_rec *r0 = open_rec("rank0.tmr", "rank0", 0);
+    for (uint64_t i = 0; i < 60; i++)
+        put_loader_step(r0, i, (double)(i / 15) * 0.5 + 0.03 + (double)(i % 15) * 0.015, 0.015,
+                        0.007, 0.001, 1);
+    tm_rec_close(&r0);
+    put_epochs_worker(0, 1200, 0xA0, 4, 0.5, 8, 0.0, train_fetch);
+    put_epochs_worker(1, 1201, 0xA0, 4, 0.5, 7, 0.0, train_fetch);
+    put_epochs_worker(0, 1202, 0xB0, 4, 0.5, 2, 0.3, 0.030);
+    put_epochs_worker(1, 1203, 0xB0, 4, 0.5, 1, 0.3, 0.030);
+}
+
+static void test_workers_idle_between_short_epochs_that_are_behind_are_not_handoff(void **st)
+{
+    (void)st;
+    /* The training workers fetch 30 ms a batch: 2 make one every 15 ms,
+     * the loop computes 8 ms a batch, so it waits on them (7 ms a step).
+     * Their lifetime share is low all the same: worker 0 fetches 8 x 30 =
+     * 240 ms of each 500, 0.96 s of its life from 0 to 1.74 s (0.5517),
+     * worker 1 0.84 of 1.71 s (0.4912), the validation workers 0.24 of
+     * 1.56 s (0.1538) and 0.12 of 1.53 s (0.0784): weighted by their
+     * batches (32, 28, 8, 4), 32.954 / 72 = 0.4577, under 0.50.  That read "handoff: the
+     * batches were ready ... more workers will not help" (tqdm_epochs.py's
+     * report).  The training loader (60 of the 72 batches, 2 workers):
+     * 30 ms x 1 batch a step / (2 x 8 ms) = 1.875 > 1: behind, not the
+     * handoff. */
+    put_train_and_val_loaders(0.030);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    assert_true(fabs(a->sum.worker_util - 0.4577) < 1e-4);
+    assert_true(a->sum.lead_workers_per_rank == 2);
+    assert_true(fabs(a->sum.lead_batch_median_s - 0.030) < 1e-9);
+    assert_true(fabs(a->sum.lead_batches_per_step - 1.0) < 1e-9); /* 60 batches, 60 steps */
+    assert_null(tm_analysis_find(a, "input.handoff"));
+    assert_true(tm_analysis_find(a, "input.data_wait") || tm_analysis_find(a, "input.cpu_bound"));
+    done(&run, &a);
+}
+
+static void test_workers_idle_between_short_epochs_that_keep_up_are_handoff(void **st)
+{
+    (void)st;
+    /* The same loop whose training workers fetch 4 ms a batch: 4 / (2 x 8)
+     * = 0.25, the batches were ready; the handoff, as before */
+    put_train_and_val_loaders(0.004);
+    tm_run *run;
+    tm_analysis *a = analyze(&run);
+    const tm_finding *f = tm_analysis_find(a, "input.handoff");
+    assert_non_null(f);
+    assert_true(fabs(ev_num(f, "worker_fetch_per_compute") - 0.25) < 1e-6);
+    /* 4 workers in all, per (rank, loader, id) */
+    assert_true(ev_num(f, "workers_per_rank") == 4);
     done(&run, &a);
 }
 
@@ -2793,6 +2889,8 @@ int main(void)
         T(test_workers_needed_counts_the_batches_of_a_step),
         T(test_cpu_busy_workers_that_keep_up_are_not_cpu_bound),
         T(test_busy_workers_are_not_handoff),
+        T(test_workers_idle_between_short_epochs_that_are_behind_are_not_handoff),
+        T(test_workers_idle_between_short_epochs_that_keep_up_are_handoff),
         T(test_a_rank_slow_in_data_is_the_straggler_and_the_waiting_ranks_are_not_blamed),
         T(test_a_rank_slow_in_compute_is_the_straggler_with_cause_compute),
         T(test_ranks_waiting_alike_have_no_straggler),

@@ -48,6 +48,7 @@ static void test_unit_of_key_reads_the_suffix(void **state)
     assert_int_equal(unit_of("utilization_gpu_percent"), TM_UNIT_PERCENT);
     assert_int_equal(unit_of("speedup"), TM_UNIT_FACTOR);
     assert_int_equal(unit_of("compute_slowdown"), TM_UNIT_FACTOR);
+    assert_int_equal(unit_of("worker_fetch_per_compute"), TM_UNIT_FACTOR);
     assert_int_equal(unit_of("steps"), TM_UNIT_COUNT);
     assert_int_equal(unit_of("worst_pid"), TM_UNIT_COUNT);
     assert_int_equal(unit_of("time_lost_s"), TM_UNIT_SECONDS);
