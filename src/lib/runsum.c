@@ -765,7 +765,7 @@ static void workers_handoff(const tm_run_worker *wk, size_t nwk, tm_an_summary *
 static void lead_loader(const tm_run_worker *wk, size_t nwk, tm_an_summary *S, struct scratch *x,
                         uint64_t steps)
 {
-    size_t count[256] = {0}, lead = 0, kb = 0, nb = 0;
+    size_t count[256] = {0}, lead = 0, nb = 0;
     for (size_t i = 0; i < nwk; i++)
         count[x->lane ? x->lane[i] & 0xFF : 0]++;
     for (size_t l = 1; l < 256; l++)
@@ -777,15 +777,14 @@ static void lead_loader(const tm_run_worker *wk, size_t nwk, tm_an_summary *S, s
         if ((lane & 0xFF) != lead || ft < 0)
             continue;
         x->keys[nb] = worker_key(&wk[i], lane);
-        x->tmp[kb++] = ft;
-        nb++;
+        x->tmp[nb++] = ft;
     }
     size_t workers = count_distinct(x->keys, nb), ranks = 0;
     for (size_t i = 0; i < nb; i++) /* sorted: a rank's keys together */
         if (i == 0 || x->keys[i] >> 32 != x->keys[i - 1] >> 32)
             ranks++;
     S->lead_workers_per_rank = ranks ? (double)workers / (double)ranks : NAN;
-    S->lead_batch_median_s = tm_runsum_median(x->tmp, kb);
+    S->lead_batch_median_s = tm_runsum_median(x->tmp, nb);
     S->lead_batches_per_step = steps ? (double)nb / (double)steps : NAN;
 }
 
