@@ -6,6 +6,8 @@ loop in a subprocess: attach patches torch globally, once per process.
 """
 import json
 import os
+import random
+import socket
 import subprocess
 import sys
 
@@ -65,3 +67,21 @@ def trainmon_bin():
     if not os.path.exists(p):
         pytest.skip("build/trainmon not built (run make)")
     return p
+
+
+def free_port():
+    """A port for the group's store that nothing holds now, below Linux's
+    ephemeral range (32768-60999: a random port there was once another
+    connection's, and the store failed to bind it, "Address already in
+    use"), free on both the IPv4 and the IPv6 wildcard (c10d binds both)."""
+    for _ in range(200):
+        port = random.randint(20000, 32000)
+        try:
+            for fam, addr in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
+                with socket.socket(fam, socket.SOCK_STREAM) as s:
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    s.bind((addr, port))
+            return port
+        except OSError:
+            continue
+    raise AssertionError("no free port in 20000-32000")

@@ -60,11 +60,15 @@ if KIND == "threadfed":           # batches from a thread that iterates a DataLo
     import queue, threading
     from torch.utils.data import DataLoader, TensorDataset
     q = queue.Queue(maxsize=4)
+    stop = threading.Event()
     def feed():
         for b in DataLoader(TensorDataset(X, Y), batch_size=8):
+            if stop.is_set():
+                return
             q.put(b)
         q.put(None)
-    threading.Thread(target=feed, daemon=True).start()
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
 policy = torch.nn.Linear(16, 4)
 class Offload:                    # torchtune-style offloading: an unpack deletes its entry
     def __init__(self):
@@ -242,6 +246,13 @@ for i in range(40):
         loss.backward()
         opt.step()
     opt.zero_grad(set_to_none=True)
+if KIND == "threadfed":             # the feeder ended before the interpreter: a daemon
+    stop.set()                      # thread in torch's C++ at exit is unwound by CPython's
+    while feeder.is_alive():        # finalization, and torch 1.13 aborted ("terminate
+        try:                        # called without an active exception", a CI run's -6)
+            q.get(timeout=0.01)
+        except queue.Empty:
+            pass
 model.boom = False
 scripted = KIND not in ("ownhook",) and torch.jit.script(model) is not None  # (lambda hook)
 print(json.dumps({"saved": saved, "scripted": scripted, "hooks": len(model._forward_hooks),

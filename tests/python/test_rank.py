@@ -14,11 +14,10 @@ reader applies it (src/lib/timeline.c part_late_rank).  The workers,
 forked after, record the rank either way (worker-r<N>-<pid>.tmr)."""
 import json
 import os
-import random
 import subprocess
 import sys
 
-from conftest import PYDIR, records
+from conftest import PYDIR, free_port, records
 
 SCRIPT = r"""
 import os, subprocess, sys, torch
@@ -63,7 +62,7 @@ def _spawn(tmp_path, how, env=None):
               "SLURM_PROCID"):
         e.pop(k, None)
     e.update(env or {})
-    p = subprocess.run([sys.executable, str(script), str(random.randint(31000, 39000)), how],
+    p = subprocess.run([sys.executable, str(script), str(free_port()), how],
                        env=e, capture_output=True, text=True, timeout=240)
     assert p.returncode == 0, p.stderr[-3000:]
     # the helper rank 0 ran took no rank of ours (TRAINMON_RANK is for the

@@ -3,7 +3,7 @@ else at a backward pass, else at the next DataLoader batch; eval batches are
 recorded apart; a process that records nothing leaves no file."""
 import os
 
-from conftest import last_json, main_file, records, run_script
+from conftest import free_port, last_json, main_file, records, run_script
 
 ACCUM_EVAL = r"""
 import json, torch, trainmon
@@ -465,8 +465,7 @@ dist.destroy_process_group()
 
 
 def test_backward_and_blocking_collectives_are_timed_per_step(tmp_path):
-    import random
-    run_script(DIST, tmp_path, env={"PORT": str(random.randint(31000, 39000))})
+    run_script(DIST, tmp_path, env={"PORT": str(free_port())})
     train = [f for _, _, f in records(main_file(tmp_path), "step") if f["phase"] == 1]
     assert len(train) == 6
     # the first step ends before its collectives: the later ones carry them
