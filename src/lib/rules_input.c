@@ -84,6 +84,17 @@ enum input_kind {
     IN_OVERLAP
 };
 
+/* The loader the workers' arithmetic is about: the one that serves the
+ * steps (runsum.c lead_loader: the lane with the most batches), so that a
+ * validation loader's workers, idle through training, neither count as
+ * workers the training loop has nor lend it their fetch times; all the
+ * workers together where that loader is not known. */
+struct lead {
+    double per; /* fetch time per batch */
+    double bps; /* its batches per step (at least 1) */
+    double nw;  /* its workers per rank */
+};
+
 /* The votes of the system signals and the verdict they give. */
 struct votes {
     enum input_kind kind;
@@ -91,26 +102,32 @@ struct votes {
     bool keeps_up; /* a CPU vote, but the workers keep up on paper */
     int disk, cpu;
     double busy, ratio, need, nw;
+    struct lead lead;
 };
+
+static struct lead lead_of(const tm_an_summary *S, size_t nranks)
+{
+    if (S->lead_batch_median_s > 0 && S->lead_batches_per_step > 0 && S->lead_workers_per_rank >= 1)
+        return (struct lead){.per = S->lead_batch_median_s,
+                             .bps = S->lead_batches_per_step >= 1 ? S->lead_batches_per_step : 1,
+                             .nw = round(S->lead_workers_per_rank)};
+    size_t nw = S->workers;
+    if (nranks > 1 && nw)
+        nw = (nw + nranks - 1) / nranks;
+    return (struct lead){.per = S->worker_batch_median_s,
+                         .bps = S->batches_per_step >= 1 ? S->batches_per_step : 1,
+                         .nw = (double)nw};
+}
 
 /* The workers a rank needs so that batches arrive as fast as steps use
  * them: each worker makes one batch at a time, and a step takes
  * batches_per_step of them (gradient accumulation: several); at least 1,
  * NAN when a time is unknown. */
-static double workers_needed(const tm_an_summary *S)
+static double workers_needed(const struct lead *L, const tm_an_summary *S)
 {
-    double per = S->worker_batch_median_s, comp = S->compute_median_s;
-    double bps = S->batches_per_step >= 1 ? S->batches_per_step : 1;
-    double need = comp > 0 && isfinite(per) ? ceil(per * bps / comp - 1e-9) : NAN;
+    double comp = S->compute_median_s;
+    double need = comp > 0 && isfinite(L->per) ? ceil(L->per * L->bps / comp - 1e-9) : NAN;
     return need < 1 ? 1 : need;
-}
-
-static double workers_per_rank(const tm_an_summary *S, size_t nranks)
-{
-    size_t nw = S->workers;
-    if (nranks > 1 && nw)
-        nw = (nw + nranks - 1) / nranks;
-    return (double)nw;
 }
 
 static struct votes verdict_of(const tm_an_summary *S, size_t nranks)
@@ -186,8 +203,9 @@ static struct votes verdict_of(const tm_an_summary *S, size_t nranks)
     w.cpu = cpu;
     w.busy = busy;
     w.ratio = ratio;
-    w.need = workers_needed(S);
-    w.nw = workers_per_rank(S, nranks);
+    w.lead = lead_of(S, nranks);
+    w.need = workers_needed(&w.lead, S);
+    w.nw = w.lead.nw;
     w.kind = storage && (disk >= 2 || cpu == 0) ? IN_DISK : cpu >= 1 ? IN_CPU : IN_WAIT;
     /* CPU-bound workers are too few for their batch time.  When the
      * workers there are deliver a step's batches faster than it computes
@@ -446,13 +464,15 @@ void tm_rule_input_cpu_bound(struct an *an)
     struct ev e;
     char buf[1024], adv[2048];
     ev_input_votes(&e, S, &w);
-    double per = S->worker_batch_median_s, comp = S->compute_median_s;
+    double per = w.lead.per, comp = S->compute_median_s;
     double need = w.need, nw = w.nw;
     tm_an_ev_num(&e, "workers_per_rank", nw);
     tm_an_ev_num(&e, "workers_needed", need);
+    tm_an_ev_num(&e, "loader_batch_time_median_s", per);
+    tm_an_ev_num(&e, "batches_per_step", w.lead.bps);
     /* The count advised fits the cores the job may use (machine.c). */
     char why[128] = "";
-    double bps = S->batches_per_step;
+    double bps = w.lead.bps;
     if (isfinite(per) && isfinite(comp) && bps >= 1.05)
         snprintf(why, sizeof why, "%.3f s per batch x %.1f batches / %.3f s of compute per step",
                  per, bps, comp);
@@ -511,9 +531,10 @@ void tm_rule_input_data_wait(struct an *an)
         /* CPU-busy workers that are enough in the medians (verdict_of) */
         tm_an_ev_num(&e, "workers_per_rank", w.nw);
         tm_an_ev_num(&e, "workers_needed", w.need);
-        tm_an_ev_num(&e, "batches_per_step", S->batches_per_step);
+        tm_an_ev_num(&e, "loader_batch_time_median_s", w.lead.per);
+        tm_an_ev_num(&e, "batches_per_step", w.lead.bps);
         tm_an_ev_num(&e, "worker_fetch_share", S->worker_util);
-        double bps = S->batches_per_step >= 1 ? S->batches_per_step : 1;
+        double bps = w.lead.bps, per = w.lead.per;
         snprintf(adv, sizeof adv,
                  "%s %.0f worker%s per rank %s %.1f ms per batch, busy on a CPU; "
                  "with the median batch %s would deliver a step's %.3g batch%s every "
@@ -523,9 +544,8 @@ void tm_rule_input_data_wait(struct an *an)
                  "further ahead)%s. The chart of data wait per step in `trainmon "
                  "report --html FILE` shows when.",
                  w.nw == 1 ? "Its" : "The", w.nw, w.nw == 1 ? "" : "s",
-                 w.nw == 1 ? "takes" : "take", 1e3 * S->worker_batch_median_s,
-                 w.nw == 1 ? "it" : "they", bps, bps == 1 ? "" : "es",
-                 1e3 * S->worker_batch_median_s * bps / w.nw, 1e3 * S->compute_median_s,
+                 w.nw == 1 ? "takes" : "take", 1e3 * per, w.nw == 1 ? "it" : "they", bps,
+                 bps == 1 ? "" : "es", 1e3 * per * bps / w.nw, 1e3 * S->compute_median_s,
                  S->worker_restarts ? ", or at each epoch's start, where a new set of "
                                       "workers starts (persistent_workers=True keeps "
                                       "them)"

@@ -137,7 +137,9 @@
 # the loop's 8 ms of compute, idle at each short epoch's end and through
 # the validation) no input.handoff (the previous report: "handoff ... more
 # workers will not help: they are idle", from the workers' lifetime share,
-# 0.44), but input.data_wait or input.cpu_bound.
+# 0.44), but input.data_wait or input.cpu_bound; and never "more workers
+# will not help" (the 4 workers of both loaders at their median once read
+# as keeping up), input.cpu_bound counting the training loader's 2.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -376,6 +378,13 @@ if job in WORKERS and (S.get("workers"), S.get("worker_restarts")) != WORKERS[jo
                % ((S.get("workers"), S.get("worker_restarts")) + WORKERS[job]))
 if want in ids and job in WHERE and not (ids[want]["evidence"].get(WHERE[job]) or 0) >= 0.6:
     bad.append("%s %s %s, not 0.6 or more" % (want, WHERE[job], ids[want]["evidence"].get(WHERE[job])))
+if job == "tqdm_workers":  # the training loader's 2 workers are the limit
+    for i in sorted(ids):
+        if "more workers will not help" in (ids[i].get("advice") or ""):
+            bad.append("%s says more workers will not help: %s" % (i, ids[i]["advice"][:200]))
+    wpr = ids.get("input.cpu_bound", {}).get("evidence", {}).get("workers_per_rank")
+    if wpr is not None and wpr != 2:  # its 2, not the validation loader's 2 besides
+        bad.append("input.cpu_bound workers_per_rank %s, the training loader runs 2" % wpr)
 for w in sorted(NEVER[job] & set(ids)):
     bad.append("%s among the findings" % w)
 print("  %-20s job steps %-3d share %.3f | report steps %s wait %s evals %d boundary %s %s"
