@@ -1426,16 +1426,19 @@ def _unalias_savers():
         _report_exc("checkpoint timing", e)
 
 
-class _SaversOnImport:
-    """A meta-path finder that wraps a framework's saver right after its
-    module is imported (after attach(): lightning, transformers and
-    safetensors import torch first).  Only the modules of _SAVERS are
-    looked at; attach() puts it first on sys.meta_path, detach() takes it
-    off."""
+class _OnImport:
+    """A meta-path finder that calls hook(module) right after one of the
+    modules named is imported (after attach(): lightning, transformers
+    and safetensors import torch first; torch imports torch._dynamo only
+    when the job compiles).  Only those modules are looked at; attach()
+    puts it first on sys.meta_path, detach() takes it off.  what names
+    the hook in a report of its exception."""
 
-    def __init__(self, names):
+    def __init__(self, names, hook, what):
         self.names = set(names)
         self.busy = set()
+        self.hook = hook
+        self.what = what
 
     def find_spec(self, name, path=None, target=None):
         if name not in self.names or name in self.busy:
@@ -1448,23 +1451,28 @@ class _SaversOnImport:
             if loader is None or not hasattr(loader, "exec_module"):
                 return None
             orig_exec = loader.exec_module
+            hook, what = self.hook, self.what
 
             def exec_module(module):
                 orig_exec(module)
                 try:
-                    for sv in _SAVERS:
-                        if sv[0] == module.__name__:
-                            _install_saver(module, sv)
+                    hook(module)
                 except Exception as e:
-                    _report_exc("checkpoint timing", e)
+                    _report_exc(what, e)
             loader.exec_module = exec_module
             self.names.discard(name)
             return spec
         except Exception as e:
-            _report_exc("checkpoint timing", e)
+            _report_exc(self.what, e)
             return None
         finally:
             self.busy.discard(name)
+
+
+def _savers_of(module):
+    for sv in _SAVERS:
+        if sv[0] == module.__name__:
+            _install_saver(module, sv)
 
 
 def _install_gc():
@@ -1500,6 +1508,64 @@ def _make_collect(orig):
     return collect
 
 
+_COMPILE_CALLBACKS = "torch._dynamo.callback"
+
+
+def _compile_start(args):
+    """torch._dynamo's start-of-compilation callback."""
+    try:
+        _c.compile_enter(threading.current_thread() is threading.main_thread())
+    except Exception as e:
+        _report_exc("torch.compile timing", e)
+
+
+def _compile_end(args):
+    """torch._dynamo's end-of-compilation callback: the trigger's name and
+    the compile id ("0/1": frame 0's second compilation)."""
+    try:
+        trig = getattr(getattr(args, "callback_trigger", None), "name", None)
+        cid = getattr(args, "compile_id", None)
+        _c.compile_exit(trig if isinstance(trig, str) else None,
+                        cid if isinstance(cid, str) else None)
+    except Exception as e:
+        _report_exc("torch.compile timing", e)
+
+
+def _compile_hooks(module):
+    """Registers the callbacks on torch._dynamo.callback's handler (torch
+    2.4 and later; an older torch has no handler: nothing is timed)."""
+    h = getattr(module, "callback_handler", None)
+    if h is None or not hasattr(h, "register_start_callback"):
+        return
+    if _compile_start not in getattr(h, "start_callbacks", ()):
+        h.register_start_callback(_compile_start)
+        h.register_end_callback(_compile_end)
+
+
+def _install_compile():
+    """torch.compile's compilations (docs/DIAGNOSIS.md steps.compile): now
+    if torch._dynamo is loaded, else when the job first compiles (importing
+    it here would cost every job a second)."""
+    mod = sys.modules.get(_COMPILE_CALLBACKS)
+    if mod is not None:
+        _compile_hooks(mod)
+        return
+    finder = _OnImport([_COMPILE_CALLBACKS], _compile_hooks, "torch.compile timing")
+    sys.meta_path.insert(0, finder)
+    _state["compile_finder"] = finder
+
+
+def _uninstall_compile():
+    finder = _state.pop("compile_finder", None)
+    if finder is not None and finder in sys.meta_path:
+        sys.meta_path.remove(finder)
+    h = getattr(sys.modules.get(_COMPILE_CALLBACKS), "callback_handler", None)
+    for lst, fn in ((getattr(h, "start_callbacks", None), _compile_start),
+                    (getattr(h, "end_callbacks", None), _compile_end)):
+        while isinstance(lst, list) and fn in lst:
+            lst.remove(fn)
+
+
 def _install_savers():
     pending = []
     for sv in _SAVERS:
@@ -1509,7 +1575,7 @@ def _install_savers():
         elif sv[0] not in pending:
             pending.append(sv[0])
     if pending:
-        finder = _SaversOnImport(pending)
+        finder = _OnImport(pending, _savers_of, "checkpoint timing")
         sys.meta_path.insert(0, finder)
         _state["savers_finder"] = finder
 
@@ -2325,6 +2391,10 @@ def attach(run_dir=None, memory_history=None):
         except Exception as e:
             _report_exc("garbage collector timing", e)
         try:
+            _install_compile()
+        except Exception as e:
+            _report_exc("torch.compile timing", e)
+        try:
             _install_amp(torch)
         except Exception as e:
             _report_exc("AMP skipped-step timing", e)
@@ -2372,6 +2442,7 @@ def detach():
         finder = _state.pop("savers_finder", None)
         if finder is not None and finder in sys.meta_path:
             sys.meta_path.remove(finder)
+        _uninstall_compile()
         # an anatomy one-shot wrapper of torch.autograd.backward not called
         # yet (the engine, not backward, is patched where it can be)
         ag = sys.modules.get("torch.autograd")

@@ -3661,6 +3661,90 @@ static PyObject *py_save_exit(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* torch.compile (docs/DIAGNOSIS.md, steps.compile).  torch._dynamo calls
+ * its compile callbacks (torch._dynamo.callback_handler, torch 2.4 and
+ * later) at the start and the end of each compilation: dynamo tracing a
+ * frame (and AOTAutograd and the backend under it), a backward graph
+ * compiled lazily at its first run.  The glue registers compile_enter and
+ * compile_exit there; nested compilations are one (the handler runs the
+ * callbacks only for the outermost).  Each ends in one compile event: its
+ * wall and thread CPU time, the steps begun so far, whether the training
+ * thread compiled (its steps took the time), the trigger and torch's
+ * compile id ("F/N": frame F's N-th compilation, 0 the first; "!A/F/N"
+ * under compiled autograd).  The strings are torch's: only [A-Za-z0-9_!/.-]
+ * is kept, 31 bytes at most. */
+static _Thread_local int t_compile_depth;
+static _Thread_local int64_t t_compile_t0, t_compile_cpu0;
+static _Thread_local int t_compile_training;
+
+/* compile_enter(is_main_thread): the training thread is the one the step
+ * model found, or before it found one, the main thread */
+static PyObject *py_compile_enter(PyObject *self, PyObject *is_main)
+{
+    (void)self;
+    /* The handler's count of compilations in progress is the process's,
+     * not the thread's: where two threads compiled at once, one thread's
+     * start may never see its end.  A start always begins afresh here, so
+     * a lost end costs that one event, not this thread's later ones. */
+    t_compile_depth = 1;
+    t_compile_t0 = now_ns();
+    t_compile_cpu0 = thread_cpu_ns();
+    t_compile_training = g_thread ? thread_ident() == g_thread : PyObject_IsTrue(is_main) == 1;
+    PyErr_Clear();
+    Py_RETURN_NONE;
+}
+
+static void compile_token(char *out, size_t cap, const char *in)
+{
+    size_t k = 0;
+    for (; in && *in && k + 1 < cap; in++) {
+        char c = *in;
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+            c == '_' || c == '!' || c == '/' || c == '.' || c == '-')
+            out[k++] = c;
+    }
+    out[k] = '\0';
+}
+
+/* compile_exit(trigger, compile_id): strings, or anything else (unknown) */
+static PyObject *py_compile_exit(PyObject *self, PyObject *args)
+{
+    (void)self;
+    const char *trig = NULL, *id = NULL;
+    if (!PyArg_ParseTuple(args, "zz", &trig, &id)) {
+        PyErr_Clear();
+        trig = id = NULL;
+    }
+    if (t_compile_depth <= 0 || g_shut)
+        Py_RETURN_NONE;
+    t_compile_depth = 0;
+    int64_t t = now_ns(), d = t > t_compile_t0 ? t - t_compile_t0 : 0;
+    int64_t c1 = t_compile_cpu0 >= 0 ? thread_cpu_ns() : -1;
+    char cs[32] = "null", tr[32], ci[32], js[256];
+    if (c1 >= t_compile_cpu0 && t_compile_cpu0 >= 0)
+        snprintf(cs, sizeof cs, "%.6f", (double)(c1 - t_compile_cpu0) / 1e9);
+    compile_token(tr, sizeof tr, trig);
+    compile_token(ci, sizeof ci, id);
+    /* A backward graph compiles at its first run, in the thread that runs
+     * the backward pass: on a GPU the autograd engine's device thread,
+     * while the training thread waits in backward() for it.  The loop's
+     * time all the same. */
+    if (strcmp(tr, "LAZY_BACKWARD") == 0)
+        t_compile_training = 1;
+    snprintf(js, sizeof js,
+             "{\"dur_s\":%.6f,\"cpu_s\":%s,\"step\":%llu,\"training\":%s,\"trigger\":\"%s\","
+             "\"id\":\"%s\"}",
+             (double)d / 1e9, cs, (unsigned long long)g_steps,
+             t_compile_training ? "true" : "false", tr, ci);
+    lazy_open();
+    if (g_rec) {
+        int rc = tm_rec_event(g_rec, 0, "compile", js);
+        if (rc == -ENOSPC)
+            report_once(R_FULL, "%s: disk full: recording stopped, the job goes on", g_run_dir);
+    }
+    Py_RETURN_NONE;
+}
+
 /* Python's cyclic garbage collector (docs/DIAGNOSIS.md, gc.pauses).  A
  * collection holds the GIL for its whole time: the training thread stops
  * wherever it was (the batch preparation, a forward, the loop's own
@@ -3683,7 +3767,9 @@ static PyObject *py_save_exit(PyObject *self, PyObject *args)
  * whether it was automatic (auto false: the job's own gc.collect(), which
  * the glue wraps, or any collection while automatic collection was off),
  * whether it fell in a checkpoint save or the agent's own work at a
- * boundary (in_save: that time is in no step already), and whether the
+ * boundary (in_save: that time is in no step already), whether it fell
+ * in a torch.compile compilation of this thread (in_compile: the compile
+ * event's time holds it, and steps.compile says it), and whether the
  * training thread was in a batch preparation span when it began (prep:
  * armed for the next forward, outside a zero_grad() or a device wait,
  * gc_in_prep; the accounting takes the pause out of that span's
@@ -3816,10 +3902,10 @@ static PyObject *py_gc_callback(PyObject *self, PyObject *const *args, Py_ssize_
         Py_RETURN_NONE;
     g_gc_win_n[full]++;
     long coll = gc_info_long(args[1], g_gc_key_coll);
-    char js[224];
+    char js[256];
     int n = snprintf(js, sizeof js,
                      "{\"gen\":%ld,\"dur_s\":%.6f,\"collected\":%ld,\"step\":%llu,\"train\":%s,"
-                     "\"auto\":%s,\"in_save\":%s,\"prep\":",
+                     "\"auto\":%s,\"in_save\":%s,\"in_compile\":%s,\"prep\":",
                      gen, (double)d / 1e9, coll, (unsigned long long)g_steps,
                      g_thread && thread_ident() == g_thread ? "true" : "false",
                      g_gc_explicit ? "false"
@@ -3829,7 +3915,8 @@ static PyObject *py_gc_callback(PyObject *self, PyObject *const *args, Py_ssize_
 #else
                                    : "null",
 #endif
-                     (t_save_depth > 0 && t_save_blocking) || g_agent_busy ? "true" : "false");
+                     (t_save_depth > 0 && t_save_blocking) || g_agent_busy ? "true" : "false",
+                     t_compile_depth > 0 ? "true" : "false");
     if (n < 0 || (size_t)n >= sizeof js - 8)
         Py_RETURN_NONE;
     snprintf(js + n, sizeof js - (size_t)n, "%s}", g_gc_prep ? "true" : "false");
@@ -5245,6 +5332,8 @@ static PyMethodDef methods[] = {
     {"coll_exit", py_coll_exit, METH_NOARGS, "a blocking torch.distributed collective returned"},
     {"save_enter", py_save_enter, METH_O, "torch.save entered (is_main_thread)"},
     {"save_exit", py_save_exit, METH_VARARGS, "a saver returned or raised (nbytes, ok[, kind])"},
+    {"compile_enter", py_compile_enter, METH_O, "torch.compile began compiling (is_main_thread)"},
+    {"compile_exit", py_compile_exit, METH_VARARGS, "it ended (trigger, compile_id)"},
     {"gc_callback", (PyCFunction)(void (*)(void))py_gc_callback, METH_FASTCALL,
      "gc.callbacks' entry: times the collections (phase, info)"},
     {"gc_explicit", py_gc_explicit, METH_O, "the job's gc.collect() called (True) or returned"},

@@ -54,6 +54,7 @@ static const struct tm_rule rules[] = {
     {.id = "gc.pauses", .max = TM_SEV_HIGH, .run = tm_rule_gc_pauses},
     {.id = "steps.stalls", .max = TM_SEV_HIGH, .run = tm_rule_steps_stalls},
     {.id = "steps.no_grad", .max = TM_SEV_HIGH, .run = tm_rule_steps_no_grad},
+    {.id = "steps.compile", .max = TM_SEV_HIGH, .run = tm_rule_steps_compile},
     {.id = "data.page_cache", .max = TM_SEV_MEDIUM, .run = tm_rule_data_page_cache},
     {.id = "data.small_files", .max = TM_SEV_MEDIUM, .run = tm_rule_data_small_files},
     {.id = "gpu.underutilized", .max = TM_SEV_MEDIUM, .run = tm_rule_gpu_underutilized},

@@ -165,6 +165,20 @@
 #define TM_AN_CKPT_MIN 2
 #define TM_AN_CKPT_MTBF_S 86400.0
 #define TM_AN_CKPT_CPU_WAITING 0.5
+
+/* steps.compile: torch.compile's compilations ran inside the loop's steps
+ * (runsum_compile.c).  As for checkpoints (TM_AN_CKPT_SHARE), a twentieth
+ * of the loop's time is worth saying and a fifth is high; recompilations
+ * after warm-up make it medium at least (they stall training mid-run).  A
+ * frame compiled TM_AN_COMPILE_FRAME_MANY times (three recompilations) is
+ * said whatever it cost: its guards keep failing (a shape that changes
+ * each time), and at torch._dynamo.config.recompile_limit compilations
+ * (TM_AN_COMPILE_LIMIT: 8 in torch 2.x, cache_size_limit before 2.6)
+ * dynamo gives up and that frame runs uncompiled from then on. */
+#define TM_AN_COMPILE_SHARE 0.05
+#define TM_AN_COMPILE_SHARE_HIGH 0.20
+#define TM_AN_COMPILE_FRAME_MANY 4
+#define TM_AN_COMPILE_LIMIT 8
 /* gc.pauses: Python's garbage collector stopped the loop (runsum_gc.c).
  * As for checkpoints, a twentieth of the loop's time is worth fixing
  * (medium) and a fifth is high, with at least TM_AN_GC_MIN pauses in the

@@ -145,6 +145,7 @@ void tm_an_pack_gain(double req_bytes, double read_bps, double ceiling_bps, doub
                      double compute_s, double *read_gain, double *read_bps_after, double *speedup);
 /* rules_ckpt.c: torch.save on the training thread stopped the loop */
 void tm_rule_checkpoint_blocking(struct an *an);
+void tm_rule_steps_compile(struct an *an);
 void tm_rule_gc_pauses(struct an *an);
 void tm_rule_steps_stalls(struct an *an);
 /* rules_nograd.c: the model run without gradients between the steps (RL

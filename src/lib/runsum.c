@@ -1371,6 +1371,7 @@ int tm_runsum_build(tm_runview *v, tm_an_summary *S, tm_an_rank **ranks, size_t 
     summarize_machine(v, S, *ranks, *nranks);
     summarize_agent(v, S);
     tm_runsum_checkpoints(v, S);
+    tm_runsum_compiles(v, S);
     tm_runsum_gc(v, S, *ranks, *nranks); /* each row net of its own pauses, as the run's */
     tm_runsum_stalls(v, S, *ranks, *nranks);
     tm_runsum_overlap(v, S, *ranks, *nranks);

@@ -208,6 +208,17 @@ typedef struct tm_an_summary {
     size_t ckpt_async;
     double ckpt_s, ckpt_median_s, ckpt_bytes, ckpt_write_bps, ckpt_cpu_share;
     double ckpt_every_steps, ckpt_loop_s, ckpt_step_s, ckpt_bg_s;
+    /* torch.compile (compile events of the agent; runsum_compile.c).  Of
+     * the process whose training thread compiled longest: its
+     * compilations and their time, the longest one, the recompilations
+     * (a frame's second and later: a guard failed), the frames, the most
+     * compilations of one frame, those in judged steps (after warm-up:
+     * compile_late_*) and the first such step (counted from 0; NAN:
+     * none), its loop time (training steps, eval runs; NAN: no
+     * compilation); compilations in other threads, all processes. */
+    size_t compile_n, compile_recompiles, compile_late_n, compile_bg_n;
+    size_t compile_frames, compile_max_per_frame;
+    double compile_s, compile_late_s, compile_loop_s, compile_longest_s, compile_first_late_step;
     /* Python's garbage collector (gc.pause and gc.totals events of the
      * agent; runsum_gc.c).  A pause is a full collection (generation 2),
      * or any of 1 ms or more, that began inside its process's loop.  Of
@@ -372,6 +383,13 @@ bool tm_an_stalls_claimed(const tm_an_summary *S);
 unsigned char *tm_runsum_startup_marks(const tm_runview *v);
 /* The checkpoint saves of the run into S's ckpt_* (runsum_ckpt.c). */
 void tm_runsum_checkpoints(const tm_runview *v, tm_an_summary *S);
+/* torch.compile's compilations into S's compile_* (runsum_compile.c). */
+void tm_runsum_compiles(const tm_runview *v, tm_an_summary *S);
+/* Source s's training-thread compilations, {begin, end} pairs of wall
+ * clock ns in the order written (malloc'ed, the caller frees it; NULL and
+ * *n 0: none or no memory): the time a stall spent compiling
+ * (runsum_stalls.c). */
+double *tm_runsum_compile_spans(const tm_runview *v, uint32_t s, size_t *n);
 
 /* Mean of a series' finite points inside the window (NAN when none);
  * *count (may be NULL) gets how many. */

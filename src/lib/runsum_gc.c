@@ -49,11 +49,14 @@
 
 /* A pause of the loop's: not one inside a blocking checkpoint save or the
  * agent's own work at a boundary (in_save), whose time the step model has
- * already taken out of the steps (checkpoint.blocking counts it) */
+ * already taken out of the steps (checkpoint.blocking counts it), nor one
+ * inside a torch.compile compilation (in_compile: the compilation's
+ * allocations made it, its time is the compilation's, and steps.compile
+ * counts it; the collector's settings are not what would remove it) */
 static bool is_pause(const tm_run_event *e)
 {
     return e->name && e->json && strcmp(e->name, "gc.pause") == 0 &&
-           !strstr(e->json, "\"in_save\":true");
+           !strstr(e->json, "\"in_save\":true") && !strstr(e->json, "\"in_compile\":true");
 }
 
 /* A pause: [b, e] in ns (the event is written at its end); prep: begun

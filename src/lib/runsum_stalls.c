@@ -13,8 +13,10 @@
  *     and TM_AN_STALL_MIN_S more;
  *   - its excess over the median is explained when a longer data wait
  *     than the median's, or the garbage collector's pauses inside it
- *     (runsum_gc.c), or, in a distributed job, another rank's blocking
- *     checkpoint saves and collector pauses in its time (that rank stopped
+ *     (runsum_gc.c) or its torch.compile compilations (runsum_compile.c:
+ *     steps.compile says them), or, in a distributed job, another rank's
+ *     blocking checkpoint saves, collector pauses and compilations in its
+ *     time (that rank stopped
  *     and this one waited for it at the next collective: rank 0's
  *     torch.save every K steps stalls every other rank every K steps;
  *     checkpoint.blocking and gc.pauses say those), or the model run under
@@ -96,7 +98,9 @@ static struct held *held_build(const tm_runview *v)
             continue;
         bool save =
             strcmp(e->name, "checkpoint.save") == 0 && strstr(e->json, "\"blocking\":true") != NULL;
-        if (!save && strcmp(e->name, "gc.pause") != 0)
+        bool compile =
+            strcmp(e->name, "compile") == 0 && strstr(e->json, "\"training\":true") != NULL;
+        if (!save && !compile && strcmp(e->name, "gc.pause") != 0)
             continue;
         double d = tm_runsum_event_num(e->json, "dur_s");
         if (!(d > 0) || !isfinite(d))
@@ -186,6 +190,32 @@ static double held_in(const tm_runview *v, uint32_t s, const double *gc, size_t 
     return t;
 }
 
+/* Where source s itself stopped: its collector's pauses and its
+ * compilations (steps.compile says those), sorted and merged; NULL and
+ * *n 0 when none (or out of memory). */
+static double *own_spans(const tm_runview *v, uint32_t s, size_t *n)
+{
+    size_t ng = 0, nc = 0;
+    double *gc = tm_runsum_gc_spans(v, s, &ng);
+    double *cs = tm_runsum_compile_spans(v, s, &nc);
+    *n = 0;
+    if (!nc) {
+        free(cs);
+        *n = gc ? ng : 0;
+        return gc;
+    }
+    double *all = realloc(gc, 2 * (ng + nc) * sizeof *all);
+    if (!all) {
+        free(gc);
+        free(cs);
+        return NULL;
+    }
+    memcpy(all + 2 * ng, cs, 2 * nc * sizeof *cs);
+    free(cs);
+    *n = merge_pairs(all, ng + nc);
+    return all;
+}
+
 /* The model run under no_grad before the step's training forward, s */
 static double nograd_of(const tm_inproc_step *y)
 {
@@ -264,7 +294,7 @@ static void stalls_of(const tm_runview *v, uint32_t s, const tm_run_step *st, si
                 continue;
             }
             if (!sp_read) {
-                sp = tm_runsum_gc_spans(v, s, &nsp);
+                sp = own_spans(v, s, &nsp);
                 sp_read = true;
             }
             if (!*H_read && is_rank(v, s)) {

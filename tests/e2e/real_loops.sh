@@ -140,6 +140,11 @@
 # 0.44), but input.data_wait or input.cpu_bound; and never "more workers
 # will not help" (the 4 workers of both loaders at their median once read
 # as keeping up), input.cpu_bound counting the training loader's 2.
+# torch.compile (compiled: the model compiled in the first step and again
+# for each epoch's short last batch, once): steps.compile with the job's own
+# count of its compiling steps after the first (1, at step 12) and of its
+# graphs, the compile time inside the job's timing of those steps, and no
+# gc.pauses for the collections the compiler's allocations made in it.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -192,7 +197,8 @@ EXPECT = {"llm_memmap": ("input.main_prep", "cpu"), "manual_sgd": ("input.main_p
           "tqdm_epochs": ("input.data_wait", None),
           # the workers are the limit on 2 cores: the CPU vote depends on the
           # machine's load, the handoff (they are idle) is wrong
-          "tqdm_workers": (("input.data_wait", "input.cpu_bound"), None)}
+          "tqdm_workers": (("input.data_wait", "input.cpu_bound"), None),
+          "compiled": ("input.data_wait", None)}
 # where in the step the expected input.main_prep must say the batch is made
 WHERE = {"llm_memmap_nanogpt": "prep_after_forward_share",
          "llm_memmap_nanochat": "prep_before_step_share"}
@@ -239,7 +245,8 @@ NEVER = {"llm_memmap": {"input.data_wait", "input.cpu_bound", "input.disk_bound"
          "rl_ppo": RL_NEVER, "rl_a2c": RL_NEVER, "rl_sb3": RL_NEVER,
          "producer_queue": {"input.data_wait", "input.cpu_bound", "input.disk_bound"},
          "tqdm_epochs": {"input.main_prep", "input.handoff"},
-         "tqdm_workers": {"input.main_prep", "input.handoff", "input.ok"}}
+         "tqdm_workers": {"input.main_prep", "input.handoff", "input.ok"},
+         "compiled": {"gc.pauses", "input.ok"}}
 oracle, rep, train, evals = runcheck.load(run)
 S = rep["summary"]
 bad = []
@@ -378,6 +385,24 @@ if job in WORKERS and (S.get("workers"), S.get("worker_restarts")) != WORKERS[jo
                % ((S.get("workers"), S.get("worker_restarts")) + WORKERS[job]))
 if want in ids and job in WHERE and not (ids[want]["evidence"].get(WHERE[job]) or 0) >= 0.6:
     bad.append("%s %s %s, not 0.6 or more" % (want, WHERE[job], ids[want]["evidence"].get(WHERE[job])))
+if job == "compiled":  # torch.compile: the job's own compiling steps and graphs
+    f = ids.get("steps.compile")
+    if not f:
+        bad.append("no steps.compile among %s (the job's %d compiling steps took %.3f s)"
+                   % (sorted(ids), oracle["compiled_steps"], oracle["compile_step_s"]))
+    else:
+        ev = f["evidence"]
+        late = oracle["compiled_steps"] - 1  # the first step's is warm-up
+        got = (ev.get("compilations_after_warmup"), ev.get("first_step_after_warmup"),
+               ev.get("recompilations"))
+        if got != (late, 12, oracle["graphs"] - 1):
+            bad.append("steps.compile after warm-up, from step, recompilations %s: the job "
+                       "compiled %d graphs, in %d steps after the first, from step 12"
+                       % (got, oracle["graphs"], late))
+        ct = ev.get("compile_time_s") or 0  # inside the steps that compiled, most of them
+        if not 0.5 * oracle["compile_step_s"] <= ct <= oracle["compile_step_s"] + 0.01:
+            bad.append("compile time %.3f s, the job's compiling steps took %.3f s"
+                       % (ct, oracle["compile_step_s"]))
 if job == "tqdm_workers":  # the training loader's 2 workers are the limit
     for i in sorted(ids):
         if "more workers will not help" in (ids[i].get("advice") or ""):
@@ -410,7 +435,7 @@ half() { # name python
     # The sanitizer build: the report and dump of the binary under ASan on
     # one loop of each kind of boundary, not the whole matrix again.
     case ${BUILD:-} in *asan*) [ -n "$jobs" ] || jobs="grad_accum manual_sgd idle_workers" ;; esac
-    for job in ${jobs:-llm_memmap llm_memmap_fast llm_memmap_ckpt llm_memmap_dcp llm_memmap_gc llm_memmap_log grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver loader_fork loader_newiter loader_newiter_persistent thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next two_loaders_workers grad_accum_cycle amp_nan gan_dcgan gan_wgan accelerate_loop train_eval_first infer_scoring infer_main llm_memmap_accum llm_memmap_nanogpt llm_memmap_nanochat rl_ppo rl_a2c rl_sb3 producer_queue tqdm_epochs tqdm_workers}; do
+    for job in ${jobs:-llm_memmap llm_memmap_fast llm_memmap_ckpt llm_memmap_dcp llm_memmap_gc llm_memmap_log grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver loader_fork loader_newiter loader_newiter_persistent thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next two_loaders_workers grad_accum_cycle amp_nan gan_dcgan gan_wgan accelerate_loop train_eval_first infer_scoring infer_main llm_memmap_accum llm_memmap_nanogpt llm_memmap_nanochat rl_ppo rl_a2c rl_sb3 producer_queue tqdm_epochs tqdm_workers compiled}; do
         local run=$scratch/$name-$job script=$job envs=()
         [ "$job" = llm_memmap_fast ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=4096); }
         [ "$job" = llm_memmap_ckpt ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=4096 JOB_SAVE_EVERY=4 JOB_SAVE_MB=128); }
@@ -445,6 +470,9 @@ half() { # name python
         fi
         if [ "${script:-}" = tqdm_epochs ] && ! "$PY" -c 'import tqdm' 2>/dev/null; then
             echo "  $job: skipped: no tqdm for $PY (make deps installs it in the virtualenv)"; continue
+        fi
+        if [ "$job" = compiled ] && ! "$PY" -c 'import torch._dynamo.callback as c; c.callback_handler' 2>/dev/null; then
+            echo "  $job: skipped: torch $tv has no torch.compile callbacks (torch 2.4 and later)"; continue
         fi
         if [ "$job" = accelerate_loop ] && ! "$PY" -c 'import accelerate' 2>/dev/null; then
             echo "  $job: skipped: no accelerate for $PY (make deps installs it in the virtualenv)"; continue
