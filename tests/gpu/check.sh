@@ -30,7 +30,7 @@
 # the machine cannot run the check (no nvidia-smi, no CUDA torch).
 # Environment: ALLOC_GIB (default 8), PYTHON (a python3 with CUDA torch),
 # BUILD (default build), PARTS (the parts to run, default all: watch inproc
-# swing hostwait leak amp batch; a device call is limited to 10 minutes).
+# swing hostwait leak amp compile batch; a device call is limited to 10 minutes).
 set -u
 
 compare() { # JSONL SMI PID ALLOC_BYTES
@@ -266,8 +266,8 @@ fi
 CMP_PYTHON=$py
 
 # PARTS picks the parts to run (all by default), so that a device with
-# less time left runs them over several calls: watch inproc swing hostwait leak amp batch
-all_parts="watch inproc swing hostwait leak amp batch"
+# less time left runs them over several calls: watch inproc swing hostwait leak amp compile batch
+all_parts="watch inproc swing hostwait leak amp compile batch"
 parts=${PARTS:-$all_parts}
 [ -n "${parts// /}" ] || { echo "check: PARTS names no part (the parts: $all_parts)" >&2; exit 2; }
 for p in $parts; do
@@ -282,7 +282,7 @@ want() {
     return 1
 }
 watch_rc=skipped py_rc=skipped swing_rc=skipped hostwait_rc=skipped leak_rc=skipped amp_rc=skipped
-batch_rc=skipped
+compile_rc=skipped batch_rc=skipped
 
 echo "check: building"
 if ! make -j"$(nproc)" >/tmp/trainmon-gpu-build.log 2>&1; then
@@ -717,6 +717,60 @@ PY
 [ $? -eq 0 ] && [ $amp_rc -eq 0 ] || { tail -n 20 "$work/amp.out"; amp_rc=1; }
 fi
 
+# --- torch.compile on the GPU (steps.compile): a compiled model (inductor)
+# trained 3 epochs of 13 steps, the 13th a short batch (recompiled once).
+# The backward graph compiles lazily in the autograd engine's device
+# thread: it must count as the loop's, not as another thread's.  The job's
+# own count of its compiling steps and their time is the oracle.
+if want compile; then
+cat >"$work/compile.py" <<'PY'
+import json, time, torch
+dev = torch.device("cuda:0")
+model = torch.compile(torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(),
+                                          torch.nn.Linear(2048, 512)).to(dev))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+frames = torch._dynamo.utils.counters["stats"]
+steps, compiled, comp_s = 0, 0, 0.0
+for epoch in range(3):
+    for i in range(13):
+        x = torch.randn(64 if i < 12 else 20, 512, device=dev)
+        before = frames["unique_graphs"]
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        torch.cuda.synchronize()
+        steps += 1
+        if frames["unique_graphs"] != before:
+            compiled += 1
+            comp_s += time.perf_counter() - t0
+print(json.dumps({"steps": steps, "compiled_steps": compiled, "compile_step_s": comp_s,
+                  "graphs": frames["unique_graphs"]}))
+PY
+run_job compile 300 -- "$work/compile.py"
+compile_rc=$?
+"$py" - "$work/compile.json" "$work/compile.out" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+job = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")][-1]
+f = [x for x in r.get("findings", []) if x["id"] == "steps.compile"]
+ev = f[0]["evidence"] if f else {}
+want = (job["steps"], job["compiled_steps"] - 1, 12, job["graphs"] - 1, 0)
+got = (r["summary"].get("steps"), ev.get("compilations_after_warmup"),
+       ev.get("first_step_after_warmup"), ev.get("recompilations"),
+       ev.get("other_thread_compilations"))
+ct = ev.get("compile_time_s") or 0
+ok = got == want and 0.5 * job["compile_step_s"] <= ct <= job["compile_step_s"] + 0.05
+print("check: torch.compile, the job's steps, compiling steps after the first, from step, "
+      "recompilations, other threads':", want, "trainmon:", got, "compile time %.2f s of the "
+      "job's %.2f s in those steps" % (ct, job["compile_step_s"]), "ok" if ok else "MISMATCH")
+sys.exit(0 if ok else 1)
+PY
+[ $? -eq 0 ] && [ $compile_rc -eq 0 ] || { tail -n 20 "$work/compile.out"; compile_rc=1; }
+fi
+
 # --- the largest micro-batch (#16 item 5): with GPU 0 left about BATCH_GIB
 # free by a ballast process, a transformer trained under `trainmon run` at
 # batch 8 gets anatomy.max_micro_batch (the prediction); batch_oom.py then
@@ -801,8 +855,8 @@ kill "$ballast_pid" 2>/dev/null && wait "$ballast_pid" 2>/dev/null
 ballast_pid=""
 fi
 
-echo "check: watch $watch_rc, in-process $py_rc, swing $swing_rc, host waits $hostwait_rc, leak $leak_rc, amp $amp_rc, batch $batch_rc (0: all match)"
-for r in $watch_rc $py_rc $swing_rc $hostwait_rc $leak_rc $amp_rc $batch_rc; do
+echo "check: watch $watch_rc, in-process $py_rc, swing $swing_rc, host waits $hostwait_rc, leak $leak_rc, amp $amp_rc, compile $compile_rc, batch $batch_rc (0: all match)"
+for r in $watch_rc $py_rc $swing_rc $hostwait_rc $leak_rc $amp_rc $compile_rc $batch_rc; do
     case $r in 0 | skipped) ;; *) exit 1 ;; esac
 done
 exit 0
