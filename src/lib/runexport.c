@@ -7,7 +7,10 @@
  * or after the file), tid 1 = steps (with the data wait and the model run
  * under no_grad before the training forward as child slices),
  * tid 2 = phases (enter/exit pairs; one left open ends at the file's last
- * record), allocator bytes as counters, OOMs as instants; the system file's
+ * record), tid 3 = what stopped the training thread inside its steps
+ * (chrome_stops: torch.compile's compilations, blocking checkpoint saves,
+ * the collector's pauses; nested, as they happen inside one another),
+ * allocator bytes as counters, OOMs as instants; the system file's
  * disk rates and GPU utilization and memory as counters.
  *
  * TensorBoard: OUT/rank<R>/ (or OUT/<file>/ for a file without a rank)
@@ -24,6 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "runsum.h"
 #include "series.h"
 #include "util.h"
 
@@ -37,6 +41,65 @@ static const struct {
     {TM_SER_GPU_UTILIZATION, "utilization", 1.0},
     {TM_SER_GPU_MEMORY_USED_BYTES, "memory_used_bytes", 1.0},
 };
+
+/* Events drawn as slices of tid 3, "stops": each written at its end with
+ * its duration (dur_s), only those of the training thread (the marker in
+ * its JSON), named by label and its JSON's key (a string or a number). */
+static const struct {
+    const char *event, *only, *label, *key;
+} chrome_stops[] = {
+    {"compile", "\"training\":true", "torch.compile", "id"},
+    {"checkpoint.save", "\"blocking\":true", "checkpoint save", "via"},
+    {"gc.pause", "\"train\":true", "gc pause, generation", "gen"},
+};
+
+/* The value of "key": in js (a string's text or a number's), kept to
+ * [A-Za-z0-9_!/.-] and cap - 1 bytes; "" when absent.  The JSON is the
+ * writer's and not trusted. */
+static void event_word(const char *js, const char *key, char *out, size_t cap)
+{
+    char pat[40];
+    size_t k = 0;
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(js, pat);
+    if (p) {
+        p += strlen(pat);
+        if (*p == '"')
+            p++;
+        for (; *p && *p != '"' && *p != ',' && *p != '}' && k + 1 < cap; p++)
+            if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+                *p == '_' || *p == '!' || *p == '/' || *p == '.' || *p == '-')
+                out[k++] = *p;
+    }
+    out[k] = '\0';
+}
+
+static int chrome_stop_slices(tm_chrome *c, const tm_run *r)
+{
+    const tm_run_event *ev;
+    size_t n = tm_run_events(r, &ev);
+    int rc = 0;
+    for (size_t i = 0; i < n && rc >= 0; i++) {
+        if (!ev[i].name || !ev[i].json)
+            continue;
+        size_t k = 0;
+        while (k < TM_ARRAY_LEN(chrome_stops) && strcmp(ev[i].name, chrome_stops[k].event) != 0)
+            k++;
+        if (k == TM_ARRAY_LEN(chrome_stops) || !strstr(ev[i].json, chrome_stops[k].only))
+            continue;
+        double d = tm_runsum_event_num(ev[i].json, "dur_s");
+        if (!(d > 0) || d >= 3.2e7) /* unknown, or more than a year: a text may say anything */
+            continue;
+        int64_t dur = (int64_t)llround(d * 1e9);
+        char word[32], name[96], args[64];
+        event_word(ev[i].json, chrome_stops[k].key, word, sizeof word);
+        snprintf(name, sizeof name, "%s%s%s", chrome_stops[k].label, word[0] ? " " : "", word);
+        snprintf(args, sizeof args, "{\"dur_s\":%.6f}", d);
+        rc = tm_chrome_slice(c, (int)ev[i].source + 1, 3, name, tm_sat_sub64(ev[i].t_ns, dur), dur,
+                             args);
+    }
+    return rc;
+}
 
 static void source_label(const tm_run_source *s, char *buf, size_t cap)
 {
@@ -71,6 +134,8 @@ int tm_export_chrome(const tm_run *r, const char *path, size_t *clipped)
             rc = tm_chrome_thread_name(c, (int)i + 1, 1, "steps");
         if (rc >= 0)
             rc = tm_chrome_thread_name(c, (int)i + 1, 2, "phases");
+        if (rc >= 0)
+            rc = tm_chrome_thread_name(c, (int)i + 1, 3, "stops");
     }
 
     const tm_run_step *st;
@@ -96,6 +161,9 @@ int tm_export_chrome(const tm_run *r, const char *path, size_t *clipped)
                                  s->nograd_ns, NULL);
         }
     }
+
+    if (rc >= 0)
+        rc = chrome_stop_slices(c, r);
 
     /* Phases: enter/exit pairs per source, matched by a stack. */
     const tm_run_phase *ph;

@@ -2,7 +2,9 @@
 # trainmon export --format chrome|tensorboard on a real run directory (a
 # `watch -o` recording plus a rank file written the way the extension
 # records one): the trace is valid JSON with step slices per rank that nest
-# per thread and counters; the TensorBoard files are read back by the
+# per thread and counters, and the compilations on the "stops" thread (a
+# crafted id kept out of the name, an unreadable duration and another
+# thread's compilation not drawn); the TensorBoard files are read back by the
 # independent reader (tests/e2e/tbread.py) with per-step scalars.
 set -u
 tm=$TRAINMON
@@ -28,6 +30,15 @@ for x in DataLoader(D(), batch_size=2):
     with trainmon.phase("forward"):
         loss = model(x).sum()
     loss.backward(); opt.step(); opt.zero_grad()
+# compile events as the agent writes them, and as nobody does: a crafted
+# id, an unreadable duration, another thread's (the last two not drawn)
+import trainmon._trainmon as c
+for js in ('{"dur_s":0.004,"training":true,"trigger":"DYNAMO","id":"0/1"}',
+           '{"dur_s":0.002,"training":true,"id":"\\"}{<x>/9"}',
+           '{"dur_s":1e400,"training":true,"id":"5/5"}',
+           '{"dur_s":0.003,"training":false,"id":"7/0"}'):
+    time.sleep(0.01)
+    c.event("compile", js)
 PY
     fail "the training loop failed"
 ls "$run"/rank0.tmr > /dev/null || fail "no rank0.tmr"
@@ -55,7 +66,9 @@ for key, sl in tracks.items():
             stack.pop()
         assert not stack or ts + dur <= stack[-1] + eps, ("does not nest", key, ts, dur)
         stack.append(ts + dur)
-print(f"chrome: {len(ev)} events, {len(steps)} step slices, {len(tracks)} tracks nest")
+stops = [e["name"] for e in ev if e.get("ph") == "X" and e.get("tid") == 3]
+assert stops == ["torch.compile 0/1", "torch.compile"], stops
+print(f"chrome: {len(ev)} events, {len(steps)} step slices, {len(tracks)} tracks nest, stops {stops}")
 PY
 
 "$tm" export "$run" --format tensorboard -o "$scratch/tb" 2> "$scratch/err" ||

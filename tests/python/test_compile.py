@@ -122,3 +122,35 @@ print(json.dumps({"bad": bad}))
 """
     p = run_script(code, tmp_path)
     assert last_json(p.stdout) == {"bad": []}
+
+
+def test_the_chrome_trace_shows_each_compilation_on_the_stops_track(tmp_path, trainmon_bin):
+    # `trainmon export --format chrome`: a slice "torch.compile F/N" on the
+    # training process's "stops" track (tid 3) for each compilation, ending
+    # at its event, as long as it; the collections inside one nest in it
+    import sys
+    if not _has_compile_callbacks(sys.executable):
+        pytest.skip("torch.compile's callback handler is torch 2.4 and later's")
+    run_script(COMPILED, tmp_path)
+    trace = tmp_path / "trace.json"
+    subprocess.run([trainmon_bin, "export", str(tmp_path), "--format", "chrome", "-o", str(trace)],
+                   check=True, capture_output=True)
+    ev = json.load(open(trace))["traceEvents"]
+    stops = sorted((e for e in ev if e.get("ph") == "X" and e.get("tid") == 3),
+                   key=lambda e: (e["ts"], -e["dur"]))
+    names = [e["name"] for e in stops if e["name"].startswith("torch.compile")]
+    assert names[:3] == ["torch.compile 0/0", "torch.compile 0/0", "torch.compile 0/1"], names
+    comp = [(json.loads(r["json"]), t) for _, t, r in records(main_file(tmp_path), "event")
+            if r["name"] == "compile" and json.loads(r["json"])["training"]]
+    slices = [e for e in stops if e["name"].startswith("torch.compile")]
+    assert len(slices) == len(comp), (slices, comp)
+    for e, (c, _) in zip(slices, comp):
+        assert abs(e["dur"] - c["dur_s"] * 1e6) < 1.5, (e, c)
+    # the track nests (a pause inside a compilation inside it)
+    stack = []
+    for e in stops:
+        while stack and e["ts"] >= stack[-1] - 1:
+            stack.pop()
+        assert not stack or e["ts"] + e["dur"] <= stack[-1] + 1, ("does not nest", e)
+        stack.append(e["ts"] + e["dur"])
+    assert any(e["name"] == "gc pause, generation 2" for e in stops), [e["name"] for e in stops]
