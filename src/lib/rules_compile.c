@@ -73,8 +73,9 @@ void tm_rule_steps_compile(struct an *an)
                   "shape (an epoch's short last batch: DataLoader(drop_last=True), or pad it; "
                   "varying sequence lengths: torch._dynamo.mark_dynamic(x, dim) or "
                   "torch.compile(dynamic=True)), a new dtype or device, a Python number passed in "
-                  "that changed (pass it as a tensor), the model switched between train() and "
-                  "eval(). Run once with TORCH_LOGS=recompiles to see which guard failed each "
+                  "that changed (pass it as a tensor), an attribute the forward reads that the "
+                  "model changes (a counter of its calls), the model switched between train() "
+                  "and eval(). Run once with TORCH_LOGS=recompiles to see which guard failed each "
                   "time.");
     else
         tm_an_adv(adv, sizeof adv,

@@ -145,6 +145,9 @@
 # count of its compiling steps after the first (1, at step 12) and of its
 # graphs, the compile time inside the job's timing of those steps, and no
 # gc.pauses for the collections the compiler's allocations made in it.
+# And a forward that branches on a call counter it keeps (compiled_storm):
+# recompiled every step until torch's recompile_limit, 8 compilations of
+# the frame as the job's dynamo counted them, said with the limit.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -198,7 +201,7 @@ EXPECT = {"llm_memmap": ("input.main_prep", "cpu"), "manual_sgd": ("input.main_p
           # the workers are the limit on 2 cores: the CPU vote depends on the
           # machine's load, the handoff (they are idle) is wrong
           "tqdm_workers": (("input.data_wait", "input.cpu_bound"), None),
-          "compiled": ("input.data_wait", None)}
+          "compiled": ("input.data_wait", None), "compiled_storm": ("steps.compile", None)}
 # where in the step the expected input.main_prep must say the batch is made
 WHERE = {"llm_memmap_nanogpt": "prep_after_forward_share",
          "llm_memmap_nanochat": "prep_before_step_share"}
@@ -246,7 +249,7 @@ NEVER = {"llm_memmap": {"input.data_wait", "input.cpu_bound", "input.disk_bound"
          "producer_queue": {"input.data_wait", "input.cpu_bound", "input.disk_bound"},
          "tqdm_epochs": {"input.main_prep", "input.handoff"},
          "tqdm_workers": {"input.main_prep", "input.handoff", "input.ok"},
-         "compiled": {"gc.pauses", "input.ok"}}
+         "compiled": {"gc.pauses", "input.ok"}, "compiled_storm": {"gc.pauses", "steps.stalls"}}
 oracle, rep, train, evals = runcheck.load(run)
 S = rep["summary"]
 bad = []
@@ -403,6 +406,15 @@ if job == "compiled":  # torch.compile: the job's own compiling steps and graphs
         if not 0.5 * oracle["compile_step_s"] <= ct <= oracle["compile_step_s"] + 0.01:
             bad.append("compile time %.3f s, the job's compiling steps took %.3f s"
                        % (ct, oracle["compile_step_s"]))
+if job == "compiled_storm":  # a guard on a counter: recompiled each step to the limit
+    ev = ids.get("steps.compile", {}).get("evidence", {})
+    got = (ev.get("most_compilations_of_a_frame"), ev.get("recompilations"))
+    if got != (oracle["frames_compiled"], oracle["frames_compiled"] - 1):
+        bad.append("steps.compile most compilations of a frame, recompilations %s: the job's "
+                   "dynamo compiled its frame %d times" % (got, oracle["frames_compiled"]))
+    if "recompile_limit" not in ids.get("steps.compile", {}).get("advice", ""):
+        bad.append("steps.compile does not say the recompile limit: %s"
+                   % ids.get("steps.compile", {}).get("advice", "")[:200])
 if job == "tqdm_workers":  # the training loader's 2 workers are the limit
     for i in sorted(ids):
         if "more workers will not help" in (ids[i].get("advice") or ""):
@@ -435,7 +447,7 @@ half() { # name python
     # The sanitizer build: the report and dump of the binary under ASan on
     # one loop of each kind of boundary, not the whole matrix again.
     case ${BUILD:-} in *asan*) [ -n "$jobs" ] || jobs="grad_accum manual_sgd idle_workers" ;; esac
-    for job in ${jobs:-llm_memmap llm_memmap_fast llm_memmap_ckpt llm_memmap_dcp llm_memmap_gc llm_memmap_log grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver loader_fork loader_newiter loader_newiter_persistent thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next two_loaders_workers grad_accum_cycle amp_nan gan_dcgan gan_wgan accelerate_loop train_eval_first infer_scoring infer_main llm_memmap_accum llm_memmap_nanogpt llm_memmap_nanochat rl_ppo rl_a2c rl_sb3 producer_queue tqdm_epochs tqdm_workers compiled}; do
+    for job in ${jobs:-llm_memmap llm_memmap_fast llm_memmap_ckpt llm_memmap_dcp llm_memmap_gc llm_memmap_log grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver loader_fork loader_newiter loader_newiter_persistent thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next two_loaders_workers grad_accum_cycle amp_nan gan_dcgan gan_wgan accelerate_loop train_eval_first infer_scoring infer_main llm_memmap_accum llm_memmap_nanogpt llm_memmap_nanochat rl_ppo rl_a2c rl_sb3 producer_queue tqdm_epochs tqdm_workers compiled compiled_storm}; do
         local run=$scratch/$name-$job script=$job envs=()
         [ "$job" = llm_memmap_fast ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=4096); }
         [ "$job" = llm_memmap_ckpt ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=4096 JOB_SAVE_EVERY=4 JOB_SAVE_MB=128); }
@@ -458,6 +470,7 @@ half() { # name python
         case $job in rl_*) script=rl; envs=(JOB_VARIANT=${job#rl_}) ;; esac
         [ "$job" = tqdm_epochs ] && envs=(JOB_WORKERS=0)
         [ "$job" = tqdm_workers ] && { script=tqdm_epochs; envs=(JOB_WORKERS=2); }
+        [ "$job" = compiled_storm ] && { script=compiled; envs=(JOB_VARIANT=storm JOB_EPOCHS=1); }
         # The jobs whose checks are CPython's or the report's alone (the
         # collector's callbacks, a stall after the step, fast preparation)
         # run on torch 2.x only unless named: on 1.13's slower model they
@@ -471,7 +484,7 @@ half() { # name python
         if [ "${script:-}" = tqdm_epochs ] && ! "$PY" -c 'import tqdm' 2>/dev/null; then
             echo "  $job: skipped: no tqdm for $PY (make deps installs it in the virtualenv)"; continue
         fi
-        if [ "$job" = compiled ] && ! "$PY" -c 'import torch._dynamo.callback as c; c.callback_handler' 2>/dev/null; then
+        if [ "${script:-}" = compiled ] && ! "$PY" -c 'import torch._dynamo.callback as c; c.callback_handler' 2>/dev/null; then
             echo "  $job: skipped: torch $tv has no torch.compile callbacks (torch 2.4 and later)"; continue
         fi
         if [ "$job" = accelerate_loop ] && ! "$PY" -c 'import accelerate' 2>/dev/null; then

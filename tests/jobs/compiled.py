@@ -9,7 +9,12 @@ and AOTAutograd's graphs without inductor's C++ build, which takes minutes on
 this VM; inductor for the real thing) and JOB_WORKERS (default 0) DataLoader
 workers decoding each item for ITEM_S of CPU.  The job counts its own
 compilations (torch._dynamo's frame counter) and times the steps that
-compiled.  Steps: optimizer steps."""
+compiled.  Steps: optimizer steps.
+
+JOB_VARIANT=storm: the model's forward counts its calls in an attribute
+and branches on it (a guard on the counter's value), so each step
+recompiles until torch's recompile_limit (8 compilations of the frame),
+after which dynamo runs the forward uncompiled (a warning on stderr)."""
 import os
 import sys
 import time
@@ -36,7 +41,29 @@ class Decoded(Dataset):
         return torch.randn(64), torch.randn(1)
 
 
-model = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.GELU(), torch.nn.Linear(512, 1))
+VARIANT = os.environ.get("JOB_VARIANT", "")
+
+
+class Counting(torch.nn.Module):
+    """A forward that reads a counter it keeps: a guard on its value."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.GELU(),
+                                       torch.nn.Linear(512, 1))
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        if self.calls % 1000 == 999:
+            x = x * 0.5
+        return self.net(x)
+
+
+if VARIANT == "storm":
+    model = Counting()
+else:
+    model = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.GELU(), torch.nn.Linear(512, 1))
 model = torch.compile(model, backend=BACKEND)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 loader = DataLoader(Decoded(), batch_size=BATCH, shuffle=True, num_workers=WORKERS,
@@ -63,4 +90,5 @@ for epoch in range(EPOCHS):
             compiled_steps += 1
             compile_step_s += time.perf_counter() - t0
 clock.report(compiled_steps=compiled_steps, compile_step_s=round(compile_step_s, 4),
-             graphs=frames["unique_graphs"], backend=BACKEND)
+             graphs=frames["unique_graphs"], backend=BACKEND,
+             frames_compiled=torch._dynamo.utils.counters["frames"]["ok"])
