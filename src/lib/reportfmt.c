@@ -341,6 +341,11 @@ static void write_summary_json(tm_text *t, const tm_run *r, const tm_analysis *a
          S->ckpt_saves && S->ckpt_loop_s > 0 ? S->ckpt_s / S->ckpt_loop_s : NAN, true);
     j_kn(t, "checkpoints_outside_loop", (double)S->ckpt_outside, true);
     j_kn(t, "checkpoints_background", (double)S->ckpt_bg_saves, true);
+    j_kn(t, "compilations", (double)S->compile_n, true);
+    j_kn(t, "compile_time_s", S->compile_n ? S->compile_s : NAN, true);
+    j_kn(t, "compile_share", S->compile_n ? S->compile_s / S->compile_loop_s : NAN, true);
+    j_kn(t, "recompilations", (double)S->compile_recompiles, true);
+    j_kn(t, "compile_time_after_warmup_s", S->compile_n ? S->compile_late_s : NAN, true);
     j_kn(t, "gc_pauses", (double)S->gc_pauses, true);
     j_kn(t, "gc_pause_time_s", S->gc_pauses ? S->gc_s : NAN, true);
     j_kn(t, "gc_pause_share", S->gc_pauses ? S->gc_share : NAN, true);
@@ -652,6 +657,15 @@ static void write_text(tm_text *t, const tm_run *r, const tm_analysis *a)
             tm_text_printf(t, "  eval runs          %s (%.1f%% of the loop)\n", x,
                            100 * S->nograd_share);
         }
+    }
+    if (S->compile_n > 0 && S->compile_loop_s > 0) {
+        tm_unit_fmt(x, sizeof x, TM_UNIT_SECONDS, S->compile_s);
+        tm_unit_fmt(y, sizeof y, TM_UNIT_SECONDS, S->compile_late_s);
+        tm_text_printf(t,
+                       "  torch.compile      %zu compilations (%zu recompilations), %s (%.1f%% of "
+                       "the loop), %s after warm-up\n",
+                       S->compile_n, S->compile_recompiles, x,
+                       100 * fmin(1, S->compile_s / S->compile_loop_s), y);
     }
     if (S->gc_pauses > 0 && isfinite(S->gc_share)) {
         tm_unit_fmt(x, sizeof x, TM_UNIT_SECONDS, S->gc_s);

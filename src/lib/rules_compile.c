@@ -52,8 +52,9 @@ void tm_rule_steps_compile(struct an *an)
     tm_unit_fmt(tot, sizeof tot, TM_UNIT_SECONDS, c);
     tm_unit_fmt(late, sizeof late, TM_UNIT_SECONDS, S->compile_late_s);
     snprintf(title, sizeof title,
-             "torch.compile compiled %zu time%s inside the loop: %s, %.0f%% of the loop's time",
-             S->compile_n, S->compile_n == 1 ? "" : "s", tot, 100 * share);
+             "compiling with torch.compile took %s inside the loop, %.0f%% of its time: %zu "
+             "compilation%s",
+             tot, 100 * share, S->compile_n, S->compile_n == 1 ? "" : "s");
     if (S->compile_recompiles)
         tm_an_adv(title, sizeof title, "; %zu recompilation%s", S->compile_recompiles,
                   S->compile_recompiles == 1 ? "" : "s");
@@ -61,31 +62,30 @@ void tm_rule_steps_compile(struct an *an)
         tm_an_adv(title, sizeof title, ", %s of it after warm-up (from step %.0f)", late,
                   S->compile_first_late_step);
     adv[0] = '\0';
-    if (limit)
-        tm_an_adv(adv, sizeof adv,
-                  "One function was compiled %zu times: at torch._dynamo.config.recompile_limit "
-                  "(%d by default) dynamo stops compiling it, and it runs uncompiled from then "
-                  "on, slower than it did. ",
-                  S->compile_max_per_frame, TM_AN_COMPILE_LIMIT);
     if (S->compile_recompiles)
         tm_an_adv(adv, sizeof adv,
-                  "A recompilation happens when a guard of the compiled code fails: a new input "
-                  "shape (an epoch's short last batch: DataLoader(drop_last=True), or pad it; "
-                  "varying sequence lengths: torch._dynamo.mark_dynamic(x, dim) or "
-                  "torch.compile(dynamic=True)), a new dtype or device, a Python number passed in "
-                  "that changed (pass it as a tensor), an attribute the forward reads that the "
-                  "model changes (a counter of its calls), the model switched between train() "
-                  "and eval(). Run once with TORCH_LOGS=recompiles to see which guard failed each "
-                  "time.");
-    else
+                  "Run once with TORCH_LOGS=recompiles to see which guard of the compiled code "
+                  "failed each time, and keep what it guards from changing: an input's shape (an "
+                  "epoch's short last batch: DataLoader(drop_last=True), or pad it; varying "
+                  "sequence lengths: torch._dynamo.mark_dynamic(x, dim) or "
+                  "torch.compile(dynamic=True)), its dtype or device, a Python number passed in "
+                  "(pass it as a tensor), an attribute the forward reads that the model changes "
+                  "(a counter of its calls), the model's train() or eval() mode.");
+    if (limit)
         tm_an_adv(adv, sizeof adv,
-                  "The first step compiled the model and its backward pass: a cost a long run "
-                  "pays once, large against this loop. It comes back in every new process: keep "
-                  "the compiled graphs (the FX graph cache, TORCHINDUCTOR_FX_GRAPH_CACHE, on by "
-                  "default, reuses them across runs on one machine; "
-                  "torch.compiler.save_cache_artifacts() and load_cache_artifacts() carry them to "
-                  "others), and leave mode=\"max-autotune\", which compiles longer still, to "
-                  "long runs.");
+                  "%sOne function was compiled %zu times: at torch._dynamo.config.recompile_limit "
+                  "(%d by default) dynamo stops compiling it, and it runs uncompiled from then "
+                  "on, slower than it did.",
+                  adv[0] ? " " : "", S->compile_max_per_frame, TM_AN_COMPILE_LIMIT);
+    if (!S->compile_recompiles)
+        tm_an_adv(adv, sizeof adv,
+                  "Keep the compiled graphs for the next run: the FX graph cache "
+                  "(TORCHINDUCTOR_FX_GRAPH_CACHE, on by default) reuses them across runs on one "
+                  "machine, torch.compiler.save_cache_artifacts() and load_cache_artifacts() "
+                  "carry them to others; and leave mode=\"max-autotune\", which compiles longer "
+                  "still, to long runs. The first step compiled the model and its backward pass: "
+                  "a cost a long run pays once, large against this loop, and again in every new "
+                  "process.");
     if (S->compile_bg_n)
         tm_an_adv(adv, sizeof adv, " %zu other compilation%s ran outside the training thread.",
                   S->compile_bg_n, S->compile_bg_n == 1 ? "" : "s");

@@ -70,12 +70,26 @@ static void test_a_frame_that_keeps_recompiling_is_said_under_the_share(void **s
     assert_true(fabs(ev_num(f, "compile_time_after_warmup_s") - 0.24) < 1e-6);
     assert_true(ev_num(f, "first_step_after_warmup") == 30);
     assert_true(fabs(ev_num(f, "compile_longest_s") - 0.08) < 1e-6);
-    assert_non_null(strstr(f->title, "compiled 5 times inside the loop: 325 ms, 3% of the loop's "
-                                     "time; 3 recompilations, 240 ms of it after warm-up (from "
-                                     "step 30)"));
+    assert_non_null(strstr(f->title, "compiling with torch.compile took 325 ms inside the loop, "
+                                     "3% of its time: 5 compilations; 3 recompilations, 240 ms "
+                                     "of it after warm-up (from step 30)"));
     assert_non_null(strstr(f->advice, "TORCH_LOGS=recompiles"));
     assert_non_null(strstr(f->advice, "drop_last=True"));
     assert_null(strstr(f->advice, "recompile_limit")); /* 4 of 8 */
+    /* the report's summary says them, in text and JSON (0.325 / 10.0 is
+     * 3.2500000000000004%: "3.3%") */
+    tm_text *t = tm_text_new(1 << 20);
+    assert_int_equal(tm_report_write(run, a, t, false), 0);
+    assert_non_null(strstr(tm_text_data(t, NULL), "  torch.compile      5 compilations (3 "
+                                                  "recompilations), 325 ms (3.3% of the "
+                                                  "loop), 240 ms after warm-up\n"));
+    tm_text_reset(t);
+    assert_int_equal(tm_report_write(run, a, t, true), 0);
+    const char *js = tm_text_data(t, NULL);
+    assert_non_null(strstr(js, "\"compilations\":5,"));
+    assert_non_null(strstr(js, "\"recompilations\":3,"));
+    assert_non_null(strstr(js, "\"compile_time_s\":0.325"));
+    tm_text_free(&t);
     done(&run, &a);
 }
 
@@ -102,7 +116,8 @@ static void test_a_first_compilation_of_a_short_loop_is_low_and_told_to_cache(vo
     assert_true(ev_num(f, "compilations_after_warmup") == 0);
     assert_true(isnan(ev_num(f, "first_step_after_warmup")));
     assert_true(ev_num(f, "other_thread_compilations") == 1);
-    assert_non_null(strstr(f->title, "compiled 1 time inside the loop: 90.0 ms, 9%"));
+    assert_non_null(strstr(f->title, "took 90.0 ms inside the loop, 9% of its time: 1 "
+                                     "compilation"));
     assert_null(strstr(f->title, "recompilation"));
     assert_non_null(strstr(f->advice, "TORCHINDUCTOR_FX_GRAPH_CACHE"));
     assert_null(strstr(f->advice, "TORCH_LOGS"));
