@@ -71,6 +71,21 @@ bool tm_rpt_pid_name(void *run, long pid, char *buf, size_t cap)
     return tm_rpt_pid_rank(run, pid, NULL, buf, cap);
 }
 
+bool tm_rpt_compile_line(char *buf, size_t cap, const tm_an_summary *S)
+{
+    if (!(S->compile_n > 0 && S->compile_loop_s > 0))
+        return false;
+    char x[32], y[32];
+    tm_unit_fmt(x, sizeof x, TM_UNIT_SECONDS, S->compile_s);
+    tm_unit_fmt(y, sizeof y, TM_UNIT_SECONDS, S->compile_late_s);
+    snprintf(buf, cap,
+             "%zu compilations (%zu recompilations), %s (%.1f%% of the loop), %s after "
+             "warm-up",
+             S->compile_n, S->compile_recompiles, x,
+             100 * fmin(1, S->compile_s / S->compile_loop_s), y);
+    return true;
+}
+
 const char *tm_rpt_inference_line(const struct tm_an_summary *S)
 {
     if (!S->infer_procs)
@@ -658,15 +673,9 @@ static void write_text(tm_text *t, const tm_run *r, const tm_analysis *a)
                            100 * S->nograd_share);
         }
     }
-    if (S->compile_n > 0 && S->compile_loop_s > 0) {
-        tm_unit_fmt(x, sizeof x, TM_UNIT_SECONDS, S->compile_s);
-        tm_unit_fmt(y, sizeof y, TM_UNIT_SECONDS, S->compile_late_s);
-        tm_text_printf(t,
-                       "  torch.compile      %zu compilations (%zu recompilations), %s (%.1f%% of "
-                       "the loop), %s after warm-up\n",
-                       S->compile_n, S->compile_recompiles, x,
-                       100 * fmin(1, S->compile_s / S->compile_loop_s), y);
-    }
+    char cl[192];
+    if (tm_rpt_compile_line(cl, sizeof cl, S))
+        tm_text_printf(t, "  torch.compile      %s\n", cl);
     if (S->gc_pauses > 0 && isfinite(S->gc_share)) {
         tm_unit_fmt(x, sizeof x, TM_UNIT_SECONDS, S->gc_s);
         tm_unit_fmt(y, sizeof y, TM_UNIT_SECONDS, S->gc_max_s);

@@ -27,6 +27,10 @@ void tm_rpt_fmt_num(char *buf, size_t cap, double v, int prec, const char *suffi
 /* The summary's word on inference loops (inference.c): what the steps of
  * a run some of whose processes never trained are; NULL when none. */
 const char *tm_rpt_inference_line(const struct tm_an_summary *S);
+/* The summary's torch.compile line into buf ("5 compilations (3
+ * recompilations), 325 ms (3.3% of the loop), 240 ms after warm-up"):
+ * false when the run compiled nothing in a loop (steps.compile). */
+bool tm_rpt_compile_line(char *buf, size_t cap, const struct tm_an_summary *S);
 
 /* The headline that opens the text report and the HTML page: the most
  * severe finding (tm_analyze sorts them), what it costs when its evidence

@@ -786,6 +786,8 @@ static void write_summary(tm_text *t, const tm_run *r, const tm_analysis *a)
                  S->stall_n, x, S->stall_every, 100 * S->stall_share);
         kv_row(t, "stalls", line);
     }
+    if (tm_rpt_compile_line(line, sizeof line, S))
+        kv_row(t, "torch.compile", line);
     if (S->gc_pauses > 0 && isfinite(S->gc_share)) {
         tm_unit_fmt(x, sizeof x, TM_UNIT_SECONDS, S->gc_s);
         tm_unit_fmt(y, sizeof y, TM_UNIT_SECONDS, S->gc_max_s);
