@@ -3654,7 +3654,7 @@ static PyObject *py_save_exit(PyObject *self, PyObject *args)
                           : "null");
     lazy_open();
     if (g_rec) {
-        int rc = tm_rec_event(g_rec, 0, "checkpoint.save", js);
+        int rc = tm_rec_event(g_rec, t, "checkpoint.save", js);
         if (rc == -ENOSPC)
             report_once(R_FULL, "%s: disk full: recording stopped, the job goes on", g_run_dir);
     }
@@ -3738,7 +3738,7 @@ static PyObject *py_compile_exit(PyObject *self, PyObject *args)
              t_compile_training ? "true" : "false", tr, ci);
     lazy_open();
     if (g_rec) {
-        int rc = tm_rec_event(g_rec, 0, "compile", js);
+        int rc = tm_rec_event(g_rec, t, "compile", js);
         if (rc == -ENOSPC)
             report_once(R_FULL, "%s: disk full: recording stopped, the job goes on", g_run_dir);
     }
