@@ -385,6 +385,8 @@ unsigned char *tm_runsum_startup_marks(const tm_runview *v);
 void tm_runsum_checkpoints(const tm_runview *v, tm_an_summary *S);
 /* torch.compile's compilations into S's compile_* (runsum_compile.c). */
 void tm_runsum_compiles(const tm_runview *v, tm_an_summary *S);
+/* Whether e is a compile event of a training thread: the loop's time. */
+bool tm_runsum_is_loop_compile(const tm_run_event *e);
 /* Source s's training-thread compilations, {begin, end} pairs of wall
  * clock ns in the order written (malloc'ed, the caller frees it; NULL and
  * *n 0: none or no memory): the time a stall spent compiling

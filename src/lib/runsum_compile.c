@@ -50,6 +50,11 @@ static bool is_compile(const tm_run_event *e)
     return e->name && strcmp(e->name, "compile") == 0 && e->json;
 }
 
+bool tm_runsum_is_loop_compile(const tm_run_event *e)
+{
+    return is_compile(e) && strstr(e->json, "\"training\":true") != NULL;
+}
+
 /* A non-negative decimal of at most 9 digits at *p (advanced past it), or -1. */
 static long digits(const char **p, const char *end)
 {
@@ -131,7 +136,7 @@ void tm_runsum_compiles(const tm_runview *v, tm_an_summary *S)
     for (size_t i = 0; i < nev; i++) {
         if (!is_compile(&ev[i]) || ev[i].source >= v->nsrc)
             continue;
-        if (!strstr(ev[i].json, "\"training\":true")) {
+        if (!tm_runsum_is_loop_compile(&ev[i])) {
             S->compile_bg_n++;
             continue;
         }
@@ -147,7 +152,7 @@ void tm_runsum_compiles(const tm_runview *v, tm_an_summary *S)
     size_t fcount[COMPILE_FRAMES], nf = 0, nb = 0;
     double longest = 0;
     for (size_t i = 0; i < nev; i++) {
-        if (!is_compile(&ev[i]) || ev[i].source != best || !strstr(ev[i].json, "\"training\":true"))
+        if (!tm_runsum_is_loop_compile(&ev[i]) || ev[i].source != best)
             continue;
         double d = event_dur(&ev[i]);
         S->compile_n++;
@@ -216,7 +221,7 @@ double *tm_runsum_compile_spans(const tm_runview *v, uint32_t s, size_t *n)
     if (!sp)
         return NULL;
     for (size_t i = 0; i < nev; i++) {
-        if (!is_compile(&ev[i]) || ev[i].source != s || !strstr(ev[i].json, "\"training\":true"))
+        if (!tm_runsum_is_loop_compile(&ev[i]) || ev[i].source != s)
             continue;
         double d = event_dur(&ev[i]);
         if (!(d > 0) || d >= 3.2e7)

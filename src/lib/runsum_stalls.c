@@ -98,9 +98,7 @@ static struct held *held_build(const tm_runview *v)
             continue;
         bool save =
             strcmp(e->name, "checkpoint.save") == 0 && strstr(e->json, "\"blocking\":true") != NULL;
-        bool compile =
-            strcmp(e->name, "compile") == 0 && strstr(e->json, "\"training\":true") != NULL;
-        if (!save && !compile && strcmp(e->name, "gc.pause") != 0)
+        if (!save && !tm_runsum_is_loop_compile(e) && strcmp(e->name, "gc.pause") != 0)
             continue;
         double d = tm_runsum_event_num(e->json, "dur_s");
         if (!(d > 0) || !isfinite(d))
