@@ -1556,14 +1556,42 @@ def _install_compile():
 
 
 def _uninstall_compile():
-    finder = _state.pop("compile_finder", None)
-    if finder is not None and finder in sys.meta_path:
-        sys.meta_path.remove(finder)
+    for key in ("compile_finder", "dynamo_finder"):  # (the latter: _bind_step_calls)
+        finder = _state.pop(key, None)
+        if finder is not None and finder in sys.meta_path:
+            sys.meta_path.remove(finder)
     h = getattr(sys.modules.get(_COMPILE_CALLBACKS), "callback_handler", None)
     for lst, fn in ((getattr(h, "start_callbacks", None), _compile_start),
                     (getattr(h, "end_callbacks", None), _compile_end)):
         while isinstance(lst, list) and fn in lst:
             lst.remove(fn)
+
+
+_DYNAMO = "torch._dynamo"
+
+
+def _bind_step_calls(module=None):
+    """The Python functions the extension calls at a training step's end
+    (_zgrad_install, _learn_rank), bound to it.  Inside a compiled region
+    dynamo would trace them as frames of their own: they are bound through
+    torch.compiler.disable once torch._dynamo is loaded, now or when the job
+    first compiles (calling disable here would import it: 1.1-1.9 s more at
+    the start of every torch 2.x job, docs/BENCHMARKS.md).  Without dynamo
+    nothing is compiled, and the plain functions are bound."""
+    dis = None
+    if module is not None or _DYNAMO in sys.modules:
+        dis = getattr(getattr(sys.modules.get("torch"), "compiler", None), "disable", None)
+    zg, rk = (dis(_zgrad_install), dis(_learn_rank)) if dis is not None else \
+        (_zgrad_install, _learn_rank)
+    _c.zgrad_bind(zg)
+    _c.rank_bind(rk)
+    _state["step_calls"] = (zg, rk)
+    if dis is not None:
+        return
+    if module is None and "dynamo_finder" not in _state:
+        finder = _OnImport([_DYNAMO], _bind_step_calls, "batch preparation timing (zero_grad)")
+        sys.meta_path.insert(0, finder)
+        _state["dynamo_finder"] = finder
 
 
 def _install_savers():
@@ -2372,16 +2400,13 @@ def attach(run_dir=None, memory_history=None):
         except Exception as e:
             _report_exc("batch preparation timing", e)
         try:
-            dis = getattr(getattr(torch, "compiler", None), "disable", None)
-            _c.zgrad_bind(dis(_zgrad_install) if dis is not None else _zgrad_install)
-        except Exception as e:
-            _report_exc("batch preparation timing (zero_grad)", e)
-        try:
             _install_collectives(torch)
-            off = getattr(getattr(torch, "compiler", None), "disable", None)
-            _c.rank_bind(off(_learn_rank) if off is not None else _learn_rank)
         except Exception as e:
             _report_exc("collective timing", e)
+        try:
+            _bind_step_calls()
+        except Exception as e:
+            _report_exc("batch preparation timing (zero_grad)", e)
         try:
             _install_savers()
         except Exception as e:

@@ -1,7 +1,7 @@
 """torch.compile (docs/DIAGNOSIS.md, steps.compile): attach() registers
 compile callbacks with torch._dynamo's callback handler, when the job first
-compiles, or at attach() where torch._dynamo is loaded (the agent's own
-torch.compiler.disable loads it in torch 2.x).  Each compilation is one compile event at its
+compiles, or at attach() where torch._dynamo is loaded (attach() itself does
+not load it: a second at the start of every torch 2.x job).  Each compilation is one compile event at its
 end: its wall and CPU time, the steps begun so far, whether the training
 thread compiled, the trigger and torch's compile id ("0/1": frame 0's
 second compilation, a recompilation).  A garbage collection during a
@@ -91,6 +91,35 @@ def test_compilations_are_events_with_their_ids_and_steps(tmp_path):
            if r["name"] == "gc.pause"]
     assert any(g.get("in_compile") is True and g["auto"] is False for g in gcs), gcs
     assert all("in_compile" in g for g in gcs)
+
+
+# attach() leaves torch._dynamo unloaded (torch.compiler.disable would load
+# it: 1.1-1.9 s); the functions the extension calls at a step's end go
+# through torch.compiler.disable once the job loads it (here by making an
+# optimizer, as torch 2.13 does), so that a step ending inside compiled code
+# does not have dynamo compile trainmon's frames.
+LAZY_DYNAMO = r"""
+import json, sys, torch
+import trainmon
+trainmon.attach()
+after = "torch._dynamo" in sys.modules
+plain = [f.__name__ for f in trainmon._state["step_calls"]]
+import torch._dynamo
+zg, rk = trainmon._state["step_calls"]
+print(json.dumps({"after_attach": after, "plain": plain,
+                  "disabled": [getattr(f, "__wrapped__", None) is g and f is not g
+                               for f, g in ((zg, trainmon._zgrad_install),
+                                            (rk, trainmon._learn_rank))]}))
+"""
+
+
+def test_attach_leaves_dynamo_unloaded_and_binds_through_disable_once_it_loads(tmp_path):
+    torch = pytest.importorskip("torch")
+    if not hasattr(getattr(torch, "compiler", None), "disable"):
+        pytest.skip("torch %s has no torch.compiler.disable" % torch.__version__)
+    out = last_json(run_script(LAZY_DYNAMO, tmp_path).stdout)
+    assert out == {"after_attach": False, "plain": ["_zgrad_install", "_learn_rank"],
+                   "disabled": [True, True]}, out
 
 
 def test_a_job_that_never_compiles_records_no_compilation(tmp_path):
