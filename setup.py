@@ -30,6 +30,7 @@ LIB_SOURCES = [
     "src/lib/safefile.c",
     "src/lib/steps.c",
     "src/lib/follow.c",
+    "src/lib/stops.c",  # follow.c's totals of what stopped the loop
     "src/lib/anatomy.c",  # follow.c names devices as the report does
 ]
 

@@ -1155,6 +1155,13 @@ typedef struct tm_anat_parts {
     double bytes[TM_ANAT_N];
 } tm_anat_parts;
 
+/* What stopped a training thread inside its steps, from the agent's
+ * events (stops.c): torch.compile's compilations, checkpoint saves the
+ * loop waited for, the garbage collector's pauses (those written as
+ * events: every full one, and young ones of 1 ms and more, at most 50 a
+ * second of each). */
+enum { TM_STOP_COMPILE, TM_STOP_CHECKPOINT, TM_STOP_GC, TM_STOP_KINDS };
+
 typedef struct tm_follow_rank {
     char label[32];        /* the rank ("0"), or the role outside a distributed job ("pid42") */
     char file[256];        /* the record file's name in its run directory */
@@ -1179,6 +1186,10 @@ typedef struct tm_follow_rank {
      * TM_FOLLOW_ANAT_MAX devices seen. */
     size_t nanat;
     tm_anat_parts anat[TM_FOLLOW_ANAT_MAX];
+    /* The training thread's stops (TM_STOP_*): how many and their seconds,
+     * each once (a pause inside a compilation or save is that one's). */
+    uint64_t stops[TM_STOP_KINDS];
+    double stop_s[TM_STOP_KINDS];
 } tm_follow_rank;
 
 typedef struct tm_follow_run {
@@ -1494,6 +1505,8 @@ typedef struct tm_prom_rank {
     bool steps_valid, memory_valid;
     size_t nanat; /* the memory anatomy of each device (tm_follow_rank) */
     tm_anat_parts anat[TM_FOLLOW_ANAT_MAX];
+    uint64_t stops[TM_STOP_KINDS]; /* the training thread's stops (tm_follow_rank) */
+    double stop_s[TM_STOP_KINDS];
 } tm_prom_rank;
 
 /* Fills *out from what a follower knows of one training process (steps

@@ -30,6 +30,7 @@
 #include <sys/stat.h>
 
 #include "anatomy.h"
+#include "stops.h"
 #include "util.h"
 
 #define FOLLOW_NAME_MAX 256
@@ -150,9 +151,19 @@ static void follow_record(tm_follow_rank *k, int64_t mono_to_wall, const tm_reco
          * (and its header classified): the live views' label */
         tm_rec_event_def e;
         int32_t r;
-        if (k->rank < 0 && tm_rec_decode_event(rec, &e) == 0 && (r = tm_rec_event_rank(&e)) >= 0) {
+        if (tm_rec_decode_event(rec, &e) < 0)
+            return;
+        if (k->rank < 0 && (r = tm_rec_event_rank(&e)) >= 0) {
             k->rank = r;
             snprintf(k->label, sizeof k->label, "%d", (int)r);
+        }
+        /* what stopped the training thread: each stop once */
+        double d;
+        bool within;
+        int s = tm_stop_of(e.name, e.name_len, e.json, e.json_len, &d, &within);
+        if (s >= 0 && !within) {
+            k->stops[s]++;
+            k->stop_s[s] += d;
         }
         break;
     }

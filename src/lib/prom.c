@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "prom.h"
+#include "stops.h"
 #include "util.h"
 
 struct tm_text {
@@ -669,6 +670,8 @@ void tm_prom_rank_set(tm_prom_rank *out, const tm_follow_rank *k)
     out->ooms = k->ooms;
     out->nanat = k->nanat;
     memcpy(out->anat, k->anat, sizeof out->anat);
+    memcpy(out->stops, k->stops, sizeof out->stops);
+    memcpy(out->stop_s, k->stop_s, sizeof out->stop_s);
     out->ring_steps_dropped = out->ring_kept_from_s = NAN;
     if (k->ring) {
         out->ring_steps_dropped = (double)(out->steps - k->tally.steps);
@@ -721,6 +724,46 @@ int tm_prom_write_runs(tm_text *t, const tm_prom_run *runs, size_t n)
                 tm_text_puts(t, "\n");
             }
         }
+    }
+    /* What stopped the training thread (stops.c): two counters per kind,
+     * from a rank's first step on (zero until the first stop: a counter
+     * that appears late loses its first increase to rate()). */
+    static const struct {
+        const char *name, *help;
+        bool seconds;
+    } stop_families[] = {
+        {"trainmon_run_stop_seconds_total",
+         "Seconds the training thread was stopped by stop: compile (torch.compile compiling), "
+         "checkpoint (a save the loop waited for), gc (a garbage-collector pause outside "
+         "those).",
+         true},
+        {"trainmon_run_stops_total", "Times the training thread was stopped by stop (as above).",
+         false},
+    };
+    for (size_t f = 0; f < TM_ARRAY_LEN(stop_families); f++) {
+        header = false;
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = 0; j < runs[i].nranks; j++) {
+                const tm_prom_rank *k = &runs[i].ranks[j];
+                if (!k->steps_valid)
+                    continue;
+                if (!header)
+                    tx_family(t, stop_families[f].name, "counter", stop_families[f].help);
+                header = true;
+                for (size_t p = 0; p < TM_STOP_KINDS; p++) {
+                    tm_text_puts(t, stop_families[f].name);
+                    tm_text_puts(t, "{run=\"");
+                    tm_prom_escape(t, runs[i].name);
+                    tm_text_puts(t, "\",rank=\"");
+                    tm_prom_escape(t, k->rank);
+                    tm_text_printf(t, "\",stop=\"%s\"} ", tm_stop_def_at(p)->name);
+                    if (stop_families[f].seconds)
+                        tx_value(t, k->stop_s[p]);
+                    else
+                        tm_text_printf(t, "%" PRIu64, k->stops[p]);
+                    tm_text_puts(t, "\n");
+                }
+            }
     }
     /* The memory anatomy: one gauge per device and part. */
     static const char *const parts[TM_ANAT_N] = {"params", "grads", "optim_state", "activations",

@@ -8,8 +8,8 @@
  * under no_grad before the training forward as child slices),
  * tid 2 = phases (enter/exit pairs; one left open ends at the file's last
  * record), tid 3 = what stopped the training thread inside its steps
- * (chrome_stops: torch.compile's compilations, blocking checkpoint saves,
- * the collector's pauses; nested, as they happen inside one another),
+ * (stops.c's table: torch.compile's compilations, blocking checkpoint
+ * saves, the collector's pauses; nested, as they happen inside one another),
  * allocator bytes as counters, OOMs as instants; the system file's
  * disk rates and GPU utilization and memory as counters.
  *
@@ -29,6 +29,7 @@
 
 #include "runsum.h"
 #include "series.h"
+#include "stops.h"
 #include "util.h"
 
 /* System series drawn as Chrome counters: name, counter key, scale. */
@@ -40,17 +41,6 @@ static const struct {
     {TM_SER_DISK_WRITE_BYTES_PER_SECOND, "write_MB_s", 1.0 / 1048576.0},
     {TM_SER_GPU_UTILIZATION, "utilization", 1.0},
     {TM_SER_GPU_MEMORY_USED_BYTES, "memory_used_bytes", 1.0},
-};
-
-/* Events drawn as slices of tid 3, "stops": each written at its end with
- * its duration (dur_s), only those of the training thread (the marker in
- * its JSON), named by label and its JSON's key (a string or a number). */
-static const struct {
-    const char *event, *only, *label, *key;
-} chrome_stops[] = {
-    {"compile", "\"training\":true", "torch.compile", "id"},
-    {"checkpoint.save", "\"blocking\":true", "checkpoint save", "via"},
-    {"gc.pause", "\"train\":true", "gc pause, generation", "gen"},
 };
 
 /* The value of "key": in js (a string's text or a number's), kept to
@@ -80,20 +70,17 @@ static int chrome_stop_slices(tm_chrome *c, const tm_run *r)
     size_t n = tm_run_events(r, &ev);
     int rc = 0;
     for (size_t i = 0; i < n && rc >= 0; i++) {
-        if (!ev[i].name || !ev[i].json)
+        double d;
+        int k = ev[i].name && ev[i].json ? tm_stop_of(ev[i].name, strlen(ev[i].name), ev[i].json,
+                                                      strlen(ev[i].json), &d, NULL)
+                                         : -1;
+        if (k < 0)
             continue;
-        size_t k = 0;
-        while (k < TM_ARRAY_LEN(chrome_stops) && strcmp(ev[i].name, chrome_stops[k].event) != 0)
-            k++;
-        if (k == TM_ARRAY_LEN(chrome_stops) || !strstr(ev[i].json, chrome_stops[k].only))
-            continue;
-        double d = tm_runsum_event_num(ev[i].json, "dur_s");
-        if (!(d > 0) || d >= 3.2e7) /* unknown, or more than a year: a text may say anything */
-            continue;
+        const tm_stop_def *sd = tm_stop_def_at((size_t)k);
         int64_t dur = (int64_t)llround(d * 1e9);
         char word[32], name[96], args[64];
-        event_word(ev[i].json, chrome_stops[k].key, word, sizeof word);
-        snprintf(name, sizeof name, "%s%s%s", chrome_stops[k].label, word[0] ? " " : "", word);
+        event_word(ev[i].json, sd->key, word, sizeof word);
+        snprintf(name, sizeof name, "%s%s%s", sd->label, word[0] ? " " : "", word);
         snprintf(args, sizeof args, "{\"dur_s\":%.6f}", d);
         rc = tm_chrome_slice(c, (int)ev[i].source + 1, 3, name, tm_sat_sub64(ev[i].t_ns, dur), dur,
                              args);

@@ -5,7 +5,9 @@
 # run.* alert inputs (the value an --on-alert command gets) and the job's own
 # trainmon.stats() must give the same step count and the same data-wait
 # fraction: all four take them from the one step accounting (steps.c), the
-# live ones through the one follower (follow.c).
+# live ones through the one follower (follow.c).  Each rank also saves a
+# checkpoint and collects once, timing both itself: /metrics' stop totals
+# (trainmon_run_stop_seconds_total) must agree with those timings.
 #
 # How the alerts carry the final numbers: an alert says the value it fired
 # with, so the rules are made to fire only once a rank has finished.  Every
@@ -49,7 +51,7 @@ mkdir -p "$scratch/alerts"
 # its stats() when its loop is done, then waits (in a last phase with no
 # steps) until the test has scraped /metrics.
 cat > "$scratch/job.py" <<'EOF'
-import json, os, sys, time
+import gc, json, os, sys, time
 import torch, trainmon
 from torch.utils.data import DataLoader, Dataset
 n, out, gate = int(sys.argv[1]), sys.argv[2], sys.argv[3]
@@ -64,14 +66,24 @@ class D(Dataset):
 
 model = torch.nn.Linear(8, 8)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-for x in DataLoader(D(), batch_size=1, num_workers=1):
+timed = {}
+for i, x in enumerate(DataLoader(D(), batch_size=1, num_workers=1)):
     loss = model(x).sum()
     opt.zero_grad()
     loss.backward()
     opt.step()
     time.sleep(0.02)
+    if i == 10:    # a checkpoint the loop waits for, timed by the job
+        ckpt = {"model": model.state_dict(), "big": torch.ones(8 << 20)}
+        t = time.perf_counter()
+        torch.save(ckpt, out + ".pt")
+        timed["save_s"] = time.perf_counter() - t
+    if i == 15:    # a full collection of the job's own
+        t = time.perf_counter()
+        gc.collect()
+        timed["collect_s"] = time.perf_counter() - t
 with open(out + ".tmp", "w") as f:
-    json.dump(trainmon.stats(), f)
+    json.dump(dict(trainmon.stats(), timed=timed), f)
 os.rename(out + ".tmp", out)
 deadline = time.time() + 180
 while not os.path.exists(gate) and time.time() < deadline:
@@ -128,9 +140,10 @@ report = {r["rank"]: r for r in json.load(open(d + "/report.json"))["summary"]["
 
 metrics = {}
 for line in open(d + "/metrics.txt"):
-    m = re.match(r'(\w+)\{run="run",rank="(\w+)"\} (\S+)$', line.strip())
+    m = re.match(r'(\w+)\{run="run",rank="(\w+)"(?:,stop="(\w+)")?\} (\S+)$', line.strip())
     if m:
-        metrics[(m.group(1), m.group(2))] = float(m.group(3))
+        key = (m.group(1), m.group(2)) + ((m.group(3),) if m.group(3) else ())
+        metrics[key] = float(m.group(4))
 
 alerts = {}
 for p in glob.glob(d + "/alerts/*.json"):
@@ -168,5 +181,25 @@ for r in ("0", "1"):
     assert 0.4 < lo < 1, ("the job did not wait as designed", r, frac)
     assert stats[r]["steps"] == n and stats[r]["steps_closed"] == n, stats[r]
 print("ok: report, /metrics, alert inputs and stats() agree for both ranks")
+
+# What stopped each rank's loop, on /metrics (the follower's totals of the
+# agent's events), against the job's own timing of the calls: the one
+# checkpoint save (the agent times torch.save inside the job's timing of
+# it: not more, and not much less) and its full collection (automatic
+# ones may add to the gc total: not less); no compilation (no torch.compile).
+for r in ("0", "1"):
+    timed = stats[r]["timed"]
+    stop = {k: (metrics[("trainmon_run_stops_total", r, k)],
+                metrics[("trainmon_run_stop_seconds_total", r, k)])
+            for k in ("compile", "checkpoint", "gc")}
+    print("rank", r, "stops", stop, "job's own timing", timed)
+    assert stop["compile"] == (0, 0), stop
+    n, s = stop["checkpoint"]
+    assert n == 1 and 0.9 * timed["save_s"] - 0.002 <= s <= timed["save_s"], (stop, timed)
+    n, s = stop["gc"]
+    assert n >= 1 and s >= 0.9 * timed["collect_s"] - 0.002, (stop, timed)
+# the report counts the same save (the rank whose saves took longest)
+assert json.load(open(d + "/report.json"))["summary"]["checkpoints"] == 1
+print("ok: /metrics' stops agree with the job's own timing of its save and collection")
 EOF
 echo ok

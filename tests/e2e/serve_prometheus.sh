@@ -58,7 +58,7 @@ for m in trainmon_disk_reads_completed_total trainmon_disk_read_bytes_total \
          trainmon_disk_io_time_seconds_total trainmon_pressure_io_waiting_seconds_total \
          trainmon_exporter_build_info trainmon_run_info trainmon_run_steps_total \
          trainmon_run_data_wait_seconds_total trainmon_run_gpu_allocated_bytes \
-         trainmon_run_ooms_total; do
+         trainmon_run_ooms_total trainmon_run_stop_seconds_total trainmon_run_stops_total; do
     grep -q "^$m" "$tmp/metrics.txt" || fail "/metrics lacks $m"
 done
 grep -q '^trainmon_run_ooms_total{run="exp1",rank="0"} 1$' "$tmp/metrics.txt" ||
@@ -120,6 +120,7 @@ for q in 'up{job="trainmon"} == 1' trainmon_disk_reads_completed_total \
          trainmon_exporter_build_info 'trainmon_run_info{run="exp1"}' \
          'trainmon_run_steps_total{run="exp1",rank="0"}' \
          'trainmon_run_ooms_total{run="exp1",rank="0"} == 1' \
+         'trainmon_run_stop_seconds_total{run="exp1",rank="0",stop="compile"} == 0' \
          'rate(trainmon_run_steps_total[5s]) > 0'; do
     n=$(query "$q" | $PY -c 'import json,sys; d=json.load(sys.stdin); assert d["status"]=="success"; print(len(d["data"]["result"]))') ||
         fail "query failed: $q"

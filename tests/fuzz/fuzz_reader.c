@@ -1,7 +1,8 @@
 /*
  * fuzz_reader - libFuzzer target for the record file reader (recread.c):
- * header checks, block scan, resynchronisation after damage, refresh and
- * the payload decoders.  The input is the whole file, written to one
+ * header checks, block scan, resynchronisation after damage, refresh, the
+ * payload decoders and the follower's readings of an event (its rank, what
+ * stopped the loop: stops.c).  The input is the whole file, written to one
  * regular file in /dev/shm (tmpfs) that is reused for every input (the
  * reader refuses /proc/self/fd/N of a memfd: a symlink).  Seeds in
  * tests/fuzz/corpus/fuzz_reader are small files written by the writer.
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include "rec.h"
+#include "stops.h"
 #include "trainmon.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -39,8 +41,15 @@ static void read_to_end(tm_reader *r)
                 sink ^= (uint8_t)ids[0];
             break;
         case TM_REC_EVENT:
-            if (tm_rec_decode_event(&rec, &ev) == 0 && ev.json_len)
+            if (tm_rec_decode_event(&rec, &ev) == 0 && ev.json_len) {
                 sink ^= (uint8_t)ev.json[ev.json_len - 1];
+                /* the follower's readings of an event: a rank, a stop */
+                double d;
+                bool within;
+                sink ^= (uint8_t)tm_rec_event_rank(&ev);
+                sink ^=
+                    (uint8_t)tm_stop_of(ev.name, ev.name_len, ev.json, ev.json_len, &d, &within);
+            }
             break;
         default:
             if (rec.len)

@@ -207,6 +207,68 @@ static void test_a_rank_learned_late_relabels_the_live_row(void **st)
     tm_rec_close(&q);
 }
 
+/* The training thread's stops, from the agent's events (stops.c): each
+ * kind counted and its seconds summed, once each: a pause inside a
+ * compilation or a save is that one's, and those of other threads or
+ * without a duration are none.  Through tm_prom_rank_set as /metrics
+ * exports them. */
+static void test_stops_of_the_training_thread_are_counted_once_each(void **st)
+{
+    (void)st;
+    tm_rec *w = open_file("", "rank0.tmr", "rank0", 0, 0);
+    put_steps(w, 0, 3);
+    static const struct {
+        const char *name, *json;
+    } ev[] = {
+        /* compile: 1.5 + 0.25 s counted; a background thread's is not */
+        {"compile", "{\"dur_s\":1.500000,\"cpu_s\":1.4,\"step\":1,\"training\":true,"
+                    "\"trigger\":\"DYNAMO\",\"id\":\"0/0\"}"},
+        {"compile", "{\"dur_s\":0.250000,\"step\":5,\"training\":true,\"id\":\"0/1\"}"},
+        {"compile", "{\"dur_s\":9.000000,\"step\":5,\"training\":false,\"id\":\"1/0\"}"},
+        /* checkpoint: the blocking save of 2 s; an async one's 7 s is not */
+        {"checkpoint.save", "{\"dur_s\":2.000000,\"bytes\":100,\"step\":3,\"blocking\":true,"
+                            "\"ok\":true,\"via\":\"torch.save\"}"},
+        {"checkpoint.save", "{\"dur_s\":7.000000,\"step\":3,\"blocking\":false}"},
+        /* gc: 0.125 s counted; one in a compilation, one in a save, one on
+         * a worker thread, one with no duration and one of "-1" are not */
+        {"gc.pause", "{\"gen\":2,\"dur_s\":0.125000,\"collected\":3,\"step\":4,\"train\":true,"
+                     "\"auto\":true,\"in_save\":false,\"in_compile\":false}"},
+        {"gc.pause", "{\"gen\":2,\"dur_s\":0.5,\"train\":true,\"in_save\":false,"
+                     "\"in_compile\":true}"},
+        {"gc.pause", "{\"gen\":2,\"dur_s\":0.5,\"train\":true,\"in_save\":true}"},
+        {"gc.pause", "{\"gen\":2,\"dur_s\":0.5,\"train\":false}"},
+        {"gc.pause", "{\"gen\":2,\"train\":true}"},
+        {"gc.pause", "{\"gen\":2,\"dur_s\":-1,\"train\":true}"},
+        /* not a stop */
+        {"checkpoint", "{\"dur_s\":4.0,\"blocking\":true}"},
+    };
+    for (size_t i = 0; i < sizeof ev / sizeof ev[0]; i++)
+        assert_int_equal(tm_rec_event(w, 0, ev[i].name, ev[i].json), 0);
+    tm_follow *f = NULL;
+    assert_int_equal(tm_follow_open(&f, dir, false), 0);
+    assert_int_equal(tm_follow_poll(f, 1000), 0);
+    const tm_follow_rank *k = rank_by_label(f, 0, "0");
+    assert_non_null(k);
+    assert_int_equal(k->stops[TM_STOP_COMPILE], 2);
+    assert_float_equal(k->stop_s[TM_STOP_COMPILE], 1.75, 1e-9);
+    assert_int_equal(k->stops[TM_STOP_CHECKPOINT], 1);
+    assert_float_equal(k->stop_s[TM_STOP_CHECKPOINT], 2.0, 1e-9);
+    assert_int_equal(k->stops[TM_STOP_GC], 1);
+    assert_float_equal(k->stop_s[TM_STOP_GC], 0.125, 1e-9);
+    tm_prom_rank pr;
+    tm_prom_rank_set(&pr, k);
+    assert_int_equal(pr.stops[TM_STOP_COMPILE], 2);
+    assert_float_equal(pr.stop_s[TM_STOP_GC], 0.125, 1e-9);
+    /* only what was appended: a second poll adds the new stop alone */
+    assert_int_equal(tm_rec_event(w, 0, "compile", "{\"dur_s\":0.5,\"training\":true}"), 0);
+    assert_int_equal(tm_follow_poll(f, 1000), 0);
+    k = rank_by_label(f, 0, "0");
+    assert_int_equal(k->stops[TM_STOP_COMPILE], 3);
+    assert_float_equal(k->stop_s[TM_STOP_COMPILE], 2.25, 1e-9);
+    tm_follow_close(&f);
+    tm_rec_close(&w);
+}
+
 static void test_each_poll_reads_only_what_was_appended(void **st)
 {
     (void)st;
@@ -569,6 +631,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_missing_directory_is_an_error, setup, teardown),
         cmocka_unit_test_setup_teardown(test_alert_inputs_are_fed_per_rank, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stops_of_the_training_thread_are_counted_once_each,
+                                        setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -472,6 +472,41 @@ static void test_run_rank_series_are_labelled_by_run_and_rank(void **state)
     tm_text_free(&t);
 }
 
+/* The training thread's stops: every kind of a rank with steps, zero
+ * before its first (rate() then sees the first increase), none for a rank
+ * without steps yet. */
+static void test_run_stops_are_counters_per_kind(void **state)
+{
+    (void)state;
+    tm_prom_rank k[2];
+    memset(k, 0, sizeof k);
+    snprintf(k[0].rank, sizeof k[0].rank, "0");
+    k[0].steps = 10;
+    k[0].steps_valid = true;
+    k[0].stops[TM_STOP_COMPILE] = 3;
+    k[0].stop_s[TM_STOP_COMPILE] = 41.5;
+    k[0].stops[TM_STOP_GC] = 2;
+    k[0].stop_s[TM_STOP_GC] = 0.25;
+    snprintf(k[1].rank, sizeof k[1].rank, "1"); /* no steps yet */
+    k[1].stops[TM_STOP_COMPILE] = 1;
+    tm_prom_run r = {.name = "exp1", .host = "", .last_record_age_s = NAN, .nranks = 2, .ranks = k};
+    tm_text *t = text();
+    assert_int_equal(tm_prom_write_runs(t, &r, 1), 0);
+    const char *s = tm_text_data(t, NULL);
+    assert_non_null(
+        strstr(s, "# TYPE trainmon_run_stop_seconds_total counter\n"
+                  "trainmon_run_stop_seconds_total{run=\"exp1\",rank=\"0\",stop=\"compile\"} 41.5\n"
+                  "trainmon_run_stop_seconds_total{run=\"exp1\",rank=\"0\",stop=\"checkpoint\"} 0\n"
+                  "trainmon_run_stop_seconds_total{run=\"exp1\",rank=\"0\",stop=\"gc\"} 0.25\n"));
+    assert_non_null(
+        strstr(s, "# TYPE trainmon_run_stops_total counter\n"
+                  "trainmon_run_stops_total{run=\"exp1\",rank=\"0\",stop=\"compile\"} 3\n"
+                  "trainmon_run_stops_total{run=\"exp1\",rank=\"0\",stop=\"checkpoint\"} 0\n"
+                  "trainmon_run_stops_total{run=\"exp1\",rank=\"0\",stop=\"gc\"} 2\n"));
+    assert_null(strstr(s, "rank=\"1\",stop="));
+    tm_text_free(&t);
+}
+
 /* ------------------------------------------------------------- the text */
 
 static void test_text_over_its_cap_fails_and_stays_failed(void **state)
@@ -647,6 +682,7 @@ int main(void)
         cmocka_unit_test(test_gpu_exposition_has_base_units_and_labels),
         cmocka_unit_test(test_lost_gpu_exports_only_that_it_is_lost),
         cmocka_unit_test(test_run_rank_series_are_labelled_by_run_and_rank),
+        cmocka_unit_test(test_run_stops_are_counters_per_kind),
         cmocka_unit_test(test_text_over_its_cap_fails_and_stays_failed),
         cmocka_unit_test(test_exporter_series_name_version_and_collectors),
         cmocka_unit_test(test_health_is_ok_for_a_busy_disk_that_keeps_up),
