@@ -194,6 +194,8 @@ EXPECT = {"llm_memmap": ("input.main_prep", "cpu"), "manual_sgd": ("input.main_p
           "llm_memmap_accum": ("input.main_prep", "cpu"),
           "llm_memmap_nanogpt": ("input.main_prep", "cpu"),
           "llm_memmap_nanochat": ("input.main_prep", "cpu"),
+          "llm_memmap_actckpt": ("input.main_prep", "cpu"),
+          "llm_memmap_actckpt_reentrant": ("input.main_prep", "cpu"),
           "rl_ppo": ("steps.no_grad", None), "rl_a2c": ("steps.no_grad", None),
           "rl_sb3": ("steps.no_grad", None),
           "producer_queue": ("input.main_prep", "other_processes"),
@@ -245,6 +247,10 @@ NEVER = {"llm_memmap": {"input.data_wait", "input.cpu_bound", "input.disk_bound"
          "llm_memmap_accum": {"input.data_wait", "input.cpu_bound", "input.disk_bound", "input.ok"},
          "llm_memmap_nanogpt": {"input.data_wait", "input.cpu_bound", "input.disk_bound", "input.ok"},
          "llm_memmap_nanochat": {"input.data_wait", "input.cpu_bound", "input.disk_bound", "input.ok"},
+         "llm_memmap_actckpt": {"input.data_wait", "input.cpu_bound", "input.disk_bound", "input.ok",
+                                "steps.no_grad"},
+         "llm_memmap_actckpt_reentrant": {"input.data_wait", "input.cpu_bound", "input.disk_bound",
+                                          "input.ok", "steps.no_grad"},
          "rl_ppo": RL_NEVER, "rl_a2c": RL_NEVER, "rl_sb3": RL_NEVER,
          "producer_queue": {"input.data_wait", "input.cpu_bound", "input.disk_bound"},
          "tqdm_epochs": {"input.main_prep", "input.handoff"},
@@ -447,7 +453,7 @@ half() { # name python
     # The sanitizer build: the report and dump of the binary under ASan on
     # one loop of each kind of boundary, not the whole matrix again.
     case ${BUILD:-} in *asan*) [ -n "$jobs" ] || jobs="grad_accum manual_sgd idle_workers" ;; esac
-    for job in ${jobs:-llm_memmap llm_memmap_fast llm_memmap_ckpt llm_memmap_dcp llm_memmap_gc llm_memmap_log grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver loader_fork loader_newiter loader_newiter_persistent thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next two_loaders_workers grad_accum_cycle amp_nan gan_dcgan gan_wgan accelerate_loop train_eval_first infer_scoring infer_main llm_memmap_accum llm_memmap_nanogpt llm_memmap_nanochat rl_ppo rl_a2c rl_sb3 producer_queue tqdm_epochs tqdm_workers compiled compiled_storm}; do
+    for job in ${jobs:-llm_memmap llm_memmap_fast llm_memmap_ckpt llm_memmap_dcp llm_memmap_gc llm_memmap_log grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver loader_fork loader_newiter loader_newiter_persistent thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next two_loaders_workers grad_accum_cycle amp_nan gan_dcgan gan_wgan accelerate_loop train_eval_first infer_scoring infer_main llm_memmap_accum llm_memmap_nanogpt llm_memmap_nanochat llm_memmap_actckpt llm_memmap_actckpt_reentrant rl_ppo rl_a2c rl_sb3 producer_queue tqdm_epochs tqdm_workers compiled compiled_storm}; do
         local run=$scratch/$name-$job script=$job envs=()
         [ "$job" = llm_memmap_fast ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=4096); }
         [ "$job" = llm_memmap_ckpt ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=4096 JOB_SAVE_EVERY=4 JOB_SAVE_MB=128); }
@@ -457,6 +463,8 @@ half() { # name python
         [ "$job" = llm_memmap_accum ] && { script=llm_memmap; envs=(JOB_ACCUM=4); }
         [ "$job" = llm_memmap_nanogpt ] && { script=llm_memmap; envs=(JOB_ORDER=nanogpt JOB_ACCUM=2); }
         [ "$job" = llm_memmap_nanochat ] && { script=llm_memmap; envs=(JOB_ORDER=nanochat); }
+        [ "$job" = llm_memmap_actckpt ] && { script=llm_memmap; envs=(JOB_ACT_CKPT=plain); }
+        [ "$job" = llm_memmap_actckpt_reentrant ] && { script=llm_memmap; envs=(JOB_ACT_CKPT=reentrant); }
         [ "$job" = llm_memmap_gc ] && { script=llm_memmap; envs=(JOB_STEPS=80 JOB_PREP_S=0 JOB_HIDDEN=6144 JOB_PYHEAP=150000 JOB_KEEP=4000); }
         case $job in loader_*) script=loader_variants; envs=(JOB_VARIANT=${job#loader_}) ;; esac
         [ "$job" = thread_prefetch_fast ] && { script=thread_prefetch; envs=(JOB_ITEM_S=0.0001); }

@@ -63,6 +63,10 @@ PYHEAP = int(os.environ.get("JOB_PYHEAP", "0"))
 ACCUM = int(os.environ.get("JOB_ACCUM", "1"))  # micro-batches per optimizer step
 KEEP = int(os.environ.get("JOB_KEEP", "0"))
 ORDER = os.environ.get("JOB_ORDER", "")  # "", "nanogpt" or "nanochat"
+# activation checkpointing of the MLP: "reentrant" or "plain" (use_reentrant=False)
+ACT_CKPT = os.environ.get("JOB_ACT_CKPT", "")
+if ACT_CKPT:
+    import torch.utils.checkpoint  # noqa: F401
 index = [[i, i + 1] for i in range(PYHEAP)]  # the long-lived heap
 cache = {}
 pauses = []  # (begin, duration, generation) of every collection, by the job's own clock
@@ -106,7 +110,11 @@ class TinyLM(torch.nn.Module):
 
     def forward(self, idx, targets=None):  # nanoGPT's: the loss inside the model
         h = self.emb(idx)
-        h = h + self.mlp(h)
+        if ACT_CKPT and self.training:  # recomputed in the backward pass
+            h = h + torch.utils.checkpoint.checkpoint(self.mlp, h,
+                                                      use_reentrant=ACT_CKPT == "reentrant")
+        else:
+            h = h + self.mlp(h)
         logits = self.head(h)
         if targets is None:
             return logits, None
