@@ -891,7 +891,9 @@ static struct {
     int32_t bwd;
     int64_t cpu; /* training-thread CPU inside the fetch; -1 not measured */
     int newit;   /* from an iterator made for it (TM_STEP_NEW_ITER) */
+    int first;   /* the first batch the training thread fetched */
 } g_b;
+static int g_fetched; /* a batch came back on the training thread (since attach) */
 /* A batch came back on the training thread since the last StopIteration
  * there (an iterator made now over one that had not ended is a new
  * iterator for the batch: TM_STEP_NEW_ITER), and the open fetch's. */
@@ -2753,6 +2755,8 @@ static void next_exit(PyObject *arg)
     g_since_stop = got;
     if (got) {
         g_b.newit = g_in_newit;
+        g_b.first = !g_fetched;
+        g_fetched = 1;
         g_b.have = 1;
         g_b.added = 0;
         g_b.bwd = 0;
@@ -2975,11 +2979,17 @@ static PyObject *py_loader_dropped(PyObject *self, PyObject *it)
     if (g_level != 0)
         Py_RETURN_NONE;
     /* `next(iter(loader))` in a loop without a backward pass, after the
-     * first: the batch dropped with its iterator at once is in use, not
-     * broken off by a `break` (which ends an iterator that made batches
-     * before); the next fetch ends its step, its wait to the end of this
-     * __del__ (py_loader_gone) */
-    if (g_del_t0 && g_b.newit)
+     * first, or the first batch of any loop: the batch dropped with its
+     * iterator at once is in use, not broken off by a `break` (which ends
+     * an iterator that made batches before); the next fetch ends its step,
+     * or a backward pass takes it, its wait to the end of this __del__
+     * (py_loader_gone).  (The first batch of a `next(iter(loader))` loop
+     * was written as a loader step of its fetch alone, and its forward,
+     * backward and optimizer step as the next: 41 steps for 40.  A batch
+     * peeked at before the loop, `next(iter(loader))` for its shapes, is
+     * held, and the loop's first step takes it: warm-up with the worker
+     * start-up, not a step of its own before it.) */
+    if (g_del_t0 && (g_b.newit || g_b.first))
         Py_RETURN_NONE;
     int64_t t = now_ns();
     /* `it = iter(loader)` over a broken-off epoch: the new iterator was
@@ -3088,6 +3098,7 @@ static PyObject *py_reset_steps(PyObject *self, PyObject *noargs)
     g_in_cpu = -1;
     g_iter_n = 0;
     g_since_stop = g_in_newit = 0;
+    g_fetched = 0;
     g_del_t0 = 0;
     g_have_closed = 0;
     memset(&g_b, 0, sizeof g_b);

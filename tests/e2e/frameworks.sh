@@ -76,7 +76,7 @@ free = job.endswith("_free")
 oracle, rep, train, evals = runcheck.load(run, '{"steps"')
 S = rep["summary"]
 bad = []
-if not S.get("steps") or abs(S["steps"] - oracle["steps"]) > 1:
+if not S.get("steps") or S["steps"] != oracle["steps"]:
     bad.append("steps %s, the job counted %s" % (S.get("steps"), oracle["steps"]))
 infer = bool(oracle.get("inference"))
 if infer != bool(S.get("inference_processes")):

@@ -265,7 +265,7 @@ if len(mains) != 1:  # spawned or forkserver workers must not get files of their
     bad.append("%d training-process files: %s" % (len(mains), sorted(mains)))
 if not S.get("steps"):
     bad.append("no steps in the report (summary %s)" % json.dumps(S)[:300])
-elif abs(S["steps"] - oracle["steps"]) > 1:
+elif S["steps"] != oracle["steps"]:
     bad.append("steps %s, the job counted %s" % (S["steps"], oracle["steps"]))
 share, dwf = oracle.get("data_wait_share"), S.get("data_wait_fraction")
 # an inference loop (no training at all): its batches, recorded as eval,

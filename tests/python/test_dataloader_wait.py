@@ -184,6 +184,15 @@ elif SHAPE == "short":  # `for x in loader` over epochs of one batch: an iterato
             model(x).sum().backward()
             opt.step()
             opt.zero_grad()
+elif SHAPE == "peek":  # a batch looked at before the loop (its shape), then epochs of it
+    loader = DataLoader([torch.ones(4)] * 8, batch_size=2, num_workers=1)
+    print(next(iter(loader)).shape)
+    time.sleep(0.05)  # building the rest of the model
+    for epoch in range(2):
+        for x in loader:
+            model(x).sum().backward()
+            opt.step()
+            opt.zero_grad()
 elif SHAPE == "scoring":  # next(iter(loader)) without a backward pass: 30 ms of work a batch
     loader = DataLoader([torch.ones(4)] * 40, batch_size=2, num_workers=1)
     for k in range(6):
@@ -250,10 +259,26 @@ def test_an_iterator_dropped_after_its_batch_stops_its_workers_in_the_wait(tmp_p
     batch comes back, and its __del__ stops the worker its iter() started
     (60 ms here): the loop's time on its loader, so the batch's wait, not
     the step's compute."""
-    steps = [s for s in shape(tmp_path, "newiter") if s["boundary"] == 3]  # optimizer
-    assert len(steps) >= 5, steps
+    steps = shape(tmp_path, "newiter")
+    # one step a batch, the first too: its fetch, forward, backward and
+    # optimizer step (the first batch was a loader step of its own, its
+    # compute the next: 7 steps for 6)
+    assert [s["boundary"] for s in steps] == [3] * 6, steps  # optimizer
+    assert all(s["batches"] == 1 and s["micro_batches"] == 1 for s in steps), steps
     for s in steps[1:]:
         assert s["data_wait_ns"] / 1e9 >= 0.06, s
+
+
+def test_a_batch_peeked_at_before_the_loop_joins_its_first_step(tmp_path):
+    """`next(iter(loader))` before the loop (a batch's shape, a model's
+    summary): the batch is held, and the loop's first step (warm-up, with
+    its workers' start) takes it, not a step of its own before it that
+    would leave the workers' start-up in a judged step."""
+    steps = shape(tmp_path, "peek")
+    assert [s["boundary"] for s in steps] == [3] * 8, steps  # 2 epochs of 4 batches
+    assert steps[0]["batches"] == 2 and all(s["batches"] == 1 for s in steps[1:]), steps
+    # the first step runs from the peek's fetch: the 50 ms after it included
+    assert (steps[0]["end_ns"] - steps[0]["start_ns"]) / 1e9 >= 0.05, steps[0]
 
 
 @pytest.mark.parametrize("name", ["newiter", "persist", "short"])
