@@ -43,6 +43,7 @@
 
 #include "infer.h"
 #include "runsum.h"
+#include "util.h"
 
 /* A batch the process fetched: an eval record of a DataLoader batch, or a
  * loader-ended training step (a loop that fetches with grad enabled and
@@ -64,7 +65,7 @@ static bool trains(const tm_run_step *st, size_t n, const char *boundaries)
             return true;
     static const char *const keys[] = {"backward_passes", "optimizer_steps", "optimizers_made"};
     for (size_t k = 0; boundaries && k < sizeof keys / sizeof *keys; k++) {
-        double v = tm_runsum_event_num(boundaries, keys[k]);
+        double v = tm_event_num(boundaries, keys[k]);
         if (!isnan(v) && v > 0)
             return true;
     }

@@ -235,21 +235,6 @@ static bool disk_is_target(const tm_runview *v, const char *dev, bool *any_named
     return !named;
 }
 
-/* The number after "key": in an event's JSON text (NAN when absent); the
- * text is the writer's and not trusted: strtod stops at its end. */
-double tm_runsum_event_num(const char *json, const char *key)
-{
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\":", key);
-    const char *p = strstr(json, pat);
-    if (!p)
-        return NAN;
-    p += strlen(pat);
-    char *end;
-    double v = strtod(p, &end);
-    return end == p || !isfinite(v) || v < 0 ? NAN : v;
-}
-
 /* The string after "key": (JSON as json.dumps writes it, with or without
  * a space) into out, printable ASCII only, cut at cap; "" when absent.
  * Escapes are kept as their letters: this is for a report line. */
@@ -304,15 +289,15 @@ static void summarize_agent(const tm_runview *v, tm_an_summary *S)
         } else if (!strcmp(ev[i].name, "inproc.boundaries")) {
             S->agent_told++;
             double x;
-            if (!isnan(x = tm_runsum_event_num(js, "loader_batches")))
+            if (!isnan(x = tm_event_num(js, "loader_batches")))
                 S->seen_batches += x;
-            if (!isnan(x = tm_runsum_event_num(js, "backward_passes")))
+            if (!isnan(x = tm_event_num(js, "backward_passes")))
                 S->seen_backward += x;
-            if (!isnan(x = tm_runsum_event_num(js, "optimizer_steps")))
+            if (!isnan(x = tm_event_num(js, "optimizer_steps")))
                 S->seen_optimizer += x;
-            if (!isnan(x = tm_runsum_event_num(js, "fetches")))
+            if (!isnan(x = tm_event_num(js, "fetches")))
                 S->seen_fetches += x;
-            if (!isnan(x = tm_runsum_event_num(js, "optimizers_made")))
+            if (!isnan(x = tm_event_num(js, "optimizers_made")))
                 S->seen_optmade = (isnan(S->seen_optmade) ? 0 : S->seen_optmade) + x;
             if (strstr(js, "\"forward_seen\":true"))
                 S->seen_forward = true;
@@ -1179,14 +1164,14 @@ static void source_threads(const tm_runview *v, uint32_t s, double *intra, doubl
             continue;
         if (set == from_set && ev[i].t_ns < last)
             continue;
-        double t = tm_runsum_event_num(ev[i].json, "intra_op");
+        double t = tm_event_num(ev[i].json, "intra_op");
         if (!(t >= 1))
             continue;
         last = ev[i].t_ns;
         from_set = set;
         *intra = t;
-        *inter = tm_runsum_event_num(ev[i].json, "inter_op");
-        *affinity = tm_runsum_event_num(ev[i].json, "affinity_cpus");
+        *inter = tm_event_num(ev[i].json, "inter_op");
+        *affinity = tm_event_num(ev[i].json, "affinity_cpus");
     }
 }
 
@@ -1277,7 +1262,7 @@ static void summarize_machine(const tm_runview *v, tm_an_summary *S, const tm_an
             S->data_paths = true;
             if (S->data_hung++ == 0) {
                 event_str(ev[i].json, "path", S->data_hung_path, sizeof S->data_hung_path);
-                S->data_hung_wait_s = tm_runsum_event_num(ev[i].json, "wait_s");
+                S->data_hung_wait_s = tm_event_num(ev[i].json, "wait_s");
             }
         }
     }

@@ -327,9 +327,6 @@ void tm_runsum_view_close(tm_runview *v);
  * the complete steps (else the run's).  0 or -ENOMEM. */
 int tm_runsum_build(tm_runview *v, tm_an_summary *S, tm_an_rank **ranks, size_t *nranks);
 
-/* The number after "key": in an event's JSON text (NAN when absent or
- * negative); the text is the writer's and not trusted. */
-double tm_runsum_event_num(const char *json, const char *key);
 /* A training process's loop: from its first complete training step's
  * start to its last one's end (lo >= hi: no such step), the time of those
  * steps and of its eval runs, and how many steps. */

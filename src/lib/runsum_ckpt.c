@@ -26,7 +26,7 @@
  *     what they take from its CPUs and the GIL.
  *
  * The events are the writer's text and not trusted: a number that does
- * not parse, or is negative, is unknown (tm_runsum_event_num).
+ * not parse, or is negative, is unknown (tm_event_num).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -34,6 +34,7 @@
 
 #include "runsum.h"
 #include "trainmon.h"
+#include "util.h"
 
 static bool is_save(const tm_run_event *e)
 {
@@ -48,7 +49,7 @@ static bool blocking(const char *js)
 /* The save's duration (0 when unknown) */
 static double save_dur(const tm_run_event *e)
 {
-    double d = tm_runsum_event_num(e->json, "dur_s");
+    double d = tm_event_num(e->json, "dur_s");
     return isfinite(d) ? d : 0;
 }
 
@@ -126,10 +127,10 @@ void tm_runsum_checkpoints(const tm_runview *v, tm_an_summary *S)
         if (!end && (!is_save(&ev[i]) || ev[i].source != best || !blocking(ev[i].json) ||
                      !in_loop(L, &ev[i])))
             continue;
-        double d = end ? NAN : tm_runsum_event_num(ev[i].json, "dur_s");
-        double b = end ? NAN : tm_runsum_event_num(ev[i].json, "bytes");
-        double c = end ? NAN : tm_runsum_event_num(ev[i].json, "cpu_s");
-        double n = end ? NAN : tm_runsum_event_num(ev[i].json, "step");
+        double d = end ? NAN : tm_event_num(ev[i].json, "dur_s");
+        double b = end ? NAN : tm_event_num(ev[i].json, "bytes");
+        double c = end ? NAN : tm_event_num(ev[i].json, "cpu_s");
+        double n = end ? NAN : tm_event_num(ev[i].json, "step");
         if (!end && isnan(d))
             continue;
         if (!end && strstr(ev[i].json, "\"to\":\"memory\""))

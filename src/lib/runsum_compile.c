@@ -32,7 +32,7 @@
  *     boundary, one later than a DataLoader's).
  *
  * The events are the writer's text and not trusted: a number that does
- * not parse, or is negative, is unknown (tm_runsum_event_num); an id that
+ * not parse, or is negative, is unknown (tm_event_num); an id that
  * does not parse is no recompilation.
  */
 #include <math.h>
@@ -112,7 +112,7 @@ static int by_begin(const void *x, const void *y)
 
 static double event_dur(const tm_run_event *e)
 {
-    double d = tm_runsum_event_num(e->json, "dur_s");
+    double d = tm_event_num(e->json, "dur_s");
     return isfinite(d) ? d : 0;
 }
 

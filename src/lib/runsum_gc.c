@@ -36,7 +36,7 @@
  * at the next all-reduce, and the ranks pause at different steps).
  *
  * The events are the writer's text and not trusted: a number that does not
- * parse, or is negative, is unknown (tm_runsum_event_num).
+ * parse, or is negative, is unknown (tm_event_num).
  */
 #include <math.h>
 #include <stdio.h>
@@ -90,7 +90,7 @@ static void unprep(const tm_run_event *e, struct pause *p, size_t n)
 {
     double span;
     if (!n || !e->name || strcmp(e->name, "gc.unprep") != 0 || !e->json ||
-        !isfinite(span = tm_runsum_event_num(e->json, "span_s")) || span >= 3.2e7)
+        !isfinite(span = tm_event_num(e->json, "span_s")) || span >= 3.2e7)
         return;
     int64_t lo = tm_sat_sub64(e->t_ns, (int64_t)llround(span * 1e9));
     for (size_t k = 0; k < n && p[k].b <= e->t_ns; k++)
@@ -140,7 +140,7 @@ static double json_arr_num(const char *js, const char *key, int k)
  * say anything) */
 static double pause_ns(const tm_run_event *e)
 {
-    double d = tm_runsum_event_num(e->json, "dur_s");
+    double d = tm_event_num(e->json, "dur_s");
     return isfinite(d) && d < 3.2e7 ? d * 1e9 : NAN;
 }
 
@@ -438,9 +438,9 @@ void tm_runsum_gc(const tm_runview *v, tm_an_summary *S, tm_an_rank *ranks, size
         tmp[k++] = d / 1e9;
         if (strstr(ev[i].json, "\"auto\":false"))
             S->gc_manual++;
-        if (tm_runsum_event_num(ev[i].json, "gen") == 2) {
+        if (tm_event_num(ev[i].json, "gen") == 2) {
             S->gc_full++;
-            double n = tm_runsum_event_num(ev[i].json, "step");
+            double n = tm_event_num(ev[i].json, "step");
             if (!isnan(last) && !isnan(n) && n > last)
                 gs[ks++] = n - last;
             last = n;
@@ -467,9 +467,9 @@ void tm_runsum_gc(const tm_runview *v, tm_an_summary *S, tm_an_rank *ranks, size
         double y1 = json_arr_num(ev[i].json, "time_s", 1);
         S->gc_young_s = y0 + y1;
         S->gc_full_all_s = json_arr_num(ev[i].json, "time_s", 2);
-        S->gc_frozen = tm_runsum_event_num(ev[i].json, "frozen");
+        S->gc_frozen = tm_event_num(ev[i].json, "frozen");
         S->gc_threshold0 = json_arr_num(ev[i].json, "threshold", 0);
-        double dr = tm_runsum_event_num(ev[i].json, "dropped");
+        double dr = tm_event_num(ev[i].json, "dropped");
         S->gc_dropped = isfinite(dr) && dr < 1e15 ? (size_t)dr : 0;
     }
     net_of_pauses(v, L, cnt, S, ranks, nranks);

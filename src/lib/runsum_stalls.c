@@ -44,6 +44,7 @@
 #include "analysis.h"
 #include "runsum.h"
 #include "trainmon.h"
+#include "util.h"
 
 /* Per training process of a distributed job (header rank >= 0): where it
  * stopped and held the other ranks at their next collective, its blocking
@@ -100,7 +101,7 @@ static struct held *held_build(const tm_runview *v)
             strcmp(e->name, "checkpoint.save") == 0 && strstr(e->json, "\"blocking\":true") != NULL;
         if (!save && !tm_runsum_is_loop_compile(e) && strcmp(e->name, "gc.pause") != 0)
             continue;
-        double d = tm_runsum_event_num(e->json, "dur_s");
+        double d = tm_event_num(e->json, "dur_s");
         if (!(d > 0) || !isfinite(d))
             continue;
         struct held *h = &H[e->source];

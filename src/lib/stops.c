@@ -37,20 +37,6 @@ static const tm_stop_def stops[TM_STOP_KINDS] = {
                     "gen"},
 };
 
-/* The number after "dur_s": (NAN when absent or negative).  Here, not
- * runsum.c's tm_runsum_event_num: the extension links follow.c and this
- * file alone of the report's sources (setup.py). */
-static double dur_of(const char *js)
-{
-    static const char key[] = "\"dur_s\":";
-    const char *p = strstr(js, key);
-    if (!p)
-        return NAN;
-    char *end;
-    double v = strtod(p + sizeof key - 1, &end);
-    return end == p + sizeof key - 1 || !isfinite(v) || v < 0 ? NAN : v;
-}
-
 const tm_stop_def *tm_stop_def_at(size_t i)
 {
     return i < TM_ARRAY_LEN(stops) ? &stops[i] : NULL;
@@ -73,7 +59,7 @@ int tm_stop_of(const char *name, size_t name_len, const char *json, size_t json_
     buf[n] = '\0';
     if (!strstr(buf, stops[k].only))
         return -1;
-    double d = dur_of(buf);
+    double d = tm_event_num(buf, "dur_s");
     if (!(d > 0) || d >= 3.2e7) /* unknown, or more than a year: a text may say anything */
         return -1;
     bool in = false;

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -500,4 +501,17 @@ void tm_buf_free(tm_buf *b)
     free(b->data);
     b->data = NULL;
     b->len = b->alloc = 0;
+}
+
+double tm_event_num(const char *json, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(json, pat);
+    if (!p)
+        return NAN;
+    p += strlen(pat);
+    char *end;
+    double v = strtod(p, &end);
+    return end == p || !isfinite(v) || v < 0 ? NAN : v;
 }

@@ -56,6 +56,11 @@ int tm_sys_path(char *buf, size_t cap, const char *fmt, ...) __attribute__((form
 /* Copies src into dst of cap bytes, always NUL-terminated, truncating. */
 void tm_strlcpy(char *dst, const char *src, size_t cap);
 
+/* The number after "key": in an agent event's JSON text (NAN when absent,
+ * not a number, or negative); the text is the writer's and not trusted:
+ * strtod stops at its end.  json is NUL-terminated. */
+double tm_event_num(const char *json, const char *key);
+
 /* Parses an unsigned decimal at *p, advancing *p past it; leading blanks
  * skipped.  0 on success, -EINVAL if there is no digit, -ERANGE on overflow. */
 int tm_parse_u64(const char **p, const char *end, uint64_t *out);

@@ -195,9 +195,9 @@ for r in ("0", "1"):
     print("rank", r, "stops", stop, "job's own timing", timed)
     assert stop["compile"] == (0, 0), stop
     n, s = stop["checkpoint"]
-    assert n == 1 and 0.9 * timed["save_s"] - 0.002 <= s <= timed["save_s"], (stop, timed)
+    assert n == 1 and 0.8 * timed["save_s"] - 0.005 <= s <= timed["save_s"], (stop, timed)
     n, s = stop["gc"]
-    assert n >= 1 and s >= 0.9 * timed["collect_s"] - 0.002, (stop, timed)
+    assert n >= 1 and s >= 0.8 * timed["collect_s"] - 0.005, (stop, timed)
 # the report counts the same save (the rank whose saves took longest)
 assert json.load(open(d + "/report.json"))["summary"]["checkpoints"] == 1
 print("ok: /metrics' stops agree with the job's own timing of its save and collection")
