@@ -892,12 +892,14 @@ static struct {
     int64_t cpu; /* training-thread CPU inside the fetch; -1 not measured */
     int newit;   /* from an iterator made for it (TM_STEP_NEW_ITER) */
     int first;   /* the first batch the training thread fetched */
+    int64_t run; /* the start of the run of iter() calls its fetch joined; 0 none */
 } g_b;
 static int g_fetched; /* a batch came back on the training thread (since attach) */
 /* A batch came back on the training thread since the last StopIteration
  * there (an iterator made now over one that had not ended is a new
  * iterator for the batch: TM_STEP_NEW_ITER), and the open fetch's. */
 static int g_since_stop, g_in_newit;
+static int64_t g_in_run; /* the open fetch's run of iter() calls (its start), 0 none */
 
 /* Handoff: the training thread's CPU is read around a fetch only for a
  * multi-process DataLoader (its wait is receiving batches from workers);
@@ -2509,11 +2511,19 @@ static void held_stop(uintptr_t ended)
 
 /* A backward pass on the batches of iterator iter: its held batches and
  * the one held batch of another iterator join the open training steps, the
- * eval runs of others are written. */
-static void held_confirm(uintptr_t iter)
+ * eval runs of others are written.  At the first backward pass, a batch
+ * fetched before the iter() that made the batch trained on (since: that
+ * run's start; 0 none) trains nothing: a batch looked at before the loop
+ * (`next(iter(loader))` for its shape, the tutorial's `dataiter`), left
+ * out, else the first step ran from it over the job's set-up (3 s of
+ * imports and model building, and the collections in them read as the
+ * loop's gc.pauses: 24% of a CIFAR tutorial's loop). */
+static void held_confirm(uintptr_t iter, int64_t since)
 {
     held_flush(iter);
     for (int i = 0; i < g_nheld; i++) {
+        if (since && g_held[i].entry < since)
+            continue;
         trained_note(g_held[i].iter);
         for (int L = TM_STEP_BY_BACKWARD; L <= TM_STEP_BY_OPTIMIZER; L++) {
             acc *a = &g_acc[L];
@@ -2716,6 +2726,7 @@ static long next_enter(PyObject *it)
     g_in_t = t;
     g_in_iter = (uintptr_t)it;
     g_in_newit = joined && g_since_stop;
+    g_in_run = joined ? t : 0;
     /* (the wait's CPU is not sampled on a joined call: iter() ran before) */
     g_in_cpu = !joined && g_mp_iter && Py_TYPE(it) == g_mp_iter && cpu_sample_due(&g_recv_tick)
                    ? thread_cpu_ns()
@@ -2756,6 +2767,7 @@ static void next_exit(PyObject *arg)
     if (got) {
         g_b.newit = g_in_newit;
         g_b.first = !g_fetched;
+        g_b.run = g_in_run;
         g_fetched = 1;
         g_b.have = 1;
         g_b.added = 0;
@@ -2796,7 +2808,8 @@ static void backward_enter(PyObject *roots)
     if (!train_thread() || g_bdepth++ > 0)
         return;
     int64_t t = now_ns();
-    held_confirm(g_b.iter); /* prefetched batches of the iterator it trains on */
+    /* prefetched batches of the iterator it trains on */
+    held_confirm(g_b.iter, g_level < TM_STEP_BY_BACKWARD && g_b.have ? g_b.run : 0);
     if (g_level < TM_STEP_BY_BACKWARD)
         g_level = TM_STEP_BY_BACKWARD;
     confirm_batch();
@@ -2987,8 +3000,8 @@ static PyObject *py_loader_dropped(PyObject *self, PyObject *it)
      * was written as a loader step of its fetch alone, and its forward,
      * backward and optimizer step as the next: 41 steps for 40.  A batch
      * peeked at before the loop, `next(iter(loader))` for its shapes, is
-     * held, and the loop's first step takes it: warm-up with the worker
-     * start-up, not a step of its own before it.) */
+     * held, and the loop's first backward pass leaves it out
+     * (held_confirm): no step of its own before the loop's.) */
     if (g_del_t0 && (g_b.newit || g_b.first))
         Py_RETURN_NONE;
     int64_t t = now_ns();
@@ -3098,6 +3111,7 @@ static PyObject *py_reset_steps(PyObject *self, PyObject *noargs)
     g_in_cpu = -1;
     g_iter_n = 0;
     g_since_stop = g_in_newit = 0;
+    g_in_run = 0;
     g_fetched = 0;
     g_del_t0 = 0;
     g_have_closed = 0;

@@ -148,6 +148,13 @@
 # And a forward that branches on a call counter it keeps (compiled_storm):
 # recompiled every step until torch's recompile_limit, 8 compilations of
 # the frame as the job's dynamo counted them, said with the limit.
+# PyTorch's CIFAR-10 tutorial (tutorial_keep: a batch looked at through
+# `dataiter = iter(trainloader)` before the epochs; tutorial_drop: through
+# `next(iter(trainloader))`, its iterator dropped at once): the loop's steps
+# only (the dropped one was a step of its own: one more than the job's).
+# Every job's step count must be its own exactly; LLM loops with activation
+# checkpointing (llm_memmap_actckpt, _reentrant: the MLP recomputed in the
+# backward pass) read as the plain one.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -203,7 +210,8 @@ EXPECT = {"llm_memmap": ("input.main_prep", "cpu"), "manual_sgd": ("input.main_p
           # the workers are the limit on 2 cores: the CPU vote depends on the
           # machine's load, the handoff (they are idle) is wrong
           "tqdm_workers": (("input.data_wait", "input.cpu_bound"), None),
-          "compiled": ("input.data_wait", None), "compiled_storm": ("steps.compile", None)}
+          "compiled": ("input.data_wait", None), "compiled_storm": ("steps.compile", None),
+          "tutorial_keep": ("input.data_wait", None), "tutorial_drop": ("input.data_wait", None)}
 # where in the step the expected input.main_prep must say the batch is made
 WHERE = {"llm_memmap_nanogpt": "prep_after_forward_share",
          "llm_memmap_nanochat": "prep_before_step_share"}
@@ -255,7 +263,9 @@ NEVER = {"llm_memmap": {"input.data_wait", "input.cpu_bound", "input.disk_bound"
          "producer_queue": {"input.data_wait", "input.cpu_bound", "input.disk_bound"},
          "tqdm_epochs": {"input.main_prep", "input.handoff"},
          "tqdm_workers": {"input.main_prep", "input.handoff", "input.ok"},
-         "compiled": {"gc.pauses", "input.ok"}, "compiled_storm": {"gc.pauses", "steps.stalls"}}
+         "compiled": {"gc.pauses", "input.ok"}, "compiled_storm": {"gc.pauses", "steps.stalls"},
+         "tutorial_keep": LOADER_NEVER | {"input.handoff", "input.new_iterator"},
+         "tutorial_drop": LOADER_NEVER | {"input.handoff", "input.new_iterator"}}
 oracle, rep, train, evals = runcheck.load(run)
 S = rep["summary"]
 bad = []
@@ -453,7 +463,7 @@ half() { # name python
     # The sanitizer build: the report and dump of the binary under ASan on
     # one loop of each kind of boundary, not the whole matrix again.
     case ${BUILD:-} in *asan*) [ -n "$jobs" ] || jobs="grad_accum manual_sgd idle_workers" ;; esac
-    for job in ${jobs:-llm_memmap llm_memmap_fast llm_memmap_ckpt llm_memmap_dcp llm_memmap_gc llm_memmap_log grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver loader_fork loader_newiter loader_newiter_persistent thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next two_loaders_workers grad_accum_cycle amp_nan gan_dcgan gan_wgan accelerate_loop train_eval_first infer_scoring infer_main llm_memmap_accum llm_memmap_nanogpt llm_memmap_nanochat llm_memmap_actckpt llm_memmap_actckpt_reentrant rl_ppo rl_a2c rl_sb3 producer_queue tqdm_epochs tqdm_workers compiled compiled_storm}; do
+    for job in ${jobs:-llm_memmap llm_memmap_fast llm_memmap_ckpt llm_memmap_dcp llm_memmap_gc llm_memmap_log grad_accum train_eval manual_sgd break_early idle_workers llm_memmap_eval loader_persistent loader_iterable loader_forkserver loader_fork loader_newiter loader_newiter_persistent thread_prefetch thread_prefetch_fast two_loaders_zip two_loaders_next two_loaders_workers grad_accum_cycle amp_nan gan_dcgan gan_wgan accelerate_loop train_eval_first infer_scoring infer_main llm_memmap_accum llm_memmap_nanogpt llm_memmap_nanochat llm_memmap_actckpt llm_memmap_actckpt_reentrant rl_ppo rl_a2c rl_sb3 producer_queue tqdm_epochs tqdm_workers compiled compiled_storm tutorial_keep tutorial_drop}; do
         local run=$scratch/$name-$job script=$job envs=()
         [ "$job" = llm_memmap_fast ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=4096); }
         [ "$job" = llm_memmap_ckpt ] && { script=llm_memmap; envs=(JOB_PREP_S=0 JOB_HIDDEN=4096 JOB_SAVE_EVERY=4 JOB_SAVE_MB=128); }
@@ -479,6 +489,7 @@ half() { # name python
         [ "$job" = tqdm_epochs ] && envs=(JOB_WORKERS=0)
         [ "$job" = tqdm_workers ] && { script=tqdm_epochs; envs=(JOB_WORKERS=2); }
         [ "$job" = compiled_storm ] && { script=compiled; envs=(JOB_VARIANT=storm JOB_EPOCHS=1); }
+        case $job in tutorial_*) script=tutorial; envs=(JOB_VARIANT=${job#tutorial_}) ;; esac
         # The jobs whose checks are CPython's or the report's alone (the
         # collector's callbacks, a stall after the step, fast preparation)
         # run on torch 2.x only unless named: on 1.13's slower model they

@@ -188,6 +188,8 @@ elif SHAPE == "peek":  # a batch looked at before the loop (its shape), then epo
     loader = DataLoader([torch.ones(4)] * 8, batch_size=2, num_workers=1)
     print(next(iter(loader)).shape)
     time.sleep(0.05)  # building the rest of the model
+    with open(os.environ["LOOP_T"], "w") as f:
+        f.write(str(time.monotonic_ns()))
     for epoch in range(2):
         for x in loader:
             model(x).sum().backward()
@@ -269,16 +271,20 @@ def test_an_iterator_dropped_after_its_batch_stops_its_workers_in_the_wait(tmp_p
         assert s["data_wait_ns"] / 1e9 >= 0.06, s
 
 
-def test_a_batch_peeked_at_before_the_loop_joins_its_first_step(tmp_path):
+def test_a_batch_peeked_at_before_the_loop_is_in_no_step(tmp_path):
     """`next(iter(loader))` before the loop (a batch's shape, a model's
-    summary): the batch is held, and the loop's first step (warm-up, with
-    its workers' start) takes it, not a step of its own before it that
-    would leave the workers' start-up in a judged step."""
-    steps = shape(tmp_path, "peek")
+    summary) trains nothing: neither a step of its own (it was one: a step
+    more than the loop's, and the loop's first, with its workers' start,
+    judged) nor part of the loop's first step (which then ran from it over
+    the job's set-up).  The loop's first step is the warm-up."""
+    loop_t = tmp_path / "loop_t"
+    run_script(SHAPES % dict(iter_s=ITER_S), tmp_path, env={"SHAPE": "peek",
+                                                            "LOOP_T": str(loop_t)})
+    steps = [s[2] for s in records(main_file(tmp_path), "step")]
     assert [s["boundary"] for s in steps] == [3] * 8, steps  # 2 epochs of 4 batches
-    assert steps[0]["batches"] == 2 and all(s["batches"] == 1 for s in steps[1:]), steps
-    # the first step runs from the peek's fetch: the 50 ms after it included
-    assert (steps[0]["end_ns"] - steps[0]["start_ns"]) / 1e9 >= 0.05, steps[0]
+    assert all(s["batches"] == 1 for s in steps), steps
+    # the first step begins at the loop's iter(), after the set-up
+    assert steps[0]["start_ns"] >= int(loop_t.read_text()), steps[0]
 
 
 @pytest.mark.parametrize("name", ["newiter", "persist", "short"])
