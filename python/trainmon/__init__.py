@@ -1556,10 +1556,9 @@ def _install_compile():
 
 
 def _uninstall_compile():
-    for key in ("compile_finder", "dynamo_finder"):  # (the latter: _bind_step_calls)
-        finder = _state.pop(key, None)
-        if finder is not None and finder in sys.meta_path:
-            sys.meta_path.remove(finder)
+    finder = _state.pop("compile_finder", None)
+    if finder is not None and finder in sys.meta_path:
+        sys.meta_path.remove(finder)
     h = getattr(sys.modules.get(_COMPILE_CALLBACKS), "callback_handler", None)
     for lst, fn in ((getattr(h, "start_callbacks", None), _compile_start),
                     (getattr(h, "end_callbacks", None), _compile_end)):
@@ -2464,9 +2463,10 @@ def detach():
                 gc.callbacks.remove(_c.gc_callback)
         except Exception as e:
             _report_exc("garbage collector timing", e)
-        finder = _state.pop("savers_finder", None)
-        if finder is not None and finder in sys.meta_path:
-            sys.meta_path.remove(finder)
+        for key in ("savers_finder", "dynamo_finder"):  # (_install_savers, _bind_step_calls)
+            finder = _state.pop(key, None)
+            if finder is not None and finder in sys.meta_path:
+                sys.meta_path.remove(finder)
         _uninstall_compile()
         # an anatomy one-shot wrapper of torch.autograd.backward not called
         # yet (the engine, not backward, is patched where it can be)

@@ -13,8 +13,6 @@
  *
  * A new kind of stop is a line in the table and a TM_STOP_* in trainmon.h.
  */
-#include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "stops.h"
